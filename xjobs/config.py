@@ -1,0 +1,218 @@
+"""Where the queue lives and the knobs every process shares.
+
+Precedence: explicit arguments (flags) > ``XJOBS_*`` environment > ``xjobs.toml`` or
+``[tool.xjobs]`` in ``pyproject.toml`` > defaults. Every number is checked when the
+``Settings`` is built, so a bad value stops the process at start with a coded error.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import InvalidOption, NotConfigured
+from .options import duration_ms, finite_count, plain_name
+from .payload import DEFAULT_MAX_PAYLOAD_BYTES
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    processes: int = 1
+    concurrency: int = 16
+
+    @classmethod
+    def parse(cls, text: str, option: str = "queue") -> tuple[str, "QueueSpec"]:
+        """``emails=2x16`` (2 processes, 16 jobs each), ``emails=4`` (1 process, 4 jobs) or ``emails``."""
+        name, _, spec = text.partition("=")
+        name = plain_name(name.strip(), option)
+        if not spec:
+            return name, cls()
+        procs, sep, conc = spec.partition("x")
+        try:
+            if sep:
+                return name, cls.checked(_number(procs, option), _number(conc, option), option)
+            return name, cls.checked(1, _number(procs, option), option)
+        except ValueError:
+            raise InvalidOption(option, f"expected NAME=PROCSxCONC like emails=2x16, got {text!r}") from None
+
+    @classmethod
+    def checked(cls, processes: object, concurrency: object, option: str = "queue") -> "QueueSpec":
+        return cls(finite_count(processes, f"{option}.processes", minimum=1, maximum=256),
+                   finite_count(concurrency, f"{option}.concurrency", minimum=1, maximum=10_000))
+
+
+def _number(text: str, option: str) -> float:
+    text = text.strip()
+    value = float(text)  # ValueError for junk; nan/inf pass here and are refused by finite_count
+    return int(value) if value.is_integer() else value
+
+
+@dataclass(frozen=True)
+class Settings:
+    dsn: str | None = None
+    schema: str = "xjobs"
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    lease_ms: float = 30_000.0          # how long a claim holds a job without a heartbeat
+    heartbeat_ms: float = 10_000.0      # how often a worker renews its leases
+    poll_ms: float = 1_000.0            # claim poll when no notification arrives
+    rescue_ms: float = 5_000.0          # how often lapsed leases and due suspensions are swept
+    retention_completed_ms: float = 86_400_000.0
+    retention_finished_ms: float = 14 * 86_400_000.0
+    drain_deadline_ms: float = 25_000.0
+    queues: Mapping[str, QueueSpec] = field(default_factory=dict)
+    metrics: str | None = "127.0.0.1:9464"
+    control: str | None = None
+    apps: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        from .drivers.sql import check_schema_name
+        check_schema_name(self.schema)
+        finite_count(self.max_payload_bytes, "max_payload_bytes", minimum=64, maximum=256 * 1024 * 1024)
+        lease = duration_ms(self.lease_ms, "lease", minimum_ms=100)
+        heartbeat = duration_ms(self.heartbeat_ms, "heartbeat", minimum_ms=10)
+        if heartbeat >= lease:
+            raise InvalidOption("heartbeat", f"must be shorter than the lease ({lease:g}ms), got {heartbeat:g}ms")
+        duration_ms(self.poll_ms, "poll", minimum_ms=10)
+        duration_ms(self.rescue_ms, "rescue", minimum_ms=10)
+        duration_ms(self.retention_completed_ms, "retention_completed")
+        duration_ms(self.retention_finished_ms, "retention_finished")
+        duration_ms(self.drain_deadline_ms, "drain_deadline")
+        for name, spec in self.queues.items():
+            plain_name(name, "queue")
+            if not isinstance(spec, QueueSpec):
+                raise InvalidOption(f"queue {name}", "must be a QueueSpec")
+
+    def with_overrides(self, **values: Any) -> "Settings":
+        return replace(self, **{k: v for k, v in values.items() if v is not None})
+
+
+_DURATION_FIELDS = {"lease_ms": "lease", "heartbeat_ms": "heartbeat", "poll_ms": "poll",
+                    "rescue_ms": "rescue", "retention_completed_ms": "retention_completed",
+                    "retention_finished_ms": "retention_finished",
+                    "drain_deadline_ms": "drain_deadline"}
+
+
+def _coerce(values: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Map user-facing keys (``lease = "30s"``, ``database_url``) onto ``Settings`` fields."""
+    out: dict[str, Any] = {}
+    names = {f.name for f in fields(Settings)}
+    for key, value in values.items():
+        key = key.replace("-", "_").lower()
+        if key in ("database_url", "dsn"):
+            out["dsn"] = value
+        elif key in _DURATION_FIELDS.values():
+            field_name = next(f for f, k in _DURATION_FIELDS.items() if k == key)
+            out[field_name] = duration_ms(value, key)
+        elif key == "queues":
+            if isinstance(value, str):
+                value = [v for v in value.split(",") if v.strip()]
+            if isinstance(value, Mapping):
+                out["queues"] = {plain_name(k, "queue"): QueueSpec.parse(f"{k}={v}")[1] if not isinstance(v, Mapping)
+                                 else QueueSpec.checked(v.get("processes", 1), v.get("concurrency", 16), f"queue {k}")
+                                 for k, v in value.items()}
+            else:
+                out["queues"] = dict(QueueSpec.parse(v) for v in value)
+        elif key == "apps" or key == "app":
+            out["apps"] = tuple(value.split(",") if isinstance(value, str) else value)
+        elif key == "max_payload_bytes":
+            out[key] = finite_count(_maybe_number(value, key), key, minimum=64)
+        elif key in names:
+            out[key] = value
+        else:
+            raise InvalidOption(key, f"unknown setting in {source}")
+    return out
+
+
+def _maybe_number(value: Any, option: str) -> Any:
+    if isinstance(value, str):
+        try:
+            return _number(value, option)
+        except ValueError:
+            raise InvalidOption(option, f"must be a number, got {value!r}") from None
+    return value
+
+
+_ENV = {"XJOBS_DATABASE_URL": "dsn", "XJOBS_SCHEMA": "schema", "XJOBS_LEASE": "lease",
+        "XJOBS_HEARTBEAT": "heartbeat", "XJOBS_POLL": "poll", "XJOBS_RESCUE": "rescue",
+        "XJOBS_DRAIN_DEADLINE": "drain_deadline", "XJOBS_QUEUES": "queues",
+        "XJOBS_METRICS": "metrics", "XJOBS_CONTROL": "control", "XJOBS_APP": "apps",
+        "XJOBS_MAX_PAYLOAD_BYTES": "max_payload_bytes",
+        "XJOBS_RETENTION_COMPLETED": "retention_completed",
+        "XJOBS_RETENTION_FINISHED": "retention_finished"}
+
+
+def _file_values(config_path: str | None) -> tuple[dict[str, Any], str]:
+    if config_path is not None:
+        path = Path(config_path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise InvalidOption("config", f"no such file: {config_path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise InvalidOption("config", f"{config_path}: {exc}") from None
+        return dict(data.get("xjobs", data)), str(path)
+    if Path("xjobs.toml").exists():
+        return _file_values("xjobs.toml")
+    if Path("pyproject.toml").exists():
+        try:
+            data = tomllib.loads(Path("pyproject.toml").read_text())
+        except tomllib.TOMLDecodeError:
+            return {}, "pyproject.toml"
+        return dict(data.get("tool", {}).get("xjobs", {})), "pyproject.toml [tool.xjobs]"
+    return {}, "defaults"
+
+
+def load_settings(config_path: str | None = None, env: Mapping[str, str] | None = None,
+                  **flags: Any) -> Settings:
+    """Flags > ``XJOBS_*`` environment > config file > defaults."""
+    env = os.environ if env is None else env
+    file_values, source = _file_values(config_path)
+    merged = _coerce(file_values, source)
+    merged.update(_coerce({key: env[var] for var, key in _ENV.items() if env.get(var)}, "environment"))
+    merged.update(_coerce({k: v for k, v in flags.items() if v is not None}, "flags"))
+    return Settings(**merged)
+
+
+# -- the process-wide driver the enqueue facade and CLI use ------------------------------------
+
+_state_lock = threading.Lock()
+_settings: Settings | None = None
+_driver: Any = None
+
+
+def configure(*, dsn: str | None = None, schema: str | None = None, driver: Any = None,
+              settings: Settings | None = None, **knobs: Any) -> Settings:
+    """Say where the queue lives: ``xjobs.configure(dsn=...)`` or ``configure(driver=...)``."""
+    global _settings, _driver
+    base = settings or load_settings()
+    base = base.with_overrides(dsn=dsn, schema=schema, **knobs)
+    with _state_lock:
+        old, _driver = _driver, driver
+        _settings = base
+    if old is not None and old is not driver:
+        old.close()
+    return base
+
+
+def current_settings() -> Settings:
+    global _settings
+    with _state_lock:
+        if _settings is None:
+            _settings = load_settings()
+        return _settings
+
+
+def current_driver() -> Any:
+    global _driver
+    settings = current_settings()
+    with _state_lock:
+        if _driver is None:
+            if not settings.dsn:
+                raise NotConfigured("no database configured: set XJOBS_DATABASE_URL or call xjobs.configure(dsn=...)")
+            from .drivers.postgres import PostgresDriver
+            _driver = PostgresDriver(settings.dsn, schema=settings.schema, application_name="xjobs-app")
+        return _driver

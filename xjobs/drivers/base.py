@@ -1,0 +1,168 @@
+"""The JobDriver seam: the only door between the runtime and storage.
+
+Verbs are noun-first (``job_claim``, ``job_ack``). ``supervisor/`` and ``workers/`` never hold
+SQL; everything they need from storage is a method here taking small frozen dataclasses.
+Two drivers implement it: ``postgres`` (production) and ``memory`` (fast tests). One
+conformance suite runs against both, so a semantic difference is a failing test.
+
+Job states::
+
+      enqueue ──> ready ──claim──> running ──ack──> completed
+                   ^  ^               │
+                   │  └──nack(retry)──┤──nack(dead)──> dead
+                   │                  ├──nack(park)──> suspended ──due──> ready
+                   └──lease lapses────┘
+      cancel: ready | running | suspended ──> cancelled
+      requeue: dead | cancelled ──> ready (attempt reset)
+
+Times are epoch milliseconds from the driver's injected clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+from ..errors import ClaimQueuesEmpty
+from ..options import finite_count, duration_ms
+
+STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
+LIVE_STATES = ("ready", "running", "suspended")
+FINISHED_STATES = ("completed", "dead", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    name: str
+    queue: str
+    payload: bytes              # encoded JSON, already checked and size-limited
+    idempotency_key: str
+    tenant: str | None = None
+    enqueued_by: str | None = None
+    priority: int = 0
+    max_attempts: int = 5
+    run_at_ms: float | None = None   # None: now, on the driver's clock
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    id: int
+    deduped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    id: int
+    name: str
+    queue: str
+    payload: Any
+    tenant: str | None
+    attempt: int
+    max_attempts: int
+    priority: int
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """How a failed or stopped attempt settles.
+
+    ``counts_as_attempt=False`` gives the attempt back (a drain interruption, a shed, a
+    suspension); ``park`` moves the job to ``suspended`` until ``delay_ms`` has passed;
+    ``dead`` dead-letters it. ``error`` lands in ``last_error`` (``None`` leaves it as is).
+    """
+
+    job_id: int
+    token: str
+    error: str | None
+    delay_ms: float = 0.0
+    counts_as_attempt: bool = True
+    park: bool = False
+    dead: bool = False
+    outcome: str = "retried"    # recorded in the job's history: retried, dead, interrupted, ...
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    job_id: int
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job as operators see it (``xjobsd jobs ls|show --json``)."""
+
+    id: int
+    name: str
+    queue: str
+    state: str
+    attempt: int
+    max_attempts: int
+    tenant: str | None
+    idempotency_key: str
+    priority: int
+    run_at: float
+    last_error: str | None
+    created_at: float
+    finished_at: float | None
+    enqueued_by: str | None = None
+    claimed_by: str | None = None
+    lease_expires_at: float | None = None
+    payload: Any = None
+    history: tuple[dict, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class ListFilter:
+    queue: str | None = None
+    name: str | None = None
+    state: str | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    """Ready-now depth and the age of the oldest ready-now job, per queue."""
+
+    depth: int
+    oldest_ready_ms: float
+
+
+def check_claim(queues: Sequence[str], limit: object, lease_ms: object) -> tuple[list[str], int, float]:
+    """The one refusal for claim arguments, shared by every driver."""
+    if isinstance(queues, str) or not queues:
+        raise ClaimQueuesEmpty("claim needs a non-empty list of queue names")
+    count = finite_count(limit, "claim.limit", minimum=0, maximum=100_000)
+    lease = duration_ms(lease_ms, "claim.lease", exclusive_minimum=True)
+    return list(queues), count, lease
+
+
+def check_row_limit(limit: object, option: str = "limit") -> int:
+    return finite_count(limit, option, minimum=0, maximum=100_000)
+
+
+class JobDriver(Protocol):
+    # -- the queue ---------------------------------------------------------------------------
+    def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]: ...
+    def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float,
+                  worker_id: str) -> list[ClaimedJob]: ...
+    def job_ack_many(self, leases: Sequence[Lease]) -> set[int]: ...
+    def job_nack(self, nack: Nack) -> bool: ...
+    def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]: ...
+    def job_rescue(self, limit: int) -> int: ...
+    def job_release_worker(self, worker_id: str) -> int: ...
+    def job_prune(self, completed_before_ms: float, finished_before_ms: float, limit: int) -> int: ...
+    def close(self) -> None: ...
+
+    # -- introspection and operator verbs -------------------------------------------------------
+    def job_list(self, where: ListFilter) -> list[JobView]: ...
+    def job_get(self, job_id: int) -> JobView: ...
+    def job_dead(self, limit: int) -> list[JobView]: ...
+    def job_cancel(self, job_id: int, reason: str | None = None) -> JobView: ...
+    def job_requeue(self, job_id: int) -> JobView: ...
+    def job_stats(self) -> dict[str, dict[str, int]]: ...
+    def queue_summary(self) -> dict[str, QueueSummary]: ...
+
+    # -- convenience built on the batched verbs -----------------------------------------------
+    def job_ack(self, job_id: int, token: str) -> bool: ...
+    def job_heartbeat(self, job_id: int, token: str, lease_ms: float) -> bool: ...

@@ -1,0 +1,306 @@
+"""The production driver: psycopg 3, a small connection pool, server-side prepared statements.
+
+Every statement comes from ``queries.sql`` (see ``sql.py``); this module only binds
+parameters and shapes results. The pool opens lazily on first use, so a supervisor that
+builds a driver before forking holds no connection across the fork.
+
+Fences: ``ack``, ``nack`` and ``heartbeat`` match ``state = 'running'`` AND the claim's
+``lease_token``. A worker that lost its lease (rescued, cancelled, released) matches no row,
+so it can never overwrite the state of a job somebody else now runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from typing import Any, Iterator, Sequence
+
+import orjson
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.types.json import set_json_loads
+from psycopg_pool import ConnectionPool
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import DuplicateJob, JobNotFound, LeaseLost, NotCancellable, NotRetryable, XJobsError
+from .base import (ClaimedJob, Enqueued, JobView, Lease, ListFilter, Nack, NewJob, QueueSummary,
+                   check_claim, check_row_limit)
+from .sql import check_schema_name, notify_channel, schema_ddl, statements
+
+_MIGRATE_LOCK = 0x786A6F6273  # "xjobs": one installer at a time per database
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    set_json_loads(orjson.loads, conn)
+
+
+def _view(row: Sequence[Any], payload: Any = None, history: tuple = ()) -> JobView:
+    return JobView(id=row[0], name=row[1], queue=row[2], state=row[3], attempt=row[4],
+                   max_attempts=row[5], tenant=row[6], idempotency_key=row[7], priority=row[8],
+                   run_at=row[9], last_error=row[10], created_at=row[11], finished_at=row[12],
+                   enqueued_by=row[13], claimed_by=row[14], lease_expires_at=row[15],
+                   payload=payload, history=history)
+
+
+class PostgresDriver:
+    def __init__(self, dsn: str, *, schema: str = "xjobs", clock: Clock = SYSTEM_CLOCK,
+                 pool_size: int = 4, application_name: str = "xjobs") -> None:
+        self.dsn = dsn
+        self.schema = check_schema_name(schema)
+        self.clock = clock
+        self.channel = notify_channel(self.schema)
+        self.application_name = application_name
+        self._sql = statements(self.schema)
+        self._pool_size = pool_size
+        self._pool: ConnectionPool | None = None
+        self._pool_lock = threading.Lock()
+
+    # -- connections -------------------------------------------------------------------------
+
+    def connect(self, **extra: Any) -> psycopg.Connection:
+        """A fresh dedicated connection (LISTEN, migrations), configured like the pool's."""
+        conn = psycopg.connect(self.dsn, autocommit=True, prepare_threshold=0,
+                               application_name=self.application_name, **extra)
+        _configure(conn)
+        return conn
+
+    def _connection(self) -> contextlib.AbstractContextManager[psycopg.Connection]:
+        pool = self._pool
+        if pool is None:
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ConnectionPool(
+                        self.dsn, min_size=1, max_size=self._pool_size, open=True,
+                        kwargs={"autocommit": True, "prepare_threshold": 0,
+                                "application_name": self.application_name},
+                        configure=_configure, name=f"xjobs-{self.application_name}")
+                pool = self._pool
+        return pool.connection()
+
+    @contextlib.contextmanager
+    def _cursor(self, conn: Any = None) -> Iterator[psycopg.Cursor]:
+        if conn is not None:
+            with conn.cursor() as cur:
+                yield cur
+            return
+        with self._connection() as own, own.cursor() as cur:
+            yield cur
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def migrate(self) -> None:
+        """Install or upgrade the schema; safe to run from many processes at once."""
+        with psycopg.connect(self.dsn, autocommit=False,
+                             application_name=self.application_name) as conn:
+            conn.execute("select pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
+            conn.execute(schema_ddl(self.schema))
+            conn.commit()
+
+    # -- the queue ---------------------------------------------------------------------------
+
+    def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
+        results: list[Enqueued | None] = [None] * len(jobs)
+        pending = list(range(len(jobs)))
+        with self._cursor(conn) as cur:
+            for _round in range(4):
+                if not pending:
+                    break
+                now = self.clock.now_ms()
+                batch = [jobs[i] for i in pending]
+                cur.execute(self._sql["job_enqueue"], {
+                    "now": now,
+                    "names": [j.name for j in batch],
+                    "queues": [j.queue for j in batch],
+                    "payloads": [j.payload.decode() for j in batch],
+                    "keys": [j.idempotency_key for j in batch],
+                    "tenants": [j.tenant for j in batch],
+                    "enqueued_by": [j.enqueued_by for j in batch],
+                    "priorities": [j.priority for j in batch],
+                    "max_attempts": [j.max_attempts for j in batch],
+                    "run_ats": [now if j.run_at_ms is None else j.run_at_ms for j in batch],
+                })
+                inserted = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
+                missing: list[int] = []
+                for i in pending:
+                    job = jobs[i]
+                    ns = (job.name, job.tenant or "", job.idempotency_key)
+                    job_id = inserted.pop(ns, None)
+                    if job_id is not None:
+                        results[i] = Enqueued(job_id, False)
+                    else:
+                        missing.append(i)
+                pending = []
+                if not missing:
+                    break
+                namespaces = sorted({(jobs[i].name, jobs[i].tenant or "", jobs[i].idempotency_key)
+                                     for i in missing})
+                cur.execute(self._sql["job_find_live"], {
+                    "names": [n[0] for n in namespaces], "tenants": [n[1] for n in namespaces],
+                    "keys": [n[2] for n in namespaces]})
+                live = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
+                # first occurrences inserted in this call are live too
+                for i, result in enumerate(results):
+                    if result is not None and not result.deduped:
+                        live.setdefault((jobs[i].name, jobs[i].tenant or "", jobs[i].idempotency_key),
+                                        result.id)
+                for i in missing:
+                    ns = (jobs[i].name, jobs[i].tenant or "", jobs[i].idempotency_key)
+                    if ns in live:
+                        results[i] = Enqueued(live[ns], True)
+                    else:  # the live duplicate finished between the insert and the lookup
+                        pending.append(i)
+        if pending:
+            raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
+        return results  # type: ignore[return-value]
+
+    def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float,
+                  worker_id: str) -> list[ClaimedJob]:
+        queues, limit, lease_ms = check_claim(queues, limit, lease_ms)
+        if limit == 0:
+            return []
+        token = str(uuid.uuid4())
+        params: dict[str, Any] = {"now": self.clock.now_ms(), "limit": limit, "token": token,
+                                  "worker": worker_id, "lease": lease_ms}
+        if len(queues) == 1:
+            name, params["queue"] = "job_claim_one", queues[0]
+        else:
+            name, params["queues"] = "job_claim_many", queues
+        with self._cursor() as cur:
+            cur.execute(self._sql[name], params)
+            rows = cur.fetchall()
+        rows.sort()
+        return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token) for r in rows]
+
+    def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
+        if not leases:
+            return set()
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_ack_many"], {
+                "now": self.clock.now_ms(), "ids": [l.job_id for l in leases],
+                "tokens": [l.token for l in leases]})
+            return {r[0] for r in cur.fetchall()}
+
+    def job_ack(self, job_id: int, token: str) -> bool:
+        return job_id in self.job_ack_many([Lease(job_id, token)])
+
+    def job_nack(self, nack: Nack) -> bool:
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_nack"], {
+                "now": self.clock.now_ms(), "id": nack.job_id, "token": nack.token,
+                "dead": nack.dead, "park": nack.park, "counts": nack.counts_as_attempt,
+                "delay": float(nack.delay_ms), "error": nack.error, "outcome": nack.outcome})
+            return cur.fetchone() is not None
+
+    def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
+        if not leases:
+            return set()
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_heartbeat_many"], {
+                "now": self.clock.now_ms(), "lease": float(lease_ms),
+                "ids": [l.job_id for l in leases], "tokens": [l.token for l in leases]})
+            return {r[0] for r in cur.fetchall()}
+
+    def job_heartbeat(self, job_id: int, token: str, lease_ms: float) -> bool:
+        return job_id in self.job_heartbeat_many([Lease(job_id, token)], lease_ms)
+
+    def job_rescue(self, limit: int = 1000) -> int:
+        limit = check_row_limit(limit, "rescue.limit")
+        now = self.clock.now_ms()
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_rescue_lapsed"], {"now": now, "limit": limit})
+            lapsed = len(cur.fetchall())
+            cur.execute(self._sql["job_wake_due"], {"now": now, "limit": limit})
+            return lapsed + len(cur.fetchall())
+
+    def job_release_worker(self, worker_id: str) -> int:
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_release_worker"], {"now": self.clock.now_ms(), "worker": worker_id})
+            return len(cur.fetchall())
+
+    def job_prune(self, completed_before_ms: float, finished_before_ms: float, limit: int = 1000) -> int:
+        limit = check_row_limit(limit, "prune.limit")
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_prune"], {"completed_before": float(completed_before_ms),
+                                                 "finished_before": float(finished_before_ms),
+                                                 "limit": limit})
+            return cur.fetchone()[0]
+
+    @contextlib.contextmanager
+    def job_transaction(self, lease: Lease) -> Iterator[psycopg.Connection]:
+        """A connection in a transaction that, on a clean exit, also completes the job.
+
+        The completion is fenced like ``ack``: if the lease was lost the whole transaction
+        rolls back and ``LeaseLost`` is raised, so the body's writes land exactly once.
+        """
+        with self._connection() as conn:
+            with conn.transaction():
+                yield conn
+                cur = conn.execute(self._sql["job_complete_fenced"], {
+                    "now": self.clock.now_ms(), "id": lease.job_id, "token": lease.token})
+                if cur.fetchone() is None:
+                    raise LeaseLost(f"job {lease.job_id} is no longer held by this worker; rolled back")
+
+    # -- introspection -----------------------------------------------------------------------
+
+    def job_list(self, where: ListFilter) -> list[JobView]:
+        limit = check_row_limit(where.limit)
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_list"], {"queue": where.queue, "name": where.name,
+                                                "state": where.state, "limit": limit})
+            return [_view(r) for r in cur.fetchall()]
+
+    def job_get(self, job_id: int) -> JobView:
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_get"], {"id": job_id})
+            row = cur.fetchone()
+            if row is None:
+                raise JobNotFound(f"no job with id {job_id}")
+            cur.execute(self._sql["job_history"], {"id": job_id})
+            history = tuple({"at": h[0], "attempt": h[1], "outcome": h[2], "error": h[3]}
+                            for h in cur.fetchall())
+        return _view(row, payload=row[16], history=history)
+
+    def job_dead(self, limit: int = 50) -> list[JobView]:
+        return self.job_list(ListFilter(state="dead", limit=limit))
+
+    def job_cancel(self, job_id: int, reason: str | None = None) -> JobView:
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_cancel"], {"now": self.clock.now_ms(), "id": job_id,
+                                                  "reason": reason or "cancelled"})
+            done = cur.fetchone() is not None
+        view = self.job_get(job_id)
+        if not done:
+            raise NotCancellable(f"job {job_id} is {view.state}; only ready, running or suspended jobs can be cancelled")
+        return view
+
+    def job_requeue(self, job_id: int) -> JobView:
+        try:
+            with self._cursor() as cur:
+                cur.execute(self._sql["job_requeue"], {"now": self.clock.now_ms(), "id": job_id})
+                done = cur.fetchone() is not None
+        except pg_errors.UniqueViolation:
+            raise DuplicateJob(f"job {job_id}: a live job already holds its idempotency key") from None
+        view = self.job_get(job_id)
+        if not done:
+            raise NotRetryable(f"job {job_id} is {view.state}; only dead or cancelled jobs can be retried")
+        return view
+
+    def job_stats(self) -> dict[str, dict[str, int]]:
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_stats"])
+            stats: dict[str, dict[str, int]] = {}
+            for queue, state, count in cur.fetchall():
+                stats.setdefault(queue, {})[state] = count
+        return stats
+
+    def queue_summary(self) -> dict[str, QueueSummary]:
+        now = self.clock.now_ms()
+        with self._cursor() as cur:
+            cur.execute(self._sql["queue_summary"], {"now": now})
+            return {q: QueueSummary(depth=n, oldest_ready_ms=max(0.0, now - oldest))
+                    for q, n, oldest in cur.fetchall()}

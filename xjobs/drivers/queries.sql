@@ -1,0 +1,215 @@
+-- Every statement of the Postgres driver, one named block each. The driver parses this file
+-- at import and prepares statements on first use. {schema} is the configured schema name.
+-- Times arrive as epoch milliseconds from the driver clock and leave the same way.
+-- No statement reads or returns a whole row: each names its columns.
+
+-- name: job_enqueue
+insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
+                           priority, max_attempts, run_at, created_at)
+select u.name, u.queue, 'ready', u.payload::jsonb, u.key, u.tenant, u.enqueued_by,
+       u.priority, u.max_attempts, to_timestamp(u.run_at / 1000.0), to_timestamp(%(now)s / 1000.0)
+from unnest(%(names)s::text[], %(queues)s::text[], %(payloads)s::text[], %(keys)s::text[],
+            %(tenants)s::text[], %(enqueued_by)s::text[], %(priorities)s::int[],
+            %(max_attempts)s::int[], %(run_ats)s::float8[])
+     as u(name, queue, payload, key, tenant, enqueued_by, priority, max_attempts, run_at)
+on conflict (name, (coalesce(tenant, '')), idempotency_key)
+    where state in ('ready', 'running', 'suspended') do nothing
+returning id, name, coalesce(tenant, '') as tenant, idempotency_key
+
+-- name: job_find_live
+select j.id, j.name, coalesce(j.tenant, '') as tenant, j.idempotency_key
+from {schema}.jobs j
+join unnest(%(names)s::text[], %(tenants)s::text[], %(keys)s::text[]) as u(name, tenant, key)
+  on j.name = u.name and coalesce(j.tenant, '') = u.tenant and j.idempotency_key = u.key
+where j.state in ('ready', 'running', 'suspended')
+
+-- name: job_claim_one
+with picked as (
+    select id from {schema}.jobs
+    where state = 'ready' and queue = %(queue)s and run_at <= to_timestamp(%(now)s / 1000.0)
+    order by priority, run_at, id
+    limit %(limit)s
+    for update skip locked
+)
+update {schema}.jobs j
+set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::uuid,
+    claimed_by = %(worker)s, started_at = to_timestamp(%(now)s / 1000.0),
+    lease_expires_at = to_timestamp((%(now)s + %(lease)s) / 1000.0)
+from picked where j.id = picked.id
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
+
+-- name: job_claim_many
+with picked as (
+    select id from {schema}.jobs
+    where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= to_timestamp(%(now)s / 1000.0)
+    order by priority, run_at, id
+    limit %(limit)s
+    for update skip locked
+)
+update {schema}.jobs j
+set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::uuid,
+    claimed_by = %(worker)s, started_at = to_timestamp(%(now)s / 1000.0),
+    lease_expires_at = to_timestamp((%(now)s + %(lease)s) / 1000.0)
+from picked where j.id = picked.id
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
+
+-- name: job_ack_many
+update {schema}.jobs j
+set state = 'completed', finished_at = to_timestamp(%(now)s / 1000.0),
+    lease_token = null, lease_expires_at = null
+from unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as a(id, token)
+where j.id = a.id and j.lease_token = a.token and j.state = 'running'
+returning j.id
+
+-- name: job_nack
+with settled as (
+    update {schema}.jobs
+    set state = case when %(dead)s then 'dead' when %(park)s then 'suspended' else 'ready' end,
+        attempt = case when %(counts)s then attempt else greatest(attempt - 1, 0) end,
+        run_at = case when %(dead)s then run_at else to_timestamp((%(now)s + %(delay)s) / 1000.0) end,
+        finished_at = case when %(dead)s then to_timestamp(%(now)s / 1000.0) end,
+        last_error = coalesce(%(error)s::text, last_error),
+        lease_token = null, lease_expires_at = null
+    where id = %(id)s and lease_token = %(token)s::uuid and state = 'running'
+    returning id, attempt
+)
+insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+select settled.id, to_timestamp(%(now)s / 1000.0),
+       case when %(counts)s then settled.attempt else settled.attempt + 1 end,
+       %(outcome)s, %(error)s::text
+from settled
+returning job_id
+
+-- name: job_heartbeat_many
+update {schema}.jobs j
+set lease_expires_at = to_timestamp((%(now)s + %(lease)s) / 1000.0)
+from unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as a(id, token)
+where j.id = a.id and j.lease_token = a.token and j.state = 'running'
+returning j.id
+
+-- name: job_rescue_lapsed
+with lapsed as (
+    select id from {schema}.jobs
+    where state = 'running' and lease_expires_at < to_timestamp(%(now)s / 1000.0)
+    order by lease_expires_at, id
+    limit %(limit)s
+    for update skip locked
+)
+update {schema}.jobs j
+set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+    run_at = to_timestamp(%(now)s / 1000.0),
+    finished_at = case when j.attempt >= j.max_attempts then to_timestamp(%(now)s / 1000.0) end,
+    last_error = case when j.attempt >= j.max_attempts
+                      then 'dead: lease expired on the last attempt, held by ' || coalesce(j.claimed_by, '?')
+                      else 'lease expired, held by ' || coalesce(j.claimed_by, '?') end,
+    lease_token = null, lease_expires_at = null
+from lapsed where j.id = lapsed.id
+returning j.id
+
+-- name: job_release_worker
+update {schema}.jobs j
+set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+    run_at = to_timestamp(%(now)s / 1000.0),
+    finished_at = case when j.attempt >= j.max_attempts then to_timestamp(%(now)s / 1000.0) end,
+    last_error = case when j.attempt >= j.max_attempts
+                      then 'dead: worker died on the last attempt, ' || %(worker)s
+                      else 'worker died, ' || %(worker)s end,
+    lease_token = null, lease_expires_at = null
+where j.state = 'running' and j.claimed_by = %(worker)s
+returning j.id
+
+-- name: job_wake_due
+with due as (
+    select id from {schema}.jobs
+    where state = 'suspended' and run_at <= to_timestamp(%(now)s / 1000.0)
+    order by run_at, id
+    limit %(limit)s
+    for update skip locked
+)
+update {schema}.jobs j set state = 'ready'
+from due where j.id = due.id
+returning j.id
+
+-- name: job_prune
+with doomed as (
+    select id from {schema}.jobs
+    where (state = 'completed' and finished_at < to_timestamp(%(completed_before)s / 1000.0))
+       or (state in ('dead', 'cancelled') and finished_at < to_timestamp(%(finished_before)s / 1000.0))
+    order by finished_at
+    limit %(limit)s
+    for update skip locked
+), gone as (
+    delete from {schema}.jobs j using doomed where j.id = doomed.id returning j.id
+), history as (
+    delete from {schema}.job_history h using gone where h.job_id = gone.id
+)
+select count(*) from gone
+
+-- name: job_list
+select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, priority,
+       extract(epoch from run_at)::float8 * 1000, last_error,
+       extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
+       enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000
+from {schema}.jobs
+where (%(queue)s::text is null or queue = %(queue)s::text)
+  and (%(name)s::text is null or name = %(name)s::text)
+  and (%(state)s::text is null or state = %(state)s::text)
+order by id desc
+limit %(limit)s
+
+-- name: job_get
+select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, priority,
+       extract(epoch from run_at)::float8 * 1000, last_error,
+       extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
+       enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, payload
+from {schema}.jobs
+where id = %(id)s
+
+-- name: job_history
+select extract(epoch from at)::float8 * 1000, attempt, outcome, error
+from {schema}.job_history
+where job_id = %(id)s
+order by at, attempt
+
+-- name: job_cancel
+with cancelled as (
+    update {schema}.jobs
+    set state = 'cancelled', finished_at = to_timestamp(%(now)s / 1000.0),
+        last_error = %(reason)s::text, lease_token = null, lease_expires_at = null
+    where id = %(id)s and state in ('ready', 'running', 'suspended')
+    returning id, attempt
+)
+insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+select cancelled.id, to_timestamp(%(now)s / 1000.0), cancelled.attempt, 'cancelled', %(reason)s::text
+from cancelled
+returning job_id
+
+-- name: job_requeue
+with requeued as (
+    update {schema}.jobs
+    set state = 'ready', attempt = 0, run_at = to_timestamp(%(now)s / 1000.0), finished_at = null
+    where id = %(id)s and state in ('dead', 'cancelled')
+    returning id
+)
+insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+select requeued.id, to_timestamp(%(now)s / 1000.0), 0, 'requeued', null::text
+from requeued
+returning job_id
+
+-- name: job_stats
+select queue, state, count(*)
+from {schema}.jobs
+group by queue, state
+
+-- name: queue_summary
+select queue, count(*), extract(epoch from min(run_at))::float8 * 1000
+from {schema}.jobs
+where state = 'ready' and run_at <= to_timestamp(%(now)s / 1000.0)
+group by queue
+
+-- name: job_complete_fenced
+update {schema}.jobs
+set state = 'completed', finished_at = to_timestamp(%(now)s / 1000.0),
+    lease_token = null, lease_expires_at = null
+where id = %(id)s and lease_token = %(token)s::uuid and state = 'running'
+returning id

@@ -1,0 +1,67 @@
+"""The one enqueue implementation. ``handle.enqueue``/``enqueue_many``, the CLI's
+``xjobsd enqueue`` and (later) the scheduler and outbox relay all come through here, so the
+key, tenant, payload and timing rules cannot drift between entry points.
+
+Everything that can be refused is refused before the driver is called: one bad input in a
+batch of ten thousand writes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .config import current_driver, current_settings
+from .drivers.base import Enqueued, NewJob
+from .errors import InvalidOption
+from .options import duration_ms, finite_count, finite_option
+from .payload import encode_payload
+
+if TYPE_CHECKING:
+    from .registry import JobHandle
+
+MAX_BATCH = 100_000
+
+
+def _run_at_ms(delay: object, run_at: object, now_ms: float) -> float | None:
+    if delay is not None and run_at is not None:
+        raise InvalidOption("delay", "give delay or run_at, not both")
+    if delay is not None:
+        return now_ms + duration_ms(delay, "delay")
+    if run_at is None:
+        return None
+    if isinstance(run_at, datetime):
+        if run_at.tzinfo is None:
+            raise InvalidOption("run_at", "must be timezone-aware")
+        return run_at.timestamp() * 1000.0
+    return finite_option(run_at, "run_at", minimum=0.0)
+
+
+def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
+               run_at: object = None, priority: int | None = None,
+               enqueued_by: str | None = None, now_ms: float, max_payload_bytes: int) -> list[NewJob]:
+    if len(inputs) > MAX_BATCH:
+        raise InvalidOption("inputs", f"at most {MAX_BATCH} jobs per call, got {len(inputs)}")
+    at = _run_at_ms(delay, run_at, now_ms)
+    prio = handle.priority if priority is None else finite_count(priority, "priority", minimum=-32768, maximum=32767)
+    if enqueued_by is not None and not isinstance(enqueued_by, str):
+        raise InvalidOption("enqueued_by", "must be a string")
+    max_attempts = handle.retry.attempts
+    return [NewJob(name=handle.name, queue=handle.queue,
+                   payload=encode_payload(item, max_payload_bytes),
+                   idempotency_key=handle.key_for(item), tenant=handle.tenant_for(item),
+                   enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at)
+            for item in inputs]
+
+
+def enqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
+                 run_at: object = None, priority: int | None = None, conn: Any = None,
+                 enqueued_by: str | None = None, driver: Any = None) -> list[Enqueued]:
+    driver = driver if driver is not None else current_driver()
+    settings = current_settings()
+    jobs = build_jobs(handle, inputs, delay=delay, run_at=run_at, priority=priority,
+                      enqueued_by=enqueued_by, now_ms=driver.clock.now_ms(),
+                      max_payload_bytes=settings.max_payload_bytes)
+    if not jobs:
+        return []
+    return driver.job_enqueue(jobs, conn=conn)

@@ -1,0 +1,155 @@
+"""Job declarations: ``@job(...)`` turns a function into a ``JobHandle`` and registers it.
+
+A job's name is durable: queued, retrying and dead rows carry it. It defaults to the
+function's name; two different handlers on one name are ``X_JOB_DUPLICATE`` at declaration.
+``idempotency_key`` and ``tenant`` are required: the key because a job system without one
+double-runs on every client retry, the tenant because the dedupe namespace and the run's
+scope both depend on it (``tenant="none"`` is the explicit opt-out).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from typing import Any, Callable, Iterable
+
+from .errors import DuplicateJob, IdempotencyKeyRequired, InvalidOption, TenantRequired, UnknownJob
+from .options import duration_ms, finite_count, plain_name
+from .retry import DEFAULT_RETRY, Retry
+
+_MAX_KEY = 1024
+NO_TENANT = "none"
+
+
+class JobHandle:
+    """What ``@job`` returns: enqueue with ``handle.enqueue(input)``; ``handle.fn`` is the body."""
+
+    def __init__(self, fn: Callable[..., Any], *, name: str, queue: str,
+                 idempotency_key: Callable[[Any], str], tenant: Any, retry: Retry,
+                 timeout_ms: float | None, concurrency: int | None, priority: int) -> None:
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self._key = idempotency_key
+        self._tenant = tenant
+        self.retry = retry
+        self.timeout_ms = timeout_ms
+        self.concurrency = concurrency
+        self.priority = priority
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<job {self.name!r} queue={self.queue!r}>"
+
+    def key_for(self, input: Any) -> str:
+        key = self._key(input)
+        if not isinstance(key, str) or not key:
+            raise IdempotencyKeyRequired(f"job {self.name!r}: idempotency_key must return a non-empty string, got {key!r}")
+        if len(key) > _MAX_KEY:
+            raise InvalidOption("idempotency_key", f"job {self.name!r}: key longer than {_MAX_KEY} characters")
+        return key
+
+    def tenant_for(self, input: Any) -> str | None:
+        if self._tenant == NO_TENANT:
+            return None
+        tenant = self._tenant(input)
+        if tenant is None or tenant == "":
+            raise TenantRequired(f"job {self.name!r}: tenant() returned {tenant!r} for this input")
+        return str(tenant)
+
+    def enqueue(self, input: Any, *, delay: object = None, run_at: object = None,
+                priority: int | None = None, conn: Any = None, enqueued_by: str | None = None):
+        """Enqueue one run; with ``conn=`` the job exists only if the caller's transaction commits."""
+        from .enqueue import enqueue_many
+        return enqueue_many(self, [input], delay=delay, run_at=run_at, priority=priority,
+                            conn=conn, enqueued_by=enqueued_by)[0]
+
+    def enqueue_many(self, inputs: Iterable[Any], *, delay: object = None, run_at: object = None,
+                     priority: int | None = None, conn: Any = None, enqueued_by: str | None = None):
+        """Enqueue many runs in one round trip; answers one ``Enqueued`` per input, in order."""
+        from .enqueue import enqueue_many
+        return enqueue_many(self, list(inputs), delay=delay, run_at=run_at, priority=priority,
+                            conn=conn, enqueued_by=enqueued_by)
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobHandle] = {}
+        self._lock = threading.Lock()
+
+    def add(self, handle: JobHandle) -> JobHandle:
+        with self._lock:
+            existing = self._jobs.get(handle.name)
+            if existing is not None and not _same_body(existing.fn, handle.fn):
+                raise DuplicateJob(f"two different handlers declare the job name {handle.name!r}: "
+                                   f"{_where(existing.fn)} and {_where(handle.fn)}")
+            self._jobs[handle.name] = handle
+            return handle
+
+    def get(self, name: str) -> JobHandle:
+        try:
+            return self._jobs[name]
+        except KeyError:
+            raise UnknownJob(f"no job named {name!r} is registered") from None
+
+    def jobs(self) -> list[JobHandle]:
+        """Sorted by code point, so every listing and manifest is stable."""
+        return [self._jobs[name] for name in sorted(self._jobs)]
+
+    def queues(self) -> list[str]:
+        return sorted({h.queue for h in self._jobs.values()})
+
+    def clear(self) -> None:
+        with self._lock:
+            self._jobs.clear()
+
+
+def _same_body(a: Callable, b: Callable) -> bool:
+    # a module imported twice (as __main__ and by name) yields two function objects
+    return a is b or (getattr(a, "__code__", None) is not None and a.__code__ is getattr(b, "__code__", None))
+
+
+def _where(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+
+
+REGISTRY = Registry()
+_MISSING = object()
+
+
+def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any = _MISSING,
+        name: str | None = None, retry: Retry | None = None, timeout: object = None,
+        concurrency: int | None = None, priority: int = 0,
+        registry: Registry | None = None) -> Callable[[Callable[..., Any]], JobHandle]:
+    """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc)."""
+    queue = plain_name(queue, "queue")
+    if idempotency_key is _MISSING or idempotency_key is None:
+        raise IdempotencyKeyRequired("job(): idempotency_key is required, e.g. idempotency_key=lambda i: f\"order:{i['id']}\"")
+    if not callable(idempotency_key):
+        raise InvalidOption("idempotency_key", "must be a callable taking the input and returning a string")
+    if tenant is _MISSING or tenant is None:
+        raise TenantRequired("job(): tenant is required: a callable taking the input, or tenant=\"none\"")
+    if tenant != NO_TENANT and not callable(tenant):
+        raise InvalidOption("tenant", "must be a callable taking the input, or the string \"none\"")
+    if retry is None:
+        retry = DEFAULT_RETRY
+    elif not isinstance(retry, Retry):
+        raise InvalidOption("retry", "must be a Retry(...)")
+    timeout_ms = None if timeout is None else duration_ms(timeout, "timeout", exclusive_minimum=True)
+    if concurrency is not None:
+        concurrency = finite_count(concurrency, "concurrency", minimum=1, maximum=1_000_000)
+    priority = finite_count(priority, "priority", minimum=-32768, maximum=32767)
+    target = registry if registry is not None else REGISTRY
+
+    def declare(fn: Callable[..., Any]) -> JobHandle:
+        if not callable(fn):
+            raise InvalidOption("job", "decorates a function")
+        job_name = plain_name(name if name is not None else fn.__name__, "name")
+        handle = JobHandle(fn, name=job_name, queue=queue, idempotency_key=idempotency_key,
+                           tenant=tenant, retry=retry, timeout_ms=timeout_ms,
+                           concurrency=concurrency, priority=priority)
+        return target.add(handle)
+
+    return declare
