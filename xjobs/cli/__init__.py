@@ -1,0 +1,57 @@
+"""``xjobsd``: one console script, one subcommand module each.
+
+Exit codes: 0 success, 2 bad usage or refused configuration, 1 runtime failure.
+Every read takes ``--json`` and prints plain JSON objects (times as ISO-8601 strings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ..errors import InvalidOption, XJobsError
+
+# subcommand -> module under xjobs.cli exposing add_parser(subparsers) and run(args) -> int
+SUBCOMMANDS = {
+    "run": "run",
+    "status": "status",
+    "migrate": "migrate",
+    "enqueue": "enqueue",
+    "jobs": "jobs",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 already; keep one voice
+        self.print_usage(sys.stderr)
+        print(f"xjobsd: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="xjobsd", description="Durable background jobs on PostgreSQL.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for module_name in SUBCOMMANDS.values():
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except InvalidOption as exc:
+        print(f"xjobsd: {exc}", file=sys.stderr)
+        return 2
+    except XJobsError as exc:
+        print(f"xjobsd: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,8 @@
+"""`xjobsd run` (not yet built)."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="(not yet available)")
+    p.set_defaults(handler=lambda args: 1)
