@@ -87,6 +87,11 @@ class PostgresDriver:
         with self._connection() as own, own.cursor() as cur:
             yield cur
 
+    def job_listen(self) -> "PgListener":
+        """A listener whose ``poll()`` answers the queues that got new ready jobs."""
+        from .pg_listen import PgListener
+        return PgListener(self)
+
     def close(self) -> None:
         with self._pool_lock:
             pool, self._pool = self._pool, None

@@ -1,0 +1,104 @@
+"""What a job body receives: ``ctx`` with the run's identity, its stop signal and a logger.
+
+``ctx.signal`` is how a body learns it should stop early: a drain (SIGTERM), a timeout, a lost
+lease or an operator's cancel all abort it, and the FIRST reason wins, so a timeout that fired
+before the drain still reports as a timeout. The signal belongs to this run alone: a worker
+never hands a run a signal that was set for an earlier one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Iterator
+
+from .errors import Aborted
+
+if TYPE_CHECKING:
+    from .drivers.base import Lease
+
+# abort reasons, as codes; a drained run settles as interrupted, keyed off this value
+DRAINED = "X_DRAINING"
+TIMED_OUT = "X_JOB_TIMEOUT"
+LEASE_LOST = "X_JOB_LEASE_LOST"
+CANCELLED = "X_JOB_CANCELLED"
+
+_log = logging.getLogger("xjobs.job")
+
+
+class RunSignal:
+    """A one-shot stop flag with a reason: ``is_set()``, ``wait(timeout)``, ``raise_if_set()``."""
+
+    __slots__ = ("_event", "code", "reason")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.code: str | None = None
+        self.reason: str | None = None
+
+    def abort(self, code: str, reason: str) -> bool:
+        """Set the signal; answers False when it was already set (the first reason stands)."""
+        if self.code is not None:
+            return False
+        self.code, self.reason = code, reason
+        self._event.set()
+        return True
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block up to ``timeout`` seconds; answers True once the run should stop."""
+        return self._event.wait(timeout)
+
+    def raise_if_set(self) -> None:
+        if self.code is not None:
+            raise Aborted(self.reason or "aborted", code="X_ABORTED", cause=self.code)
+
+    def __repr__(self) -> str:
+        return f"<RunSignal {'set: ' + str(self.code) if self.code else 'clear'}>"
+
+
+class Ctx:
+    """The context of one attempt. ``transaction()`` exists when the driver supports it."""
+
+    __slots__ = ("job_id", "attempt", "queue", "tenant", "name", "signal", "_driver", "_lease",
+                 "_log", "completed_in_transaction")
+
+    def __init__(self, *, job_id: int, attempt: int, queue: str, tenant: str | None, name: str,
+                 signal: RunSignal, driver: Any, lease: "Lease") -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.queue = queue
+        self.tenant = tenant
+        self.name = name
+        self.signal = signal
+        self._driver = driver
+        self._lease = lease
+        self._log: logging.LoggerAdapter | None = None
+        self.completed_in_transaction = False
+
+    @property
+    def log(self) -> logging.LoggerAdapter:
+        if self._log is None:
+            self._log = logging.LoggerAdapter(_log, {"job_id": self.job_id, "job": self.name,
+                                                     "queue": self.queue, "attempt": self.attempt,
+                                                     "tenant": self.tenant})
+        return self._log
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A database connection in a transaction that also completes this job on commit.
+
+        The body's writes and the job's completion land together or not at all: if this
+        worker no longer holds the job (cancelled, lease lost) the transaction rolls back
+        with ``X_JOB_LEASE_LOST``. Only for jobs whose tables share the queue's database.
+        """
+        self.signal.raise_if_set()
+        with self._driver.job_transaction(self._lease) as conn:
+            yield conn
+        self.completed_in_transaction = True
+
+    def __repr__(self) -> str:
+        return f"<Ctx job={self.name}#{self.job_id} attempt={self.attempt} queue={self.queue}>"

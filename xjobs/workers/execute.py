@@ -1,0 +1,188 @@
+"""The one execution path of a claimed job.
+
+``Executor.submit(run)`` runs the body: a ``def`` on a bounded pool of threads, an
+``async def`` on one event-loop thread. When the body returns or raises, the worker's loop
+thread calls ``settlement_for(run, error)``, which reads the outcome and returns what to write.
+Settlement is therefore never part of the ``try`` around the body: a failing ack is a
+settle failure (the lease lapses and the job is delivered again), never a retry.
+
+The verdict, in order:
+
+1. the run was already settled (a timeout won the race)      -> ignore the late result
+2. the lease is gone (cancelled, rescued, released)          -> write NOTHING
+3. the body committed ``ctx.transaction()``                  -> completed, already written
+4. no error                                                  -> ack (batched)
+5. the signal says drained                                   -> interrupted: back to ready
+                                                                now, the attempt given back
+6. otherwise the retry decision reads the error              -> retry with delay, or dead
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..context import CANCELLED, DRAINED, LEASE_LOST, Ctx, RunSignal
+from ..drivers.base import ClaimedJob, Lease, Nack
+from ..retry import decide
+
+log = logging.getLogger("xjobs.worker")
+_MAX_ERROR = 4000
+
+
+class Run:
+    """One attempt of one job, owned by the worker's loop thread."""
+
+    __slots__ = ("job", "handle", "lease", "signal", "ctx", "started_ms", "deadline_ms",
+                 "settled", "future", "renewed_ms")
+
+    def __init__(self, job: ClaimedJob, handle: Any, driver: Any, now_ms: float) -> None:
+        self.job = job
+        self.handle = handle
+        self.lease = Lease(job.id, job.token)
+        self.signal = RunSignal()
+        self.ctx = Ctx(job_id=job.id, attempt=job.attempt, queue=job.queue, tenant=job.tenant,
+                       name=job.name, signal=self.signal, driver=driver, lease=self.lease)
+        self.started_ms = now_ms
+        self.renewed_ms = now_ms
+        timeout = handle.timeout_ms
+        self.deadline_ms = None if timeout is None else now_ms + timeout
+        self.settled = False
+        self.future: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    outcome: str | None          # jobs_total outcome, or None when nothing is counted
+    ack: bool = False
+    nack: Nack | None = None
+
+
+def describe(error: BaseException) -> str:
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    text = f"{type(error).__name__}: {error}{where}"
+    return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 3] + "..."
+
+
+def settlement_for(run: Run, error: BaseException | None) -> Settlement:
+    code = run.signal.code
+    if code in (LEASE_LOST, CANCELLED):
+        # somebody else owns the row now (or an operator ended it): write nothing
+        return Settlement("cancelled" if code == CANCELLED else None)
+    if run.ctx.completed_in_transaction:
+        if error is not None:
+            log.warning("job %s#%s raised after its transaction committed; it stays completed: %s",
+                        run.job.name, run.job.id, describe(error))
+        return Settlement("completed")
+    if error is None:
+        return Settlement("completed", ack=True)
+    if code == DRAINED:
+        text = f"{describe(error)} -- interrupted by drain, attempt not counted"
+        return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, text, 0.0,
+                                                   counts_as_attempt=False, outcome="interrupted"))
+    verdict = decide(run.handle.retry, run.job.attempt, run.job.max_attempts, error)
+    text = f"{describe(error)} -- {verdict.reason}"
+    outcome = "dead" if verdict.dead else "retried"
+    return Settlement(outcome, nack=Nack(run.job.id, run.job.token, text, verdict.delay_ms,
+                                         dead=verdict.dead, outcome=outcome))
+
+
+def _call_sync(run: Run) -> BaseException | None:
+    try:
+        run.handle.fn(run.ctx, run.job.payload)
+    except BaseException as exc:  # a body's SystemExit must not take the worker thread down
+        return exc
+    return None
+
+
+async def _call_async(run: Run) -> BaseException | None:
+    try:
+        await run.handle.fn(run.ctx, run.job.payload)
+    except BaseException as exc:
+        return exc
+    return None
+
+
+class Executor:
+    """Runs bodies; reports ``done(run, error)`` from whichever thread finished them.
+
+    The thread pool grows on demand up to ``size`` threads, so a worker configured for 500
+    slots that only ever runs 10 jobs at once holds 10 threads.
+    """
+
+    def __init__(self, size: int, done: Callable[[Run, BaseException | None], None],
+                 name: str = "xjobs") -> None:
+        self._size = size
+        self._done = done
+        self._name = name
+        self._queue: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, run: Run) -> None:
+        if run.handle.is_async:
+            loop = self._loop or self._start_loop()
+            run.future = asyncio.run_coroutine_threadsafe(_call_async(run), loop)
+            run.future.add_done_callback(lambda fut, run=run: self._async_done(run, fut))
+            return
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+            elif len(self._threads) < self._size:
+                thread = threading.Thread(target=self._serve, name=f"{self._name}-{len(self._threads)}",
+                                          daemon=True)
+                self._threads.append(thread)
+                thread.start()
+        self._queue.put(run)
+
+    def cancel(self, run: Run) -> None:
+        """Cancel an async body (a timeout); a thread cannot be stopped, only signalled."""
+        if run.future is not None:
+            run.future.cancel()
+
+    def _serve(self) -> None:
+        get, done = self._queue.get, self._done
+        while True:
+            run = get()
+            if run is None:
+                return
+            error = _call_sync(run)
+            with self._lock:
+                self._idle += 1
+            done(run, error)
+
+    def _async_done(self, run: Run, fut: Any) -> None:
+        if fut.cancelled():
+            from ..errors import JobTimeout
+            self._done(run, JobTimeout("cancelled by its timeout"))
+        else:
+            self._done(run, fut.result())
+
+    def _start_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name=f"{self._name}-loop", daemon=True)
+                thread.start()
+                self._loop, self._loop_thread = loop, thread
+            return self._loop
+
+    def shutdown(self) -> None:
+        """Stop idle threads; a body still running is abandoned, not joined."""
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)

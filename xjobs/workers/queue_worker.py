@@ -1,0 +1,381 @@
+"""The queue worker: claims jobs, runs them through the executor, settles them in batches.
+
+States::
+
+    new ──initialize()──> accepting ──stop_accepting()──> draining ──close()──> stopped
+
+One pass (``run_once``), all on the loop thread:
+
+1. settle what finished since the last pass: acks go out as ONE statement per pass;
+2. time out runs past their deadline (cancel first, then fail the attempt);
+3. renew every held lease in one statement when the heartbeat is due; a lease the database
+   no longer matches, or one with no renewal landing for a whole window on this process's
+   clock, is LOST: the run's signal is aborted and nothing it does is written;
+4. while accepting, claim per queue up to that queue's free slots, one queue per statement,
+   so a slow queue only ever fills its own slots and never starves another;
+5. sweep lapsed leases and due suspensions, and prune old finished rows, on their timers.
+
+The claim timer re-arms on the pass, not on the jobs: a pass that found a full batch asks
+again at once, one that found less waits for a notification or the poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections import deque
+from typing import Any, Mapping, Sequence
+
+from ..config import Settings
+from ..context import CANCELLED, DRAINED, LEASE_LOST, TIMED_OUT
+from ..errors import ConcurrencyUnenforceable, InvalidOption, JobTimeout
+from ..options import finite_count, plain_name
+from ..registry import Registry
+from ..retry import DEFAULT_RETRY
+from .execute import Executor, Run, Settlement, describe, settlement_for
+from .stats import WorkerStats
+
+log = logging.getLogger("xjobs.worker")
+_PRUNE_EVERY_MS = 60_000.0
+_SWEEP_LIMIT = 1000
+
+
+def new_identity(role: str = "worker") -> str:
+    """Unique per process start: a restarted child can never settle its predecessor's jobs."""
+    return f"{role}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+class QueueWorker:
+    role = "worker"
+
+    def __init__(self, *, driver: Any, registry: Registry, queue: str | None = None,
+                 concurrency: int = 16, queues: Mapping[str, int] | None = None,
+                 settings: Settings | None = None, identity: str | None = None) -> None:
+        if queues is None:
+            if queue is None:
+                raise InvalidOption("queue", "a worker needs a queue or a queues mapping")
+            queues = {queue: concurrency}
+        if not queues:
+            raise InvalidOption("queues", "a worker needs at least one queue")
+        # slots are read by the queue's own key: a queue may be called "constructor"
+        self.slots = {plain_name(q, "queue"): finite_count(n, f"concurrency[{q}]", minimum=1, maximum=10_000)
+                      for q, n in dict(queues).items()}
+        self.queue = next(iter(self.slots)) if len(self.slots) == 1 else None
+        self.driver = driver
+        self.registry = registry
+        self.settings = settings or Settings()
+        self.identity = identity or new_identity()
+        self.stats_ = WorkerStats()
+        self.state = "new"
+        self.accepting = False
+        self.held: dict[int, Run] = {}
+        self.busy = {q: 0 for q in self.slots}     # bodies still running, settled or not
+        self._done: deque[tuple[Run, BaseException | None]] = deque()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._poked = False
+        self._more: set[str] = set()
+        self._next_poll = self._next_heartbeat = self._next_rescue = self._next_prune = 0.0
+        self._executor: Executor | None = None
+        self._listener: Any = None
+        self._handles: dict[str, Any] = {}
+        self._rotation = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def initialize(self) -> None:
+        if self.state != "new":
+            return
+        handles = {h.name: h for h in self.registry.jobs()}
+        served = {h.queue for h in handles.values()}
+        idle = [q for q in self.slots if q not in served]
+        if idle:
+            raise InvalidOption("queue", f"no registered job uses queue(s) {', '.join(map(repr, idle))}")
+        capped = [h.name for h in handles.values() if h.concurrency is not None and h.queue in self.slots]
+        if capped:
+            raise ConcurrencyUnenforceable(
+                f"job(s) {', '.join(capped)} declare concurrency=, and this driver keeps no fleet "
+                "lease store to enforce it; refusing to run them unbounded")
+        self._handles = handles
+        self._executor = Executor(sum(self.slots.values()), self._body_done, name=f"xjobs-{next(iter(self.slots))}")
+        if hasattr(self.driver, "job_listen"):
+            self._listener = self.driver.job_listen()
+        self.accepting = True
+        self.state = "accepting"
+
+    def wakeup_fds(self) -> Sequence[int]:
+        fds = [self._wake_r]
+        if self._listener is not None and (fd := self._listener.fileno()) is not None:
+            fds.append(fd)
+        return fds
+
+    def in_flight(self) -> int:
+        return sum(self.busy.values())
+
+    def stats(self) -> dict:
+        return self.stats_.snapshot(self.in_flight())
+
+    def stop_accepting(self, reason: str = "drain") -> None:
+        """Accept phase: stop claiming and tell every running body, then return at once."""
+        if not self.accepting:
+            return
+        self.accepting = False
+        self.state = "draining"
+        for run in list(self.held.values()):
+            run.signal.abort(DRAINED, f"worker {self.identity} is draining ({reason})")
+
+    def close(self, deadline_ms: float | None = None, now: Any = None) -> None:
+        """Close phase: wait for bodies up to the deadline, settle, abandon the rest, close."""
+        if self.state in ("stopped", "closing"):
+            return
+        if self.state == "new":
+            self.state = "stopped"
+            self._close_resources()
+            return
+        self.accepting = False
+        self.state = "closing"
+        from ..clock import monotonic_ms
+        clock = now or monotonic_ms
+        import select
+        while self.in_flight() > 0:
+            current = clock()
+            if deadline_ms is not None and current >= deadline_ms:
+                break
+            wait = self.run_once(current)
+            if deadline_ms is not None:
+                wait = min(wait, deadline_ms - current)
+            if not self._done:
+                select.select([self._wake_r], [], [], max(0.0, wait) / 1000.0)
+        self.run_once(clock())
+        abandoned = [run for run in self.held.values()]
+        if abandoned:
+            log.warning("worker %s: drain abandoned %d job(s) still running at the deadline "
+                        "(their leases lapse and they are delivered again): %s", self.identity,
+                        len(abandoned), ", ".join(f"{r.job.name}#{r.job.id}" for r in abandoned[:20]))
+        self._close_resources()
+        self.state = "stopped"
+
+    def _close_resources(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown()
+        if self._listener is not None:
+            self._listener.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.driver.close()
+
+    # -- one pass ------------------------------------------------------------------------------
+
+    def run_once(self, now_ms: float) -> float:
+        self._drain_wakeups()
+        notified = self._listener.poll() if self._listener is not None else set()
+        self._settle(now_ms)
+        self._expire(now_ms)
+        if now_ms >= self._next_heartbeat:
+            self._heartbeat(now_ms)
+            self._next_heartbeat = now_ms + self.settings.heartbeat_ms
+        if self.accepting:
+            self._claim(now_ms, notified)
+        if now_ms >= self._next_rescue:
+            self._sweep(now_ms)
+        return self._sleep_ms(now_ms)
+
+    def _sleep_ms(self, now_ms: float) -> float:
+        if self._done or (self.accepting and any(self.busy[q] < self.slots[q] for q in self._more)):
+            return 0.0
+        due = [self._next_heartbeat, self._next_rescue]
+        if self.accepting:
+            due.append(self._next_poll)
+        due.extend(run.deadline_ms for run in self.held.values() if run.deadline_ms is not None)
+        return max(0.0, min(due) - now_ms)
+
+    def _drain_wakeups(self) -> None:
+        self._poked = False
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _body_done(self, run: Run, error: BaseException | None) -> None:
+        """Called from a body's thread: hand the result to the loop thread and wake it."""
+        self._done.append((run, error))
+        if not self._poked:
+            self._poked = True
+            try:
+                os.write(self._wake_w, b"!")
+            except (BlockingIOError, OSError):
+                pass
+
+    def _claim(self, now_ms: float, notified: set[str]) -> None:
+        poll_due = now_ms >= self._next_poll
+        if poll_due:
+            self._next_poll = now_ms + self.settings.poll_ms
+        queues = list(self.slots)
+        self._rotation = (self._rotation + 1) % len(queues)
+        for queue in queues[self._rotation:] + queues[:self._rotation]:
+            free = self.slots[queue] - self.busy[queue]
+            if free <= 0 or not (poll_due or queue in notified or queue in self._more):
+                continue
+            try:
+                jobs = self.driver.job_claim([queue], free, self.settings.lease_ms, self.identity)
+            except Exception as exc:  # the database is away: the poll timer retries
+                log.warning("worker %s: claim on %r failed: %s", self.identity, queue, exc)
+                self._more.discard(queue)
+                continue
+            if len(jobs) == free:
+                self._more.add(queue)
+            else:
+                self._more.discard(queue)
+            self.stats_.bump("claimed", len(jobs))
+            for job in jobs:
+                self._start(job, now_ms)
+
+    def _start(self, job: Any, now_ms: float) -> None:
+        handle = self._handles.get(job.name)
+        run = Run(job, handle or _Unknown(DEFAULT_RETRY), self.driver, now_ms)
+        self.held[job.id] = run
+        self.busy[job.queue] += 1
+        if handle is None:
+            self._body_done(run, LookupError(f"no handler for job {job.name!r} in worker {self.identity}"))
+            return
+        self._executor.submit(run)
+
+    # -- settlement ------------------------------------------------------------------------------
+
+    def _settle(self, now_ms: float) -> None:
+        acks: list[Run] = []
+        nacks: list[tuple[Run, Settlement]] = []
+        done = self._done
+        while done:
+            run, error = done.popleft()
+            self.busy[run.job.queue] -= 1
+            if run.settled:
+                continue  # a timeout or a lost lease already decided this run
+            outcome = settlement_for(run, error)
+            self._finish(run, now_ms)
+            if outcome.ack:
+                acks.append(run)
+            elif outcome.nack is not None:
+                nacks.append((run, outcome))
+            elif outcome.outcome is not None:
+                self.stats_.outcome(run.job.name, outcome.outcome, _seconds(run, now_ms))
+        if acks:
+            try:
+                acked = self.driver.job_ack_many([run.lease for run in acks])
+            except Exception as exc:
+                log.error("worker %s: settling %d completed job(s) failed; their leases lapse and "
+                          "they run again: %s", self.identity, len(acks), exc)
+                self.stats_.bump("settle_failed", len(acks))
+                acked = set()
+                acks = []
+            for run in acks:
+                if run.job.id in acked:
+                    self.stats_.outcome(run.job.name, "completed", _seconds(run, now_ms))
+                else:
+                    self.stats_.bump("lease_lost")
+        for run, outcome in nacks:
+            self._write_nack(run, outcome, now_ms)
+
+    def _write_nack(self, run: Run, outcome: Settlement, now_ms: float) -> None:
+        try:
+            held = self.driver.job_nack(outcome.nack)
+        except Exception as exc:
+            log.error("worker %s: settling %s#%s as %s failed: %s", self.identity, run.job.name,
+                      run.job.id, outcome.outcome, exc)
+            self.stats_.bump("settle_failed")
+            return
+        if held:
+            self.stats_.outcome(run.job.name, outcome.outcome, _seconds(run, now_ms))
+            if outcome.outcome == "dead":
+                log.warning("job %s#%s dead: %s", run.job.name, run.job.id, outcome.nack.error)
+        else:
+            self.stats_.bump("lease_lost")
+
+    def _finish(self, run: Run, now_ms: float) -> None:
+        run.settled = True
+        self.held.pop(run.job.id, None)
+
+    def _expire(self, now_ms: float) -> None:
+        for run in [r for r in self.held.values() if r.deadline_ms is not None and now_ms >= r.deadline_ms]:
+            timeout = run.handle.timeout_ms
+            run.signal.abort(TIMED_OUT, f"job timed out after {timeout:g}ms")
+            self._executor.cancel(run)  # cancel first, then fail the attempt
+            self.stats_.bump("timed_out")
+            self._finish(run, now_ms)
+            if not run.handle.is_async:
+                log.warning("job %s#%s timed out; its thread keeps running until the body returns "
+                            "(it ignores ctx.signal)", run.job.name, run.job.id)
+            outcome = settlement_for(run, JobTimeout(f"timed out after {timeout:g}ms"))
+            if outcome.nack is not None:
+                self._write_nack(run, outcome, now_ms)
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    def _heartbeat(self, now_ms: float) -> None:
+        runs = list(self.held.values())
+        if not runs:
+            return
+        try:
+            alive = self.driver.job_heartbeat_many([r.lease for r in runs], self.settings.lease_ms)
+        except Exception as exc:
+            log.warning("worker %s: lease renewal failed: %s", self.identity, exc)
+            alive = None
+        for run in runs:
+            if run.settled:
+                continue
+            if alive is not None and run.job.id in alive:
+                run.renewed_ms = now_ms
+            elif alive is not None:
+                self._lost(run, now_ms, "the database no longer matches this lease")
+            elif now_ms - run.renewed_ms >= self.settings.lease_ms:
+                self._lost(run, now_ms, "no renewal landed for a whole lease window")
+
+    def _lost(self, run: Run, now_ms: float, why: str) -> None:
+        try:
+            cancelled = self.driver.job_get(run.job.id).state == "cancelled"
+        except Exception:
+            cancelled = False
+        self._finish(run, now_ms)
+        if cancelled:
+            run.signal.abort(CANCELLED, "cancelled by an operator")
+            self.stats_.outcome(run.job.name, "cancelled", _seconds(run, now_ms))
+        else:
+            run.signal.abort(LEASE_LOST, f"lease lost: {why}")
+            self.stats_.bump("lease_lost")
+            log.warning("worker %s: lost the lease on %s#%s: %s", self.identity, run.job.name, run.job.id, why)
+
+    def _sweep(self, now_ms: float) -> None:
+        self._next_rescue = now_ms + self.settings.rescue_ms
+        try:
+            self.driver.job_rescue(_SWEEP_LIMIT)
+            if now_ms >= self._next_prune:
+                self._next_prune = now_ms + _PRUNE_EVERY_MS
+                wall = self.driver.clock.now_ms()
+                self.driver.job_prune(wall - self.settings.retention_completed_ms,
+                                      wall - self.settings.retention_finished_ms, _SWEEP_LIMIT)
+        except Exception as exc:
+            log.warning("worker %s: maintenance sweep failed: %s", self.identity, exc)
+
+
+class _Unknown:
+    """Stands in for a handle when a claimed job's name has no handler in this process."""
+
+    is_async = False
+    timeout_ms = None
+
+    def __init__(self, retry: Any) -> None:
+        self.retry = retry
+
+
+def _seconds(run: Run, now_ms: float) -> float:
+    return max(0.0, (now_ms - run.started_ms) / 1000.0)
+
+
+__all__ = ["QueueWorker", "new_identity", "describe"]

@@ -1,0 +1,58 @@
+"""A worker's counters, in the shape published over the supervisor pipe.
+
+Counters only grow within one process; the supervisor adds a restarted child's fresh
+counters to what its predecessors reported, so the published totals never go backwards.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+
+OUTCOMES = ("completed", "retried", "dead", "interrupted", "cancelled", "suspended", "shed")
+# seconds; the last bucket (+Inf) is implied by "count"
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                    300.0, 900.0)
+
+
+class WorkerStats:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.totals = {name: 0 for name in ("claimed", *OUTCOMES, "lease_lost", "settle_failed",
+                                            "timed_out")}
+        self.jobs: dict[str, dict[str, int]] = {}
+        self.durations: dict[str, list] = {}   # name -> [bucket counts..., sum, count]
+
+    def bump(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self.totals[key] += n
+
+    def outcome(self, job: str, outcome: str, seconds: float | None) -> None:
+        with self._lock:
+            self.totals[outcome] += 1
+            per_job = self.jobs.get(job)
+            if per_job is None:
+                per_job = self.jobs[job] = {}
+            per_job[outcome] = per_job.get(outcome, 0) + 1
+            if seconds is not None:
+                hist = self.durations.get(job)
+                if hist is None:
+                    hist = self.durations[job] = [0] * len(DURATION_BUCKETS) + [0.0, 0]
+                index = bisect_left(DURATION_BUCKETS, seconds)
+                if index < len(DURATION_BUCKETS):
+                    hist[index] += 1
+                hist[-2] += seconds
+                hist[-1] += 1
+
+    def snapshot(self, in_flight: int) -> dict:
+        with self._lock:
+            durations = {}
+            for job, hist in self.durations.items():
+                cumulative, running = [], 0
+                for count in hist[:len(DURATION_BUCKETS)]:
+                    running += count
+                    cumulative.append(running)
+                durations[job] = {"buckets": cumulative, "sum": hist[-2], "count": hist[-1]}
+            return {"in_flight": in_flight, **self.totals,
+                    "jobs": {job: dict(c) for job, c in self.jobs.items()},
+                    "durations": durations}
