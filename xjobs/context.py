@@ -28,29 +28,43 @@ _log = logging.getLogger("xjobs.job")
 
 
 class RunSignal:
-    """A one-shot stop flag with a reason: ``is_set()``, ``wait(timeout)``, ``raise_if_set()``."""
+    """A one-shot stop flag with a reason: ``is_set()``, ``wait(timeout)``, ``raise_if_set()``.
+
+    The event a waiter blocks on is made only when somebody waits: most bodies never do, and
+    a worker running thousands of jobs a second should not build a lock and condition each.
+    """
 
     __slots__ = ("_event", "code", "reason")
+    _guard = threading.Lock()
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._event: threading.Event | None = None
         self.code: str | None = None
         self.reason: str | None = None
 
     def abort(self, code: str, reason: str) -> bool:
         """Set the signal; answers False when it was already set (the first reason stands)."""
-        if self.code is not None:
-            return False
-        self.code, self.reason = code, reason
-        self._event.set()
+        with RunSignal._guard:
+            if self.code is not None:
+                return False
+            self.code, self.reason = code, reason
+            event = self._event
+        if event is not None:
+            event.set()
         return True
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self.code is not None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block up to ``timeout`` seconds; answers True once the run should stop."""
-        return self._event.wait(timeout)
+        with RunSignal._guard:
+            if self.code is not None:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def raise_if_set(self) -> None:
         if self.code is not None:

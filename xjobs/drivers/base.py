@@ -60,7 +60,7 @@ class ClaimedJob:
     attempt: int
     max_attempts: int
     priority: int
-    token: str
+    token: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class Nack:
     """
 
     job_id: int
-    token: str
+    token: int
     error: str | None
     delay_ms: float = 0.0
     counts_as_attempt: bool = True
@@ -85,7 +85,7 @@ class Nack:
 @dataclass(frozen=True, slots=True)
 class Lease:
     job_id: int
-    token: str
+    token: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,5 +164,5 @@ class JobDriver(Protocol):
     def queue_summary(self) -> dict[str, QueueSummary]: ...
 
     # -- convenience built on the batched verbs -----------------------------------------------
-    def job_ack(self, job_id: int, token: str) -> bool: ...
-    def job_heartbeat(self, job_id: int, token: str, lease_ms: float) -> bool: ...
+    def job_ack(self, job_id: int, token: int) -> bool: ...
+    def job_heartbeat(self, job_id: int, token: int, lease_ms: float) -> bool: ...

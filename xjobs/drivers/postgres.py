@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import uuid
+import secrets
 from typing import Any, Iterator, Sequence
 
 import orjson
@@ -168,7 +168,7 @@ class PostgresDriver:
         queues, limit, lease_ms = check_claim(queues, limit, lease_ms)
         if limit == 0:
             return []
-        token = str(uuid.uuid4())
+        token = secrets.randbits(63)
         params: dict[str, Any] = {"now": self.clock.now_ms(), "limit": limit, "token": token,
                                   "worker": worker_id, "lease": lease_ms}
         if len(queues) == 1:

@@ -32,7 +32,7 @@ with picked as (
     for update skip locked
 )
 update {schema}.jobs j
-set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::uuid,
+set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = to_timestamp(%(now)s / 1000.0),
     lease_expires_at = to_timestamp((%(now)s + %(lease)s) / 1000.0)
 from picked where j.id = picked.id
@@ -47,7 +47,7 @@ with picked as (
     for update skip locked
 )
 update {schema}.jobs j
-set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::uuid,
+set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = to_timestamp(%(now)s / 1000.0),
     lease_expires_at = to_timestamp((%(now)s + %(lease)s) / 1000.0)
 from picked where j.id = picked.id
@@ -57,7 +57,7 @@ returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
 update {schema}.jobs j
 set state = 'completed', finished_at = to_timestamp(%(now)s / 1000.0),
     lease_token = null, lease_expires_at = null
-from unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as a(id, token)
+from unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) as a(id, token)
 where j.id = a.id and j.lease_token = a.token and j.state = 'running'
 returning j.id
 
@@ -70,7 +70,7 @@ with settled as (
         finished_at = case when %(dead)s then to_timestamp(%(now)s / 1000.0) end,
         last_error = coalesce(%(error)s::text, last_error),
         lease_token = null, lease_expires_at = null
-    where id = %(id)s and lease_token = %(token)s::uuid and state = 'running'
+    where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
     returning id, attempt
 )
 insert into {schema}.job_history (job_id, at, attempt, outcome, error)
@@ -83,7 +83,7 @@ returning job_id
 -- name: job_heartbeat_many
 update {schema}.jobs j
 set lease_expires_at = to_timestamp((%(now)s + %(lease)s) / 1000.0)
-from unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as a(id, token)
+from unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) as a(id, token)
 where j.id = a.id and j.lease_token = a.token and j.state = 'running'
 returning j.id
 
@@ -211,5 +211,5 @@ group by queue
 update {schema}.jobs
 set state = 'completed', finished_at = to_timestamp(%(now)s / 1000.0),
     lease_token = null, lease_expires_at = null
-where id = %(id)s and lease_token = %(token)s::uuid and state = 'running'
+where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
 returning id

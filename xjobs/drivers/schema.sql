@@ -23,7 +23,7 @@ create table if not exists {schema}.jobs (
     attempt          integer     not null default 0,
     max_attempts     integer     not null,
     run_at           timestamptz not null,
-    lease_token      uuid,
+    lease_token      bigint,
     claimed_by       text,
     lease_expires_at timestamptz,
     last_error       text,

@@ -1,0 +1,165 @@
+"""Throughput benchmark: bulk enqueue, in-process worker drain, and a raw psycopg baseline.
+
+Prints one table from one run. The baseline is the minimal batched claim-and-complete loop on
+a bare table (one ``update ... for update skip locked ... returning id`` to claim a batch and
+one ``update ... where id = any(...)`` to complete it), measured on the same server in the
+same run, so the ratio is what the queue's features cost over raw SQL.
+
+    python bench/throughput.py [--jobs 20000] [--concurrency 256] [--dsn ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+import uuid
+
+import psycopg
+
+import xjobs
+from xjobs.drivers.postgres import PostgresDriver
+from xjobs.enqueue import enqueue_many
+from xjobs.workers.host import InProcessHost
+from xjobs.workers.queue_worker import QueueWorker
+
+
+def raw_baseline(dsn: str, jobs: int, batch: int) -> float:
+    table = f"xjobs_raw_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"create table {table} (id bigint generated always as identity primary key, "
+                     "state text not null default 'ready', payload jsonb not null default '{}')")
+        conn.execute(f"create index on {table} (id) where state = 'ready'")
+        conn.execute(f"insert into {table} (payload) select jsonb_build_object('n', g) "
+                     f"from generate_series(1, {jobs}) g")
+        conn.execute(f"analyze {table}")
+        claim = (f"update {table} t set state = 'running' from (select id from {table} "
+                 f"where state = 'ready' order by id limit %s for update skip locked) p "
+                 f"where t.id = p.id returning t.id, t.payload")
+        done = f"update {table} set state = 'done' where id = any(%s)"
+        started = time.perf_counter()
+        total = 0
+        while True:
+            rows = conn.execute(claim, (batch,), prepare=True).fetchall()
+            if not rows:
+                break
+            conn.execute(done, ([r[0] for r in rows],), prepare=True)
+            total += len(rows)
+        elapsed = time.perf_counter() - started
+        conn.execute(f"drop table {table}")
+    assert total == jobs, (total, jobs)
+    return jobs / elapsed
+
+
+def fresh_schema(dsn: str) -> str:
+    schema = f"xjobs_bench_{uuid.uuid4().hex[:8]}"
+    PostgresDriver(dsn, schema=schema).migrate()
+    return schema
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"drop schema {schema} cascade")
+
+
+def bench_queue(dsn: str, jobs: int, concurrency: int, is_async: bool) -> tuple[float, float]:
+    schema = fresh_schema(dsn)
+    registry = xjobs.Registry()
+    if is_async:
+        @xjobs.job(queue="bench", idempotency_key=lambda i: str(i), tenant="none", registry=registry, name="noop")
+        async def noop(ctx, input):  # noqa: ARG001
+            return None
+    else:
+        @xjobs.job(queue="bench", idempotency_key=lambda i: str(i), tenant="none", registry=registry, name="noop")
+        def noop(ctx, input):  # noqa: ARG001
+            return None
+    driver = PostgresDriver(dsn, schema=schema)
+    started = time.perf_counter()
+    for start in range(0, jobs, 10_000):
+        enqueue_many(noop, list(range(start, min(jobs, start + 10_000))), driver=driver)
+    enqueue_rate = jobs / (time.perf_counter() - started)
+    worker = QueueWorker(driver=PostgresDriver(dsn, schema=schema), registry=registry,
+                         queue="bench", concurrency=concurrency)
+    host = InProcessHost(worker)
+    started = time.perf_counter()
+    host.run(until=lambda: worker.stats_.totals["completed"] >= jobs)
+    drain_rate = jobs / (time.perf_counter() - started)
+    stats = driver.job_stats()["bench"]
+    driver.close()
+    drop_schema(dsn, schema)
+    assert stats == {"completed": jobs}, stats
+    return enqueue_rate, drain_rate
+
+
+def idle_pickup(dsn: str, samples: int) -> list[float]:
+    """Enqueue one job into an empty, idle queue and time until its body starts."""
+    schema = fresh_schema(dsn)
+    registry = xjobs.Registry()
+    started: dict[int, float] = {}
+    arrived = threading.Event()
+
+    @xjobs.job(queue="idle", idempotency_key=lambda i: str(i), tenant="none", registry=registry, name="ping")
+    def ping(ctx, input):
+        started[input] = time.perf_counter()
+        arrived.set()
+
+    driver = PostgresDriver(dsn, schema=schema)
+    worker = QueueWorker(driver=PostgresDriver(dsn, schema=schema), registry=registry, queue="idle",
+                         concurrency=4, settings=xjobs.Settings(poll_ms=5000))
+    host = InProcessHost(worker).start()
+    latencies = []
+    time.sleep(0.3)  # let the worker reach its idle wait: this measures pickup from idle
+    for n in range(samples):
+        arrived.clear()
+        sent = time.perf_counter()
+        enqueue_many(ping, [n], driver=driver)
+        if not arrived.wait(10):
+            raise RuntimeError("idle pickup timed out")
+        latencies.append((started[n] - sent) * 1000.0)
+        time.sleep(0.05)
+    host.stop()
+    driver.close()
+    drop_schema(dsn, schema)
+    return latencies
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dsn", default=os.environ.get("XJOBS_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    xjobs.configure(dsn=args.dsn)
+
+    raw, sync_drain, async_drain, enqueue = [], [], [], []
+    for _ in range(args.rounds):
+        raw.append(raw_baseline(args.dsn, args.jobs, args.concurrency))
+        rate_in, rate_out = bench_queue(args.dsn, args.jobs, args.concurrency, is_async=False)
+        enqueue.append(rate_in)
+        sync_drain.append(rate_out)
+        async_drain.append(bench_queue(args.dsn, args.jobs, args.concurrency, is_async=True)[1])
+    pickup = idle_pickup(args.dsn, 30)
+
+    base = statistics.median(raw)
+    rows = [
+        ("raw psycopg claim+complete loop", base, "1.00"),
+        ("xjobs bulk enqueue", statistics.median(enqueue), "-"),
+        ("xjobs drain, def no-op", statistics.median(sync_drain), f"{statistics.median(sync_drain) / base:.2f}"),
+        ("xjobs drain, async def no-op", statistics.median(async_drain), f"{statistics.median(async_drain) / base:.2f}"),
+    ]
+    print(f"\n{args.jobs} jobs, batch/concurrency {args.concurrency}, median of {args.rounds} rounds")
+    print(f"{'measure':<36} {'jobs/s':>10} {'vs raw':>7}")
+    for name, rate, ratio in rows:
+        print(f"{name:<36} {rate:>10,.0f} {ratio:>7}")
+    pickup.sort()
+    print(f"{'idle pickup p50 / p99 (ms)':<36} {statistics.median(pickup):>10.2f} "
+          f"{pickup[int(len(pickup) * 0.99) - 1]:>7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
