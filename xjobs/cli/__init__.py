@@ -10,7 +10,12 @@ import argparse
 import importlib
 import sys
 
-from ..errors import InvalidOption, XJobsError
+from ..errors import (IdempotencyKeyRequired, InvalidOption, PayloadInvalid, PayloadTooLarge,
+                      TenantRequired, UnknownJob, XJobsError)
+
+# refusals of what the user typed or configured: exit 2, like argparse's own
+_USAGE_ERRORS = (InvalidOption, UnknownJob, PayloadInvalid, PayloadTooLarge, TenantRequired,
+                 IdempotencyKeyRequired)
 
 # subcommand -> module under xjobs.cli exposing add_parser(subparsers) and run(args) -> int
 SUBCOMMANDS = {
@@ -43,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except InvalidOption as exc:
+    except _USAGE_ERRORS as exc:
         print(f"xjobsd: {exc}", file=sys.stderr)
         return 2
     except XJobsError as exc:

@@ -1,0 +1,77 @@
+"""What the subcommands share: database flags, settings, app import, JSON rendering."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+
+from ..config import Settings, load_settings
+from ..errors import InvalidOption
+
+_TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at")
+
+
+def add_database_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dsn", help="PostgreSQL URL (default: XJOBS_DATABASE_URL)")
+    parser.add_argument("--schema", help="schema holding the queue tables (default: xjobs)")
+    parser.add_argument("--config", help="a TOML file with an [xjobs] table (default: ./xjobs.toml)")
+
+
+def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
+    return load_settings(getattr(args, "config", None), dsn=getattr(args, "dsn", None),
+                         schema=getattr(args, "schema", None), **extra)
+
+
+def driver_from(settings: Settings, application_name: str = "xjobs-cli") -> Any:
+    if not settings.dsn:
+        raise InvalidOption("dsn", "no database configured: pass --dsn or set XJOBS_DATABASE_URL")
+    from ..drivers.postgres import PostgresDriver
+    return PostgresDriver(settings.dsn, schema=settings.schema, application_name=application_name,
+                          pool_size=1)
+
+
+def import_apps(modules: list[str] | tuple[str, ...]) -> None:
+    """Import the application's job modules so their ``@job`` declarations register."""
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise InvalidOption("app", f"cannot import {module!r}: {exc}") from None
+
+
+def iso(ms: float | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def plain(value: Any) -> Any:
+    """A JobView (or anything holding them) as plain JSON with ISO-8601 times."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: (iso(v) if k in _TIME_FIELDS and isinstance(v, (int, float)) else plain(v))
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(plain(value), option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def print_table(headers: list[str], rows: list[list[Any]]) -> None:
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    print("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths)).rstrip())
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
