@@ -227,6 +227,12 @@ class PostgresDriver:
             cur.execute(self._sql["job_release_worker"], {"now": self.clock.now_ms(), "worker": worker_id})
             return len(cur.fetchall())
 
+    def session_count(self, application_name: str) -> int:
+        """Open sessions announcing ``application_name`` (a child's identity) in this database."""
+        with self._cursor() as cur:
+            cur.execute(self._sql["session_count"], {"application_name": application_name})
+            return cur.fetchone()[0]
+
     def job_prune(self, completed_before_ms: float, finished_before_ms: float, limit: int = 1000) -> int:
         limit = check_row_limit(limit, "prune.limit")
         with self._cursor() as cur:

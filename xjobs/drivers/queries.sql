@@ -213,3 +213,11 @@ set state = 'completed', finished_at = to_timestamp(%(now)s / 1000.0),
     lease_token = null, lease_expires_at = null
 where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
 returning id
+
+-- name: session_count
+-- the supervisor waits for a dead child's sessions (application_name = its identity) to end
+-- before handing that child's running jobs back
+select count(*)
+from pg_stat_activity
+where application_name = %(application_name)s and datname = current_database()
+  and pid <> pg_backend_pid()
