@@ -12,6 +12,7 @@ so it can never overwrite the state of a job somebody else now runs.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import secrets
 from typing import Any, Iterator, Sequence
@@ -24,6 +25,7 @@ from psycopg_pool import ConnectionPool
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import DuplicateJob, JobNotFound, LeaseLost, NotCancellable, NotRetryable, XJobsError
+from ..options import duration_ms, finite_option
 from .base import (ClaimedJob, Enqueued, JobView, Lease, ListFilter, Nack, NewJob, QueueSummary,
                    check_claim, check_row_limit)
 from .sql import check_schema_name, notify_channel, schema_ddl, statements
@@ -33,6 +35,15 @@ _MIGRATE_LOCK = 0x786A6F6273  # "xjobs": one installer at a time per database
 
 def _configure(conn: psycopg.Connection) -> None:
     set_json_loads(orjson.loads, conn)
+
+
+def _is_bigint(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
+
+
+def _matchable(leases: Sequence[Lease]) -> list[Lease]:
+    """The leases a ``bigint`` fence can match; any other id or token is held by nobody."""
+    return [l for l in leases if _is_bigint(l.job_id) and _is_bigint(l.token)]
 
 
 def _view(row: Sequence[Any], payload: Any = None, history: tuple = ()) -> JobView:
@@ -182,6 +193,7 @@ class PostgresDriver:
         return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token) for r in rows]
 
     def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
+        leases = _matchable(leases)
         if not leases:
             return set()
         with self._cursor() as cur:
@@ -194,19 +206,24 @@ class PostgresDriver:
         return job_id in self.job_ack_many([Lease(job_id, token)])
 
     def job_nack(self, nack: Nack) -> bool:
+        delay = finite_option(nack.delay_ms, "nack.delay", minimum=-math.inf)
+        if not _matchable([Lease(nack.job_id, nack.token)]):
+            return False
         with self._cursor() as cur:
             cur.execute(self._sql["job_nack"], {
                 "now": self.clock.now_ms(), "id": nack.job_id, "token": nack.token,
                 "dead": nack.dead, "park": nack.park, "counts": nack.counts_as_attempt,
-                "delay": float(nack.delay_ms), "error": nack.error, "outcome": nack.outcome})
+                "delay": delay, "error": nack.error, "outcome": nack.outcome})
             return cur.fetchone() is not None
 
     def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
+        lease_ms = duration_ms(lease_ms, "heartbeat.lease", exclusive_minimum=True)
+        leases = _matchable(leases)
         if not leases:
             return set()
         with self._cursor() as cur:
             cur.execute(self._sql["job_heartbeat_many"], {
-                "now": self.clock.now_ms(), "lease": float(lease_ms),
+                "now": self.clock.now_ms(), "lease": lease_ms,
                 "ids": [l.job_id for l in leases], "tokens": [l.token for l in leases]})
             return {r[0] for r in cur.fetchall()}
 
@@ -235,9 +252,11 @@ class PostgresDriver:
 
     def job_prune(self, completed_before_ms: float, finished_before_ms: float, limit: int = 1000) -> int:
         limit = check_row_limit(limit, "prune.limit")
+        completed_before = finite_option(completed_before_ms, "prune.completed_before", minimum=-math.inf)
+        finished_before = finite_option(finished_before_ms, "prune.finished_before", minimum=-math.inf)
         with self._cursor() as cur:
-            cur.execute(self._sql["job_prune"], {"completed_before": float(completed_before_ms),
-                                                 "finished_before": float(finished_before_ms),
+            cur.execute(self._sql["job_prune"], {"completed_before": completed_before,
+                                                 "finished_before": finished_before,
                                                  "limit": limit})
             return cur.fetchone()[0]
 
@@ -251,9 +270,11 @@ class PostgresDriver:
         with self._connection() as conn:
             with conn.transaction():
                 yield conn
-                cur = conn.execute(self._sql["job_complete_fenced"], {
-                    "now": self.clock.now_ms(), "id": lease.job_id, "token": lease.token})
-                if cur.fetchone() is None:
+                done = None
+                if _matchable([lease]):
+                    done = conn.execute(self._sql["job_complete_fenced"], {
+                        "now": self.clock.now_ms(), "id": lease.job_id, "token": lease.token}).fetchone()
+                if done is None:
                     raise LeaseLost(f"job {lease.job_id} is no longer held by this worker; rolled back")
 
     # -- introspection -----------------------------------------------------------------------
