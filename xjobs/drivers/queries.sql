@@ -135,7 +135,7 @@ with doomed as (
     select id from {schema}.jobs
     where (state = 'completed' and finished_at < to_timestamp(%(completed_before)s / 1000.0))
        or (state in ('dead', 'cancelled') and finished_at < to_timestamp(%(finished_before)s / 1000.0))
-    order by finished_at
+    order by finished_at, id
     limit %(limit)s
     for update skip locked
 ), gone as (
@@ -169,7 +169,7 @@ where id = %(id)s
 select extract(epoch from at)::float8 * 1000, attempt, outcome, error
 from {schema}.job_history
 where job_id = %(id)s
-order by at, attempt
+order by at, seq
 
 -- name: job_cancel
 with cancelled as (

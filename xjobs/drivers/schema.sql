@@ -57,6 +57,9 @@ create table if not exists {schema}.job_history (
     error   text
 );
 create index if not exists job_history_job_idx on {schema}.job_history (job_id);
+-- Events of one job can share a timestamp (one clock reading, a coarse clock); seq keeps
+-- them in the order they were written.
+alter table {schema}.job_history add column if not exists seq bigint generated always as identity;
 
 -- Enqueue wakes idle workers of the queue at once instead of at their next poll.
 create or replace function {schema}.notify_ready() returns trigger language plpgsql as $fn$
