@@ -83,6 +83,7 @@ class QueueWorker:
         self._listener: Any = None
         self._handles: dict[str, Any] = {}
         self._rotation = 0
+        self.passes = 0      # test hook: how many passes have completed
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -184,6 +185,7 @@ class QueueWorker:
             self._claim(now_ms, notified)
         if now_ms >= self._next_rescue:
             self._sweep(now_ms)
+        self.passes += 1
         return self._sleep_ms(now_ms)
 
     def _sleep_ms(self, now_ms: float) -> float:

@@ -1,0 +1,246 @@
+"""The worker and the one execution path, on both drivers, driven pass by pass."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+import xjobs
+from xjobs.context import CANCELLED, DRAINED
+from xjobs.enqueue import enqueue_many
+from xjobs.errors import ConcurrencyUnenforceable, InvalidOption, RetryAfter, Terminal
+
+from .worker_helpers import Pacer, make_worker
+
+
+@pytest.fixture
+def registry() -> xjobs.Registry:
+    return xjobs.Registry()
+
+
+def declare(registry, fn=None, **options):
+    options.setdefault("queue", "q")
+    options.setdefault("idempotency_key", lambda i: str(i["n"]))
+    options.setdefault("tenant", "none")
+    return xjobs.job(registry=registry, **options)(fn) if fn else (lambda f: xjobs.job(registry=registry, **options)(f))
+
+
+def enqueue(handle, driver, *inputs):
+    return [e.id for e in enqueue_many(handle, list(inputs), driver=driver)]
+
+
+def test_success_completes_and_counts(driver, registry):
+    seen = []
+    handle = declare(registry, lambda ctx, i: seen.append((ctx.job_id, ctx.attempt, ctx.queue, i["n"])), name="ok")
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: pacer.totals()["completed"] == 1)
+    assert seen == [(job_id, 1, "q", 1)]
+    assert driver.job_get(job_id).state == "completed"
+    assert pacer.totals()["jobs"] == {"ok": {"completed": 1}}
+
+
+def test_failure_retries_with_backoff_then_dead_letters(driver, registry, clock):
+    def boom(ctx, i):
+        raise ValueError(f"boom {ctx.attempt}")
+    handle = declare(registry, boom, name="boom",
+                     retry=xjobs.Retry(attempts=2, delay="10s", max_delay="1m", jitter=False))
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: pacer.totals()["retried"] == 1)
+    view = driver.job_get(job_id)
+    assert (view.state, view.attempt) == ("ready", 1)
+    assert "ValueError: boom 1" in view.last_error and "retry 2/2 in 10.000s" in view.last_error
+    assert view.run_at == pytest.approx(clock.now_ms() + 10_000, abs=1)
+    clock.advance(10_000)
+    pacer.until(lambda: pacer.totals()["dead"] == 1, advance_ms=100)
+    view = driver.job_get(job_id)
+    assert (view.state, view.attempt) == ("dead", 2)
+    assert "attempts exhausted (2/2)" in view.last_error
+    assert [h["outcome"] for h in view.history] == ["retried", "dead"]
+
+
+def test_terminal_dead_letters_at_once(driver, registry):
+    def fatal(ctx, i):
+        raise Terminal("bad card")
+    handle = declare(registry, fatal, name="fatal", retry=xjobs.Retry(attempts=5))
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: pacer.totals()["dead"] == 1)
+    view = driver.job_get(job_id)
+    assert view.state == "dead" and view.attempt == 1
+    assert "Terminal: bad card" in view.last_error and "terminal error" in view.last_error
+
+
+def test_retry_after_is_clamped_by_the_policy(driver, registry, clock):
+    def later(ctx, i):
+        raise RetryAfter(i["s"])
+    handle = declare(registry, later, name="later", retry=xjobs.Retry(attempts=5, delay="1s", max_delay="30s"))
+    first, second = enqueue(handle, driver, {"n": 1, "s": 7}, {"n": 2, "s": 3600})
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: pacer.totals()["retried"] == 2)
+    now = clock.now_ms()
+    assert driver.job_get(first).run_at == pytest.approx(now + 7_000, abs=1)
+    assert driver.job_get(second).run_at == pytest.approx(now + 30_000, abs=1)
+
+
+def test_drain_interrupts_without_burning_an_attempt(driver, registry):
+    started = threading.Event()
+
+    def patient(ctx, i):
+        started.set()
+        assert ctx.signal.wait(10)
+        ctx.signal.raise_if_set()
+    handle = declare(registry, patient, name="patient", retry=xjobs.Retry(attempts=1))
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    worker = make_worker(driver, registry)
+    pacer = Pacer(worker)
+    pacer.until(started.is_set)
+    worker.stop_accepting("SIGTERM")
+    run = next(iter(worker.held.values()))
+    assert run.signal.code == DRAINED
+    pacer.until(lambda: pacer.totals()["interrupted"] == 1)
+    view = driver.job_get(job_id)
+    assert (view.state, view.attempt) == ("ready", 0)
+    assert "X_DRAINING" in view.last_error or "interrupted" in view.last_error
+    worker.close(None)
+    assert worker.state == "stopped"
+
+
+def test_a_drained_worker_claims_nothing(driver, registry):
+    handle = declare(registry, lambda ctx, i: None, name="idle")
+    enqueue(handle, driver, {"n": 1})
+    worker = make_worker(driver, registry)
+    pacer = Pacer(worker)
+    worker.stop_accepting("test")
+    pacer.pass_(advance_ms=1000)
+    assert pacer.totals()["claimed"] == 0
+
+
+def test_cancel_reaches_a_running_job_and_it_writes_nothing(driver, registry):
+    started, release = threading.Event(), threading.Event()
+
+    def slow(ctx, i):
+        started.set()
+        release.wait(10)
+    handle = declare(registry, slow, name="slow")
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    worker = make_worker(driver, registry, heartbeat_ms=100)
+    pacer = Pacer(worker)
+    pacer.until(started.is_set)
+    run = worker.held[job_id]
+    driver.job_cancel(job_id, "operator said so")
+    pacer.until(lambda: run.signal.is_set(), advance_ms=200)
+    assert run.signal.code == CANCELLED
+    release.set()
+    pacer.until(lambda: worker.in_flight() == 0)
+    view = driver.job_get(job_id)
+    assert view.state == "cancelled" and view.last_error == "operator said so"
+    assert pacer.totals()["cancelled"] == 1 and pacer.totals()["completed"] == 0
+
+
+def test_a_lost_lease_aborts_the_run_and_its_result_is_not_written(driver, registry, clock):
+    started, release = threading.Event(), threading.Event()
+
+    def slow(ctx, i):
+        started.set()
+        release.wait(10)
+    handle = declare(registry, slow, name="slow")
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    worker = make_worker(driver, registry, heartbeat_ms=1000, lease_ms=5000)
+    pacer = Pacer(worker)
+    pacer.until(started.is_set)
+    clock.advance(6000)                      # the lease lapses on the database clock
+    assert driver.job_rescue(10) == 1        # somebody else's sweep hands it back
+    run = worker.held[job_id]
+    pacer.until(lambda: run.signal.is_set(), advance_ms=1000)
+    assert pacer.totals()["lease_lost"] == 1
+    release.set()
+    # the job is delivered again (here to the same worker, as attempt 2); only that run settles
+    pacer.until(lambda: pacer.totals()["completed"] == 1 and worker.in_flight() == 0, advance_ms=100)
+    view = driver.job_get(job_id)
+    assert (view.state, view.attempt) == ("completed", 2)
+    assert pacer.totals()["lease_lost"] == 1 and pacer.totals()["claimed"] == 2
+
+
+def test_timeout_cancels_an_async_body_then_fails_the_attempt(driver, registry):
+    cancelled = threading.Event()
+
+    async def sleepy(ctx, i):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+    handle = declare(registry, sleepy, name="sleepy", timeout="200ms", retry=xjobs.Retry(attempts=3))
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: pacer.totals()["retried"] == 1, advance_ms=100)
+    assert cancelled.wait(5)
+    view = driver.job_get(job_id)
+    assert view.state == "ready" and "timed out after 200ms" in view.last_error
+
+
+def test_timeout_of_a_sync_body_that_ignores_its_signal(driver, registry):
+    release = threading.Event()
+    handle = declare(registry, lambda ctx, i: release.wait(10), name="stubborn", timeout="100ms",
+                     retry=xjobs.Retry(attempts=1))
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    worker = make_worker(driver, registry)
+    pacer = Pacer(worker)
+    pacer.until(lambda: pacer.totals()["dead"] == 1, advance_ms=50)
+    assert driver.job_get(job_id).state == "dead"
+    assert worker.in_flight() == 1           # the thread still holds its slot, honestly counted
+    release.set()
+    pacer.until(lambda: worker.in_flight() == 0)
+    assert driver.job_get(job_id).state == "dead"  # the late return changed nothing
+
+
+def test_unknown_job_names_are_retried_with_a_reason(driver, registry):
+    other = xjobs.Registry()
+    handle = declare(other, lambda ctx, i: None, name="elsewhere")
+    declare(registry, lambda ctx, i: None, name="here")
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: pacer.totals()["retried"] == 1)
+    assert "no handler for job 'elsewhere'" in driver.job_get(job_id).last_error
+
+
+def test_a_slow_queue_never_starves_another(driver, registry):
+    release = threading.Event()
+    slow = declare(registry, lambda ctx, i: release.wait(10), name="slow", queue="slow")
+    fast = declare(registry, lambda ctx, i: None, name="fast", queue="fast")
+    enqueue(slow, driver, *[{"n": n} for n in range(10)])
+    enqueue(fast, driver, *[{"n": n} for n in range(10)])
+    from xjobs.config import Settings
+    from xjobs.workers.queue_worker import QueueWorker
+    worker = QueueWorker(driver=driver, registry=registry, queues={"slow": 2, "fast": 2},
+                         settings=Settings(poll_ms=20))
+    pacer = Pacer(worker)
+    pacer.until(lambda: pacer.totals()["jobs"].get("fast", {}).get("completed") == 10, advance_ms=20)
+    assert worker.busy["slow"] == 2
+    release.set()
+    pacer.until(lambda: pacer.totals()["completed"] == 20, advance_ms=20)
+
+
+def test_worker_refuses_what_it_cannot_honour(driver, registry):
+    declare(registry, lambda ctx, i: None, name="capped", concurrency=2)
+    with pytest.raises(ConcurrencyUnenforceable) as err:
+        make_worker(driver, registry).initialize()
+    assert err.value.code == "X_JOB_CONCURRENCY_UNENFORCEABLE"
+    with pytest.raises(InvalidOption):
+        make_worker(driver, registry, queue="nobody-uses-this").initialize()
+    for bad in (float("nan"), float("inf"), -1, 2.5, 0):
+        with pytest.raises(InvalidOption):
+            make_worker(driver, registry, concurrency=bad)
+
+
+@pytest.mark.parametrize("queue", ["constructor", "__proto__", "toString", "x'; drop table y; --"])
+def test_odd_queue_names_are_plain_data(driver, registry, queue):
+    handle = declare(registry, lambda ctx, i: None, name=queue, queue=queue)
+    enqueue(handle, driver, {"n": 1})
+    pacer = Pacer(make_worker(driver, registry, queue=queue))
+    pacer.until(lambda: pacer.totals()["completed"] == 1)
+    assert driver.job_stats() == {queue: {"completed": 1}}

@@ -1,0 +1,46 @@
+"""Drive a worker by hand: ``run_once(now)`` with an injected ``now``, waiting on the worker's
+own wake-up fds (never on sleeps) until a condition holds or a timeout passes."""
+
+from __future__ import annotations
+
+import select
+import time
+from typing import Callable
+
+from xjobs.config import Settings
+from xjobs.workers.queue_worker import QueueWorker
+
+
+class Pacer:
+    """A worker plus a hand-stepped loop clock (ms) for its timers."""
+
+    def __init__(self, worker: QueueWorker, start_ms: float = 0.0) -> None:
+        self.worker = worker
+        self.now = start_ms
+        worker.initialize()
+
+    def pass_(self, advance_ms: float = 0.0) -> float:
+        self.now += advance_ms
+        return self.worker.run_once(self.now)
+
+    def until(self, condition: Callable[[], bool], timeout_s: float = 10.0, advance_ms: float = 0.0) -> None:
+        """Run passes, blocking on the worker's wake-up fds between them, until ``condition()``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.pass_(advance_ms)
+            if condition():
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"condition not reached in {timeout_s}s; stats={self.worker.stats()}")
+            select.select(list(self.worker.wakeup_fds()), [], [], min(remaining, 0.05))
+
+    def totals(self) -> dict:
+        return self.worker.stats()
+
+
+def make_worker(driver, registry, queue: str = "q", concurrency: int = 4, **settings) -> QueueWorker:
+    defaults = {"poll_ms": 50.0, "heartbeat_ms": 1000.0, "lease_ms": 5000.0, "rescue_ms": 60_000.0}
+    defaults.update(settings)
+    return QueueWorker(driver=driver, registry=registry, queue=queue, concurrency=concurrency,
+                       settings=Settings(**defaults), identity=f"test-worker-{id(registry)}")
