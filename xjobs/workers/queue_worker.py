@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import socket
 import uuid
 from collections import deque
 from typing import Any, Mapping, Sequence
 
+from ..clock import monotonic_ms
 from ..config import Settings
 from ..context import CANCELLED, DRAINED, LEASE_LOST, TIMED_OUT
 from ..errors import ConcurrencyUnenforceable, InvalidOption, JobTimeout
@@ -138,9 +140,7 @@ class QueueWorker:
             return
         self.accepting = False
         self.state = "closing"
-        from ..clock import monotonic_ms
         clock = now or monotonic_ms
-        import select
         while self.in_flight() > 0:
             current = clock()
             if deadline_ms is not None and current >= deadline_ms:
@@ -148,7 +148,7 @@ class QueueWorker:
             wait = self.run_once(current)
             if deadline_ms is not None:
                 wait = min(wait, deadline_ms - current)
-            if not self._done:
+            if not self._done and self.in_flight() > 0:
                 select.select([self._wake_r], [], [], max(0.0, wait) / 1000.0)
         self.run_once(clock())
         abandoned = [run for run in self.held.values()]
