@@ -1,0 +1,181 @@
+"""Bad input is refused at the earliest point, with a stable code, and writes nothing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import xjobs
+from xjobs.config import QueueSpec, Settings, load_settings
+from xjobs.drivers.base import ListFilter
+from xjobs.enqueue import enqueue_many
+from xjobs.errors import (DuplicateJob, IdempotencyKeyRequired, InvalidOption, PayloadInvalid,
+                          PayloadTooLarge, TenantRequired)
+
+BAD_NUMBERS = [float("nan"), float("inf"), float("-inf"), -1]
+BAD_COUNTS = BAD_NUMBERS + [2.5, True, "3"]
+ODD_NAMES = ["constructor", "__proto__", "toString", "x'; drop table y; --", "名前", "a b"]
+
+
+def declare(registry=None, **options):
+    options.setdefault("idempotency_key", lambda i: "k")
+    options.setdefault("tenant", "none")
+    return xjobs.job(registry=registry or xjobs.Registry(), **options)(lambda ctx, i: None)
+
+
+@pytest.mark.parametrize("bad", BAD_COUNTS)
+def test_retry_attempts_must_be_a_whole_positive_count(bad):
+    with pytest.raises(InvalidOption) as err:
+        xjobs.Retry(attempts=bad)
+    assert err.value.code == "X_INVALID_OPTION" and err.value.option == "retry.attempts"
+
+
+@pytest.mark.parametrize("option", ["delay", "max_delay"])
+@pytest.mark.parametrize("bad", BAD_NUMBERS + ["soon", "5 parsecs", "-5s"])
+def test_retry_durations_must_be_finite_and_non_negative(option, bad):
+    with pytest.raises(InvalidOption) as err:
+        xjobs.Retry(**{option: bad})
+    assert err.value.option == f"retry.{option}"
+
+
+def test_retry_refuses_an_unknown_backoff_and_inverted_bounds():
+    with pytest.raises(InvalidOption):
+        xjobs.Retry(backoff="fibonacci")
+    with pytest.raises(InvalidOption):
+        xjobs.Retry(delay="1m", max_delay="1s")
+    with pytest.raises(InvalidOption):
+        xjobs.Retry(jitter="yes")
+
+
+@pytest.mark.parametrize("knob,bad", [("timeout", b) for b in BAD_NUMBERS + [0, "0s"]]
+                         + [("concurrency", b) for b in BAD_COUNTS + [0]]
+                         + [("priority", b) for b in [float("nan"), float("inf"), 2.5, 40_000]])
+def test_job_knobs_are_refused_at_declaration(knob, bad):
+    with pytest.raises(InvalidOption) as err:
+        declare(**{knob: bad})
+    assert err.value.option == knob
+
+
+def test_job_requires_a_key_and_a_tenant():
+    with pytest.raises(IdempotencyKeyRequired):
+        xjobs.job(tenant="none")
+    with pytest.raises(TenantRequired) as err:
+        xjobs.job(idempotency_key=lambda i: "k")
+    assert err.value.code == "X_JOB_TENANT_REQUIRED"
+    with pytest.raises(InvalidOption):
+        xjobs.job(idempotency_key=lambda i: "k", tenant="acme")  # a string that is not "none"
+
+
+def test_two_handlers_on_one_name_collide_and_listing_is_by_code_point():
+    registry = xjobs.Registry()
+    xjobs.job(registry=registry, name="b", idempotency_key=lambda i: "k", tenant="none")(lambda c, i: 1)
+    with pytest.raises(DuplicateJob) as err:
+        xjobs.job(registry=registry, name="b", idempotency_key=lambda i: "k", tenant="none")(lambda c, i: 2)
+    assert err.value.code == "X_JOB_DUPLICATE"
+    for name in ["a", "B", "ä", "Z"]:
+        xjobs.job(registry=registry, name=name, idempotency_key=lambda i: "k", tenant="none")(lambda c, i: 3)
+    assert [h.name for h in registry.jobs()] == ["B", "Z", "a", "b", "ä"]
+
+
+@pytest.mark.parametrize("bad", ["", " padded ", "tab\there", "x" * 129, 42, None])
+def test_names_must_be_plain_text(bad):
+    with pytest.raises(InvalidOption):
+        declare(queue=bad)
+    if bad is not None:  # name=None means "the function's name"
+        with pytest.raises(InvalidOption):
+            declare(name=bad)
+
+
+@pytest.mark.parametrize("name", ODD_NAMES)
+def test_odd_names_are_accepted_as_data(driver, name):
+    handle = declare(name=name, queue=name, tenant=lambda i: i["t"], idempotency_key=lambda i: i["k"])
+    first = enqueue_many(handle, [{"t": name, "k": name}], driver=driver)[0]
+    again = enqueue_many(handle, [{"t": name, "k": name}], driver=driver)[0]
+    assert (again.id, again.deduped) == (first.id, True)
+    view = driver.job_get(first.id)
+    assert (view.name, view.queue, view.tenant, view.idempotency_key) == (name, name, name, name)
+
+
+@pytest.mark.parametrize("payload,error", [
+    ({"x": float("nan")}, PayloadInvalid), ({"x": [1, float("inf")]}, PayloadInvalid),
+    ({1: "non-string key"}, PayloadInvalid), ({"x": object()}, PayloadInvalid),
+    ({"x": "nul\x00byte"}, PayloadInvalid), ({"x": "y" * 2_000_000}, PayloadTooLarge),
+])
+def test_bad_payloads_are_refused_and_nothing_is_written(driver, payload, error):
+    handle = declare(idempotency_key=lambda i: "k" if isinstance(i, dict) else "k")
+    good = {"fine": 1}
+    with pytest.raises(error) as err:
+        enqueue_many(handle, [good, payload], driver=driver)
+    assert err.value.code in ("X_PAYLOAD_INVALID", "X_PAYLOAD_TOO_LARGE")
+    assert driver.job_list(ListFilter()) == []
+
+
+def test_bad_keys_and_tenants_are_refused_before_writing(driver):
+    keyless = declare(idempotency_key=lambda i: i.get("k"))
+    with pytest.raises(IdempotencyKeyRequired):
+        enqueue_many(keyless, [{"k": "a"}, {}], driver=driver)
+    tenantless = declare(tenant=lambda i: i.get("org"))
+    with pytest.raises(TenantRequired):
+        enqueue_many(tenantless, [{"org": "a"}, {"org": None}], driver=driver)
+    assert driver.job_list(ListFilter()) == []
+
+
+@pytest.mark.parametrize("kwargs", [{"delay": float("nan")}, {"delay": -1}, {"delay": "eventually"},
+                                    {"run_at": float("inf")}, {"priority": 2.5},
+                                    {"delay": "1s", "run_at": 0}])
+def test_enqueue_timing_knobs_are_checked(driver, kwargs):
+    with pytest.raises(InvalidOption):
+        enqueue_many(declare(), [{}], driver=driver, **kwargs)
+    assert driver.job_list(ListFilter()) == []
+
+
+@pytest.mark.parametrize("bad", BAD_COUNTS + [0])
+def test_claim_limits_must_be_whole(driver, bad):
+    if bad == 0:
+        assert driver.job_claim(["q"], 0, 1000, "w") == []
+        return
+    with pytest.raises(InvalidOption):
+        driver.job_claim(["q"], bad, 1000, "w")
+
+
+@pytest.mark.parametrize("field,bad", [("lease_ms", b) for b in BAD_NUMBERS + [0]]
+                         + [("heartbeat_ms", b) for b in BAD_NUMBERS]
+                         + [("poll_ms", b) for b in BAD_NUMBERS + [0]]
+                         + [("drain_deadline_ms", b) for b in BAD_NUMBERS]
+                         + [("max_payload_bytes", b) for b in BAD_COUNTS]
+                         + [("schema", b) for b in ["Public", "x;drop", "", 7]])
+def test_settings_are_checked_at_construction(field, bad):
+    with pytest.raises(InvalidOption):
+        Settings(**{field: bad})
+
+
+def test_heartbeat_must_be_shorter_than_the_lease():
+    with pytest.raises(InvalidOption):
+        Settings(lease_ms=1000, heartbeat_ms=1000)
+
+
+@pytest.mark.parametrize("spec", ["q=nan", "q=inf", "q=-1", "q=2.5", "q=1x2.5", "q=0x4", "q=x", "=2",
+                                  "q=1xnan"])
+def test_queue_specs_are_checked(spec):
+    with pytest.raises(InvalidOption):
+        QueueSpec.parse(spec)
+
+
+def test_queue_spec_forms():
+    assert QueueSpec.parse("emails=2x16") == ("emails", QueueSpec(2, 16))
+    assert QueueSpec.parse("emails=4") == ("emails", QueueSpec(1, 4))
+    assert QueueSpec.parse("emails") == ("emails", QueueSpec())
+
+
+def test_environment_values_are_checked_and_flags_win(tmp_path):
+    with pytest.raises(InvalidOption) as err:
+        load_settings(env={"XJOBS_LEASE": "nan"})
+    assert err.value.option == "lease"
+    config = tmp_path / "xjobs.toml"
+    config.write_text('[xjobs]\nlease = "40s"\npoll = "2s"\n')
+    settings = load_settings(str(config), env={"XJOBS_POLL": "3s"}, lease="50s")
+    assert (settings.lease_ms, settings.poll_ms) == (50_000, 3_000)
+    with pytest.raises(InvalidOption):
+        load_settings(str(config), env={}, no_such_knob=1)
+    assert math.isfinite(load_settings(env={}).lease_ms)
