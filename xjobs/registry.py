@@ -13,7 +13,8 @@ import inspect
 import threading
 from typing import Any, Callable, Iterable
 
-from .errors import DuplicateJob, IdempotencyKeyRequired, InvalidOption, TenantRequired, UnknownJob
+from .errors import (DuplicateJob, IdempotencyKeyRequired, InvalidOption, PayloadInvalid,
+                     TenantRequired, UnknownJob)
 from .options import duration_ms, finite_count, plain_name
 from .retry import DEFAULT_RETRY, Retry
 
@@ -43,8 +44,14 @@ class JobHandle:
     def __repr__(self) -> str:
         return f"<job {self.name!r} queue={self.queue!r}>"
 
+    def _derive(self, what: str, fn: Callable[[Any], Any], input: Any) -> Any:
+        try:
+            return fn(input)
+        except Exception as exc:  # a malformed input, reported as such rather than as a crash
+            raise PayloadInvalid(f"job {self.name!r}: {what}(input) raised {type(exc).__name__}: {exc}") from exc
+
     def key_for(self, input: Any) -> str:
-        key = self._key(input)
+        key = self._derive("idempotency_key", self._key, input)
         if not isinstance(key, str) or not key:
             raise IdempotencyKeyRequired(f"job {self.name!r}: idempotency_key must return a non-empty string, got {key!r}")
         if len(key) > _MAX_KEY:
@@ -54,7 +61,7 @@ class JobHandle:
     def tenant_for(self, input: Any) -> str | None:
         if self._tenant == NO_TENANT:
             return None
-        tenant = self._tenant(input)
+        tenant = self._derive("tenant", self._tenant, input)
         if tenant is None or tenant == "":
             raise TenantRequired(f"job {self.name!r}: tenant() returned {tenant!r} for this input")
         return str(tenant)

@@ -1,0 +1,100 @@
+"""``xjobsd`` as an operator types it: a subprocess, JSON out, exit codes 0/1/2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import datetime
+
+import orjson
+import pytest
+
+from xjobs.drivers.postgres import PostgresDriver
+
+pytestmark = pytest.mark.postgres
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JOB_FIELDS = {"id", "name", "queue", "state", "attempt", "max_attempts", "tenant", "idempotency_key",
+              "priority", "run_at", "last_error", "created_at", "finished_at"}
+
+
+@pytest.fixture
+def xjobsd(pg_dsn, pg_schema):
+    env = {**os.environ, "XJOBS_DATABASE_URL": pg_dsn, "XJOBS_SCHEMA": pg_schema}
+
+    def run(*args: str, expect: int = 0):
+        proc = subprocess.run([sys.executable, "-m", "xjobs.cli", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == expect, (proc.returncode, proc.stdout, proc.stderr)
+        return proc
+    return run
+
+
+def as_json(proc):
+    return orjson.loads(proc.stdout)
+
+
+def test_operator_round_trip(xjobsd, pg_dsn, pg_schema):
+    xjobsd("migrate")
+    xjobsd("migrate")  # idempotent
+    first = as_json(xjobsd("enqueue", "greet", "--app", "tests.apps.cli_app", "--json",
+                           "--input", '{"user": 1, "org": "acme"}'))
+    again = as_json(xjobsd("enqueue", "greet", "--app", "tests.apps.cli_app", "--json",
+                           "--input", '{"user": 1, "org": "acme"}'))
+    assert again == {**first, "deduped": True} and first["deduped"] is False
+
+    [listed] = as_json(xjobsd("jobs", "ls", "--json", "--queue", "mail", "--state", "ready"))
+    assert JOB_FIELDS <= set(listed)
+    assert (listed["id"], listed["tenant"], listed["idempotency_key"]) == (first["id"], "acme", "greet:1")
+    datetime.fromisoformat(listed["run_at"])  # ISO-8601, not epoch numbers
+    assert as_json(xjobsd("jobs", "ls", "--json", "--name", "other")) == []
+
+    shown = as_json(xjobsd("jobs", "show", str(first["id"]), "--json"))
+    assert JOB_FIELDS <= set(shown) and shown["payload"] == {"user": 1, "org": "acme"}
+    assert shown["history"] == []
+
+    cancelled = as_json(xjobsd("jobs", "cancel", str(first["id"]), "--json", "--reason", "no longer needed"))
+    assert (cancelled["state"], cancelled["last_error"]) == ("cancelled", "no longer needed")
+    xjobsd("jobs", "cancel", str(first["id"]), expect=1)  # a finished job is not cancellable
+
+    retried = as_json(xjobsd("jobs", "retry", str(first["id"]), "--json"))
+    assert (retried["state"], retried["attempt"]) == ("ready", 0)
+    assert [h["outcome"] for h in retried["history"]] == ["cancelled", "requeued"]
+    xjobsd("jobs", "retry", str(first["id"]), expect=1)   # only dead or cancelled jobs
+
+    assert as_json(xjobsd("jobs", "stats", "--json")) == {"mail": {"ready": 1}}
+    assert as_json(xjobsd("jobs", "dead", "--json")) == []
+    table = xjobsd("jobs", "ls").stdout
+    assert table.splitlines()[0].split()[:4] == ["ID", "NAME", "QUEUE", "STATE"]
+
+
+def test_dead_letters_are_listed(xjobsd, pg_dsn, pg_schema):
+    driver = PostgresDriver(pg_dsn, schema=pg_schema)
+    driver.migrate()
+    from xjobs.drivers.base import Nack, NewJob
+    [e] = driver.job_enqueue([NewJob(name="greet", queue="mail", payload=b"{}", idempotency_key="k",
+                                     max_attempts=1)])
+    [claimed] = driver.job_claim(["mail"], 1, 30_000, "w")
+    driver.job_nack(Nack(claimed.id, claimed.token, "ValueError: nope -- dead", dead=True, outcome="dead"))
+    driver.close()
+    [dead] = as_json(xjobsd("jobs", "dead", "--json"))
+    assert (dead["id"], dead["state"], dead["last_error"]) == (e.id, "dead", "ValueError: nope -- dead")
+    assert dead["finished_at"] is not None
+
+
+@pytest.mark.parametrize("args,code", [
+    (["jobs", "show", "999999"], 1),
+    (["jobs", "ls", "--limit", "-1"], 2),
+    (["jobs", "ls", "--state", "exploded"], 2),
+    (["enqueue", "nope", "--app", "tests.apps.cli_app", "--input", "{}"], 2),
+    (["enqueue", "greet", "--app", "tests.apps.cli_app", "--input", "{not json"], 2),
+    (["enqueue", "greet", "--app", "tests.apps.cli_app", "--input", '{"user": 1}'], 2),
+    (["enqueue", "greet", "--app", "no.such.module", "--input", "{}"], 2),
+    (["enqueue", "greet", "--app", "tests.apps.cli_app", "--input", '{"user": 1, "org": "a"}',
+      "--delay", "nan"], 2),
+    (["jobs"], 2),
+])
+def test_bad_usage_exits_with_a_clear_code(xjobsd, args, code):
+    xjobsd("migrate")
+    proc = xjobsd(*args, expect=code)
+    assert proc.stderr.strip(), "a refusal says why"
