@@ -1,0 +1,68 @@
+"""Jobs for the daemon tests and the soak benchmark.
+
+Each run records itself in ``<schema>.effects`` (job id, attempt, pid, time) on a per-process
+autocommit connection, BEFORE the body does anything else: a row per start, so "ran exactly
+once" and "ran twice" are questions for SQL. ``XJOBS_DATABASE_URL`` and ``XJOBS_SCHEMA`` say
+where, as they do for the daemon itself.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import psycopg
+
+from xjobs import job
+
+_lock = threading.Lock()
+_conn: psycopg.Connection | None = None
+_conn_pid = 0
+
+
+def effects_ddl(schema: str) -> str:
+    return (f"create table if not exists {schema}.effects (job_id bigint not null, attempt int not null, "
+            f"pid int not null, name text not null, at timestamptz not null default clock_timestamp())")
+
+
+def _db() -> psycopg.Connection:
+    global _conn, _conn_pid
+    with _lock:
+        if _conn is None or _conn_pid != os.getpid() or _conn.closed:
+            _conn = psycopg.connect(os.environ["XJOBS_DATABASE_URL"], autocommit=True)
+            _conn_pid = os.getpid()
+        return _conn
+
+
+def record(ctx, name: str) -> None:
+    schema = os.environ.get("XJOBS_SCHEMA", "xjobs")
+    _db().execute(f"insert into {schema}.effects (job_id, attempt, pid, name) values (%s, %s, %s, %s)",
+                  (ctx.job_id, ctx.attempt, os.getpid(), name))
+
+
+@job(queue="alpha", idempotency_key=lambda i: f"a:{i['n']}", tenant="none")
+def touch_alpha(ctx, input):
+    record(ctx, "touch_alpha")
+
+
+@job(queue="beta", idempotency_key=lambda i: f"b:{i['n']}", tenant="none")
+def touch_beta(ctx, input):
+    record(ctx, "touch_beta")
+
+
+@job(queue="slow", idempotency_key=lambda i: f"hold:{i['n']}", tenant="none")
+def hold(ctx, input):
+    """Runs ``seconds``; with ``watch`` it stops early when ``ctx.signal`` is set. From the
+    second attempt on, ``quick_retry`` makes it finish at once."""
+    record(ctx, "hold")
+    if ctx.attempt > 1 and input.get("quick_retry"):
+        return
+    seconds = float(input.get("seconds", 10))
+    if input.get("watch", True):
+        if ctx.signal.wait(seconds):
+            ctx.signal.raise_if_set()
+    else:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:   # deliberately deaf to ctx.signal
+            time.sleep(0.05)

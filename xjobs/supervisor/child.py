@@ -1,0 +1,295 @@
+"""The child side: host one role in a forked process and speak the pipe protocol.
+
+::
+
+    fork ─> hello ─> initialize() ─> ready ─> run_once(now) ... heartbeat(stats) every second
+                          │                        │
+                          └─ fails: stopped(error), exit 1 (the supervisor backs off)
+                                                   │ accept(deadline_at) | SIGTERM | pipe EOF
+                                                   v
+                           stop_accepting(reason) ─> draining ─> run_once until in_flight()
+                           is 0 or the deadline ─> close(deadline) ─> stopped ─> exit 0
+
+The loop waits only on the pipe, the role's wake-up fds, the signal fd and its timer.
+A pipe EOF means the supervisor is gone: the child stops claiming at once, gives running work
+``ORPHAN_DEADLINE_MS`` to stop, closes and exits. ``PR_SET_PDEATHSIG`` delivers SIGTERM for the
+same event in case the loop is busy, and an ``alarm`` armed at that moment is the backstop that
+ends the process even if a close never returns: no child outlives its supervisor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..clock import monotonic_ms
+from ..workers.role import Role
+from .framing import Channel, FrameError
+
+log = logging.getLogger("xjobs.supervisor.child")
+
+ORPHAN_DEADLINE_MS = 500.0
+_DRAIN_POLL_MS = 50.0
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """What one process start is: its slot, its fresh identity and its timings."""
+
+    role: str
+    queue: str | None
+    index: int
+    identity: str
+    parent_pid: int
+    heartbeat_ms: float = 1000.0
+    drain_deadline_ms: float = 25_000.0
+
+    @property
+    def title(self) -> str:
+        where = f" queue={self.queue}" if self.queue is not None else ""
+        return f"xjobsd: {self.role}{where} #{self.index}"
+
+
+def set_parent_death_signal(signum: int) -> bool:
+    """Ask Linux to send ``signum`` when the parent dies (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def set_title(title: str) -> None:
+    try:
+        import setproctitle
+        setproctitle.setproctitle(title)
+    except ImportError:  # a nicety, never a reason to fail
+        pass
+
+
+class ChildHost:
+    """Drives one role over one channel; ``run()`` answers the process exit code."""
+
+    def __init__(self, channel: Channel, role: Role, spec: ChildSpec,
+                 clock: Callable[[], float] = monotonic_ms, signal_fd: int | None = None) -> None:
+        self.channel = channel
+        self.role = role
+        self.spec = spec
+        self.clock = clock
+        self.signal_fd = signal_fd
+        self.state = "starting"
+        self.deadline: float | None = None      # set once draining
+        self.force_close = False
+        self.orphaned = False
+        self._lease_lost_seen = 0
+        self._next_heartbeat = 0.0
+        self._role_fds: set[int] = set()
+
+    # -- messages out ----------------------------------------------------------------------------
+
+    def _send(self, kind: str, **fields) -> None:
+        if not self.orphaned:
+            self.channel.send({"type": kind, **fields})
+
+    def _heartbeat(self, now: float) -> None:
+        stats = self.role.stats()
+        self._send("heartbeat", state=self.state, in_flight=self.role.in_flight(), stats=stats)
+        lost = stats.get("lease_lost", 0) if isinstance(stats, dict) else 0
+        if isinstance(lost, int) and lost > self._lease_lost_seen:
+            self._send("lease-lost", count=lost - self._lease_lost_seen, total=lost)
+            self._lease_lost_seen = lost
+        self._next_heartbeat = now + self.spec.heartbeat_ms
+
+    # -- phases ----------------------------------------------------------------------------------
+
+    def drain(self, deadline: float, reason: str) -> None:
+        """Accept phase: stop taking work now; in-flight work has until ``deadline``."""
+        if self.deadline is None:
+            self.state = "draining"
+            self.deadline = deadline
+            self.role.stop_accepting(reason)
+            self._send("draining", in_flight=self.role.in_flight(), deadline_at=deadline)
+        else:
+            self.deadline = min(self.deadline, deadline)
+
+    def _orphan(self, now: float) -> None:
+        if self.orphaned:
+            return
+        self.orphaned = True
+        log.warning("%s: the supervisor is gone; stopping", self.spec.title)
+        self.drain(now + ORPHAN_DEADLINE_MS, "the supervisor exited")
+        # the backstop: whatever happens in close(), this process ends shortly
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(int(math.ceil(ORPHAN_DEADLINE_MS / 1000.0)) + 1)
+
+    def _on_message(self, message: dict, now: float) -> None:
+        kind = message["type"]
+        if kind == "ping":
+            self._heartbeat(now)
+        elif kind == "accept":
+            self.drain(float(message.get("deadline_at", now)), str(message.get("reason", "supervisor drain")))
+        elif kind == "close":
+            self.drain(float(message.get("deadline_at", now)), str(message.get("reason", "supervisor close")))
+            self.force_close = True
+        else:
+            log.warning("%s: unknown message %r from the supervisor", self.spec.title, kind)
+
+    def _on_signals(self, now: float) -> None:
+        try:
+            data = os.read(self.signal_fd, 512)
+        except (BlockingIOError, InterruptedError):
+            return
+        for signum in data:
+            if signum == signal.SIGTERM:
+                if os.getppid() != self.spec.parent_pid:
+                    self._orphan(now)
+                else:
+                    self.drain(now + self.spec.drain_deadline_ms, "SIGTERM to the child")
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        spec = self.spec
+        self._send("hello", pid=os.getpid(), identity=spec.identity, role=spec.role,
+                   queue=spec.queue, index=spec.index)
+        try:
+            self.role.initialize()
+        except Exception as exc:
+            log.error("%s: initialize failed: %s", spec.title, exc)
+            self._send("stopped", error=f"initialize failed: {exc}", stats={})
+            self.channel.flush_blocking(1.0)
+            try:
+                self.role.close(self.clock())
+            except Exception:
+                pass
+            return 1
+        self.state = "ready"
+        self._send("ready", pid=os.getpid(), stats=self.role.stats())
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.channel.sock, selectors.EVENT_READ, "pipe")
+            if self.signal_fd is not None:
+                selector.register(self.signal_fd, selectors.EVENT_READ, "signal")
+            try:
+                self._loop(selector)
+            except Exception:
+                log.exception("%s: the role failed; closing", spec.title)
+                self._close(self.clock())
+                return 1
+        self._close(self.deadline if self.deadline is not None else self.clock())
+        return 0
+
+    def _loop(self, selector: selectors.BaseSelector) -> None:
+        while True:
+            now = self.clock()
+            if self.deadline is not None and (self.force_close or now >= self.deadline
+                                              or self.role.in_flight() == 0):
+                return
+            wait = self.role.run_once(now)
+            now = self.clock()
+            if now >= self._next_heartbeat:
+                self._heartbeat(now)
+            wait = min(wait, self._next_heartbeat - now)
+            if self.deadline is not None:
+                wait = min(wait, self.deadline - now, _DRAIN_POLL_MS)
+            self._sync_role_fds(selector)
+            if self.channel.wants_write and not self.orphaned:
+                selector.modify(self.channel.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, "pipe")
+            for key, events in selector.select(max(0.0, wait) / 1000.0):
+                if key.data == "pipe":
+                    self._on_pipe(selector, events, now)
+                elif key.data == "signal":
+                    self._on_signals(now)
+
+    def _on_pipe(self, selector: selectors.BaseSelector, events: int, now: float) -> None:
+        if events & selectors.EVENT_WRITE:
+            self.channel.flush()
+            if not self.channel.wants_write:
+                selector.modify(self.channel.sock, selectors.EVENT_READ, "pipe")
+        if not events & selectors.EVENT_READ:
+            return
+        try:
+            messages = self.channel.receive()
+        except (EOFError, FrameError):
+            selector.unregister(self.channel.sock)
+            self._orphan(now)
+            return
+        for message in messages:
+            self._on_message(message, now)
+
+    def _sync_role_fds(self, selector: selectors.BaseSelector) -> None:
+        wanted = {fd for fd in self.role.wakeup_fds() if fd is not None and fd >= 0}
+        for fd in self._role_fds - wanted:
+            try:
+                selector.unregister(fd)
+            except (KeyError, ValueError, OSError):
+                pass
+        for fd in wanted - self._role_fds:
+            try:
+                selector.register(fd, selectors.EVENT_READ, "role")
+            except (KeyError, ValueError, OSError):
+                wanted.discard(fd)
+        self._role_fds = wanted
+
+    def _close(self, deadline: float) -> None:
+        if self.deadline is None:
+            self.role.stop_accepting("closing")
+        self.state = "closing"
+        try:
+            self.role.close(deadline)
+        finally:
+            self.state = "stopped"
+            self._send("stopped", stats=self.role.stats(), in_flight=self.role.in_flight())
+            if not self.orphaned:
+                self.channel.flush_blocking(1.0)
+
+
+def _signal_pipe() -> int:
+    """Route the signals a child cares about to a non-blocking fd; ignore the operator's."""
+    r, w = socket.socketpair()
+    r.setblocking(False)
+    w.setblocking(False)
+    signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)   # recorded via the wakeup fd
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1,
+                   signal.SIGUSR2):
+        signal.signal(signum, signal.SIG_IGN)   # the supervisor coordinates; Ctrl-C reaches it
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # keep both ends alive for the life of the process
+    _signal_pipe.keep = (r, w)  # type: ignore[attr-defined]
+    return r.fileno()
+
+
+def child_main(sock: socket.socket, spec: ChildSpec, make_role: Callable[[str], Role],
+               after_fork: Callable[[], None] | None = None) -> None:
+    """The target of a forked child; ends the process with the host's exit code."""
+    set_parent_death_signal(signal.SIGTERM)
+    signal_fd = _signal_pipe()
+    if after_fork is not None:
+        after_fork()   # closes the supervisor's own fds: listeners, other children's pipes
+    set_title(spec.title)
+    channel = Channel(sock)
+    if os.getppid() != spec.parent_pid:   # the parent died before PDEATHSIG was armed
+        sys.exit(1)
+    try:
+        role = make_role(spec.identity)
+    except Exception as exc:
+        log.error("%s: could not build the role: %s", spec.title, exc)
+        channel.send({"type": "stopped", "error": f"could not build the role: {exc}", "stats": {}})
+        channel.flush_blocking(1.0)
+        sys.exit(1)
+    host = ChildHost(channel, role, spec, signal_fd=signal_fd)
+    code = host.run()
+    time.sleep(0)  # let a pending signal handler run before exit
+    sys.exit(code)

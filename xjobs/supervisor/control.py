@@ -1,0 +1,221 @@
+"""The control socket: a Unix stream socket, mode 0600, answering one request per connection.
+
+A request is one line of JSON, ``{"command": NAME, ...}``; the answer is one line of JSON and
+the server closes. Connections from another user are refused (``SO_PEERCRED``; root is let in,
+as it could read the socket file anyway). Each command is one small handler on the arbiter:
+
+=========  ======================================  ==============================================
+command    request                                 CLI
+=========  ======================================  ==============================================
+status     ``{"command": "status"}``               ``xjobsd status [--json]``
+drain      ``{"command": "drain"}``                ``xjobsd drain``    (same as SIGTERM)
+reload     ``{"command": "reload"}``               ``xjobsd reload``   (same as SIGHUP)
+scale      ``{"command": "scale", "queue": Q,      ``xjobsd scale Q +1`` / ``-1`` / ``=3``
+           "delta": N}`` or ``"processes": N``     (signals: SIGTTIN/SIGTTOU, every queue)
+=========  ======================================  ==============================================
+
+The server side lives in the arbiter's selector loop: accepting and reading never block it
+(a client gets ``_CLIENT_TIMEOUT_S`` to send its line), and the answer is written with a
+short timeout so a client that stops reading cannot stall supervision.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import stat
+import struct
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+from ..errors import InvalidOption, XJobsError
+
+_MAX_REQUEST = 64 * 1024
+_CLIENT_TIMEOUT_S = 2.0
+_PEERCRED = struct.Struct("3i")
+
+
+class ControlUnavailable(XJobsError):
+    code = "X_DAEMON_UNAVAILABLE"
+
+
+def default_path() -> str:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return os.path.join(runtime, "xjobsd.sock")
+    return os.path.join(".xjobs", "xjobsd.sock")
+
+
+def bind(path: str) -> socket.socket:
+    """Listen at ``path`` (0600), replacing a stale socket; refusals name the option."""
+    target = Path(path)
+    if len(os.fsencode(str(target))) > 100:
+        raise InvalidOption("control", f"socket path too long for a Unix socket: {path}")
+    if target.parent == Path(".xjobs"):
+        target.parent.mkdir(mode=0o700, exist_ok=True)
+    if target.exists() or target.is_symlink():
+        if not stat.S_ISSOCK(target.lstat().st_mode):
+            raise InvalidOption("control", f"{path} exists and is not a socket")
+        try:
+            request(str(target), "status", timeout_s=1.0)
+        except ControlUnavailable:
+            target.unlink()   # a previous daemon died without cleaning up
+        else:
+            raise InvalidOption("control", f"another xjobsd already answers at {path}")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(str(target))
+    except OSError as exc:
+        sock.close()
+        raise InvalidOption("control", f"cannot create the control socket at {path}: {exc.strerror}") from None
+    finally:
+        os.umask(old_umask)
+    os.chmod(str(target), 0o600)
+    sock.listen(16)
+    sock.setblocking(False)
+    return sock
+
+
+class _Client:
+    __slots__ = ("sock", "buffer", "since")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = bytearray()
+        self.since = time.monotonic()
+
+
+class ControlServer:
+    """Owned by the arbiter: it registers ``listener`` and each client in its selector."""
+
+    def __init__(self, path: str, listener: socket.socket,
+                 handlers: dict[str, Callable[[dict], dict]]) -> None:
+        self.path = path
+        self.listener = listener
+        self.handlers = handlers
+        self.clients: dict[int, _Client] = {}
+
+    def accept(self) -> list[socket.socket]:
+        """New connections from this user, ready to be registered for reading."""
+        accepted = []
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return accepted
+            except OSError:
+                return accepted
+            pid, uid, gid = _PEERCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                             _PEERCRED.size))
+            if uid not in (os.getuid(), 0):
+                _answer(conn, {"ok": False, "error": "refused: the control socket answers its own user"})
+                conn.close()
+                continue
+            conn.setblocking(False)
+            self.clients[conn.fileno()] = _Client(conn)
+            accepted.append(conn)
+
+    def readable(self, conn: socket.socket) -> bool:
+        """Read what arrived; once a line is complete, answer and answer True (done)."""
+        client = self.clients.get(conn.fileno())
+        if client is None:
+            return True
+        try:
+            data = conn.recv(_MAX_REQUEST)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            data = b""
+        client.buffer += data
+        if b"\n" not in client.buffer and data and len(client.buffer) < _MAX_REQUEST:
+            return False
+        line = bytes(client.buffer).split(b"\n", 1)[0]
+        self._respond(conn, line)
+        return True
+
+    def expired(self, now: float) -> list[socket.socket]:
+        return [c.sock for c in self.clients.values() if now - c.since > _CLIENT_TIMEOUT_S]
+
+    def drop(self, conn: socket.socket) -> None:
+        self.clients.pop(conn.fileno(), None)
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+    def _respond(self, conn: socket.socket, line: bytes) -> None:
+        try:
+            message = orjson.loads(line)
+            if not isinstance(message, dict):
+                raise ValueError("not an object")
+            handler = self.handlers.get(str(message.get("command")))
+            if handler is None:
+                answer = {"ok": False, "error": f"unknown command {message.get('command')!r}; "
+                                                f"known: {', '.join(sorted(self.handlers))}"}
+            else:
+                answer = handler(message)
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            answer = {"ok": False, "error": f"bad request: {exc}"}
+        except XJobsError as exc:
+            answer = {"ok": False, "error": str(exc), "code": exc.code}
+        _answer(conn, answer)
+
+    def close(self) -> None:
+        for client in list(self.clients.values()):
+            self.drop(client.sock)
+        try:
+            self.listener.close()
+        except OSError:
+            pass
+        unlink_socket(self.path)
+
+
+def unlink_socket(path: str) -> None:
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def _answer(conn: socket.socket, answer: dict) -> None:
+    try:
+        conn.settimeout(1.0)
+        conn.sendall(orjson.dumps(answer) + b"\n")
+    except OSError:
+        pass
+
+
+def request(path: str, command: str, timeout_s: float = 5.0, **fields: Any) -> dict:
+    """Ask the daemon at ``path``; ``ControlUnavailable`` when nothing answers there."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    try:
+        try:
+            sock.connect(path)
+        except FileNotFoundError:
+            raise ControlUnavailable(f"no xjobsd is running: no control socket at {path}") from None
+        except OSError as exc:
+            if exc.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK):
+                raise ControlUnavailable(f"no xjobsd is running: nothing answers at {path}") from None
+            raise ControlUnavailable(f"cannot reach xjobsd at {path}: {exc.strerror or exc}") from None
+        sock.sendall(orjson.dumps({"command": command, **fields}) + b"\n")
+        buffer = bytearray()
+        while b"\n" not in buffer:
+            try:
+                chunk = sock.recv(1 << 16)
+            except socket.timeout:
+                raise ControlUnavailable(f"xjobsd at {path} did not answer within {timeout_s:g}s") from None
+            if not chunk:
+                break
+            buffer += chunk
+        if not buffer:
+            raise ControlUnavailable(f"xjobsd at {path} closed the connection without answering")
+        return orjson.loads(bytes(buffer).split(b"\n", 1)[0])
+    finally:
+        sock.close()

@@ -1,0 +1,232 @@
+"""``/metrics`` (Prometheus text, built on prometheus-client), ``/healthz`` and ``/readyz``.
+
+The HTTP server runs in one thread of the supervisor and reads only an immutable snapshot the
+arbiter publishes after each loop pass (one reference swap: no locks shared with the loop).
+Counters in the snapshot come from ``Tally``, so they never go backwards across child
+restarts; queue depth, oldest-ready age and jobs per state come from the probe's one
+statistics round per interval, never from a query per scrape.
+
+* ``/healthz`` — 200 while the supervisor loop has turned recently (it turns at least once a
+  second), else 503.
+* ``/readyz`` — 200 while running with every slot's child up and the database reachable;
+  503 with the reason otherwise (starting, draining, a child down, the database away).
+
+The listening socket is bound before the children are forked (so a port in use is refused at
+start), and each request is served under ``fork_lock``: a fork never copies a half-served
+connection into a child.
+"""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, GaugeMetricFamily,
+                                    HistogramMetricFamily)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from ..errors import InvalidOption
+
+STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
+_ALIVE_WINDOW_S = 5.0
+
+
+def duration_bounds() -> tuple[float, ...]:
+    from ..workers.stats import DURATION_BUCKETS
+    return tuple(DURATION_BUCKETS)
+
+
+class SnapshotCollector:
+    """Turns the arbiter's latest snapshot into metric families at scrape time."""
+
+    def __init__(self, snapshot: Callable[[], dict]) -> None:
+        self._snapshot = snapshot
+
+    def describe(self) -> list:
+        return []   # families are built per scrape; nothing to pre-register
+
+    def collect(self) -> Iterator[Any]:
+        snap = self._snapshot() or {}
+        queues = sorted(snap.get("queues", ()))
+
+        depth = GaugeMetricFamily("xjobs_queue_depth", "Jobs ready to run now, per queue.", labels=["queue"])
+        oldest = GaugeMetricFamily("xjobs_queue_oldest_ready_seconds",
+                                   "Age of the oldest job ready to run now, per queue.", labels=["queue"])
+        summary = snap.get("summary", {})
+        for q in sorted(set(queues) | set(summary)):
+            row = summary.get(q, {})
+            depth.add_metric([q], row.get("depth", 0))
+            oldest.add_metric([q], row.get("oldest_ready_seconds", 0.0))
+        yield depth
+        yield oldest
+
+        per_state = GaugeMetricFamily("xjobs_queue_jobs", "Jobs per queue and state.", labels=["queue", "state"])
+        states = snap.get("states", {})
+        for q in sorted(set(queues) | set(states)):
+            counts = states.get(q, {})
+            for state in STATES:
+                per_state.add_metric([q, state], counts.get(state, 0))
+        yield per_state
+
+        jobs = CounterMetricFamily("xjobs_jobs", "Job runs settled, per queue, job and outcome.",
+                                   labels=["queue", "job", "outcome"])
+        for (q, job, outcome), n in sorted(snap.get("jobs", {}).items()):
+            jobs.add_metric([q, job, outcome], n)
+        yield jobs
+
+        histogram = HistogramMetricFamily("xjobs_job_duration_seconds", "Job run durations.",
+                                          labels=["queue", "job"])
+        bounds = snap.get("bounds", ())
+        for (q, job), (buckets, total, count) in sorted(snap.get("durations", {}).items()):
+            pairs = [(_bound(b), buckets[i] if i < len(buckets) else 0) for i, b in enumerate(bounds)]
+            pairs.append(("+Inf", count))
+            histogram.add_metric([q, job], pairs, total)
+        yield histogram
+
+        lost = CounterMetricFamily("xjobs_lease_lost", "Leases a worker lost, per queue.", labels=["queue"])
+        lease_lost = snap.get("lease_lost", {})
+        for q in sorted(set(queues) | set(lease_lost)):
+            lost.add_metric([q], lease_lost.get(q, 0))
+        yield lost
+
+        released = CounterMetricFamily("xjobs_jobs_released", "Running jobs of a dead worker child "
+                                       "handed back at once, per queue.", labels=["queue"])
+        released_counts = snap.get("released", {})
+        for q in sorted(set(queues) | set(released_counts)):
+            released.add_metric([q], released_counts.get(q, 0))
+        yield released
+
+        in_flight = GaugeMetricFamily("xjobs_in_flight", "Jobs running now, per queue.", labels=["queue"])
+        in_flight_counts = snap.get("in_flight", {})
+        for q in sorted(set(queues) | set(in_flight_counts)):
+            in_flight.add_metric([q], in_flight_counts.get(q, 0))
+        yield in_flight
+
+        restarts = CounterMetricFamily("xjobs_child_restarts", "Child processes started again after "
+                                       "an unexpected exit, per role.", labels=["role"])
+        for role, n in sorted(snap.get("restarts", {"worker": 0}).items()):
+            restarts.add_metric([role], n)
+        yield restarts
+
+        crash = GaugeMetricFamily("xjobs_child_crash_loop", "1 while a child slot is in a crash loop.",
+                                  labels=["role", "queue"])
+        for (role, q), flag in sorted(snap.get("crash_loop", {}).items()):
+            crash.add_metric([role, q], flag)
+        yield crash
+
+        children = GaugeMetricFamily("xjobs_children", "Child processes per role and state.",
+                                     labels=["role", "state"])
+        for (role, state), n in sorted(snap.get("children", {}).items()):
+            children.add_metric([role, state], n)
+        yield children
+
+        yield GaugeMetricFamily("xjobs_scheduler_leader", "1 while this daemon's scheduler leads.",
+                                value=snap.get("leader", 0))
+        yield GaugeMetricFamily("xjobs_outbox_pending", "Outbox rows waiting to be relayed.",
+                                value=snap.get("outbox_pending", 0))
+        yield GaugeMetricFamily("xjobs_database_up", "1 while the supervisor's last statistics "
+                                "round reached the database.", value=1 if snap.get("database_up") else 0)
+
+
+def _bound(value: float) -> str:
+    return repr(float(value))
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: "MetricsServer"
+    timeout = 2.0
+    protocol_version = "HTTP/1.0"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        path = self.path.split("?", 1)[0]
+        owner = self.server.owner
+        if path == "/metrics":
+            self._reply(200, generate_latest(owner.registry), CONTENT_TYPE_LATEST)
+        elif path == "/healthz":
+            alive = time.monotonic() - owner.snapshot().get("alive_at", 0.0) < _ALIVE_WINDOW_S
+            self._reply(200 if alive else 503, b"ok\n" if alive else b"supervisor loop stalled\n")
+        elif path == "/readyz":
+            snap = owner.snapshot()
+            reason = snap.get("not_ready", "starting")
+            if reason is None:
+                self._reply(200, b"ready\n")
+            else:
+                self._reply(503, f"not ready: {reason}\n".encode())
+        else:
+            self._reply(404, b"not found: try /metrics, /healthz or /readyz\n")
+
+    def _reply(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass   # scrapes every few seconds would drown the log
+
+
+class MetricsServer(http.server.HTTPServer):
+    def __init__(self, address: tuple[str, int], owner: "MetricsEndpoint") -> None:
+        self.owner = owner
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+
+    def _handle_request_noblock(self) -> None:
+        # accept, serve and close under the fork lock: no half-served socket crosses a fork
+        with self.owner.fork_lock:
+            super()._handle_request_noblock()
+
+
+class MetricsEndpoint:
+    def __init__(self, address: str, fork_lock: threading.Lock) -> None:
+        host, port = parse_address(address)
+        self.fork_lock = fork_lock
+        self._snapshot: dict = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SnapshotCollector(self.snapshot))
+        try:
+            self.server = MetricsServer((host, port), self)
+        except OSError as exc:
+            raise InvalidOption("metrics", f"cannot listen on {address}: {exc.strerror or exc}") from None
+        self.address = "%s:%d" % self.server.server_address[:2]
+        self._thread: threading.Thread | None = None
+
+    def snapshot(self) -> dict:
+        return self._snapshot
+
+    def publish(self, snapshot: dict) -> None:
+        self._snapshot = snapshot
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5},
+                                        name="xjobsd-metrics", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self.server.shutdown()
+            self._thread.join(2.0)
+        self.server.server_close()
+
+    def close_in_child(self) -> None:
+        self.server.socket.close()
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise InvalidOption("metrics", f"expected HOST:PORT like 127.0.0.1:9464, got {address!r}")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise InvalidOption("metrics", f"port must be 0..65535, got {port}")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        socket.getaddrinfo(host, port)
+    except socket.gaierror as exc:
+        raise InvalidOption("metrics", f"cannot resolve {host!r}: {exc}") from None
+    return host, port

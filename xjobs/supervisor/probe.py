@@ -1,0 +1,187 @@
+"""The supervisor's only database work, done in one thread on short-lived connections.
+
+Two jobs share it:
+
+* **statistics** — once per interval, ONE round of ``queue_summary`` and ``job_stats`` for the
+  whole daemon (never one per child): queue depth, oldest-ready age and jobs per state for
+  ``/metrics`` and ``xjobsd status``; a round that fails marks the database unreachable
+  (``/readyz`` answers 503).
+* **hand-backs** — when a worker child died, its running jobs go back to ready at once
+  (``job_release_worker``, fenced on the dead child's identity) instead of waiting a lease
+  window; but only after ``session_count(identity)`` is 0, so no statement of the dead child
+  is still running on the server when its jobs change hands. A hand-back that cannot happen
+  before the lease would have lapsed anyway is given up: the lease is the safety net.
+
+No connection may cross a fork, so every round opens its connection after taking
+``fork_lock`` and closes it before letting go; the arbiter forks only while it holds the lock
+(it never waits for it: a busy round just defers a start by one loop pass).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..config import Settings
+
+log = logging.getLogger("xjobs.supervisor.probe")
+
+_CONNECT_TIMEOUT_S = 3
+_RELEASE_RETRY_S = 0.05
+
+
+@dataclass
+class _Release:
+    identity: str
+    queue: str | None
+    give_up_at: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    at: float                                   # time.monotonic() of the round
+    queues: dict[str, dict[str, float]]         # queue -> {"depth", "oldest_ready_seconds"}
+    states: dict[str, dict[str, int]]           # queue -> state -> count
+
+
+def default_driver_factory(settings: Settings) -> Callable[[], Any]:
+    def make() -> Any:
+        from psycopg.conninfo import make_conninfo
+        from ..drivers.postgres import PostgresDriver
+        dsn = make_conninfo(settings.dsn, connect_timeout=_CONNECT_TIMEOUT_S)
+        return PostgresDriver(dsn, schema=settings.schema, pool_size=1,
+                              application_name="xjobsd-supervisor")
+    return make
+
+
+class DatabaseProbe:
+    def __init__(self, make_driver: Callable[[], Any], *, interval_s: float,
+                 fork_lock: threading.Lock, wake: Callable[[], None]) -> None:
+        self._make_driver = make_driver
+        self.interval_s = interval_s
+        self._fork_lock = fork_lock
+        self._wake = wake
+        self._event = threading.Event()
+        self._stopping = False
+        self._releases: deque[_Release] = deque()
+        self._results: deque[tuple] = deque()
+        self._thread: threading.Thread | None = None
+        self._next_stats = 0.0
+        self.reachable: bool | None = None
+
+    # -- the arbiter's side (main thread) -------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="xjobsd-probe", daemon=True)
+        self._thread.start()
+
+    def request_release(self, identity: str, queue: str | None, within_s: float) -> None:
+        self._releases.append(_Release(identity, queue, time.monotonic() + within_s))
+        self._event.set()
+
+    def refresh(self) -> None:
+        """Run a statistics round now (a status request after a long quiet spell)."""
+        self._next_stats = 0.0
+        self._event.set()
+
+    def results(self) -> list[tuple]:
+        """What finished since the last call: ``("summary", Summary)``, ``("released",
+        identity, queue, count)``, ``("abandoned", identity, queue)``, ``("error", text)``."""
+        out = []
+        while self._results:
+            out.append(self._results.popleft())
+        return out
+
+    @property
+    def pending_releases(self) -> int:
+        return len(self._releases)
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        self._stopping = True
+        self._event.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def flush_releases(self, timeout_s: float) -> None:
+        """At shutdown: let pending hand-backs finish, up to ``timeout_s``."""
+        end = time.monotonic() + timeout_s
+        self._event.set()
+        while self._releases and time.monotonic() < end and self._thread is not None \
+                and self._thread.is_alive():
+            time.sleep(0.01)
+
+    # -- the thread --------------------------------------------------------------------------------
+
+    def _emit(self, *result: Any) -> None:
+        self._results.append(result)
+        self._wake()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            now = time.monotonic()
+            wait = self._next_stats - now
+            if self._releases:
+                wait = min(wait, _RELEASE_RETRY_S)
+            if wait > 0:
+                self._event.wait(wait)
+                self._event.clear()
+            if self._stopping:
+                return
+            now = time.monotonic()
+            stats_due = now >= self._next_stats
+            if not stats_due and not self._releases:
+                continue
+            if stats_due:
+                self._next_stats = now + self.interval_s
+            self._round(stats_due)
+
+    def _round(self, stats_due: bool) -> None:
+        with self._fork_lock:
+            driver = None
+            try:
+                driver = self._make_driver()
+                if hasattr(driver, "connect"):   # fail fast when the server is away
+                    driver.connect(connect_timeout=_CONNECT_TIMEOUT_S).close()
+                self._hand_back(driver)
+                if stats_due:
+                    self._statistics(driver)
+                self._set_reachable(True, None)
+            except Exception as exc:
+                self._set_reachable(False, exc)
+            finally:
+                if driver is not None:
+                    try:
+                        driver.close()
+                    except Exception:
+                        pass
+
+    def _hand_back(self, driver: Any) -> None:
+        for item in list(self._releases):
+            if driver.session_count(item.identity) > 0:
+                if time.monotonic() >= item.give_up_at:
+                    self._releases.remove(item)
+                    self._emit("abandoned", item.identity, item.queue)
+                continue   # its backend is still finishing a statement: next round
+            count = driver.job_release_worker(item.identity)
+            self._releases.remove(item)
+            self._emit("released", item.identity, item.queue, count)
+
+    def _statistics(self, driver: Any) -> None:
+        summary = driver.queue_summary()
+        states = driver.job_stats()
+        queues = {name: {"depth": s.depth, "oldest_ready_seconds": s.oldest_ready_ms / 1000.0}
+                  for name, s in summary.items()}
+        self._emit("summary", Summary(time.monotonic(), queues, states))
+
+    def _set_reachable(self, ok: bool, exc: Exception | None) -> None:
+        if ok != self.reachable:
+            if ok:
+                log.info("database reachable")
+            else:
+                log.error("database unreachable: %s", exc)
+                self._emit("error", str(exc))
+        self.reachable = ok

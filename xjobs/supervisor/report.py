@@ -1,0 +1,198 @@
+"""What the supervisor says about itself: ``xjobsd status``, the ``/metrics`` snapshot, the
+one-line sd_notify status, and whether it is healthy (watchdog) and ready (``/readyz``).
+
+All of it is read from the arbiter's own state on the loop thread; the metrics thread only
+ever sees the finished, immutable snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .arbiter import Arbiter
+    from .slots import Child, Slot
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident memory of ``pid`` from ``/proc`` (Linux); None where unknown."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _child_row(arbiter: "Arbiter", child: "Child", now: float, state: str | None = None) -> dict:
+    slot = child.slot
+    role, queue, index = slot.key
+    return {
+        "role": role, "queue": queue, "index": index, "pid": child.pid,
+        "identity": child.identity,
+        "state": state or ("retiring" if child.retiring and child.state == "ready" else child.state),
+        "in_flight": child.in_flight,
+        "completed": int(arbiter.tally.get(("slot", role, queue or "", index, "completed"))),
+        "restarts": slot.restarts,
+        "uptime": round(now - child.started_at, 3),
+        "heartbeat_age": round(now - child.last_seen, 3),
+        "crash_loop": slot.crash_loop,
+        "last_exit": slot.last_exit,
+        "retiring": child.retiring,
+        "concurrency": slot.spec.concurrency if role == "worker" else None,
+    }
+
+
+def _empty_row(arbiter: "Arbiter", slot: "Slot", now: float) -> dict:
+    role, queue, index = slot.key
+    return {
+        "role": role, "queue": queue, "index": index, "pid": None, "identity": None,
+        "state": "crash-loop" if slot.crash_loop else "backoff" if slot.restarts else "pending",
+        "in_flight": 0,
+        "completed": int(arbiter.tally.get(("slot", role, queue or "", index, "completed"))),
+        "restarts": slot.restarts, "uptime": 0.0, "heartbeat_age": None,
+        "crash_loop": slot.crash_loop, "last_exit": slot.last_exit, "retiring": None,
+        "restart_in": round(max(0.0, slot.next_start - now), 3),
+        "concurrency": slot.spec.concurrency if role == "worker" else None,
+    }
+
+
+def children(arbiter: "Arbiter", now: float) -> list[dict]:
+    rows = []
+    for slot in sorted(arbiter.slots, key=lambda s: (s.spec.role, s.spec.queue or "", s.index)):
+        if slot.child is None and slot.successor is None:
+            if arbiter.state == "running":
+                rows.append(_empty_row(arbiter, slot, now))
+            continue
+        for child in slot.children():
+            rows.append(_child_row(arbiter, child, now,
+                                   "starting" if child is slot.successor and child.state != "ready" else None))
+    for child in arbiter.retired:
+        if child.exit_code is None:
+            rows.append(_child_row(arbiter, child, now, "draining" if child.state == "ready" else None))
+    return rows
+
+
+def queues(arbiter: "Arbiter", now: float) -> dict[str, dict]:
+    summary = arbiter.summary
+    names = {s.spec.queue for s in arbiter.slots if s.spec.role == "worker" and s.spec.queue}
+    if summary is not None:
+        names |= set(summary.queues) | set(summary.states)
+    out = {}
+    for name in sorted(names):
+        slots = [s for s in arbiter.slots if s.spec.role == "worker" and s.spec.queue == name]
+        row = summary.queues.get(name, {"depth": 0, "oldest_ready_seconds": 0.0}) if summary else {}
+        out[name] = {
+            "depth": row.get("depth"),
+            "oldest_ready_seconds": row.get("oldest_ready_seconds"),
+            "processes": len(slots),
+            "concurrency": slots[0].spec.concurrency if slots else 0,
+            "in_flight": sum(c.in_flight for s in slots for c in s.children()),
+            "states": dict(summary.states.get(name, {})) if summary else {},
+            "as_of_seconds": round(now - summary.at, 3) if summary else None,
+        }
+    return out
+
+
+def status(arbiter: "Arbiter", now: float) -> dict:
+    return {
+        "pid": arbiter.pid,
+        "state": arbiter.state,
+        "uptime": round(now - arbiter.started_at, 3),
+        "schema": arbiter.settings.schema,
+        "database_up": arbiter.database_up,
+        "metrics": arbiter.metrics.address if arbiter.metrics is not None else None,
+        "control": arbiter.control.path if arbiter.control is not None else None,
+        "drain_deadline_in": (round(max(0.0, arbiter.drain_deadline - now), 3)
+                              if arbiter.drain_deadline is not None else None),
+        "children": children(arbiter, now),
+        "queues": queues(arbiter, now),
+    }
+
+
+def not_ready(arbiter: "Arbiter") -> str | None:
+    """Why ``/readyz`` answers 503, or None when ready."""
+    if arbiter.state != "running":
+        return arbiter.state
+    down = [s.label for s in arbiter.slots if s.child is None or s.child.state != "ready"]
+    if down:
+        return f"child not ready: {', '.join(down[:5])}"
+    if not arbiter.database_up:
+        return "database unreachable" if arbiter.database_up is False else "database not checked yet"
+    return None
+
+
+def healthy(arbiter: "Arbiter") -> bool:
+    return arbiter.state in ("starting", "running") and not any(s.crash_loop for s in arbiter.slots)
+
+
+def status_line(arbiter: "Arbiter") -> str:
+    kids = [c for s in arbiter.slots for c in s.children()]
+    ready = sum(1 for c in kids if c.state == "ready")
+    in_flight = sum(c.in_flight for c in kids)
+    line = f"{arbiter.state}: {ready}/{len(arbiter.slots)} children ready, {in_flight} job(s) in flight"
+    if arbiter.summary is not None and arbiter.summary.queues:
+        depth = ", ".join(f"{q}={v['depth']}" for q, v in sorted(arbiter.summary.queues.items()))
+        line += f", ready depth {depth}"
+    crash = [s.label for s in arbiter.slots if s.crash_loop]
+    if crash:
+        line += f"; CRASH LOOP: {', '.join(crash[:3])}"
+    return line
+
+
+def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
+    """Everything ``/metrics``, ``/healthz`` and ``/readyz`` read, built on the loop thread."""
+    from .metrics import duration_bounds
+    tally = arbiter.tally
+    jobs = {(k[1], k[2], k[3]): v for k, v in tally.items("jobs")}
+    durations: dict[tuple[str, str], list] = {}
+    for (_, q, job, i), n in tally.items("duration"):
+        entry = durations.setdefault((q, job), [[], 0.0, 0])
+        buckets = entry[0]
+        while len(buckets) <= i:
+            buckets.append(0)
+        buckets[i] = n
+    for (_, q, job), total in tally.items("duration_sum"):
+        durations.setdefault((q, job), [[], 0.0, 0])[1] = total
+    for (_, q, job), count in tally.items("duration_count"):
+        durations.setdefault((q, job), [[], 0.0, 0])[2] = count
+    in_flight: dict[str, int] = {}
+    children_by_state: dict[tuple[str, str], int] = {}
+    leader = 0
+    pending = 0
+    live = [c for s in arbiter.slots for c in s.children()] + list(arbiter.retired)
+    for child in live:
+        if child.exit_code is not None:
+            continue
+        if child.role == "worker" and child.queue is not None:
+            in_flight[child.queue] = in_flight.get(child.queue, 0) + child.in_flight
+        key = (child.role, child.state)
+        children_by_state[key] = children_by_state.get(key, 0) + 1
+        if child.role == "scheduler" and child.stats.get("leader"):
+            leader = 1
+        if child.role == "outbox-relay":
+            pending = max(pending, int(child.stats.get("pending", 0) or 0))
+    restarts = {"worker": 0}
+    restarts.update({k[1]: v for k, v in tally.items("restarts")})
+    summary = arbiter.summary
+    return {
+        "alive_at": now,
+        "not_ready": not_ready(arbiter),
+        "queues": sorted({s.spec.queue for s in arbiter.slots if s.spec.role == "worker" and s.spec.queue}),
+        "summary": summary.queues if summary is not None else {},
+        "states": summary.states if summary is not None else {},
+        "jobs": jobs,
+        "bounds": duration_bounds(),
+        "durations": {k: (v[0], v[1], v[2]) for k, v in durations.items()},
+        "lease_lost": {k[1]: v for k, v in tally.items("lease_lost")},
+        "released": {k[1]: v for k, v in tally.items("released")},
+        "in_flight": in_flight,
+        "restarts": restarts,
+        "crash_loop": {(s.spec.role, s.spec.queue or ""): int(s.crash_loop) for s in arbiter.slots},
+        "children": children_by_state,
+        "leader": leader,
+        "outbox_pending": pending,
+        "database_up": bool(arbiter.database_up),
+    }

@@ -1,0 +1,61 @@
+"""From configuration to ``RoleSpec``s: which children to run and how each builds its role.
+
+Every role is hosted the same way; this module only decides WHICH. Workers come from the
+queues (``--queue emails=2x16``; by default every queue of the registry at 1x16). The
+scheduler and the outbox relay join here when they exist, as specs of their own.
+
+A spec's ``make(identity)`` runs in the CHILD after the fork, so the driver and its pool are
+created there: the driver announces the child's identity as its ``application_name``, which
+is how the supervisor later finds (and waits out) a dead child's sessions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..config import QueueSpec, Settings
+from ..errors import ConcurrencyUnenforceable, InvalidOption
+from ..registry import Registry
+from .slots import RoleSpec
+
+
+def check_registry(registry: Registry) -> None:
+    """Refuse what this daemon cannot run faithfully, before anything is forked."""
+    if not registry.jobs():
+        raise InvalidOption("app", "no jobs are registered: pass --app MODULE with @job declarations")
+    capped = [h.name for h in registry.jobs() if h.concurrency is not None]
+    if capped:
+        raise ConcurrencyUnenforceable(
+            f"job(s) {', '.join(capped)} declare concurrency=, and no fleet lease store exists "
+            "to enforce a fleet-wide cap; remove concurrency= or run a release that has one")
+
+
+def resolve_queues(settings: Settings, registry: Registry) -> dict[str, QueueSpec]:
+    """The configured queues, each checked to have registered jobs; default: all at 1x16."""
+    served = set(registry.queues())
+    if not settings.queues:
+        return {name: QueueSpec() for name in sorted(served)}
+    idle = [name for name in settings.queues if name not in served]
+    if idle:
+        raise InvalidOption("queue", f"no registered job uses queue(s) {', '.join(map(repr, idle))}; "
+                                     f"registered queues: {', '.join(sorted(served)) or 'none'}")
+    return dict(settings.queues)
+
+
+def worker_maker(settings: Settings, registry: Registry, queue: str,
+                 concurrency: int) -> Callable[[str], Any]:
+    def make(identity: str) -> Any:
+        from ..drivers.postgres import PostgresDriver
+        from ..workers.queue_worker import QueueWorker
+        driver = PostgresDriver(settings.dsn, schema=settings.schema, application_name=identity,
+                                pool_size=min(concurrency + 2, 32))
+        return QueueWorker(driver=driver, registry=registry, queue=queue, concurrency=concurrency,
+                           settings=settings, identity=identity)
+    return make
+
+
+def role_specs(settings: Settings, registry: Registry) -> list[RoleSpec]:
+    check_registry(registry)
+    return [RoleSpec("worker", name, spec.processes, spec.concurrency,
+                     worker_maker(settings, registry, name, spec.concurrency))
+            for name, spec in resolve_queues(settings, registry).items()]
