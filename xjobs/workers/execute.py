@@ -20,6 +20,7 @@ The verdict, in order:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import threading
@@ -29,6 +30,7 @@ from typing import Any, Callable
 
 from ..context import CANCELLED, DRAINED, LEASE_LOST, Ctx, RunSignal
 from ..drivers.base import ClaimedJob, Lease, Nack
+from ..errors import JobTimeout
 from ..retry import decide
 
 log = logging.getLogger("xjobs.worker")
@@ -112,8 +114,10 @@ async def _call_async(run: Run) -> BaseException | None:
 class Executor:
     """Runs bodies; reports ``done(run, error)`` from whichever thread finished them.
 
-    The thread pool grows on demand up to ``size`` threads, so a worker configured for 500
-    slots that only ever runs 10 jobs at once holds 10 threads.
+    ``submit_many`` hands a whole claimed batch over at once: one lock for the thread pool,
+    one wake-up of the event loop for every async body in the batch. The pool grows on
+    demand up to ``size`` threads, so a worker configured for 500 slots that only ever runs
+    10 jobs at once holds 10 threads.
     """
 
     def __init__(self, size: int, done: Callable[[Run, BaseException | None], None],
@@ -129,26 +133,30 @@ class Executor:
         self._loop_thread: threading.Thread | None = None
         self._closed = False
 
-    def submit(self, run: Run) -> None:
-        if run.handle.is_async:
+    def submit_many(self, runs: list[Run]) -> None:
+        sync = [run for run in runs if not run.handle.is_async]
+        if len(sync) != len(runs):
             loop = self._loop or self._start_loop()
-            run.future = asyncio.run_coroutine_threadsafe(_call_async(run), loop)
-            run.future.add_done_callback(lambda fut, run=run: self._async_done(run, fut))
+            loop.call_soon_threadsafe(self._start_tasks, [run for run in runs if run.handle.is_async])
+        if not sync:
             return
         with self._lock:
-            if self._idle > 0:
-                self._idle -= 1
-            elif len(self._threads) < self._size:
+            reuse = min(self._idle, len(sync))
+            self._idle -= reuse
+            spawn = min(len(sync) - reuse, self._size - len(self._threads))
+            for _ in range(spawn):
                 thread = threading.Thread(target=self._serve, name=f"{self._name}-{len(self._threads)}",
                                           daemon=True)
                 self._threads.append(thread)
                 thread.start()
-        self._queue.put(run)
+        put = self._queue.put
+        for run in sync:
+            put(run)
 
     def cancel(self, run: Run) -> None:
         """Cancel an async body (a timeout); a thread cannot be stopped, only signalled."""
-        if run.future is not None:
-            run.future.cancel()
+        if run.future is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(run.future.cancel)
 
     def _serve(self) -> None:
         get, done = self._queue.get, self._done
@@ -161,12 +169,19 @@ class Executor:
                 self._idle += 1
             done(run, error)
 
-    def _async_done(self, run: Run, fut: Any) -> None:
-        if fut.cancelled():
-            from ..errors import JobTimeout
+    def _start_tasks(self, runs: list[Run]) -> None:
+        """On the loop thread: one task per async body."""
+        create = self._loop.create_task
+        for run in runs:
+            task = create(_call_async(run))
+            task.add_done_callback(functools.partial(self._task_done, run))
+            run.future = task
+
+    def _task_done(self, run: Run, task: "asyncio.Task") -> None:
+        if task.cancelled():
             self._done(run, JobTimeout("cancelled by its timeout"))
         else:
-            self._done(run, fut.result())
+            self._done(run, task.result())
 
     def _start_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:

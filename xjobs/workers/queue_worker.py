@@ -236,18 +236,20 @@ class QueueWorker:
             else:
                 self._more.discard(queue)
             self.stats_.bump("claimed", len(jobs))
-            for job in jobs:
-                self._start(job, now_ms)
+            runs = [run for run in (self._start(job, now_ms) for job in jobs) if run is not None]
+            if runs:
+                self._executor.submit_many(runs)
 
-    def _start(self, job: Any, now_ms: float) -> None:
+    def _start(self, job: Any, now_ms: float) -> Run | None:
+        """Hold the job and answer its run, or settle it at once when nothing here can run it."""
         handle = self._handles.get(job.name)
         run = Run(job, handle or _Unknown(DEFAULT_RETRY), self.driver, now_ms)
         self.held[job.id] = run
         self.busy[job.queue] += 1
         if handle is None:
             self._body_done(run, LookupError(f"no handler for job {job.name!r} in worker {self.identity}"))
-            return
-        self._executor.submit(run)
+            return None
+        return run
 
     # -- settlement ------------------------------------------------------------------------------
 
