@@ -37,7 +37,6 @@ create table if not exists {schema}.jobs (
 -- Hot indexes hold live rows only so millions of finished rows cost the claim nothing.
 create index if not exists jobs_ready_idx on {schema}.jobs (queue, priority, run_at, id) where state = 'ready';
 create index if not exists jobs_running_idx on {schema}.jobs (lease_expires_at) where state = 'running';
-create index if not exists jobs_running_worker_idx on {schema}.jobs (claimed_by) where state = 'running';
 create index if not exists jobs_suspended_idx on {schema}.jobs (run_at) where state = 'suspended';
 create index if not exists jobs_finished_idx on {schema}.jobs (finished_at) where state in ('completed', 'dead', 'cancelled');
 

@@ -279,11 +279,11 @@ class QueueWorker:
                 self.stats_.bump("settle_failed", len(acks))
                 acked = set()
                 acks = []
-            for run in acks:
-                if run.job.id in acked:
-                    self.stats_.outcome(run.job.name, "completed", _seconds(run, now_ms))
-                else:
-                    self.stats_.bump("lease_lost")
+            self.stats_.outcomes([(run.job.name, "completed", _seconds(run, now_ms))
+                                  for run in acks if run.job.id in acked])
+            lost = sum(1 for run in acks if run.job.id not in acked)
+            if lost:
+                self.stats_.bump("lease_lost", lost)
         for run, outcome in nacks:
             self._write_nack(run, outcome, now_ms)
 

@@ -28,21 +28,29 @@ class WorkerStats:
             self.totals[key] += n
 
     def outcome(self, job: str, outcome: str, seconds: float | None) -> None:
+        self.outcomes([(job, outcome, seconds)])
+
+    def outcomes(self, entries: list[tuple[str, str, float | None]]) -> None:
+        """Record a pass's worth of settled runs under one lock."""
         with self._lock:
-            self.totals[outcome] += 1
-            per_job = self.jobs.get(job)
-            if per_job is None:
-                per_job = self.jobs[job] = {}
-            per_job[outcome] = per_job.get(outcome, 0) + 1
-            if seconds is not None:
-                hist = self.durations.get(job)
-                if hist is None:
-                    hist = self.durations[job] = [0] * len(DURATION_BUCKETS) + [0.0, 0]
-                index = bisect_left(DURATION_BUCKETS, seconds)
-                if index < len(DURATION_BUCKETS):
-                    hist[index] += 1
-                hist[-2] += seconds
-                hist[-1] += 1
+            for job, outcome, seconds in entries:
+                self._record(job, outcome, seconds)
+
+    def _record(self, job: str, outcome: str, seconds: float | None) -> None:
+        self.totals[outcome] += 1
+        per_job = self.jobs.get(job)
+        if per_job is None:
+            per_job = self.jobs[job] = {}
+        per_job[outcome] = per_job.get(outcome, 0) + 1
+        if seconds is not None:
+            hist = self.durations.get(job)
+            if hist is None:
+                hist = self.durations[job] = [0] * len(DURATION_BUCKETS) + [0.0, 0]
+            index = bisect_left(DURATION_BUCKETS, seconds)
+            if index < len(DURATION_BUCKETS):
+                hist[index] += 1
+            hist[-2] += seconds
+            hist[-1] += 1
 
     def snapshot(self, in_flight: int) -> dict:
         with self._lock:
