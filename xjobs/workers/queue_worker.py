@@ -45,8 +45,13 @@ _SWEEP_LIMIT = 1000
 
 
 def new_identity(role: str = "worker") -> str:
-    """Unique per process start: a restarted child can never settle its predecessor's jobs."""
-    return f"{role}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    """Unique per process start: a restarted child can never settle its predecessor's jobs.
+
+    It doubles as the child's ``application_name``, which PostgreSQL cuts at 63 bytes, so
+    the host part is shortened to keep the whole identity matchable in ``pg_stat_activity``.
+    """
+    host = socket.gethostname().encode("ascii", "replace")[:24].decode()
+    return f"{role}:{host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 class QueueWorker:
