@@ -8,9 +8,9 @@ insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant,
                            priority, max_attempts, run_at, created_at)
 select u.name, u.queue, 'ready', u.payload::jsonb, u.key, u.tenant, u.enqueued_by,
        u.priority, u.max_attempts, to_timestamp(u.run_at / 1000.0), to_timestamp(%(now)s / 1000.0)
-from unnest(%(names)s::text[], %(queues)s::text[], %(payloads)s::text[], %(keys)s::text[],
-            %(tenants)s::text[], %(enqueued_by)s::text[], %(priorities)s::int[],
-            %(max_attempts)s::int[], %(run_ats)s::float8[])
+from unnest(%(names)b::text[], %(queues)b::text[], %(payloads)b::text[], %(keys)b::text[],
+            %(tenants)b::text[], %(enqueued_by)b::text[], %(priorities)b::int[],
+            %(max_attempts)b::int[], %(run_ats)b::float8[])
      as u(name, queue, payload, key, tenant, enqueued_by, priority, max_attempts, run_at)
 on conflict (name, (coalesce(tenant, '')), idempotency_key)
     where state in ('ready', 'running', 'suspended') do nothing
