@@ -1,0 +1,139 @@
+"""xjobsd under real signals: SIGKILL of a child and of the supervisor, the two-phase drain."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from tests.daemon_fixtures import alive, daemon_env, wait_for  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
+
+
+def hold(env, n: int, **input) -> int:
+    return env.enqueue("hold", "slow", [{"n": n, **input}], key=lambda i: f"hold:{i['n']}")[0]
+
+
+def starts(env, job_id: int) -> list[tuple]:
+    return env.sql("select attempt, pid from {schema}.effects where job_id = %s order by at", job_id)
+
+
+def test_sigkill_of_a_worker_child_restarts_it_and_redelivers_its_job_at_once(daemon_env):
+    env = daemon_env
+    daemon = env.start("--queue", "slow=1x4")
+    daemon.ready()
+    job_id = hold(env, 1, seconds=60, quick_retry=True)
+    first = wait_for(lambda: starts(env, job_id), 10, "the job to start")
+    victim = first[0][1]
+    assert [c["pid"] for c in daemon.children("slow")] == [victim]
+
+    killed_at = time.monotonic()
+    import os
+    os.kill(victim, signal.SIGKILL)
+
+    def restarted():
+        kids = daemon.children("slow")
+        return kids if kids and kids[0]["pid"] not in (None, victim) and kids[0]["state"] == "ready" else None
+    kids = wait_for(restarted, 2.0, "the child to be restarted and ready")
+    assert time.monotonic() - killed_at < 2.0
+    assert kids[0]["restarts"] == 1
+
+    # the lease is 30s: the job comes back through the hand-back, well before it would lapse
+    wait_for(lambda: env.job(job_id)["state"] == "completed", 5.0, "the job to run again and complete")
+    assert time.monotonic() - killed_at < 5.0
+    assert [a for a, _ in starts(env, job_id)] == [1, 2]
+    assert "worker died" in (env.job(job_id)["last_error"] or "")
+
+    assert daemon.sample("xjobs_child_restarts", "xjobs_child_restarts_total", role="worker") == 1
+    wait_for(lambda: daemon.sample("xjobs_jobs_released", "xjobs_jobs_released_total", queue="slow") == 1,
+             3.0, "the hand-back to show on /metrics")
+    wait_for(lambda: daemon.sample("xjobs_jobs", "xjobs_jobs_total", queue="slow", job="hold",
+                                   outcome="completed") == 1, 3.0, "the completion to show on /metrics")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(10) == 0
+
+
+def test_sigterm_interrupts_a_job_watching_its_signal_and_a_second_daemon_completes_it(daemon_env):
+    env = daemon_env
+    daemon = env.start("--queue", "slow=1x4")
+    daemon.ready()
+    job_id = hold(env, 2, seconds=10, watch=True)
+    wait_for(lambda: starts(env, job_id), 10, "the job to start")
+
+    sent = time.monotonic()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(5) == 0
+    assert time.monotonic() - sent < 2.0, daemon.output()
+    job = env.job(job_id)
+    assert job["state"] == "ready" and job["attempt"] == 0, job   # interrupted: no attempt burned
+    assert "X_DRAINING" in (job["last_error"] or "") or "drain" in (job["last_error"] or "").lower()
+    assert "1 run(s) interrupted" in daemon.output()
+
+    env.sql("update {schema}.jobs set payload = jsonb_set(payload, '{seconds}', '0.1') where id = %s", job_id)
+    second = env.start("--queue", "slow=1x4")
+    wait_for(lambda: env.job(job_id)["state"] == "completed", 15, "the second daemon to complete the job")
+    assert [a for a, _ in starts(env, job_id)] == [1, 1]   # the same attempt, run again
+    second.signal(signal.SIGTERM)
+    assert second.wait(10) == 0
+
+
+def test_sigterm_with_a_job_deaf_to_its_signal_exits_after_deadline_and_grace(daemon_env):
+    env = daemon_env
+    daemon = env.start("--queue", "slow=1x4", "--drain-deadline", "3s", XJOBS_LEASE="6s",
+                       XJOBS_HEARTBEAT="1s")
+    daemon.ready()
+    job_id = hold(env, 3, seconds=30, watch=False, quick_retry=True)
+    wait_for(lambda: starts(env, job_id), 10, "the job to start")
+
+    sent = time.monotonic()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(10) == 0
+    elapsed = time.monotonic() - sent
+    assert 3.0 <= elapsed < 3.0 + 2.0 + 1.0, (elapsed, daemon.output())
+    assert "abandoned" in daemon.output()
+
+    # delivered again: after the lease at the latest (the supervisor may hand it back sooner)
+    second = env.start("--queue", "slow=1x4")
+    wait_for(lambda: env.job(job_id)["state"] == "completed", 15, "the job to be delivered again")
+    assert [a for a, _ in starts(env, job_id)] == [1, 2]
+    second.signal(signal.SIGTERM)
+    assert second.wait(10) == 0
+
+
+def test_sigkill_of_the_supervisor_leaves_no_child_behind(daemon_env):
+    env = daemon_env
+    daemon = env.start("--queue", "alpha=2x4", "--queue", "slow=1x2")
+    daemon.ready()
+    job_id = hold(env, 4, seconds=60, watch=True)
+    wait_for(lambda: starts(env, job_id), 10, "the job to start")
+    pids = [c["pid"] for c in daemon.children()]
+    assert len(pids) == 3
+
+    killed_at = time.monotonic()
+    daemon.signal(signal.SIGKILL)
+    wait_for(lambda: not any(alive(pid) for pid in pids), 2.0, "every child to exit")
+    assert time.monotonic() - killed_at <= 2.0
+    # the orphan stopped its job as a drain would: back to ready, no attempt burned
+    job = env.job(job_id)
+    assert job["state"] == "ready" and job["attempt"] == 0, job
+
+
+def test_a_second_sigterm_skips_to_the_kill(daemon_env):
+    env = daemon_env
+    daemon = env.start("--queue", "slow=1x2", "--drain-deadline", "60s")
+    daemon.ready()
+    job_id = hold(env, 5, seconds=60, watch=False)
+    wait_for(lambda: starts(env, job_id), 10, "the job to start")
+    child = daemon.children("slow")[0]["pid"]
+
+    daemon.signal(signal.SIGTERM)
+    wait_for(lambda: "draining" in daemon.output(), 5, "the drain to begin")
+    sent = time.monotonic()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(5) == 0
+    assert time.monotonic() - sent < 3.0
+    assert not alive(child)
+    # its job was handed back at once: no lease window to wait out
+    wait_for(lambda: env.job(job_id)["state"] == "ready", 2, "the job to be back to ready")

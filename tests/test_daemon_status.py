@@ -1,0 +1,103 @@
+"""``xjobsd status`` over the real control socket, and /metrics, /healthz, /readyz over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+
+import pytest
+
+from tests.daemon_fixtures import CLI, daemon_env, wait_for  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
+
+DESIGN_METRICS = ["xjobs_queue_depth", "xjobs_queue_jobs", "xjobs_queue_oldest_ready_seconds",
+                  "xjobs_jobs", "xjobs_job_duration_seconds", "xjobs_lease_lost", "xjobs_in_flight",
+                  "xjobs_child_restarts", "xjobs_scheduler_leader", "xjobs_outbox_pending"]
+CHILD_FIELDS = {"role", "queue", "pid", "state", "in_flight", "completed", "restarts", "uptime"}
+
+
+def cli(env, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + list(args), cwd=env.tmp, env=env.process_env, capture_output=True,
+                          text=True, timeout=30)
+
+
+def test_status_lists_every_child_as_json_and_as_a_table(daemon_env):
+    env = daemon_env
+    daemon = env.start("--queue", "alpha=2x8", "--queue", "slow=1x2")
+    daemon.ready()
+    assert stat.S_IMODE(os.stat(daemon.control).st_mode) == 0o600
+
+    result = cli(env, "status", "--json", "--control", daemon.control)
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["pid"] == daemon.pid and answer["state"] == "running"
+    assert sorted((c["queue"], c["index"]) for c in answer["children"]) == [("alpha", 1), ("alpha", 2), ("slow", 1)]
+    for child in answer["children"]:
+        assert CHILD_FIELDS <= set(child), child
+        assert child["role"] == "worker" and child["state"] == "ready" and child["pid"] > 0
+        assert child["in_flight"] == 0 and child["restarts"] == 0
+    assert set(answer["queues"]) >= {"alpha", "slow"}
+    assert {"depth", "oldest_ready_seconds"} <= set(answer["queues"]["alpha"])
+
+    table = cli(env, "status", "--control", daemon.control)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("ROLE"))
+    for column in ("QUEUE", "PID", "STATE", "UPTIME", "IN FLIGHT", "COMPLETED", "RESTARTS"):
+        assert column in header
+    assert sum(1 for line in lines if line.startswith("worker")) == 3
+    assert any(line.startswith("QUEUE") and "DEPTH" in line and "OLDEST READY" in line for line in lines)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(10) == 0
+
+
+def test_status_without_a_daemon_fails_clearly(daemon_env):
+    result = cli(daemon_env, "status", "--control", str(daemon_env.tmp / "nobody.sock"))
+    assert result.returncode == 1
+    assert "no xjobsd is running" in result.stderr
+    assert result.stdout == ""
+    stale = daemon_env.tmp / "stale.sock"
+    import socket
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(stale))
+    s.close()   # a socket file nobody listens on, as a crashed daemon leaves behind
+    result = cli(daemon_env, "status", "--json", "--control", str(stale))
+    assert result.returncode == 1 and "no xjobsd is running" in result.stderr
+
+
+def test_metrics_parse_hold_every_design_name_and_depth_matches_sql(daemon_env):
+    env = daemon_env
+    daemon = env.start("--queue", "slow=1x1", "--queue", "alpha=1x4")
+    daemon.ready()
+    status, body = daemon.http("/healthz")
+    assert status == 200
+    wait_for(lambda: daemon.http("/readyz")[0] == 200, 5, "/readyz to answer 200")
+
+    families = daemon.metrics()
+    missing = [name for name in DESIGN_METRICS if name not in families]
+    assert not missing, missing
+    assert families["xjobs_jobs"].type == "counter"
+    assert families["xjobs_job_duration_seconds"].type == "histogram"
+
+    # one slot, held by a long job: everything behind it waits, so the depth holds still
+    blocker = env.enqueue("hold", "slow", [{"n": 0, "seconds": 60}], key=lambda i: f"hold:{i['n']}")[0]
+    wait_for(lambda: env.job(blocker)["state"] == "running", 10, "the blocker to run")
+    env.enqueue("hold", "slow", [{"n": n, "seconds": 0} for n in range(1, 8)], key=lambda i: f"hold:{i['n']}")
+    in_sql = env.one("select count(*) from {schema}.jobs where queue = 'slow' and state = 'ready' "
+                     "and run_at <= now()")
+    assert in_sql == 7
+    wait_for(lambda: daemon.sample("xjobs_queue_depth", queue="slow") == in_sql, 5,
+             "xjobs_queue_depth{queue=slow} to match SQL")
+    assert daemon.sample("xjobs_queue_jobs", state="ready", queue="slow") == in_sql
+    assert daemon.sample("xjobs_queue_oldest_ready_seconds", queue="slow") >= 0
+    wait_for(lambda: daemon.sample("xjobs_in_flight", queue="slow") == 1, 3, "the next heartbeat")
+    assert daemon.status()["queues"]["slow"]["depth"] == in_sql
+
+    daemon.signal(signal.SIGTERM)
+    wait_for(lambda: daemon.http("/readyz")[0] == 503 if daemon.proc.poll() is None else True, 5,
+             "/readyz to turn 503 while draining")
+    assert daemon.wait(10) == 0
