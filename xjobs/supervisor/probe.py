@@ -185,3 +185,21 @@ class DatabaseProbe:
                 log.error("database unreachable: %s", exc)
                 self._emit("error", str(exc))
         self.reachable = ok
+
+
+class _NullProbe:
+    """Stands in when a supervisor has no database to ask (tests of the loop alone)."""
+
+    reachable = None
+    pending_releases = 0
+
+    def start(self) -> None: ...
+    def stop(self, timeout_s: float = 0) -> None: ...
+    def request_release(self, identity: str, queue: str | None, within_s: float) -> None: ...
+    def refresh(self) -> None: ...
+    def flush_releases(self, timeout_s: float) -> None: ...
+    def results(self) -> list: return []
+
+
+def no_probe(**_: Any) -> Any:
+    return _NullProbe()
