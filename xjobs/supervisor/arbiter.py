@@ -45,6 +45,7 @@ from ..errors import InvalidOption
 from ..options import finite_count
 from . import report
 from .backoff import Backoff
+from .child import set_title
 from .control import ControlServer
 from .metrics import MetricsEndpoint
 from .notify import Notifier
@@ -116,6 +117,8 @@ class Arbiter(Supervision):
         self.drain_deadline: float | None = None
         self.drain_reason: str | None = None
         self._signals: deque[int] = deque()
+        self._previous_handlers: dict[int, Any] = {}
+        self._previous_wakeup_fd = -1
         self._released_in_drain = 0
         self._interrupted_base = 0.0
         self._reload_groups: deque[tuple] = deque()
@@ -132,19 +135,24 @@ class Arbiter(Supervision):
 
     # -- the loop ----------------------------------------------------------------------------------
 
+    def start(self) -> None:
+        """Install the signal fd, fork every slot's child, then start the threads."""
+        self._install()
+        for slot in self.slots:
+            self._start(slot)
+        self.state = "running"
+        if self.metrics is not None:
+            self.metrics.start()
+        self.probe.start()   # only now: no database connection exists before the forks
+        log.info("xjobsd %d: supervising %d child process(es)%s%s", self.pid, len(self.slots),
+                 f"; metrics on http://{self.metrics.address}/metrics" if self.metrics else "",
+                 f"; control socket {self.control.path}" if self.control else "")
+
     def run(self) -> int:
         """Supervise until drained; answers the process exit code. No child outlives it."""
         try:
-            self._install()
-            for slot in self.slots:
-                self._start(slot)
-            self.state = "running"
-            if self.metrics is not None:
-                self.metrics.start()
-            self.probe.start()   # only now: no database connection exists before the forks
-            log.info("xjobsd %d: supervising %d child process(es)%s%s", self.pid, len(self.slots),
-                     f"; metrics on http://{self.metrics.address}/metrics" if self.metrics else "",
-                     f"; control socket {self.control.path}" if self.control else "")
+            set_title("xjobsd: supervisor")
+            self.start()
             while self.state != "stopped":
                 self.step()
         except BaseException:
@@ -152,7 +160,7 @@ class Arbiter(Supervision):
             self.exit_code = 1
             raise
         finally:
-            self._teardown()
+            self.close()
         return self.exit_code
 
     def step(self, timeout: float | None = None) -> None:
@@ -172,6 +180,9 @@ class Arbiter(Supervision):
             elif isinstance(data, Child):
                 self._on_child_io(data, mask)
         now = time.monotonic()
+        if self.control is not None:
+            for conn in self.control.expired(now):
+                self._drop_client(conn)
         while self._signals:
             signum = self._signals.popleft()
             getattr(self, f"handle_{_SIGNAL_NAMES[signum]}")()
@@ -203,9 +214,9 @@ class Arbiter(Supervision):
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         if self.control is not None:
             self.selector.register(self.control.listener, selectors.EVENT_READ, "control")
-        signal.set_wakeup_fd(self._signal_w.fileno(), warn_on_full_buffer=False)
+        self._previous_wakeup_fd = signal.set_wakeup_fd(self._signal_w.fileno(), warn_on_full_buffer=False)
         for signum in _SIGNAL_NAMES:
-            signal.signal(signum, _record)
+            self._previous_handlers[signum] = signal.signal(signum, _record)
 
     def _read_signals(self) -> None:
         while True:
@@ -372,7 +383,8 @@ class Arbiter(Supervision):
             pass
         self.control.drop(conn)
 
-    def _teardown(self) -> None:
+    def close(self) -> None:
+        """Kill whatever is still alive, stop the threads, give back every fd and signal."""
         live = [c for c in self._children() if c.exit_code is None]
         for child in live:
             child.kill("the supervisor is exiting")
@@ -385,9 +397,11 @@ class Arbiter(Supervision):
             for conn in list(self.control.clients.values()):
                 self._drop_client(conn.sock)
             self.control.close()
-        signal.set_wakeup_fd(-1)
-        for signum in _SIGNAL_NAMES:
-            signal.signal(signum, signal.SIG_DFL)
+        if self._previous_handlers:
+            signal.set_wakeup_fd(self._previous_wakeup_fd)
+            for signum, handler in self._previous_handlers.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+            self._previous_handlers = {}
         self.selector.close()
         for sock in (self._wake_r, self._wake_w, self._signal_r, self._signal_w):
             sock.close()

@@ -27,7 +27,6 @@ import selectors
 import signal
 import socket
 import sys
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -40,6 +39,7 @@ log = logging.getLogger("xjobs.supervisor.child")
 ORPHAN_DEADLINE_MS = 500.0
 _DRAIN_POLL_MS = 50.0
 _PR_SET_PDEATHSIG = 1
+_SIGNAL_SOCKETS: list[socket.socket] = []
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,13 @@ def set_parent_death_signal(signum: int) -> bool:
         return False
 
 
+def arm_exit_alarm(deadline_ms: float) -> None:
+    """The orphan's backstop: whatever happens in ``close()``, the process ends a second after
+    its deadline (SIGALRM's default action terminates it)."""
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(int(math.ceil(deadline_ms / 1000.0)) + 1)
+
+
 def set_title(title: str) -> None:
     try:
         import setproctitle
@@ -83,8 +90,10 @@ class ChildHost:
     """Drives one role over one channel; ``run()`` answers the process exit code."""
 
     def __init__(self, channel: Channel, role: Role, spec: ChildSpec,
-                 clock: Callable[[], float] = monotonic_ms, signal_fd: int | None = None) -> None:
+                 clock: Callable[[], float] = monotonic_ms, signal_fd: int | None = None,
+                 backstop: Callable[[float], None] | None = None) -> None:
         self.channel = channel
+        self.backstop = backstop if backstop is not None else arm_exit_alarm
         self.role = role
         self.spec = spec
         self.clock = clock
@@ -130,9 +139,7 @@ class ChildHost:
         self.orphaned = True
         log.warning("%s: the supervisor is gone; stopping", self.spec.title)
         self.drain(now + ORPHAN_DEADLINE_MS, "the supervisor exited")
-        # the backstop: whatever happens in close(), this process ends shortly
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        signal.alarm(int(math.ceil(ORPHAN_DEADLINE_MS / 1000.0)) + 1)
+        self.backstop(ORPHAN_DEADLINE_MS)
 
     def _on_message(self, message: dict, now: float) -> None:
         kind = message["type"]
@@ -185,7 +192,10 @@ class ChildHost:
                 self._loop(selector)
             except Exception:
                 log.exception("%s: the role failed; closing", spec.title)
-                self._close(self.clock())
+                try:
+                    self._close(self.clock())
+                except Exception:
+                    log.exception("%s: close failed too", spec.title)
                 return 1
         self._close(self.deadline if self.deadline is not None else self.clock())
         return 0
@@ -266,8 +276,7 @@ def _signal_pipe() -> int:
                    signal.SIGUSR2):
         signal.signal(signum, signal.SIG_IGN)   # the supervisor coordinates; Ctrl-C reaches it
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    # keep both ends alive for the life of the process
-    _signal_pipe.keep = (r, w)  # type: ignore[attr-defined]
+    _SIGNAL_SOCKETS[:] = [r, w]   # alive for the life of the process
     return r.fileno()
 
 
@@ -290,6 +299,4 @@ def child_main(sock: socket.socket, spec: ChildSpec, make_role: Callable[[str], 
         channel.flush_blocking(1.0)
         sys.exit(1)
     host = ChildHost(channel, role, spec, signal_fd=signal_fd)
-    code = host.run()
-    time.sleep(0)  # let a pending signal handler run before exit
-    sys.exit(code)
+    sys.exit(host.run())

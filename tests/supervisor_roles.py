@@ -1,0 +1,71 @@
+"""Small roles for the supervisor's own tests: no database, behaviour chosen per test.
+
+``behavior`` is a set of words: ``fail`` (initialize raises), ``busy`` (one job in flight
+until the drain signals it), ``deaf`` (that job ignores the drain: in flight forever),
+``hang`` (run_once blocks: the child goes silent), ``work`` (each pass "claims" and
+"completes" one job, so counters grow), ``lose`` (each pass loses a lease).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+
+class FakeRole:
+    role = "worker"
+
+    def __init__(self, identity: str, queue: str | None = "q", behavior: Sequence[str] = ()) -> None:
+        self.identity = identity
+        self.queue = queue
+        self.behavior = set(behavior)
+        self.calls: list[tuple] = []
+        self.accepting = False
+        self.busy = 0
+        self.claimed = 0
+        self.lease_lost = 0
+        self.closed_with: float | None = None
+
+    def initialize(self) -> None:
+        self.calls.append(("initialize",))
+        if "fail" in self.behavior:
+            raise RuntimeError("cannot initialize (as asked)")
+        self.accepting = True
+        if "busy" in self.behavior or "deaf" in self.behavior:
+            self.busy = 1
+
+    def wakeup_fds(self) -> Sequence[int]:
+        return ()
+
+    def run_once(self, now_ms: float) -> float:
+        if "hang" in self.behavior:
+            time.sleep(3600)
+        if "work" in self.behavior and self.accepting:
+            self.claimed += 1
+        if "lose" in self.behavior and self.accepting:
+            self.lease_lost += 1
+        return 20.0
+
+    def stop_accepting(self, reason: str) -> None:
+        self.calls.append(("stop_accepting", reason))
+        self.accepting = False
+        if "deaf" not in self.behavior:
+            self.busy = 0
+
+    def in_flight(self) -> int:
+        return self.busy
+
+    def close(self, deadline_monotonic_ms: float | None) -> None:
+        self.calls.append(("close", deadline_monotonic_ms))
+        self.closed_with = deadline_monotonic_ms
+
+    def stats(self) -> dict:
+        return {"in_flight": self.busy, "claimed": self.claimed, "completed": self.claimed,
+                "lease_lost": self.lease_lost,
+                "jobs": {"fake": {"completed": self.claimed}} if self.claimed else {},
+                "durations": {"fake": {"buckets": [self.claimed] * 15, "sum": self.claimed * 0.001,
+                                       "count": self.claimed}} if self.claimed else {}}
+
+
+def maker(queue: str | None = "q", *behavior: str):
+    return lambda identity: FakeRole(identity, queue, behavior)

@@ -1,0 +1,186 @@
+"""The arbiter in this process, forking real children that host a database-free role.
+
+Each test drives ``step()`` by hand until a condition holds (with a deadline), sends real
+signals to this process and SIGKILLs real children. Timings are shortened through
+``ArbiterOptions`` and ``Settings``; nothing sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.supervisor_roles import maker
+from xjobs.config import Settings
+from xjobs.supervisor.arbiter import Arbiter, ArbiterOptions
+from xjobs.supervisor.backoff import Backoff
+from xjobs.supervisor.slots import RoleSpec
+
+FAST = ArbiterOptions(heartbeat_ms=100, silence_s=1.0, startup_s=5.0, kill_grace_s=0.3,
+                      release_flush_s=0.1, backoff=Backoff(base_s=0.05, cap_s=0.2, stable_s=5.0))
+
+
+class RecordingProbe:
+    reachable = True
+    pending_releases = 0
+
+    def __init__(self) -> None:
+        self.released: list[tuple[str, str | None]] = []
+
+    def start(self) -> None: ...
+    def stop(self, timeout_s: float = 0) -> None: ...
+    def refresh(self) -> None: ...
+    def flush_releases(self, timeout_s: float) -> None: ...
+    def results(self) -> list: return []
+
+    def request_release(self, identity: str, queue: str | None, within_s: float) -> None:
+        self.released.append((identity, queue))
+
+
+def spec(queue: str = "q", processes: int = 1, *behavior: str) -> RoleSpec:
+    return RoleSpec("worker", queue, processes, 4, maker(queue, *behavior))
+
+
+@pytest.fixture
+def make_arbiter():
+    made: list[Arbiter] = []
+
+    def build(specs, *, options=FAST, settings=None, configure=None) -> Arbiter:
+        arbiter = Arbiter(settings or Settings(drain_deadline_ms=2000), specs, options=options,
+                          probe=RecordingProbe(), configure=configure)
+        made.append(arbiter)
+        arbiter.start()
+        return arbiter
+
+    yield build
+    for arbiter in made:
+        arbiter.close()
+
+
+def drive(arbiter: Arbiter, condition, timeout: float = 5.0, what: str = "the condition"):
+    end = time.monotonic() + timeout
+    while True:
+        arbiter.step(timeout=0.02)
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}; status: {arbiter.cmd_status({})}")
+
+
+def rows(arbiter: Arbiter, queue: str | None = None) -> list[dict]:
+    return [c for c in arbiter.cmd_status({})["children"] if queue is None or c["queue"] == queue]
+
+
+def all_ready(arbiter: Arbiter) -> bool:
+    kids = rows(arbiter)
+    return bool(kids) and all(c["state"] == "ready" for c in kids)
+
+
+def test_children_start_report_and_drain_cleanly(make_arbiter):
+    arbiter = make_arbiter([spec("a", 2, "work"), spec("b", 1)])
+    drive(arbiter, lambda: all_ready(arbiter), what="three ready children")
+    pids = [c["pid"] for c in rows(arbiter)]
+    assert len(set(pids)) == 3
+    drive(arbiter, lambda: all(c["completed"] > 0 for c in rows(arbiter, "a")), what="counters to arrive")
+    arbiter.begin_drain("test")
+    drive(arbiter, lambda: arbiter.state == "stopped", what="the drain to finish")
+    assert {q for _, q in arbiter.probe.released} == {"a", "b"}   # every worker's jobs are handed back
+    assert all(c.restarts == 0 for c in arbiter.slots)
+
+
+def test_a_killed_child_is_restarted_with_a_fresh_identity(make_arbiter):
+    arbiter = make_arbiter([spec("q", 1, "work")])
+    drive(arbiter, lambda: all_ready(arbiter))
+    first = rows(arbiter)[0]
+    drive(arbiter, lambda: rows(arbiter)[0]["completed"] > 3)
+    before = rows(arbiter)[0]["completed"]
+    os.kill(first["pid"], signal.SIGKILL)
+    drive(arbiter, lambda: rows(arbiter)[0]["pid"] not in (None, first["pid"])
+          and rows(arbiter)[0]["state"] == "ready", what="the restart")
+    second = rows(arbiter)[0]
+    assert second["identity"] != first["identity"] and second["restarts"] == 1
+    assert "SIGKILL" in second["last_exit"]
+    assert arbiter.probe.released[0] == (first["identity"], "q")
+    drive(arbiter, lambda: rows(arbiter)[0]["completed"] > before, what="counting to go on")
+    assert arbiter.tally.get(("restarts", "worker")) == 1
+
+
+def test_a_crash_loop_is_visible_and_keeps_retrying(make_arbiter):
+    arbiter = make_arbiter([spec("bad", 1, "fail")])
+    drive(arbiter, lambda: arbiter.slots[0].crash_loop, what="a crash loop")
+    row = rows(arbiter)[0]
+    assert row["crash_loop"] and row["restarts"] >= 3
+    assert "initialize failed" in (row["last_exit"] or "")
+    restarts = row["restarts"]
+    drive(arbiter, lambda: rows(arbiter)[0]["restarts"] > restarts, what="another attempt")
+    from xjobs.supervisor import report
+    assert not report.healthy(arbiter)
+    assert report.snapshot(arbiter, time.monotonic())["crash_loop"] == {("worker", "bad"): 1}
+
+
+def test_a_silent_child_is_killed_and_replaced(make_arbiter):
+    arbiter = make_arbiter([spec("q", 1, "hang")])
+    first = drive(arbiter, lambda: [c["pid"] for c in rows(arbiter) if c["pid"]], what="a child")[0]
+    drive(arbiter, lambda: arbiter.slots[0].restarts >= 1, timeout=8, what="the silent child to be killed")
+    assert "silent" in arbiter.slots[0].last_exit
+    assert first not in [c["pid"] for c in rows(arbiter)]
+
+
+def test_ttin_and_ttou_scale_every_worker_queue_but_never_below_one(make_arbiter):
+    arbiter = make_arbiter([spec("a", 1), spec("b", 2)])
+    drive(arbiter, lambda: all_ready(arbiter))
+    os.kill(os.getpid(), signal.SIGTTIN)
+    drive(arbiter, lambda: len(rows(arbiter, "a")) == 2 and len(rows(arbiter, "b")) == 3 and all_ready(arbiter))
+    for _ in range(3):
+        os.kill(os.getpid(), signal.SIGTTOU)
+    drive(arbiter, lambda: len([c for c in rows(arbiter) if c["state"] == "ready"]) == 2
+          and not arbiter.retired, what="one process per queue")
+    assert [s.index for s in arbiter.slots] == [1, 1]
+
+
+def test_the_deadline_then_sigkill_ends_a_child_that_does_not_stop(make_arbiter):
+    arbiter = make_arbiter([spec("q", 1, "deaf")], settings=Settings(drain_deadline_ms=300))
+    drive(arbiter, lambda: all_ready(arbiter))
+    arbiter.begin_drain("test")
+    start = time.monotonic()
+    drive(arbiter, lambda: arbiter.state == "stopped", what="the drain")
+    assert time.monotonic() - start < 0.3 + FAST.kill_grace_s + 1.0
+
+
+def test_a_second_stop_signal_kills_at_once(make_arbiter):
+    arbiter = make_arbiter([spec("q", 1, "deaf")], settings=Settings(drain_deadline_ms=60_000))
+    drive(arbiter, lambda: all_ready(arbiter))
+    pid = rows(arbiter)[0]["pid"]
+    os.kill(os.getpid(), signal.SIGTERM)
+    drive(arbiter, lambda: arbiter.state == "draining")
+    os.kill(os.getpid(), signal.SIGINT)
+    drive(arbiter, lambda: arbiter.state == "stopped", timeout=3, what="the kill")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_reload_replaces_children_one_group_at_a_time(make_arbiter):
+    new_specs = [spec("a", 2), spec("c", 1)]
+    arbiter = make_arbiter([spec("a", 1), spec("b", 1)],
+                           configure=lambda: (Settings(drain_deadline_ms=2000), new_specs))
+    drive(arbiter, lambda: all_ready(arbiter))
+    old = {c["pid"] for c in rows(arbiter)}
+    os.kill(os.getpid(), signal.SIGHUP)
+    drive(arbiter, lambda: sorted((c["queue"], c["index"]) for c in rows(arbiter) if c["state"] == "ready")
+          == [("a", 1), ("a", 2), ("c", 1)] and not arbiter.retired and arbiter._reload_current is None,
+          what="the new configuration")
+    assert not old & {c["pid"] for c in rows(arbiter)}
+    assert all(s.restarts == 0 for s in arbiter.slots)
+
+
+def test_a_worker_is_recycled_after_n_jobs_without_a_gap(make_arbiter):
+    options = ArbiterOptions(**{**FAST.__dict__, "recycle_jobs": 20})
+    arbiter = make_arbiter([spec("q", 1, "work")], options=options)
+    first = drive(arbiter, lambda: all_ready(arbiter) and rows(arbiter)[0]["pid"])
+    drive(arbiter, lambda: rows(arbiter)[0]["pid"] != first and all_ready(arbiter) and not arbiter.retired,
+          what="the recycled child")
+    assert arbiter.slots[0].restarts == 0
