@@ -1,0 +1,83 @@
+"""/metrics from a snapshot, parsed by prometheus-client; /healthz and /readyz answers."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from xjobs.errors import InvalidOption
+from xjobs.supervisor.metrics import MetricsEndpoint, parse_address
+from xjobs.workers.stats import DURATION_BUCKETS
+
+SNAPSHOT = {
+    "alive_at": 0.0, "not_ready": None, "queues": ["emails"],
+    "summary": {"emails": {"depth": 7, "oldest_ready_seconds": 12.5}},
+    "states": {"emails": {"ready": 7, "running": 2, "completed": 100}},
+    "jobs": {("emails", "send", "completed"): 100, ("emails", "send", "retried"): 3},
+    "bounds": DURATION_BUCKETS,
+    "durations": {("emails", "send"): ([10] * len(DURATION_BUCKETS), 4.5, 103)},
+    "lease_lost": {"emails": 1}, "released": {"emails": 2}, "in_flight": {"emails": 2},
+    "restarts": {"worker": 4}, "crash_loop": {("worker", "emails"): 0},
+    "children": {("worker", "ready"): 2}, "leader": 0, "outbox_pending": 0, "database_up": True,
+}
+
+
+@pytest.fixture
+def endpoint():
+    ep = MetricsEndpoint("127.0.0.1:0", threading.Lock())
+    ep.start()
+    yield ep
+    ep.stop()
+
+
+def get(ep: MetricsEndpoint, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://{ep.address}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_metrics_render_every_family_from_the_snapshot(endpoint):
+    endpoint.publish({**SNAPSHOT, "alive_at": time.monotonic()})
+    status, text = get(endpoint, "/metrics")
+    assert status == 200
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
+    assert samples[("xjobs_queue_depth", (("queue", "emails"),))] == 7
+    assert samples[("xjobs_queue_oldest_ready_seconds", (("queue", "emails"),))] == 12.5
+    assert samples[("xjobs_queue_jobs", (("queue", "emails"), ("state", "running")))] == 2
+    assert samples[("xjobs_queue_jobs", (("queue", "emails"), ("state", "dead")))] == 0
+    assert samples[("xjobs_jobs_total", (("job", "send"), ("outcome", "completed"), ("queue", "emails")))] == 100
+    assert samples[("xjobs_job_duration_seconds_count", (("job", "send"), ("queue", "emails")))] == 103
+    assert samples[("xjobs_job_duration_seconds_bucket", (("job", "send"), ("le", "+Inf"), ("queue", "emails")))] == 103
+    assert samples[("xjobs_lease_lost_total", (("queue", "emails"),))] == 1
+    assert samples[("xjobs_child_restarts_total", (("role", "worker"),))] == 4
+    assert samples[("xjobs_in_flight", (("queue", "emails"),))] == 2
+    assert samples[("xjobs_scheduler_leader", ())] == 0
+    assert samples[("xjobs_outbox_pending", ())] == 0
+
+
+def test_health_and_readiness(endpoint):
+    endpoint.publish({**SNAPSHOT, "alive_at": time.monotonic()})
+    assert get(endpoint, "/healthz") == (200, "ok\n")
+    assert get(endpoint, "/readyz") == (200, "ready\n")
+    endpoint.publish({**SNAPSHOT, "alive_at": time.monotonic(), "not_ready": "draining"})
+    assert get(endpoint, "/readyz") == (503, "not ready: draining\n")
+    endpoint.publish({**SNAPSHOT, "alive_at": time.monotonic() - 60})
+    assert get(endpoint, "/healthz")[0] == 503
+    assert get(endpoint, "/nope")[0] == 404
+
+
+def test_a_port_in_use_and_bad_addresses_name_the_option(endpoint):
+    with pytest.raises(InvalidOption) as exc:
+        MetricsEndpoint(endpoint.address, threading.Lock())
+    assert exc.value.option == "metrics"
+    for bad in ("9464", "host:", "127.0.0.1:99999", "127.0.0.1:-1"):
+        with pytest.raises(InvalidOption):
+            parse_address(bad)
