@@ -66,3 +66,18 @@ def hold(ctx, input):
         end = time.monotonic() + seconds
         while time.monotonic() < end:   # deliberately deaf to ctx.signal
             time.sleep(0.05)
+
+
+@job(queue="soak_a", idempotency_key=lambda i: f"sa:{i['n']}", tenant="none")
+def soak_a(ctx, input):
+    """Soak work: record the start, then take ``ms`` milliseconds (or stop on ctx.signal)."""
+    record(ctx, "soak_a")
+    if ctx.signal.wait(input.get("ms", 0) / 1000.0):
+        ctx.signal.raise_if_set()
+
+
+@job(queue="soak_b", idempotency_key=lambda i: f"sb:{i['n']}", tenant="none")
+def soak_b(ctx, input):
+    record(ctx, "soak_b")
+    if ctx.signal.wait(input.get("ms", 0) / 1000.0):
+        ctx.signal.raise_if_set()

@@ -2,7 +2,7 @@
 
 ``delay(failures)`` for the n-th consecutive failure is ``min(cap, base * 2**(n-1))``, half
 of it fixed and half random, so a fleet of supervisors that lost the database together do
-not reconnect in lock step. A child that stayed up for ``stable_s`` before it died resets
+not reconnect in lock step. A child that served (was ready) for ``stable_s`` before it died resets
 the count: one crash a day is not a crash loop. From ``crash_loop_after`` consecutive
 failures on the slot is in a crash loop: reported in status, a metric and the log, and
 retried at the capped delay for as long as it takes, never given up on.
@@ -20,7 +20,7 @@ from ..options import finite_count, finite_option
 class Backoff:
     base_s: float = 0.1
     cap_s: float = 30.0
-    stable_s: float = 10.0
+    stable_s: float = 5.0
     crash_loop_after: int = 3
 
     def __post_init__(self) -> None:

@@ -236,7 +236,10 @@ class Supervision:
             return
         uptime = now - child.started_at
         backoff = self.options.backoff
-        slot.failures = backoff.failures_after(slot.failures, uptime)
+        # a child that never got ready, or died soon after, is failing; one that served a
+        # while died of something else and starts again at once
+        served = now - child.ready_at if child.ready_at is not None else 0.0
+        slot.failures = backoff.failures_after(slot.failures, served)
         slot.restarts += 1
         self.tally.add(("restarts", child.role))
         delay = backoff.delay(slot.failures)

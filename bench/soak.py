@@ -1,0 +1,167 @@
+"""Soak: the daemon at a steady enqueue rate while a random worker child is SIGKILLed every
+few seconds. Prints jobs enqueued, completed, lost (must be 0), run twice, and the p50/p99
+enqueue-to-start latency, from SQL.
+
+    python bench/soak.py [--duration 60] [--rate 200] [--kill-every 3] [--dsn ...]
+
+Every job body records its start in an ``effects`` table before doing anything else, so
+"run twice" counts bodies that started twice (the at-least-once cost of each kill) and the
+latency is the first start minus the job's ``created_at``, both on the server's clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.apps.daemon_app import effects_ddl  # noqa: E402
+from xjobs.drivers.base import NewJob  # noqa: E402
+from xjobs.drivers.postgres import PostgresDriver  # noqa: E402
+from xjobs.supervisor.control import ControlUnavailable, request  # noqa: E402
+
+CLI = [sys.executable, "-c", "import sys; from xjobs.cli import main; sys.exit(main())"]
+
+
+def wait_ready(control: str, proc: subprocess.Popen, timeout: float = 30.0) -> dict:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"xjobsd exited with {proc.returncode}")
+        try:
+            status = request(control, "status")
+            if status["state"] == "running" and all(c["state"] == "ready" for c in status["children"]):
+                return status
+        except ControlUnavailable:
+            pass
+        time.sleep(0.1)
+    raise SystemExit("xjobsd did not become ready")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dsn", default=os.environ.get("XJOBS_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of enqueueing (60)")
+    parser.add_argument("--rate", type=float, default=200.0, help="jobs per second, split over two queues (200)")
+    parser.add_argument("--kill-every", type=float, default=3.0, help="mean seconds between child kills (3; 0: no kills)")
+    parser.add_argument("--job-ms", type=float, default=20.0, help="mean body duration in ms (20)")
+    parser.add_argument("--queues", default="soak_a=2x16,soak_b=1x16")
+    parser.add_argument("--keep", action="store_true", help="keep the schema afterwards")
+    args = parser.parse_args()
+
+    schema = f"soak_{uuid.uuid4().hex[:8]}"
+    driver = PostgresDriver(args.dsn, schema=schema, pool_size=2, application_name="xjobs-soak")
+    driver.migrate()
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        conn.execute(effects_ddl(schema))
+    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / schema
+    workdir.mkdir(parents=True)
+    control = str(workdir / "control.sock")
+    env = {**os.environ, "XJOBS_DATABASE_URL": args.dsn, "XJOBS_SCHEMA": schema,
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    argv = CLI + ["run", "--app", "tests.apps.daemon_app", "--control", control, "--metrics", "off",
+                  "--log-level", "WARNING"] + [a for q in args.queues.split(",") for a in ("--queue", q)]
+    log = open(workdir / "daemon.log", "wb")
+    proc = subprocess.Popen(argv, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+    kills = 0
+    try:
+        wait_ready(control, proc)
+        rng = random.Random(7)
+        n = 0
+        started = time.monotonic()
+        stop_killing = threading.Event()
+        killed: list[int] = []
+
+        def killer() -> None:
+            # its own clock, jittered, so kills land anywhere in a job's life, not just after an enqueue
+            while not stop_killing.wait(args.kill_every * rng.uniform(0.5, 1.5)):
+                workers = [c for c in request(control, "status")["children"]
+                           if c["role"] == "worker" and c["pid"] and c["state"] == "ready"]
+                if workers:
+                    os.kill(rng.choice(workers)["pid"], signal.SIGKILL)
+                    killed.append(1)
+        thread = threading.Thread(target=killer, daemon=True)
+        if args.kill_every > 0:
+            thread.start()
+        tick = 0.1
+        while (now := time.monotonic()) - started < args.duration:
+            due = int((now - started) * args.rate) - n
+            if due > 0:
+                batch = []
+                for _ in range(due):
+                    name, queue = ("soak_a", "soak_a") if n % 3 else ("soak_b", "soak_b")
+                    batch.append(NewJob(name=name, queue=queue, idempotency_key=f"{queue[-1]}:{n}",
+                                        payload=orjson.dumps({"n": n, "ms": rng.expovariate(1 / args.job_ms)})))
+                    n += 1
+                driver.job_enqueue(batch)
+            time.sleep(max(0.0, tick - (time.monotonic() - now)))
+        enqueue_s = time.monotonic() - started
+        stop_killing.set()
+        if thread.is_alive():
+            thread.join()
+        kills = len(killed)
+
+        # let everything finish: a killed child's jobs come back at once (no lease to wait out)
+        end = time.monotonic() + 120
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            while time.monotonic() < end:
+                left = conn.execute(f"select count(*) from {schema}.jobs where state <> 'completed'").fetchone()[0]
+                if left == 0:
+                    break
+                time.sleep(0.2)
+        settle_s = time.monotonic() - started - enqueue_s
+        status = request(control, "status")
+        restarts = sum(c["restarts"] for c in status["children"])
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        q = lambda sql: conn.execute(sql.replace("{s}", schema)).fetchone()  # noqa: E731
+        enqueued = q("select count(*) from {s}.jobs")[0]
+        completed = q("select count(*) from {s}.jobs where state = 'completed'")[0]
+        twice = q("select count(*) from (select job_id from {s}.effects group by job_id having count(*) > 1) t")[0]
+        never = q("select count(*) from {s}.jobs j where not exists (select 1 from {s}.effects e where e.job_id = j.id)")[0]
+        p50, p99, pmax = q("""select percentile_cont(0.5) within group (order by lat),
+                                     percentile_cont(0.99) within group (order by lat), max(lat)
+                              from (select extract(epoch from min(e.at) - j.created_at) * 1000 as lat
+                                    from {s}.jobs j join {s}.effects e on e.job_id = j.id
+                                    group by j.id, j.created_at) t""")
+        if not args.keep:
+            conn.execute(f"drop schema {schema} cascade")
+    driver.close()
+
+    rows = [("duration (enqueueing)", f"{enqueue_s:.1f} s"), ("rate", f"{args.rate:g} jobs/s"),
+            ("worker children killed", kills), ("child restarts", restarts),
+            ("jobs enqueued", enqueued), ("jobs completed", completed),
+            ("lost (never completed)", enqueued - completed), ("never started", never),
+            ("run twice (at-least-once)", twice),
+            ("enqueue-to-start p50", f"{p50:.1f} ms"), ("enqueue-to-start p99", f"{p99:.1f} ms"),
+            ("enqueue-to-start max", f"{pmax:.1f} ms"), ("settled after enqueueing stopped", f"{settle_s:.1f} s"),
+            ("daemon exit code", code)]
+    width = max(len(k) for k, _ in rows)
+    print(f"\nxjobsd soak ({args.queues}, {args.job_ms:g} ms mean body, kill every {args.kill_every:g} s)")
+    for key, value in rows:
+        print(f"  {key.ljust(width)}  {value}")
+    return 0 if enqueued == completed and code == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
