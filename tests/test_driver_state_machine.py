@@ -1,0 +1,189 @@
+"""Random sequences of driver verbs, applied to a MemoryDriver and a PostgresDriver in step.
+
+Hypothesis drives enqueue (with duplicate keys, delays, priorities), claim, ack, nack (retry,
+dead, park, not counting), heartbeat, cancel, requeue, rescue, release, prune and the clock;
+after every step both drivers must hold the same rows. The Postgres tables are truncated with
+``restart identity`` between examples, so job ids line up and are compared as they are; only
+lease tokens differ (each driver draws its own), so a lease is the pair of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (Bundle, RuleBasedStateMachine, invariant, multiple, rule,
+                                 run_state_machine_as_test)
+
+from xjobs.drivers.base import Lease, ListFilter, Nack, NewJob
+from xjobs.drivers.memory import MemoryDriver
+from xjobs.errors import XJobsError
+from xjobs.payload import encode_payload
+
+pytestmark = pytest.mark.postgres
+
+QUEUES = ("q1", "q2")
+WORKERS = ("w1", "w2")
+
+@dataclass(frozen=True)
+class Spec:
+    key: str
+    name: str
+    tenant: str | None
+    queue: str
+    priority: int
+    delay: int | None
+    attempts: int
+    n: int
+
+
+new_jobs = st.builds(
+    Spec, key=st.sampled_from("abcd"), name=st.sampled_from(["n1", "n2"]),
+    tenant=st.sampled_from([None, "", "t1"]), queue=st.sampled_from(QUEUES),
+    priority=st.integers(-1, 1), delay=st.sampled_from([None, 0, 500, 2000]),
+    attempts=st.integers(1, 3), n=st.integers(0, 3))
+
+
+def _time(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def _row(view) -> tuple:
+    return (view.id, view.name, view.queue, view.state, view.attempt, view.max_attempts,
+            view.tenant, view.idempotency_key, view.priority, _time(view.run_at), view.last_error,
+            _time(view.created_at), _time(view.finished_at), view.enqueued_by, view.claimed_by,
+            _time(view.lease_expires_at))
+
+
+def _answer(call):
+    """What a verb answered: its value, or the code of the refusal it raised."""
+    try:
+        return ("ok", call())
+    except XJobsError as err:
+        return ("refused", err.code)
+
+
+class DriverPair(RuleBasedStateMachine):
+    leases = Bundle("leases")
+
+    def __init__(self, pg, clock) -> None:
+        super().__init__()
+        self.pg, self.clock = pg, clock
+        self.memory = MemoryDriver(clock=clock)
+        self.enqueued = 0
+
+    def both(self, call):
+        mem, pg = _answer(lambda: call(self.memory)), _answer(lambda: call(self.pg))
+        assert mem == pg
+        return mem
+
+    @rule(specs=st.lists(new_jobs, min_size=1, max_size=3), by=st.sampled_from([None, "cli"]))
+    def enqueue(self, specs, by):
+        now = self.clock.now_ms()
+        jobs = [NewJob(name=s.name, queue=s.queue, payload=encode_payload({"key": s.key, "n": s.n}),
+                       idempotency_key=s.key, tenant=s.tenant, enqueued_by=by, priority=s.priority,
+                       max_attempts=s.attempts, run_at_ms=None if s.delay is None else now + s.delay)
+                for s in specs]
+        self.enqueued += len(jobs)
+        self.both(lambda d: d.job_enqueue(jobs))
+
+    @rule(target=leases, queues=st.lists(st.sampled_from(QUEUES), min_size=1, max_size=2, unique=True),
+          limit=st.integers(0, 3), lease_ms=st.sampled_from([500, 1000, 3000]),
+          worker=st.sampled_from(WORKERS))
+    def claim(self, queues, limit, lease_ms, worker):
+        mem = self.memory.job_claim(queues, limit, lease_ms, worker)
+        pg = self.pg.job_claim(queues, limit, lease_ms, worker)
+        strip = lambda jobs: [(j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
+                               j.priority) for j in jobs]
+        assert strip(mem) == strip(pg)
+        return multiple(*[(m.id, m.token, p.token) for m, p in zip(mem, pg)])
+
+    @rule(lease=leases)
+    def ack(self, lease):
+        job_id, mem_token, pg_token = lease
+        assert self.memory.job_ack(job_id, mem_token) == self.pg.job_ack(job_id, pg_token)
+
+    @rule(batch=st.lists(leases, min_size=1, max_size=3))
+    def ack_many(self, batch):
+        mem = self.memory.job_ack_many([Lease(i, m) for i, m, _ in batch])
+        pg = self.pg.job_ack_many([Lease(i, p) for i, _, p in batch])
+        assert mem == pg
+
+    @rule(lease=leases, kind=st.sampled_from(["retry", "dead", "park", "interrupted"]),
+          delay=st.sampled_from([0, 300, 1500]), error=st.sampled_from([None, "boom"]))
+    def nack(self, lease, kind, delay, error):
+        job_id, mem_token, pg_token = lease
+
+        def settle(token):
+            return Nack(job_id, token, error, delay_ms=delay, counts_as_attempt=kind in ("retry", "dead"),
+                        park=kind == "park", dead=kind == "dead", outcome=kind)
+        assert self.memory.job_nack(settle(mem_token)) == self.pg.job_nack(settle(pg_token))
+
+    @rule(batch=st.lists(leases, min_size=1, max_size=3), lease_ms=st.sampled_from([500, 2000]))
+    def heartbeat(self, batch, lease_ms):
+        mem = self.memory.job_heartbeat_many([Lease(i, m) for i, m, _ in batch], lease_ms)
+        pg = self.pg.job_heartbeat_many([Lease(i, p) for i, _, p in batch], lease_ms)
+        assert mem == pg
+
+    @rule(data=st.data(), reason=st.sampled_from([None, "operator"]))
+    def cancel(self, data, reason):
+        job_id = data.draw(st.integers(1, self.enqueued + 1), label="job_id")
+        self.both(lambda d: _row(d.job_cancel(job_id, reason)))
+
+    @rule(data=st.data())
+    def requeue(self, data):
+        job_id = data.draw(st.integers(1, self.enqueued + 1), label="job_id")
+        self.both(lambda d: _row(d.job_requeue(job_id)))
+
+    @rule(limit=st.integers(0, 4))
+    def rescue(self, limit):
+        self.both(lambda d: d.job_rescue(limit))
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def release_worker(self, worker):
+        self.both(lambda d: d.job_release_worker(worker))
+
+    @rule(completed_ago=st.sampled_from([0, 1000]), finished_ago=st.sampled_from([0, 3000]),
+          limit=st.integers(0, 3))
+    def prune(self, completed_ago, finished_ago, limit):
+        now = self.clock.now_ms()
+        self.both(lambda d: d.job_prune(now - completed_ago, now - finished_ago, limit))
+
+    @rule(ms=st.sampled_from([1, 250, 500, 1000, 2500]))
+    def advance(self, ms):
+        self.clock.advance(ms)
+
+    @invariant()
+    def same_rows(self):
+        everything = ListFilter(limit=1000)
+        assert [_row(v) for v in self.memory.job_list(everything)] == \
+            [_row(v) for v in self.pg.job_list(everything)]
+        assert self.memory.job_stats() == self.pg.job_stats()
+        mem, pg = self.memory.queue_summary(), self.pg.queue_summary()
+        assert {q: (s.depth, _time(s.oldest_ready_ms)) for q, s in mem.items()} == \
+            {q: (s.depth, _time(s.oldest_ready_ms)) for q, s in pg.items()}
+
+    def teardown(self):
+        """Histories are compared once per example: they only grow, so the end shows all."""
+        for view in self.memory.job_list(ListFilter(limit=1000)):
+            mem, pg = self.memory.job_get(view.id), self.pg.job_get(view.id)
+            assert mem.payload == pg.payload
+            assert [(_time(h["at"]), h["attempt"], h["outcome"], h["error"]) for h in mem.history] == \
+                [(_time(h["at"]), h["attempt"], h["outcome"], h["error"]) for h in pg.history]
+
+
+def test_memory_and_postgres_drivers_agree(pg_driver, pg_dsn, clock):
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        def fresh_pair() -> DriverPair:
+            conn.execute(f"truncate {pg_driver.schema}.jobs, {pg_driver.schema}.job_history restart identity")
+            return DriverPair(pg_driver, clock)
+
+        run_state_machine_as_test(fresh_pair, settings=settings(
+            max_examples=60, stateful_step_count=30, deadline=None,
+            # no explain phase: on a failure it re-runs the example many times against
+            # Postgres only to annotate the report
+            phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))

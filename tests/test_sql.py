@@ -1,0 +1,192 @@
+"""The SQL itself: every statement of ``queries.sql`` prepares against a real Postgres, the
+schema installs idempotently (also from two installers at once), and no production file
+reads or returns a whole row (``select *`` / ``returning *``).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+import tokenize
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import xjobs
+from xjobs.drivers.base import NewJob
+from xjobs.drivers.postgres import PostgresDriver
+from xjobs.drivers.sql import raw_statements, statements
+
+from .fixtures import drop_schema, new_schema_name
+
+PLACEHOLDER = re.compile(r"%\((\w+)\)[sbt]")
+
+# Each parameter name means one thing in every statement: its type here, and a value of the
+# Python type the driver binds. A new parameter name must be added to both.
+PARAMS: dict[str, tuple[str, object]] = {
+    "now": ("float8", 1.8e12),
+    "names": ("text[]", ["send"]),
+    "queues": ("text[]", ["default"]),
+    "payloads": ("text[]", ['{"a": 1}']),
+    "keys": ("text[]", ["k"]),
+    "tenants": ("text[]", [None]),
+    "enqueued_by": ("text[]", ["cli"]),
+    "priorities": ("int4[]", [0]),
+    "max_attempts": ("int4[]", [3]),
+    "run_ats": ("float8[]", [1.8e12]),
+    "queue": ("text", "default"),
+    "limit": ("int8", 10),
+    "token": ("int8", 42),
+    "worker": ("text", "w1"),
+    "lease": ("float8", 30_000.0),
+    "ids": ("int8[]", [1, 2]),
+    "tokens": ("int8[]", [42, 43]),
+    "id": ("int8", 1),
+    "dead": ("bool", False),
+    "park": ("bool", False),
+    "counts": ("bool", True),
+    "delay": ("float8", 0.0),
+    "error": ("text", "boom"),
+    "outcome": ("text", "retried"),
+    "completed_before": ("float8", 0.0),
+    "finished_before": ("float8", 0.0),
+    "state": ("text", None),
+    "name": ("text", None),
+    "reason": ("text", "cancelled"),
+    "application_name": ("text", "xjobs-tests"),
+}
+
+
+def _positional(sql: str) -> tuple[str, list[str]]:
+    """``%(name)s`` placeholders as ``$1..$n`` in order of first use, and those names."""
+    order: list[str] = []
+
+    def number(match: re.Match) -> str:
+        if match.group(1) not in order:
+            order.append(match.group(1))
+        return f"${order.index(match.group(1)) + 1}"
+    return PLACEHOLDER.sub(number, sql), order
+
+
+def test_every_parameter_has_a_declared_type():
+    used = {name for sql in raw_statements().values() for name in PLACEHOLDER.findall(sql)}
+    assert used - PARAMS.keys() == set(), "declare the new parameters in PARAMS"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", sorted(raw_statements()))
+def test_statement_prepares(pg_driver, name):
+    text, order = _positional(statements(pg_driver.schema)[name])
+    types = ", ".join(PARAMS[p][0] for p in order)
+    with pg_driver.connect() as conn:
+        conn.execute(f"prepare stmt ({types}) as {text}" if order else f"prepare stmt as {text}")
+        declared = conn.execute("select parameter_types::text[] from pg_prepared_statements"
+                                " where name = 'stmt'").fetchone()[0]
+    assert len(declared) == len(order)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", sorted(raw_statements()))
+def test_statement_runs_as_the_driver_binds_it(pg_driver, name):
+    """The driver's own path: psycopg placeholders, Python values, a server-side prepare."""
+    sql = statements(pg_driver.schema)[name]
+    params = {p: PARAMS[p][1] for p in PLACEHOLDER.findall(sql)}
+    with pg_driver.connect() as conn:  # autocommit: transaction() below is a real BEGIN
+        with conn.transaction(force_rollback=True):
+            conn.execute(sql, params, prepare=True).fetchall()
+            prepared = conn.execute("select count(*) from pg_prepared_statements").fetchone()[0]
+    assert prepared >= 1
+
+
+# -- the schema install ------------------------------------------------------------------------
+
+
+def _catalog(conn: psycopg.Connection, schema: str) -> tuple:
+    columns = conn.execute(
+        "select table_name, column_name, data_type, is_nullable, column_default, is_identity"
+        " from information_schema.columns where table_schema = %s order by 1, 2", (schema,)).fetchall()
+    indexes = conn.execute("select indexname, indexdef from pg_indexes where schemaname = %s order by 1",
+                           (schema,)).fetchall()
+    triggers = conn.execute(
+        "select tgname from pg_trigger t join pg_class c on c.oid = t.tgrelid"
+        " join pg_namespace n on n.oid = c.relnamespace where n.nspname = %s and not t.tgisinternal"
+        " order by 1", (schema,)).fetchall()
+    return columns, indexes, triggers
+
+
+@pytest.mark.postgres
+def test_migrate_again_changes_nothing_and_keeps_the_rows(pg_driver):
+    pg_driver.job_enqueue([NewJob(name="send", queue="default", payload=b'{"a":1}', idempotency_key="k")])
+    with pg_driver.connect() as conn:
+        before = _catalog(conn, pg_driver.schema)
+        pg_driver.migrate()
+        pg_driver.migrate()
+        assert _catalog(conn, pg_driver.schema) == before
+        version = conn.execute(f"select value from {pg_driver.schema}.meta where key = 'schema_version'").fetchone()
+    assert version == ("1",)
+    assert [v.idempotency_key for v in pg_driver.job_list(xjobs.drivers.base.ListFilter())] == ["k"]
+
+
+@pytest.mark.postgres
+def test_two_installers_at_once_both_succeed(pg_dsn):
+    schema = new_schema_name()
+    barrier = threading.Barrier(2, timeout=30)
+    errors: list[BaseException] = []
+
+    def install() -> None:
+        driver = PostgresDriver(pg_dsn, schema=schema)
+        try:
+            barrier.wait()
+            driver.migrate()
+        except BaseException as exc:  # reported below, on the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=install) for _ in range(2)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert errors == []
+        with psycopg.connect(pg_dsn) as conn:
+            columns, indexes, triggers = _catalog(conn, schema)
+        assert {"jobs", "job_history", "meta"} <= {c[0] for c in columns}
+        assert triggers == [("jobs_notify_ready",)]
+    finally:
+        drop_schema(pg_dsn, schema)
+
+
+# -- no whole rows -----------------------------------------------------------------------------
+
+
+WHOLE_ROW = re.compile(r"\b(select|returning)\s+(distinct\s+)?(\w+\.)?\*", re.IGNORECASE)
+PACKAGE = Path(xjobs.__file__).parent
+
+
+def _without_comments(path: Path) -> str:
+    text = path.read_text()
+    if path.suffix == ".sql":
+        return re.sub(r"--[^\n]*", "", text)
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+        return " ".join(tok.string for tok in tokens if tok.type != tokenize.COMMENT)
+    except (tokenize.TokenError, SyntaxError):
+        return text  # unparseable: scan it whole rather than not at all
+
+
+def test_the_whole_row_pattern():
+    for bad in ["select * from t", "SELECT  j.* from t j", "update t set a = 1 returning *",
+                "select distinct * from t", "returning\n    x.*"]:
+        assert WHOLE_ROW.search(bad), bad
+    for good in ["select count(*) from t", "select id, name from t", "returning id", "a * b"]:
+        assert not WHOLE_ROW.search(good), good
+
+
+def test_no_production_file_reads_or_returns_a_whole_row():
+    files = sorted(p for p in PACKAGE.rglob("*") if p.suffix in (".py", ".sql"))
+    assert any(p.name == "queries.sql" for p in files)
+    offenders = [f"{p.relative_to(PACKAGE.parent)}: {m.group(0)!r}"
+                 for p in files for m in WHOLE_ROW.finditer(_without_comments(p))]
+    assert offenders == []
