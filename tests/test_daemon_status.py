@@ -101,3 +101,35 @@ def test_metrics_parse_hold_every_design_name_and_depth_matches_sql(daemon_env):
     wait_for(lambda: daemon.http("/readyz")[0] == 503 if daemon.proc.poll() is None else True, 5,
              "/readyz to turn 503 while draining")
     assert daemon.wait(10) == 0
+
+
+def test_with_no_database_configured_an_embedded_one_starts_under_dot_xjobs(daemon_env, tmp_path):
+    pytest.importorskip("pgserver")
+    env = dict(daemon_env.process_env)
+    env.pop("XJOBS_DATABASE_URL")
+    control = str(tmp_path / "embedded.sock")
+    log_path = tmp_path / "embedded.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(CLI + ["run", "--app", "tests.apps.daemon_app", "--queue", "alpha=1x2",
+                                       "--metrics", "off", "--control", control],
+                                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            from xjobs.supervisor.control import ControlUnavailable, request
+
+            def ready():
+                assert proc.poll() is None, log_path.read_text()
+                try:
+                    answer = request(control, "status")
+                except ControlUnavailable:
+                    return None
+                return answer if answer["children"] and answer["children"][0]["state"] == "ready" else None
+            wait_for(ready, 60, "the daemon on an embedded database")
+            said = log_path.read_text()
+            assert "started an embedded PostgreSQL in" in said
+            assert str(tmp_path / ".xjobs" / "pgdata") in said
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -81,6 +81,7 @@ def _number(text: str, option: str) -> float:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=str(args.log_level).upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
+    logging.getLogger("pgserver").setLevel(logging.WARNING)   # it narrates every initdb line
     from ..registry import REGISTRY
     from ..supervisor import control as control_mod
     from ..supervisor.arbiter import Arbiter
