@@ -184,3 +184,28 @@ def test_a_worker_is_recycled_after_n_jobs_without_a_gap(make_arbiter):
     drive(arbiter, lambda: rows(arbiter)[0]["pid"] != first and all_ready(arbiter) and not arbiter.retired,
           what="the recycled child")
     assert arbiter.slots[0].restarts == 0
+
+
+def test_scale_a_queue_to_zero_and_back_over_the_control_command(make_arbiter):
+    arbiter = make_arbiter([spec("a", 1), spec("b", 1)])
+    drive(arbiter, lambda: all_ready(arbiter))
+    assert arbiter.cmd_scale({"queue": "a", "processes": 0}) == {"ok": True, "processes": {"a": 0}}
+    drive(arbiter, lambda: not rows(arbiter, "a") and not arbiter.retired, what="queue a paused")
+    assert arbiter.cmd_status({})["queues"]["a"]["processes"] == 0
+    assert arbiter.cmd_scale({"queue": "a", "delta": 2}) == {"ok": True, "processes": {"a": 2}}
+    drive(arbiter, lambda: len([c for c in rows(arbiter, "a") if c["state"] == "ready"]) == 2)
+    with pytest.raises(Exception, match="delta"):
+        arbiter.cmd_scale({"queue": "a", "delta": 1.5})
+
+
+def test_a_failing_reload_keeps_the_running_children(make_arbiter):
+    def broken():
+        raise ValueError("xjobs.toml: line 3: nonsense")
+    arbiter = make_arbiter([spec("a", 1)], configure=broken)
+    drive(arbiter, lambda: all_ready(arbiter))
+    pid = rows(arbiter)[0]["pid"]
+    answer = arbiter.reload()
+    assert answer["ok"] is False and "nonsense" in answer["error"]
+    for _ in range(10):
+        arbiter.step(timeout=0.01)
+    assert rows(arbiter)[0]["pid"] == pid and arbiter.state == "running"

@@ -104,6 +104,7 @@ class Arbiter(Supervision):
                 "reload": self.cmd_reload, "scale": self.cmd_scale})
         self.notifier = notifier or Notifier()
         self.tally = Tally()
+        self.specs: dict[tuple, RoleSpec] = {spec.key: spec for spec in specs}
         self.slots: list[Slot] = []
         for spec in specs:
             self._add_slots(spec, spec.processes)
@@ -311,8 +312,8 @@ class Arbiter(Supervision):
         live = [c for c in self._children() if c.exit_code is None]
         if self.drain_deadline is not None and now >= self.drain_deadline:
             for child in live:
-                if child.state not in ("stopped", "closing") and child.killed is None and not getattr(child, "close_sent", False):
-                    child.close_sent = True   # type: ignore[attr-defined]
+                if child.state not in ("stopped", "closing") and child.killed is None and not child.close_sent:
+                    child.close_sent = True
                     child.channel.send({"type": "close", "deadline_at": now * 1000.0, "reason": "drain deadline"})
         if live:
             if now >= self._next_extend:

@@ -22,6 +22,7 @@ short timeout so a client that stops reading cannot stall supervision.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
 import stat
@@ -34,6 +35,7 @@ import orjson
 
 from ..errors import InvalidOption, XJobsError
 
+log = logging.getLogger("xjobs.supervisor.control")
 _MAX_REQUEST = 64 * 1024
 _CLIENT_TIMEOUT_S = 2.0
 _PEERCRED = struct.Struct("3i")
@@ -163,6 +165,9 @@ class ControlServer:
             answer = {"ok": False, "error": f"bad request: {exc}"}
         except XJobsError as exc:
             answer = {"ok": False, "error": str(exc), "code": exc.code}
+        except Exception as exc:   # a failing command must not take the supervisor down
+            log.exception("control command failed")
+            answer = {"ok": False, "error": f"internal error: {exc!r}"}
         _answer(conn, answer)
 
     def close(self) -> None:

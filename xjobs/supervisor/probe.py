@@ -32,6 +32,7 @@ log = logging.getLogger("xjobs.supervisor.probe")
 
 _CONNECT_TIMEOUT_S = 3
 _RELEASE_RETRY_S = 0.05
+_DOWN_RETRY_S = 1.0          # while the server is away, hand-backs retry at this pace
 
 
 @dataclass
@@ -125,7 +126,8 @@ class DatabaseProbe:
             now = time.monotonic()
             wait = self._next_stats - now
             if self._releases:
-                wait = min(wait, _RELEASE_RETRY_S)
+                retry = _RELEASE_RETRY_S if self.reachable is not False else _DOWN_RETRY_S
+                wait = min(wait, retry)
             if wait > 0:
                 self._event.wait(wait)
                 self._event.clear()

@@ -77,18 +77,19 @@ def children(arbiter: "Arbiter", now: float) -> list[dict]:
 
 def queues(arbiter: "Arbiter", now: float) -> dict[str, dict]:
     summary = arbiter.summary
-    names = {s.spec.queue for s in arbiter.slots if s.spec.role == "worker" and s.spec.queue}
+    names = {queue for (role, queue) in arbiter.specs if role == "worker" and queue}
     if summary is not None:
         names |= set(summary.queues) | set(summary.states)
     out = {}
     for name in sorted(names):
         slots = [s for s in arbiter.slots if s.spec.role == "worker" and s.spec.queue == name]
+        spec = arbiter.specs.get(("worker", name))
         row = summary.queues.get(name, {"depth": 0, "oldest_ready_seconds": 0.0}) if summary else {}
         out[name] = {
             "depth": row.get("depth"),
             "oldest_ready_seconds": row.get("oldest_ready_seconds"),
             "processes": len(slots),
-            "concurrency": slots[0].spec.concurrency if slots else 0,
+            "concurrency": spec.concurrency if spec is not None else 0,
             "in_flight": sum(c.in_flight for s in slots for c in s.children()),
             "states": dict(summary.states.get(name, {})) if summary else {},
             "as_of_seconds": round(now - summary.at, 3) if summary else None,
@@ -180,7 +181,7 @@ def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
     return {
         "alive_at": now,
         "not_ready": not_ready(arbiter),
-        "queues": sorted({s.spec.queue for s in arbiter.slots if s.spec.role == "worker" and s.spec.queue}),
+        "queues": sorted(queue for (role, queue) in arbiter.specs if role == "worker" and queue),
         "summary": summary.queues if summary is not None else {},
         "states": summary.states if summary is not None else {},
         "jobs": jobs,

@@ -63,6 +63,7 @@ class Child:
     retiring: str | None = None       # why it was asked to go (its exit is then expected)
     kill_at: float | None = None      # SIGKILL if still alive then
     killed: str | None = None         # why the supervisor killed it
+    close_sent: bool = False
     error: str | None = None          # what the child said when it stopped
     exit_code: int | None = None
     rss_checked: float = 0.0
@@ -85,7 +86,8 @@ class Child:
         return f"{self.role}{where} #{self.slot.index} (pid {self.pid})"
 
     def kill(self, why: str) -> None:
-        if self.exit_code is None and self.killed is None:
+        # exitcode polls waitpid: once reaped (here or by multiprocess) the pid may be reused
+        if self.exit_code is None and self.killed is None and self.proc.exitcode is None:
             self.killed = why
             try:
                 os.kill(self.pid, 9)

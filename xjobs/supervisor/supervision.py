@@ -24,7 +24,7 @@ import socket
 import time
 from collections import deque
 
-from ..errors import InvalidOption, XJobsError
+from ..errors import InvalidOption
 from . import report
 from .child import ChildSpec, child_main
 from .framing import Channel, FrameError, pair
@@ -129,6 +129,7 @@ class Supervision:
             if now < slot.next_start:
                 continue
             if slot.child is None and slot.successor is None:
+                slot.want_replace = None   # a fresh start already runs the latest spec
                 self._start(slot)
             elif slot.want_replace and slot.child is not None and slot.successor is None:
                 self._start(slot, successor=True)
@@ -306,7 +307,7 @@ class Supervision:
             return {"ok": False, "error": "this supervisor has no configuration to re-read"}
         try:
             settings, specs = self.configure()
-        except XJobsError as exc:
+        except Exception as exc:   # a bad file must never take the running daemon down
             log.error("reload refused, keeping the running configuration: %s", exc)
             return {"ok": False, "error": str(exc)}
         if (settings.metrics, settings.control) != (self.settings.metrics, self.settings.control):
@@ -333,12 +334,15 @@ class Supervision:
             spec = self._reload_specs.get(key)
             slots = sorted((s for s in self.slots if s.spec.key == key), key=lambda s: s.index)
             if spec is None:
+                self.specs.pop(key, None)
                 for slot in slots:
                     self._remove_slot(slot, "removed from the configuration")
                 continue
+            self.specs[key] = spec
             for slot in slots[:spec.processes]:
                 slot.spec = spec
-                slot.want_replace = "configuration reloaded"
+                if slot.child is not None:   # an empty slot just starts on the new spec
+                    slot.want_replace = "configuration reloaded"
             for slot in slots[spec.processes:]:
                 self._remove_slot(slot, "removed from the configuration")
             if len(slots) < spec.processes:
@@ -354,7 +358,7 @@ class Supervision:
               floor: int = 0) -> dict:
         if self.state != "running":
             return {"ok": False, "error": f"cannot scale while {self.state}"}
-        specs = {s.spec.key: s.spec for s in self.slots if s.spec.role == "worker"}
+        specs = {key: spec for key, spec in self.specs.items() if spec.role == "worker"}
         chosen = [spec for key, spec in specs.items() if queue is None or key[1] == queue]
         if not chosen:
             raise InvalidOption("queue", f"no worker queue named {queue!r}; running: "
