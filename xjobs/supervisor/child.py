@@ -14,7 +14,8 @@ The loop waits only on the pipe, the role's wake-up fds, the signal fd and its t
 A pipe EOF means the supervisor is gone: the child stops claiming at once, gives running work
 ``ORPHAN_DEADLINE_MS`` to stop, closes and exits. ``PR_SET_PDEATHSIG`` delivers SIGTERM for the
 same event in case the loop is busy, and an ``alarm`` armed at that moment is the backstop that
-ends the process even if a close never returns: no child outlives its supervisor.
+ends the process even if a close never returns: no child outlives its supervisor. Until the
+role is ready the death signal is SIGKILL instead: a child still connecting holds no work.
 """
 
 from __future__ import annotations
@@ -91,8 +92,10 @@ class ChildHost:
 
     def __init__(self, channel: Channel, role: Role, spec: ChildSpec,
                  clock: Callable[[], float] = monotonic_ms, signal_fd: int | None = None,
-                 backstop: Callable[[float], None] | None = None) -> None:
+                 backstop: Callable[[float], None] | None = None,
+                 on_ready: Callable[[], None] | None = None) -> None:
         self.channel = channel
+        self.on_ready = on_ready
         self.backstop = backstop if backstop is not None else arm_exit_alarm
         self.role = role
         self.spec = spec
@@ -183,6 +186,8 @@ class ChildHost:
                 pass
             return 1
         self.state = "ready"
+        if self.on_ready is not None:
+            self.on_ready()
         self._send("ready", pid=os.getpid(), stats=self.role.stats())
         with selectors.DefaultSelector() as selector:
             selector.register(self.channel.sock, selectors.EVENT_READ, "pipe")
@@ -283,7 +288,8 @@ def _signal_pipe() -> int:
 def child_main(sock: socket.socket, spec: ChildSpec, make_role: Callable[[str], Role],
                after_fork: Callable[[], None] | None = None) -> None:
     """The target of a forked child; ends the process with the host's exit code."""
-    set_parent_death_signal(signal.SIGTERM)
+    # until the role is up there is nothing to drain: a parent dying then ends us outright
+    set_parent_death_signal(signal.SIGKILL)
     signal_fd = _signal_pipe()
     if after_fork is not None:
         after_fork()   # closes the supervisor's own fds: listeners, other children's pipes
@@ -298,5 +304,11 @@ def child_main(sock: socket.socket, spec: ChildSpec, make_role: Callable[[str], 
         channel.send({"type": "stopped", "error": f"could not build the role: {exc}", "stats": {}})
         channel.flush_blocking(1.0)
         sys.exit(1)
-    host = ChildHost(channel, role, spec, signal_fd=signal_fd)
+
+    def graceful_from_now_on() -> None:
+        set_parent_death_signal(signal.SIGTERM)   # work is held from here: drain, do not die
+        if os.getppid() != spec.parent_pid:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    host = ChildHost(channel, role, spec, signal_fd=signal_fd, on_ready=graceful_from_now_on)
     sys.exit(host.run())
