@@ -209,13 +209,18 @@ def request(path: str, command: str, timeout_s: float = 5.0, **fields: Any) -> d
             if exc.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK):
                 raise ControlUnavailable(f"no xjobsd is running: nothing answers at {path}") from None
             raise ControlUnavailable(f"cannot reach xjobsd at {path}: {exc.strerror or exc}") from None
-        sock.sendall(orjson.dumps({"command": command, **fields}) + b"\n")
+        try:
+            sock.sendall(orjson.dumps({"command": command, **fields}) + b"\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass   # a refusal may answer and close before reading: its answer is still there
         buffer = bytearray()
         while b"\n" not in buffer:
             try:
                 chunk = sock.recv(1 << 16)
             except socket.timeout:
                 raise ControlUnavailable(f"xjobsd at {path} did not answer within {timeout_s:g}s") from None
+            except ConnectionResetError:
+                break
             if not chunk:
                 break
             buffer += chunk
