@@ -121,6 +121,16 @@ def test_bad_keys_and_tenants_are_refused_before_writing(driver):
     assert driver.job_list(ListFilter()) == []
 
 
+def test_nul_characters_in_keys_and_tenants_are_refused(driver):
+    with pytest.raises(InvalidOption):
+        enqueue_many(declare(idempotency_key=lambda i: "a\x00b"), [{}], driver=driver)
+    with pytest.raises(InvalidOption):
+        enqueue_many(declare(tenant=lambda i: "t\x00"), [{}], driver=driver)
+    with pytest.raises(InvalidOption):
+        enqueue_many(declare(), [{}], driver=driver, enqueued_by="x\x00")
+    assert driver.job_list(ListFilter()) == []
+
+
 @pytest.mark.parametrize("kwargs", [{"delay": float("nan")}, {"delay": -1}, {"delay": "eventually"},
                                     {"run_at": float("inf")}, {"priority": 2.5},
                                     {"delay": "1s", "run_at": 0}])

@@ -44,8 +44,8 @@ def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = No
         raise InvalidOption("inputs", f"at most {MAX_BATCH} jobs per call, got {len(inputs)}")
     at = _run_at_ms(delay, run_at, now_ms)
     prio = handle.priority if priority is None else finite_count(priority, "priority", minimum=-32768, maximum=32767)
-    if enqueued_by is not None and not isinstance(enqueued_by, str):
-        raise InvalidOption("enqueued_by", "must be a string")
+    if enqueued_by is not None and (not isinstance(enqueued_by, str) or "\x00" in enqueued_by):
+        raise InvalidOption("enqueued_by", "must be a string without NUL characters")
     max_attempts = handle.retry.attempts
     return [NewJob(name=handle.name, queue=handle.queue,
                    payload=encode_payload(item, max_payload_bytes),

@@ -56,6 +56,8 @@ class JobHandle:
             raise IdempotencyKeyRequired(f"job {self.name!r}: idempotency_key must return a non-empty string, got {key!r}")
         if len(key) > _MAX_KEY:
             raise InvalidOption("idempotency_key", f"job {self.name!r}: key longer than {_MAX_KEY} characters")
+        if "\x00" in key:
+            raise InvalidOption("idempotency_key", f"job {self.name!r}: key holds a NUL character")
         return key
 
     def tenant_for(self, input: Any) -> str | None:
@@ -64,7 +66,10 @@ class JobHandle:
         tenant = self._derive("tenant", self._tenant, input)
         if tenant is None or tenant == "":
             raise TenantRequired(f"job {self.name!r}: tenant() returned {tenant!r} for this input")
-        return str(tenant)
+        tenant = str(tenant)
+        if "\x00" in tenant or len(tenant) > _MAX_KEY:
+            raise InvalidOption("tenant", f"job {self.name!r}: a tenant is at most {_MAX_KEY} characters without NUL")
+        return tenant
 
     def enqueue(self, input: Any, *, delay: object = None, run_at: object = None,
                 priority: int | None = None, conn: Any = None, enqueued_by: str | None = None):

@@ -15,7 +15,7 @@ import contextlib
 import math
 import threading
 import secrets
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import orjson
 import psycopg
@@ -44,6 +44,12 @@ def _is_bigint(value: object) -> bool:
 def _matchable(leases: Sequence[Lease]) -> list[Lease]:
     """The leases a ``bigint`` fence can match; any other id or token is held by nobody."""
     return [l for l in leases if _is_bigint(l.job_id) and _is_bigint(l.token)]
+
+
+def _int_array(values: Iterable[int]) -> str:
+    """A bigint[] literal: joining digits is far cheaper than binding an array per element
+    (values are checked integers, so the literal cannot carry anything else)."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _view(row: Sequence[Any], payload: Any = None, history: tuple = ()) -> JobView:
@@ -128,18 +134,11 @@ class PostgresDriver:
                     break
                 now = self.clock.now_ms()
                 batch = [jobs[i] for i in pending]
-                cur.execute(self._sql["job_enqueue"], {
-                    "now": now,
-                    "names": [j.name for j in batch],
-                    "queues": [j.queue for j in batch],
-                    "payloads": [j.payload.decode() for j in batch],
-                    "keys": [j.idempotency_key for j in batch],
-                    "tenants": [j.tenant for j in batch],
-                    "enqueued_by": [j.enqueued_by for j in batch],
-                    "priorities": [j.priority for j in batch],
-                    "max_attempts": [j.max_attempts for j in batch],
-                    "run_ats": [now if j.run_at_ms is None else j.run_at_ms for j in batch],
-                })
+                rows = orjson.dumps([{
+                    "n": j.name, "q": j.queue, "p": orjson.Fragment(j.payload), "k": j.idempotency_key,
+                    "t": j.tenant, "e": j.enqueued_by, "pr": j.priority, "m": j.max_attempts,
+                    "r": now if j.run_at_ms is None else j.run_at_ms} for j in batch])
+                cur.execute(self._sql["job_enqueue"], {"now": now, "rows": rows.decode()})
                 inserted = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
                 missing: list[int] = []
                 for i in pending:
@@ -155,9 +154,8 @@ class PostgresDriver:
                     break
                 namespaces = sorted({(jobs[i].name, jobs[i].tenant or "", jobs[i].idempotency_key)
                                      for i in missing})
-                cur.execute(self._sql["job_find_live"], {
-                    "names": [n[0] for n in namespaces], "tenants": [n[1] for n in namespaces],
-                    "keys": [n[2] for n in namespaces]})
+                keys = orjson.dumps([{"n": n, "t": t, "k": k} for n, t, k in namespaces]).decode()
+                cur.execute(self._sql["job_find_live"], {"keys": keys})
                 live = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
                 # first occurrences inserted in this call are live too
                 for i, result in enumerate(results):
@@ -198,8 +196,8 @@ class PostgresDriver:
             return set()
         with self._cursor() as cur:
             cur.execute(self._sql["job_ack_many"], {
-                "now": self.clock.now_ms(), "ids": [l.job_id for l in leases],
-                "tokens": [l.token for l in leases]})
+                "now": self.clock.now_ms(), "ids": _int_array(l.job_id for l in leases),
+                "tokens": _int_array(l.token for l in leases)})
             return {r[0] for r in cur.fetchall()}
 
     def job_ack(self, job_id: int, token: str) -> bool:
@@ -224,7 +222,8 @@ class PostgresDriver:
         with self._cursor() as cur:
             cur.execute(self._sql["job_heartbeat_many"], {
                 "now": self.clock.now_ms(), "lease": lease_ms,
-                "ids": [l.job_id for l in leases], "tokens": [l.token for l in leases]})
+                "ids": _int_array(l.job_id for l in leases),
+                "tokens": _int_array(l.token for l in leases)})
             return {r[0] for r in cur.fetchall()}
 
     def job_heartbeat(self, job_id: int, token: str, lease_ms: float) -> bool:
