@@ -6,7 +6,8 @@ enqueue-to-start latency, from SQL.
 
 Every job body records its start in an ``effects`` table before doing anything else, so
 "run twice" counts bodies that started twice (the at-least-once cost of each kill) and the
-latency is the first start minus the job's ``created_at``, both on the server's clock.
+latency is the first start (the body's own clock) minus the job's ``created_at`` (the
+server's): run it on the database's machine, or with clocks in sync.
 """
 
 from __future__ import annotations
