@@ -199,12 +199,13 @@ class Arbiter(Supervision):
         due = [now + 1.0]
         if self._spawn_deferred:
             due.append(now + 0.02)
-        if self.state == "running":
-            due.extend(s.next_start for s in self.slots if s.child is None or s.want_replace)
+        if self.state == "running":   # slots waiting out a backoff (due ones started this pass)
+            due.extend(s.next_start for s in self.slots if s.next_start > now and s.successor is None
+                       and (s.child is None or s.want_replace))
         for child in self._children():
-            if child.kill_at is not None:
+            if child.kill_at is not None and child.killed is None:
                 due.append(child.kill_at)
-        if self.drain_deadline is not None:
+        if self.drain_deadline is not None and self.drain_deadline > now:
             due.append(self.drain_deadline)
         return max(0.0, min(due) - now)
 
