@@ -699,3 +699,15 @@ def test_names_are_plain_data(driver, text):
     view = driver.job_get(first)
     assert (view.idempotency_key, view.claimed_by, view.last_error) == (text, text, f"worker died, {text}")
     assert driver.job_cancel(first, reason=text).last_error == text
+
+
+def test_queue_counts_hold_live_states_and_dead_letters_only(driver, clock):
+    from xjobs.drivers.base import Lease, Nack, NewJob
+    jobs = [NewJob(name="n", queue=q, payload=b"{}", idempotency_key=str(i), max_attempts=1)
+            for i, q in enumerate(["a", "a", "a", "b"])]
+    driver.job_enqueue(jobs)
+    first, second = driver.job_claim(["a"], 2, 30_000, "w")
+    driver.job_ack_many([Lease(first.id, first.token)])
+    driver.job_nack(Nack(second.id, second.token, "boom", dead=True, outcome="dead"))
+    assert driver.queue_counts() == {"a": {"ready": 1, "dead": 1}, "b": {"ready": 1}}
+    assert driver.job_stats() == {"a": {"ready": 1, "dead": 1, "completed": 1}, "b": {"ready": 1}}

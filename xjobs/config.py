@@ -36,6 +36,8 @@ class QueueSpec:
             if sep:
                 return name, cls.checked(_number(procs, option), _number(conc, option), option)
             return name, cls.checked(1, _number(procs, option), option)
+        except InvalidOption:
+            raise
         except ValueError:
             raise InvalidOption(option, f"expected NAME=PROCSxCONC like emails=2x16, got {text!r}") from None
 

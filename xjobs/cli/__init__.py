@@ -17,14 +17,10 @@ from ..errors import (IdempotencyKeyRequired, InvalidOption, PayloadInvalid, Pay
 _USAGE_ERRORS = (InvalidOption, UnknownJob, PayloadInvalid, PayloadTooLarge, TenantRequired,
                  IdempotencyKeyRequired)
 
-# subcommand -> module under xjobs.cli exposing add_parser(subparsers) and run(args) -> int
-SUBCOMMANDS = {
-    "run": "run",
-    "status": "status",
-    "migrate": "migrate",
-    "enqueue": "enqueue",
-    "jobs": "jobs",
-}
+# modules under xjobs.cli, each exposing add_parser(subparsers) that registers its
+# subcommand(s) with a handler(args) -> exit code; ``status`` also registers the other
+# control-socket verbs (drain, reload, scale)
+SUBCOMMAND_MODULES = ("run", "status", "migrate", "enqueue", "jobs")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,7 +33,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="xjobsd", description="Durable background jobs on PostgreSQL.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module_name in SUBCOMMANDS.values():
+    for module_name in SUBCOMMAND_MODULES:
         module = importlib.import_module(f"{__name__}.{module_name}")
         module.add_parser(sub)
     return parser

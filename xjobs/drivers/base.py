@@ -29,6 +29,8 @@ from ..options import finite_count, duration_ms
 STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
 LIVE_STATES = ("ready", "running", "suspended")
 FINISHED_STATES = ("completed", "dead", "cancelled")
+# what metrics count every few seconds: states an index holds apart from the finished bulk
+COUNTED_STATES = ("ready", "running", "suspended", "dead")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,7 @@ class JobDriver(Protocol):
     def job_requeue(self, job_id: int) -> JobView: ...
     def job_stats(self) -> dict[str, dict[str, int]]: ...
     def queue_summary(self) -> dict[str, QueueSummary]: ...
+    def queue_counts(self) -> dict[str, dict[str, int]]: ...
 
     # -- convenience built on the batched verbs -----------------------------------------------
     def job_ack(self, job_id: int, token: int) -> bool: ...

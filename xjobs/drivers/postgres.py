@@ -329,6 +329,15 @@ class PostgresDriver:
                 stats.setdefault(queue, {})[state] = count
         return stats
 
+    def queue_counts(self) -> dict[str, dict[str, int]]:
+        """Live states and dead letters per queue, each from its own partial index."""
+        with self._cursor() as cur:
+            cur.execute(self._sql["queue_counts"])
+            counts: dict[str, dict[str, int]] = {}
+            for queue, state, count in cur.fetchall():
+                counts.setdefault(queue, {})[state] = count
+        return counts
+
     def queue_summary(self) -> dict[str, QueueSummary]:
         now = self.clock.now_ms()
         with self._cursor() as cur:

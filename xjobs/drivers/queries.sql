@@ -201,6 +201,16 @@ select queue, state, count(*)
 from {schema}.jobs
 group by queue, state
 
+-- name: queue_counts
+-- per state so each count reads its own partial index and the finished bulk is never scanned
+select queue, 'ready', count(*) from {schema}.jobs where state = 'ready' group by queue
+union all
+select queue, 'running', count(*) from {schema}.jobs where state = 'running' group by queue
+union all
+select queue, 'suspended', count(*) from {schema}.jobs where state = 'suspended' group by queue
+union all
+select queue, 'dead', count(*) from {schema}.jobs where state = 'dead' group by queue
+
 -- name: queue_summary
 select queue, count(*), extract(epoch from min(run_at))::float8 * 1000
 from {schema}.jobs

@@ -38,6 +38,7 @@ create table if not exists {schema}.jobs (
 create index if not exists jobs_ready_idx on {schema}.jobs (queue, priority, run_at, id) where state = 'ready';
 create index if not exists jobs_running_idx on {schema}.jobs (lease_expires_at) where state = 'running';
 create index if not exists jobs_suspended_idx on {schema}.jobs (run_at) where state = 'suspended';
+create index if not exists jobs_dead_idx on {schema}.jobs (queue) where state = 'dead';
 create index if not exists jobs_finished_idx on {schema}.jobs (finished_at) where state in ('completed', 'dead', 'cancelled');
 
 -- The idempotency namespace is (name, tenant or empty, key) over live rows. The conflict

@@ -63,7 +63,9 @@ class SnapshotCollector:
         yield depth
         yield oldest
 
-        per_state = GaugeMetricFamily("xjobs_queue_jobs", "Jobs per queue and state.", labels=["queue", "state"])
+        per_state = GaugeMetricFamily(
+            "xjobs_queue_jobs", "Jobs per queue in the live states and dead; the finished bulk is "
+            "counted by xjobsd jobs stats, not every scrape.", labels=["queue", "state"])
         states = snap.get("states", {})
         for q in sorted(set(queues) | set(states)):
             counts = states.get(q, {})

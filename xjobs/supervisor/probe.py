@@ -2,7 +2,7 @@
 
 Two jobs share it:
 
-* **statistics** — once per interval, ONE round of ``queue_summary`` and ``job_stats`` for the
+* **statistics** — once per interval, ONE round of ``queue_summary`` and ``queue_counts`` for the
   whole daemon (never one per child): queue depth, oldest-ready age and jobs per state for
   ``/metrics`` and ``xjobsd status``; a round that fails marks the database unreachable
   (``/readyz`` answers 503).
@@ -174,7 +174,7 @@ class DatabaseProbe:
 
     def _statistics(self, driver: Any) -> None:
         summary = driver.queue_summary()
-        states = driver.job_stats()
+        states = driver.queue_counts()   # never a scan of the finished bulk
         queues = {name: {"depth": s.depth, "oldest_ready_seconds": s.oldest_ready_ms / 1000.0}
                   for name, s in summary.items()}
         self._emit("summary", Summary(time.monotonic(), queues, states))
