@@ -30,8 +30,8 @@ def test_bad_counts_are_refused(daemon_env, spec):
 
 @pytest.mark.parametrize("flag, value, option", [
     ("--drain-deadline", "nan", "drain_deadline"), ("--drain-deadline", "-5s", "drain_deadline"),
-    ("--stats-interval", "inf", "stats-interval"), ("--recycle-after-jobs", "2.5", "recycle-after-jobs"),
-    ("--recycle-after-jobs", "-1", "recycle-after-jobs"), ("--recycle-above-rss", "nan", "recycle-above-rss"),
+    ("--stats-interval", "inf", "stats_interval"), ("--recycle-after-jobs", "2.5", "recycle_after_jobs"),
+    ("--recycle-after-jobs", "-1", "recycle_after_jobs"), ("--recycle-above-rss", "nan", "recycle_above_rss"),
 ])
 def test_bad_knobs_are_refused(daemon_env, flag, value, option):
     result = run(daemon_env, f"{flag}={value}")

@@ -36,8 +36,8 @@ class QueueSpec:
             if sep:
                 return name, cls.checked(_number(procs, option), _number(conc, option), option)
             return name, cls.checked(1, _number(procs, option), option)
-        except InvalidOption:
-            raise
+        except InvalidOption as exc:  # name the part that was refused, and the spec it came from
+            raise InvalidOption(exc.option, f"{exc.reason} (in {text!r})") from None
         except ValueError:
             raise InvalidOption(option, f"expected NAME=PROCSxCONC like emails=2x16, got {text!r}") from None
 
@@ -69,6 +69,9 @@ class Settings:
     metrics: str | None = "127.0.0.1:9464"
     control: str | None = None
     apps: tuple[str, ...] = ()
+    stats_interval_ms: float = 5_000.0   # how often the supervisor reads depth and age
+    recycle_after_jobs: int | None = None  # replace a worker process after this many claims
+    recycle_above_rss_mib: int | None = None  # ... or once its resident memory passes this
 
     def __post_init__(self) -> None:
         from .drivers.sql import check_schema_name
@@ -83,6 +86,11 @@ class Settings:
         duration_ms(self.retention_completed_ms, "retention_completed")
         duration_ms(self.retention_finished_ms, "retention_finished")
         duration_ms(self.drain_deadline_ms, "drain_deadline")
+        duration_ms(self.stats_interval_ms, "stats_interval", minimum_ms=100)
+        if self.recycle_after_jobs is not None:
+            finite_count(self.recycle_after_jobs, "recycle_after_jobs", minimum=1)
+        if self.recycle_above_rss_mib is not None:
+            finite_count(self.recycle_above_rss_mib, "recycle_above_rss", minimum=16)
         for name, spec in self.queues.items():
             plain_name(name, "queue")
             if not isinstance(spec, QueueSpec):
@@ -95,7 +103,7 @@ class Settings:
 _DURATION_FIELDS = {"lease_ms": "lease", "heartbeat_ms": "heartbeat", "poll_ms": "poll",
                     "rescue_ms": "rescue", "retention_completed_ms": "retention_completed",
                     "retention_finished_ms": "retention_finished",
-                    "drain_deadline_ms": "drain_deadline"}
+                    "drain_deadline_ms": "drain_deadline", "stats_interval_ms": "stats_interval"}
 
 
 def _coerce(values: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -122,6 +130,11 @@ def _coerce(values: Mapping[str, Any], source: str) -> dict[str, Any]:
             out["apps"] = tuple(value.split(",") if isinstance(value, str) else value)
         elif key == "max_payload_bytes":
             out[key] = finite_count(_maybe_number(value, key), key, minimum=64)
+        elif key == "recycle_after_jobs":
+            out[key] = finite_count(_maybe_number(value, key), key, minimum=1)
+        elif key in ("recycle_above_rss", "recycle_above_rss_mib"):
+            out["recycle_above_rss_mib"] = finite_count(_maybe_number(value, "recycle_above_rss"),
+                                                        "recycle_above_rss", minimum=16)
         elif key in names:
             out[key] = value
         else:
@@ -144,7 +157,9 @@ _ENV = {"XJOBS_DATABASE_URL": "dsn", "XJOBS_SCHEMA": "schema", "XJOBS_LEASE": "l
         "XJOBS_METRICS": "metrics", "XJOBS_CONTROL": "control", "XJOBS_APP": "apps",
         "XJOBS_MAX_PAYLOAD_BYTES": "max_payload_bytes",
         "XJOBS_RETENTION_COMPLETED": "retention_completed",
-        "XJOBS_RETENTION_FINISHED": "retention_finished"}
+        "XJOBS_RETENTION_FINISHED": "retention_finished", "XJOBS_STATS_INTERVAL": "stats_interval",
+        "XJOBS_RECYCLE_AFTER_JOBS": "recycle_after_jobs",
+        "XJOBS_RECYCLE_ABOVE_RSS": "recycle_above_rss"}
 
 
 def _file_values(config_path: str | None) -> tuple[dict[str, Any], str]:

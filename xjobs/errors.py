@@ -30,6 +30,7 @@ class InvalidOption(XJobsError, ValueError):
     def __init__(self, option: str, message: str) -> None:
         super().__init__(f"{option}: {message}", option=option)
         self.option = option
+        self.reason = message
 
 
 class DuplicateJob(XJobsError):

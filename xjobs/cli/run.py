@@ -20,7 +20,6 @@ from typing import Any
 
 from ..config import Settings, load_settings
 from ..errors import ConcurrencyUnenforceable, InvalidOption
-from ..options import duration_ms, finite_count
 from .common import import_apps
 
 log = logging.getLogger("xjobs.supervisor")
@@ -40,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--control", metavar="PATH", help="control socket (default $XDG_RUNTIME_DIR/xjobsd.sock "
                                                      "or ./.xjobs/xjobsd.sock)")
     p.add_argument("--drain-deadline", metavar="DURATION", help="how long a drain waits for running jobs (25s)")
-    p.add_argument("--stats-interval", metavar="DURATION", default="5s",
+    p.add_argument("--stats-interval", metavar="DURATION",
                    help="how often queue depth and age are read from the database (5s)")
     p.add_argument("--recycle-after-jobs", metavar="N",
                    help="replace a worker process after it has claimed N jobs")
@@ -54,28 +53,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _load(args: argparse.Namespace, dsn: str | None = None) -> Settings:
     return load_settings(args.config, dsn=args.dsn or dsn, schema=args.schema, queues=args.queue,
                          metrics=args.metrics, control=args.control, apps=args.app,
-                         drain_deadline=args.drain_deadline)
+                         drain_deadline=args.drain_deadline, stats_interval=args.stats_interval,
+                         recycle_after_jobs=args.recycle_after_jobs,
+                         recycle_above_rss=args.recycle_above_rss)
 
 
-def _options(args: argparse.Namespace) -> Any:
+def _options(settings: Settings) -> Any:
     from ..supervisor.arbiter import ArbiterOptions
-    recycle_jobs = recycle_rss = None
-    if args.recycle_after_jobs is not None:
-        recycle_jobs = finite_count(_number(args.recycle_after_jobs, "recycle-after-jobs"),
-                                    "recycle-after-jobs", minimum=1)
-    if args.recycle_above_rss is not None:
-        recycle_rss = finite_count(_number(args.recycle_above_rss, "recycle-above-rss"),
-                                   "recycle-above-rss", minimum=16) * 1024 * 1024
-    interval = duration_ms(args.stats_interval, "stats-interval", minimum_ms=100) / 1000.0
-    return ArbiterOptions(stats_interval_s=interval, recycle_jobs=recycle_jobs, recycle_rss_bytes=recycle_rss)
-
-
-def _number(text: str, option: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidOption(option, f"must be a number, got {text!r}") from None
-    return int(value) if value.is_integer() else value
+    rss = settings.recycle_above_rss_mib
+    return ArbiterOptions(stats_interval_s=settings.stats_interval_ms / 1000.0,
+                          recycle_jobs=settings.recycle_after_jobs,
+                          recycle_rss_bytes=None if rss is None else rss * 1024 * 1024)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from ..supervisor.roles import role_specs
 
     settings = _load(args)
-    options = _options(args)
+    options = _options(settings)
     if not settings.apps:
         raise InvalidOption("app", "no job modules: pass --app MODULE (or apps = [...] in the config)")
     import_apps(settings.apps)
