@@ -41,7 +41,7 @@ class Run:
     """One attempt of one job, owned by the worker's loop thread."""
 
     __slots__ = ("job", "handle", "lease", "signal", "ctx", "started_ms", "deadline_ms",
-                 "settled", "future", "renewed_ms")
+                 "settled", "future", "renewed_ms", "code_at_return")
 
     def __init__(self, job: ClaimedJob, handle: Any, driver: Any, now_ms: float) -> None:
         self.job = job
@@ -56,6 +56,9 @@ class Run:
         self.deadline_ms = None if timeout is None else now_ms + timeout
         self.settled = False
         self.future: Any = None
+        # the signal as the body left it: a drain that arrives after a body already failed
+        # must not turn that failure into an "interrupted" run
+        self.code_at_return: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +69,21 @@ class Settlement:
 
 
 def describe(error: BaseException) -> str:
-    frames = traceback.extract_tb(error.__traceback__)
+    try:
+        message = str(error)
+    except Exception:  # an exception whose __str__ raises still gets recorded
+        message = f"<unprintable {type(error).__name__}>"
+    try:
+        frames = traceback.extract_tb(error.__traceback__)
+    except Exception:
+        frames = []
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    text = f"{type(error).__name__}: {error}{where}"
+    text = f"{type(error).__name__}: {message}{where}"
     return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 3] + "..."
 
 
-def settlement_for(run: Run, error: BaseException | None) -> Settlement:
-    code = run.signal.code
+def settlement_for(run: Run, error: BaseException | None, timed_out: bool = False) -> Settlement:
+    code = run.signal.code if timed_out else run.code_at_return
     if code in (LEASE_LOST, CANCELLED):
         # somebody else owns the row now (or an operator ended it): write nothing
         return Settlement("cancelled" if code == CANCELLED else None)
@@ -84,7 +94,7 @@ def settlement_for(run: Run, error: BaseException | None) -> Settlement:
         return Settlement("completed")
     if error is None:
         return Settlement("completed", ack=True)
-    if code == DRAINED:
+    if code == DRAINED and not timed_out:
         text = f"{describe(error)} -- interrupted by drain, attempt not counted"
         return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, text, 0.0,
                                                    counts_as_attempt=False, outcome="interrupted"))
@@ -154,9 +164,18 @@ class Executor:
             put(run)
 
     def cancel(self, run: Run) -> None:
-        """Cancel an async body (a timeout); a thread cannot be stopped, only signalled."""
-        if run.future is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(run.future.cancel)
+        """Cancel an async body (a timeout); a thread cannot be stopped, only signalled.
+
+        Done on the loop thread, after any pending start of the same run, so a run whose
+        task did not exist yet is either skipped by ``_start_tasks`` or cancelled here.
+        """
+        if run.handle.is_async and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._cancel_on_loop, run)
+
+    @staticmethod
+    def _cancel_on_loop(run: Run) -> None:
+        if run.future is not None:
+            run.future.cancel()
 
     def _serve(self) -> None:
         get, done = self._queue.get, self._done
@@ -173,6 +192,9 @@ class Executor:
         """On the loop thread: one task per async body."""
         create = self._loop.create_task
         for run in runs:
+            if run.signal.code is not None:  # timed out (or lost) before it ever started
+                self._done(run, JobTimeout("stopped before it started"))
+                continue
             task = create(_call_async(run))
             task.add_done_callback(functools.partial(self._task_done, run))
             run.future = task

@@ -11,11 +11,13 @@ This is how an application (or a test, or a benchmark) runs a worker without the
 
 from __future__ import annotations
 
+import os
 import selectors
 import threading
 from typing import Callable
 
 from ..clock import monotonic_ms
+from ..options import finite_option
 from .role import Role
 
 
@@ -31,10 +33,9 @@ class InProcessHost:
 
     def run(self, until: Callable[[], bool] | None = None) -> None:
         """Loop until ``stop()`` (or ``until()`` answers True after a pass), then close."""
-        import os
         self._stop_r, self._stop_w = os.pipe()
-        self.role.initialize()
         try:
+            self.role.initialize()
             with selectors.DefaultSelector() as selector:
                 while not self._stop.is_set():
                     wait_ms = self.role.run_once(self.clock())
@@ -68,10 +69,11 @@ class InProcessHost:
 
     def stop(self, deadline_s: float | None = 30.0) -> None:
         """Drain with a deadline (None waits for every running job), then close."""
+        if deadline_s is not None:
+            deadline_s = finite_option(deadline_s, "deadline_s")
         self._deadline_ms = None if deadline_s is None else self.clock() + deadline_s * 1000.0
         self._stop.set()
         if self._stop_w is not None:
-            import os
             try:
                 os.write(self._stop_w, b"!")
             except OSError:

@@ -31,12 +31,14 @@ from typing import Any, Mapping, Sequence
 
 from ..clock import monotonic_ms
 from ..config import Settings
-from ..context import CANCELLED, DRAINED, LEASE_LOST, TIMED_OUT
-from ..errors import ConcurrencyUnenforceable, InvalidOption, JobTimeout
+from ..context import DRAINED
+from ..errors import ConcurrencyUnenforceable, InvalidOption
 from ..options import finite_count, plain_name
 from ..registry import Registry
 from ..retry import DEFAULT_RETRY
-from .execute import Executor, Run, Settlement, describe, settlement_for
+from .execute import Executor, Run
+from .leases import LeaseMixin
+from .settle import SettleMixin
 from .stats import WorkerStats
 
 log = logging.getLogger("xjobs.worker")
@@ -54,7 +56,7 @@ def new_identity(role: str = "worker") -> str:
     return f"{role}:{host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
-class QueueWorker:
+class QueueWorker(SettleMixin, LeaseMixin):
     role = "worker"
 
     def __init__(self, *, driver: Any, registry: Registry, queue: str | None = None,
@@ -146,23 +148,21 @@ class QueueWorker:
         self.accepting = False
         self.state = "closing"
         clock = now or monotonic_ms
-        while self.in_flight() > 0:
-            current = clock()
-            if deadline_ms is not None and current >= deadline_ms:
-                break
-            wait = self.run_once(current)
-            if deadline_ms is not None:
-                wait = min(wait, deadline_ms - current)
-            if not self._done and self.in_flight() > 0:
-                select.select([self._wake_r], [], [], max(0.0, wait) / 1000.0)
-        self.run_once(clock())
-        abandoned = [run for run in self.held.values()]
-        if abandoned:
-            log.warning("worker %s: drain abandoned %d job(s) still running at the deadline "
-                        "(their leases lapse and they are delivered again): %s", self.identity,
-                        len(abandoned), ", ".join(f"{r.job.name}#{r.job.id}" for r in abandoned[:20]))
-        self._close_resources()
-        self.state = "stopped"
+        try:
+            while self.in_flight() > 0:
+                current = clock()
+                if deadline_ms is not None and current >= deadline_ms:
+                    break
+                wait = self.run_once(current)
+                if deadline_ms is not None:
+                    wait = min(wait, deadline_ms - current)
+                if not self._done and self.in_flight() > 0:
+                    select.select([self._wake_r], [], [], max(0.0, wait) / 1000.0)
+            self.run_once(clock())
+            self._abandon(clock())
+        finally:  # a close that failed half-way still gives back every resource it holds
+            self._close_resources()
+            self.state = "stopped"
 
     def _close_resources(self) -> None:
         if self._executor is not None:
@@ -186,6 +186,7 @@ class QueueWorker:
         if now_ms >= self._next_heartbeat:
             self._heartbeat(now_ms)
             self._next_heartbeat = now_ms + self.settings.heartbeat_ms
+        self._check_windows(now_ms)
         if self.accepting:
             self._claim(now_ms, notified)
         if now_ms >= self._next_rescue:
@@ -200,18 +201,23 @@ class QueueWorker:
         if self.accepting:
             due.append(self._next_poll)
         due.extend(run.deadline_ms for run in self.held.values() if run.deadline_ms is not None)
+        if (window := self._window_due()) is not None:
+            due.append(window)
         return max(0.0, min(due) - now_ms)
 
     def _drain_wakeups(self) -> None:
-        self._poked = False
+        # read first, then clear: a body that pokes between the two leaves a byte behind (a
+        # spurious wake-up), never a raised flag over an empty pipe (a lost one)
         try:
             while os.read(self._wake_r, 4096):
                 pass
         except (BlockingIOError, OSError):
             pass
+        self._poked = False
 
     def _body_done(self, run: Run, error: BaseException | None) -> None:
         """Called from a body's thread: hand the result to the loop thread and wake it."""
+        run.code_at_return = run.signal.code
         self._done.append((run, error))
         if not self._poked:
             self._poked = True
@@ -247,6 +253,9 @@ class QueueWorker:
 
     def _start(self, job: Any, now_ms: float) -> Run | None:
         """Hold the job and answer its run, or settle it at once when nothing here can run it."""
+        stale = self.held.get(job.id)
+        if stale is not None:  # cancelled and retried, or rescued, and handed to us again
+            self._lost(stale, now_ms, "the job was handed out again")
         handle = self._handles.get(job.name)
         run = Run(job, handle or _Unknown(DEFAULT_RETRY), self.driver, now_ms)
         self.held[job.id] = run
@@ -255,110 +264,6 @@ class QueueWorker:
             self._body_done(run, LookupError(f"no handler for job {job.name!r} in worker {self.identity}"))
             return None
         return run
-
-    # -- settlement ------------------------------------------------------------------------------
-
-    def _settle(self, now_ms: float) -> None:
-        acks: list[Run] = []
-        nacks: list[tuple[Run, Settlement]] = []
-        done = self._done
-        while done:
-            run, error = done.popleft()
-            self.busy[run.job.queue] -= 1
-            if run.settled:
-                continue  # a timeout or a lost lease already decided this run
-            outcome = settlement_for(run, error)
-            self._finish(run, now_ms)
-            if outcome.ack:
-                acks.append(run)
-            elif outcome.nack is not None:
-                nacks.append((run, outcome))
-            elif outcome.outcome is not None:
-                self.stats_.outcome(run.job.name, outcome.outcome, _seconds(run, now_ms))
-        if acks:
-            try:
-                acked = self.driver.job_ack_many([run.lease for run in acks])
-            except Exception as exc:
-                log.error("worker %s: settling %d completed job(s) failed; their leases lapse and "
-                          "they run again: %s", self.identity, len(acks), exc)
-                self.stats_.bump("settle_failed", len(acks))
-                acked = set()
-                acks = []
-            self.stats_.outcomes([(run.job.name, "completed", _seconds(run, now_ms))
-                                  for run in acks if run.job.id in acked])
-            lost = sum(1 for run in acks if run.job.id not in acked)
-            if lost:
-                self.stats_.bump("lease_lost", lost)
-        for run, outcome in nacks:
-            self._write_nack(run, outcome, now_ms)
-
-    def _write_nack(self, run: Run, outcome: Settlement, now_ms: float) -> None:
-        try:
-            held = self.driver.job_nack(outcome.nack)
-        except Exception as exc:
-            log.error("worker %s: settling %s#%s as %s failed: %s", self.identity, run.job.name,
-                      run.job.id, outcome.outcome, exc)
-            self.stats_.bump("settle_failed")
-            return
-        if held:
-            self.stats_.outcome(run.job.name, outcome.outcome, _seconds(run, now_ms))
-            if outcome.outcome == "dead":
-                log.warning("job %s#%s dead: %s", run.job.name, run.job.id, outcome.nack.error)
-        else:
-            self.stats_.bump("lease_lost")
-
-    def _finish(self, run: Run, now_ms: float) -> None:
-        run.settled = True
-        self.held.pop(run.job.id, None)
-
-    def _expire(self, now_ms: float) -> None:
-        for run in [r for r in self.held.values() if r.deadline_ms is not None and now_ms >= r.deadline_ms]:
-            timeout = run.handle.timeout_ms
-            run.signal.abort(TIMED_OUT, f"job timed out after {timeout:g}ms")
-            self._executor.cancel(run)  # cancel first, then fail the attempt
-            self.stats_.bump("timed_out")
-            self._finish(run, now_ms)
-            if not run.handle.is_async:
-                log.warning("job %s#%s timed out; its thread keeps running until the body returns "
-                            "(it ignores ctx.signal)", run.job.name, run.job.id)
-            outcome = settlement_for(run, JobTimeout(f"timed out after {timeout:g}ms"))
-            if outcome.nack is not None:
-                self._write_nack(run, outcome, now_ms)
-
-    # -- leases ----------------------------------------------------------------------------------
-
-    def _heartbeat(self, now_ms: float) -> None:
-        runs = list(self.held.values())
-        if not runs:
-            return
-        try:
-            alive = self.driver.job_heartbeat_many([r.lease for r in runs], self.settings.lease_ms)
-        except Exception as exc:
-            log.warning("worker %s: lease renewal failed: %s", self.identity, exc)
-            alive = None
-        for run in runs:
-            if run.settled:
-                continue
-            if alive is not None and run.job.id in alive:
-                run.renewed_ms = now_ms
-            elif alive is not None:
-                self._lost(run, now_ms, "the database no longer matches this lease")
-            elif now_ms - run.renewed_ms >= self.settings.lease_ms:
-                self._lost(run, now_ms, "no renewal landed for a whole lease window")
-
-    def _lost(self, run: Run, now_ms: float, why: str) -> None:
-        try:
-            cancelled = self.driver.job_get(run.job.id).state == "cancelled"
-        except Exception:
-            cancelled = False
-        self._finish(run, now_ms)
-        if cancelled:
-            run.signal.abort(CANCELLED, "cancelled by an operator")
-            self.stats_.outcome(run.job.name, "cancelled", _seconds(run, now_ms))
-        else:
-            run.signal.abort(LEASE_LOST, f"lease lost: {why}")
-            self.stats_.bump("lease_lost")
-            log.warning("worker %s: lost the lease on %s#%s: %s", self.identity, run.job.name, run.job.id, why)
 
     def _sweep(self, now_ms: float) -> None:
         self._next_rescue = now_ms + self.settings.rescue_ms
@@ -383,8 +288,4 @@ class _Unknown:
         self.retry = retry
 
 
-def _seconds(run: Run, now_ms: float) -> float:
-    return max(0.0, (now_ms - run.started_ms) / 1000.0)
-
-
-__all__ = ["QueueWorker", "new_identity", "describe"]
+__all__ = ["QueueWorker", "new_identity"]
