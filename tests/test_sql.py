@@ -1,11 +1,13 @@
 """The SQL itself: every statement of ``queries.sql`` prepares against a real Postgres, the
 schema installs idempotently (also from two installers at once), and no production file
-reads or returns a whole row (``select *`` / ``returning *``).
+reads or returns a whole row (``select *`` / ``returning *``). Also what only the Postgres
+driver has: its connections, pools and installer.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import re
 import threading
 import tokenize
@@ -13,11 +15,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg_pool import PoolTimeout
 
 import xjobs
 from xjobs.drivers.base import NewJob
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.sql import raw_statements, statements
+from xjobs.errors import InvalidOption
 
 from .fixtures import drop_schema, new_schema_name
 
@@ -185,3 +189,43 @@ def test_no_production_file_reads_or_returns_a_whole_row():
     offenders = [f"{p.relative_to(PACKAGE.parent)}: {m.group(0)!r}"
                  for p in files for m in WHOLE_ROW.finditer(_without_comments(p))]
     assert offenders == []
+
+
+# -- the Postgres driver's connections ---------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_every_connection_gives_up_on_a_dead_server(pg_driver):
+    """connect_timeout and TCP keepalives on the dedicated, the pooled and the body's connections."""
+    wanted = {"connect_timeout": "10", "keepalives": "1", "keepalives_idle": "10",
+              "keepalives_interval": "5", "keepalives_count": "3"}
+    with pg_driver.connect() as dedicated:
+        seen = [dedicated.info.get_parameters()]
+    with pg_driver._connection() as pooled:
+        seen.append(pooled.info.get_parameters())
+    for params in seen:
+        assert {k: params.get(k) for k in wanted} == wanted
+        assert params["application_name"] == "xjobs-tests"
+
+
+@pytest.mark.postgres
+def test_a_verb_waits_for_a_pooled_connection_at_most_pool_timeout(pg_dsn, pg_schema):
+    driver = PostgresDriver(pg_dsn, schema=pg_schema, pool_size=1, pool_timeout=0.2)
+    try:
+        driver.migrate()
+        with driver._connection():       # the only connection is busy
+            with pytest.raises(PoolTimeout):
+                driver.job_stats()
+        assert driver.job_stats() == {}
+    finally:
+        driver.close()
+
+
+@pytest.mark.parametrize("option, value", [
+    ("pool_size", 0), ("pool_size", 2.5), ("pool_size", math.nan), ("pool_size", True),
+    ("pool_size", "4"), ("pool_timeout", 0), ("pool_timeout", -1.0), ("pool_timeout", math.nan),
+    ("pool_timeout", math.inf), ("pool_timeout", "30")])
+def test_the_postgres_driver_refuses_bad_pool_options(option, value):
+    with pytest.raises(InvalidOption) as err:
+        PostgresDriver("postgresql://nowhere.invalid/x", **{option: value})
+    assert err.value.option == option

@@ -25,12 +25,18 @@ from psycopg_pool import ConnectionPool
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import DuplicateJob, JobNotFound, LeaseLost, NotCancellable, NotRetryable, XJobsError
-from ..options import duration_ms, finite_option
+from ..options import duration_ms, finite_count, finite_option
 from .base import (ClaimedJob, Enqueued, JobView, Lease, ListFilter, Nack, NewJob, QueueSummary,
                    check_claim, check_row_limit)
 from .sql import check_schema_name, notify_channel, schema_ddl, statements
 
 _MIGRATE_LOCK = 0x786A6F6273  # "xjobs": one installer at a time per database
+
+# Every connection the driver opens gives up on an unreachable server after connect_timeout
+# seconds, and TCP keepalives notice a peer that vanished (a failed-over primary, a dropped
+# NAT entry) within about idle + interval * count = 25 s instead of the kernel's two hours.
+CONNECT_OPTIONS = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10,
+                   "keepalives_interval": 5, "keepalives_count": 3}
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -62,23 +68,31 @@ def _view(row: Sequence[Any], payload: Any = None, history: tuple = ()) -> JobVi
 
 class PostgresDriver:
     def __init__(self, dsn: str, *, schema: str = "xjobs", clock: Clock = SYSTEM_CLOCK,
-                 pool_size: int = 4, application_name: str = "xjobs") -> None:
+                 pool_size: int = 4, pool_timeout: float = 30.0,
+                 application_name: str = "xjobs") -> None:
+        """``pool_timeout``: seconds a verb waits for a free pooled connection (or for the
+        server to answer at all) before ``PoolTimeout``; a CLI can ask for less."""
         self.dsn = dsn
         self.schema = check_schema_name(schema)
         self.clock = clock
         self.channel = notify_channel(self.schema)
         self.application_name = application_name
         self._sql = statements(self.schema)
-        self._pool_size = pool_size
+        self._pool_size = finite_count(pool_size, "pool_size", minimum=1, maximum=1000)
+        self._pool_timeout = finite_option(pool_timeout, "pool_timeout", maximum=3600.0,
+                                           exclusive_minimum=True)
         self._pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
 
     # -- connections -------------------------------------------------------------------------
 
+    def _options(self) -> dict[str, Any]:
+        return {"autocommit": True, "prepare_threshold": 0,
+                "application_name": self.application_name, **CONNECT_OPTIONS}
+
     def connect(self, **extra: Any) -> psycopg.Connection:
         """A fresh dedicated connection (LISTEN, migrations), configured like the pool's."""
-        conn = psycopg.connect(self.dsn, autocommit=True, prepare_threshold=0,
-                               application_name=self.application_name, **extra)
+        conn = psycopg.connect(self.dsn, **{**self._options(), **extra})
         _configure(conn)
         return conn
 
@@ -89,8 +103,7 @@ class PostgresDriver:
                 if self._pool is None:
                     self._pool = ConnectionPool(
                         self.dsn, min_size=1, max_size=self._pool_size, open=True,
-                        kwargs={"autocommit": True, "prepare_threshold": 0,
-                                "application_name": self.application_name},
+                        timeout=self._pool_timeout, kwargs=self._options(),
                         configure=_configure, name=f"xjobs-{self.application_name}")
                 pool = self._pool
         return pool.connection()
@@ -117,8 +130,8 @@ class PostgresDriver:
 
     def migrate(self) -> None:
         """Install or upgrade the schema; safe to run from many processes at once."""
-        with psycopg.connect(self.dsn, autocommit=False,
-                             application_name=self.application_name) as conn:
+        # the DDL is many statements in one string: the simple protocol, never prepared
+        with self.connect(autocommit=False, prepare_threshold=None) as conn:
             conn.execute("select pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
             conn.execute(schema_ddl(self.schema))
             conn.commit()
