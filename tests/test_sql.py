@@ -18,7 +18,7 @@ import pytest
 from psycopg_pool import PoolTimeout
 
 import xjobs
-from xjobs.drivers.base import NewJob
+from xjobs.drivers.base import Lease, NewJob
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.sql import raw_statements, statements
 from xjobs.errors import InvalidOption
@@ -203,6 +203,10 @@ def test_every_connection_gives_up_on_a_dead_server(pg_driver):
         seen = [dedicated.info.get_parameters()]
     with pg_driver._connection() as pooled:
         seen.append(pooled.info.get_parameters())
+    pg_driver.job_enqueue([NewJob(name="n", queue="q", payload=b"{}", idempotency_key="k")])
+    [job] = pg_driver.job_claim(["q"], 1, 30_000, "w")
+    with pg_driver.job_transaction(Lease(job.id, job.token)) as body:
+        seen.append(body.info.get_parameters())
     for params in seen:
         assert {k: params.get(k) for k in wanted} == wanted
         assert params["application_name"] == "xjobs-tests"
@@ -223,9 +227,31 @@ def test_a_verb_waits_for_a_pooled_connection_at_most_pool_timeout(pg_dsn, pg_sc
 
 @pytest.mark.parametrize("option, value", [
     ("pool_size", 0), ("pool_size", 2.5), ("pool_size", math.nan), ("pool_size", True),
-    ("pool_size", "4"), ("pool_timeout", 0), ("pool_timeout", -1.0), ("pool_timeout", math.nan),
+    ("pool_size", "4"), ("transaction_pool_size", 0), ("transaction_pool_size", 1.5),
+    ("transaction_pool_size", math.inf), ("pool_timeout", 0), ("pool_timeout", -1.0), ("pool_timeout", math.nan),
     ("pool_timeout", math.inf), ("pool_timeout", "30")])
 def test_the_postgres_driver_refuses_bad_pool_options(option, value):
     with pytest.raises(InvalidOption) as err:
         PostgresDriver("postgresql://nowhere.invalid/x", **{option: value})
     assert err.value.option == option
+
+
+@pytest.mark.postgres
+def test_body_transactions_never_take_the_verbs_connections(pg_dsn, pg_schema, clock):
+    """A body holds its transaction as long as it runs; the claim, heartbeat and ack that keep
+    its lease alive must still get a connection."""
+    driver = PostgresDriver(pg_dsn, schema=pg_schema, clock=clock, pool_size=1,
+                            transaction_pool_size=2, pool_timeout=2.0)
+    try:
+        driver.migrate()
+        driver.job_enqueue([NewJob(name="n", queue="q", payload=b"{}", idempotency_key=k)
+                            for k in "abc"])
+        a, b = driver.job_claim(["q"], 2, 30_000, "w")
+        with driver.job_transaction(Lease(a.id, a.token)), driver.job_transaction(Lease(b.id, b.token)):
+            assert driver.job_heartbeat_many([Lease(a.id, a.token), Lease(b.id, b.token)],
+                                             30_000) == {a.id, b.id}
+            [c] = driver.job_claim(["q"], 1, 30_000, "w")
+            assert driver.job_ack(c.id, c.token)
+        assert driver.job_stats() == {"q": {"completed": 3}}
+    finally:
+        driver.close()

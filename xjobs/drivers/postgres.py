@@ -1,8 +1,11 @@
-"""The production driver: psycopg 3, a small connection pool, server-side prepared statements.
+"""The production driver: psycopg 3, two small connection pools, server-side prepared statements.
 
 Every statement comes from ``queries.sql`` (see ``sql.py``); this module only binds
-parameters and shapes results. The pool opens lazily on first use, so a supervisor that
-builds a driver before forking holds no connection across the fork.
+parameters and shapes results. The pools open lazily on first use, so a supervisor that
+builds a driver before forking holds no connection across the fork. The verbs share one
+pool; ``job_transaction`` draws from its own, because a body holds its connection for as long
+as it runs, and bodies holding the verbs' pool would starve the claim, ack and heartbeat
+that keep their own leases alive.
 
 Fences: ``ack``, ``nack`` and ``heartbeat`` match ``state = 'running'`` AND the claim's
 ``lease_token``. A worker that lost its lease (rescued, cancelled, released) matches no row,
@@ -68,7 +71,7 @@ def _view(row: Sequence[Any], payload: Any = None, history: tuple = ()) -> JobVi
 
 class PostgresDriver:
     def __init__(self, dsn: str, *, schema: str = "xjobs", clock: Clock = SYSTEM_CLOCK,
-                 pool_size: int = 4, pool_timeout: float = 30.0,
+                 pool_size: int = 4, transaction_pool_size: int = 16, pool_timeout: float = 30.0,
                  application_name: str = "xjobs") -> None:
         """``pool_timeout``: seconds a verb waits for a free pooled connection (or for the
         server to answer at all) before ``PoolTimeout``; a CLI can ask for less."""
@@ -79,9 +82,12 @@ class PostgresDriver:
         self.application_name = application_name
         self._sql = statements(self.schema)
         self._pool_size = finite_count(pool_size, "pool_size", minimum=1, maximum=1000)
+        self._transaction_pool_size = finite_count(transaction_pool_size, "transaction_pool_size",
+                                                   minimum=1, maximum=1000)
         self._pool_timeout = finite_option(pool_timeout, "pool_timeout", maximum=3600.0,
                                            exclusive_minimum=True)
         self._pool: ConnectionPool | None = None
+        self._transaction_pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
 
     # -- connections -------------------------------------------------------------------------
@@ -96,17 +102,21 @@ class PostgresDriver:
         _configure(conn)
         return conn
 
-    def _connection(self) -> contextlib.AbstractContextManager[psycopg.Connection]:
-        pool = self._pool
+    def _open_pool(self, slot: str, size: int, label: str) -> ConnectionPool:
+        pool = getattr(self, slot)
         if pool is None:
             with self._pool_lock:
-                if self._pool is None:
-                    self._pool = ConnectionPool(
-                        self.dsn, min_size=1, max_size=self._pool_size, open=True,
+                pool = getattr(self, slot)
+                if pool is None:
+                    pool = ConnectionPool(
+                        self.dsn, min_size=1, max_size=size, open=True,
                         timeout=self._pool_timeout, kwargs=self._options(),
-                        configure=_configure, name=f"xjobs-{self.application_name}")
-                pool = self._pool
-        return pool.connection()
+                        configure=_configure, name=f"xjobs-{label}-{self.application_name}")
+                    setattr(self, slot, pool)
+        return pool
+
+    def _connection(self) -> contextlib.AbstractContextManager[psycopg.Connection]:
+        return self._open_pool("_pool", self._pool_size, "verbs").connection()
 
     @contextlib.contextmanager
     def _cursor(self, conn: Any = None) -> Iterator[psycopg.Cursor]:
@@ -124,9 +134,11 @@ class PostgresDriver:
 
     def close(self) -> None:
         with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+            pools = (self._pool, self._transaction_pool)
+            self._pool = self._transaction_pool = None
+        for pool in pools:
+            if pool is not None:
+                pool.close()
 
     def migrate(self) -> None:
         """Install or upgrade the schema; safe to run from many processes at once."""
@@ -279,7 +291,8 @@ class PostgresDriver:
         The completion is fenced like ``ack``: if the lease was lost the whole transaction
         rolls back and ``LeaseLost`` is raised, so the body's writes land exactly once.
         """
-        with self._connection() as conn:
+        pool = self._open_pool("_transaction_pool", self._transaction_pool_size, "bodies")
+        with pool.connection() as conn:
             with conn.transaction():
                 yield conn
                 done = None
