@@ -49,6 +49,11 @@ def test_operator_round_trip(xjobsd, pg_dsn, pg_schema):
     datetime.fromisoformat(listed["run_at"])  # ISO-8601, not epoch numbers
     assert as_json(xjobsd("jobs", "ls", "--json", "--name", "other")) == []
 
+    odd = as_json(xjobsd("enqueue", "greet", "--app", "tests.apps.cli_app", "--json",
+                         "--input", '{"user": 2, "org": "acme", "at": 1e30, "run_at": 5}'))
+    assert as_json(xjobsd("jobs", "show", str(odd["id"]), "--json"))["payload"] == {
+        "user": 2, "org": "acme", "at": 1e30, "run_at": 5}     # payload data is never reformatted
+    xjobsd("jobs", "cancel", str(odd["id"]))
     shown = as_json(xjobsd("jobs", "show", str(first["id"]), "--json"))
     assert JOB_FIELDS <= set(shown) and shown["payload"] == {"user": 1, "org": "acme"}
     assert shown["history"] == []
@@ -62,7 +67,7 @@ def test_operator_round_trip(xjobsd, pg_dsn, pg_schema):
     assert [h["outcome"] for h in retried["history"]] == ["cancelled", "requeued"]
     xjobsd("jobs", "retry", str(first["id"]), expect=1)   # only dead or cancelled jobs
 
-    assert as_json(xjobsd("jobs", "stats", "--json")) == {"mail": {"ready": 1}}
+    assert as_json(xjobsd("jobs", "stats", "--json")) == {"mail": {"ready": 1, "cancelled": 1}}
     assert as_json(xjobsd("jobs", "dead", "--json")) == []
     table = xjobsd("jobs", "ls").stdout
     assert table.splitlines()[0].split()[:4] == ["ID", "NAME", "QUEUE", "STATE"]
@@ -93,6 +98,8 @@ def test_dead_letters_are_listed(xjobsd, pg_dsn, pg_schema):
     (["enqueue", "greet", "--app", "tests.apps.cli_app", "--input", '{"user": 1, "org": "a"}',
       "--delay", "nan"], 2),
     (["jobs"], 2),
+    (["jobs", "ls", "--dsn", "nonsense=1"], 2),
+    (["jobs", "ls", "--dsn", "postgresql://postgres@127.0.0.1:1/none"], 1),
 ])
 def test_bad_usage_exits_with_a_clear_code(xjobsd, args, code):
     xjobsd("migrate")

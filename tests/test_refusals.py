@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -12,6 +13,11 @@ from xjobs.drivers.base import ListFilter
 from xjobs.enqueue import enqueue_many
 from xjobs.errors import (DuplicateJob, IdempotencyKeyRequired, InvalidOption, PayloadInvalid,
                           PayloadTooLarge, TenantRequired)
+
+@dataclasses.dataclass
+class Point:
+    x: float
+
 
 BAD_NUMBERS = [float("nan"), float("inf"), float("-inf"), -1]
 BAD_COUNTS = BAD_NUMBERS + [2.5, True, "3"]
@@ -100,7 +106,8 @@ def test_odd_names_are_accepted_as_data(driver, name):
 @pytest.mark.parametrize("payload,error", [
     ({"x": float("nan")}, PayloadInvalid), ({"x": [1, float("inf")]}, PayloadInvalid),
     ({1: "non-string key"}, PayloadInvalid), ({"x": object()}, PayloadInvalid),
-    ({"x": "nul\x00byte"}, PayloadInvalid), ({"x": "y" * 2_000_000}, PayloadTooLarge),
+    ({"x": "nul\x00byte"}, PayloadInvalid), ({"nul\x00key": 1}, PayloadInvalid),
+    ({"x": "y" * 2_000_000}, PayloadTooLarge), ({"x": Point(float("nan"))}, PayloadInvalid),
 ])
 def test_bad_payloads_are_refused_and_nothing_is_written(driver, payload, error):
     handle = declare(idempotency_key=lambda i: "k" if isinstance(i, dict) else "k")
@@ -109,6 +116,12 @@ def test_bad_payloads_are_refused_and_nothing_is_written(driver, payload, error)
         enqueue_many(handle, [good, payload], driver=driver)
     assert err.value.code in ("X_PAYLOAD_INVALID", "X_PAYLOAD_TOO_LARGE")
     assert driver.job_list(ListFilter()) == []
+
+
+def test_text_that_merely_spells_an_escape_is_data(driver):
+    handle = declare(idempotency_key=lambda i: "k")
+    [job] = enqueue_many(handle, [{"path": "C:\\u0000dir", "s": "\\u0000"}], driver=driver)
+    assert driver.job_get(job.id).payload == {"path": "C:\\u0000dir", "s": "\\u0000"}
 
 
 def test_bad_keys_and_tenants_are_refused_before_writing(driver):
@@ -189,3 +202,17 @@ def test_environment_values_are_checked_and_flags_win(tmp_path):
     with pytest.raises(InvalidOption):
         load_settings(str(config), env={}, no_such_knob=1)
     assert math.isfinite(load_settings(env={}).lease_ms)
+
+
+def test_durations_are_stored_normalised_wherever_they_come_from(tmp_path):
+    assert Settings(lease_ms="30s", heartbeat_ms="5s").lease_ms == 30_000.0
+    assert load_settings(env={"XJOBS_LEASE": "30000"}).lease_ms == 30_000.0   # bare numbers are ms
+    config = tmp_path / "xjobs.toml"
+    config.write_text('[xjobs]\nlease_ms = "45s"\n')
+    assert load_settings(str(config), env={}).lease_ms == 45_000.0
+
+
+def test_run_at_beyond_what_every_driver_holds_is_refused(driver):
+    with pytest.raises(InvalidOption):
+        enqueue_many(declare(), [{}], driver=driver, run_at=1e16)
+    assert driver.job_list(ListFilter()) == []

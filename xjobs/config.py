@@ -76,25 +76,32 @@ class Settings:
     def __post_init__(self) -> None:
         from .drivers.sql import check_schema_name
         check_schema_name(self.schema)
-        finite_count(self.max_payload_bytes, "max_payload_bytes", minimum=64, maximum=256 * 1024 * 1024)
-        lease = duration_ms(self.lease_ms, "lease", minimum_ms=100)
-        heartbeat = duration_ms(self.heartbeat_ms, "heartbeat", minimum_ms=10)
-        if heartbeat >= lease:
-            raise InvalidOption("heartbeat", f"must be shorter than the lease ({lease:g}ms), got {heartbeat:g}ms")
-        duration_ms(self.poll_ms, "poll", minimum_ms=10)
-        duration_ms(self.rescue_ms, "rescue", minimum_ms=10)
-        duration_ms(self.retention_completed_ms, "retention_completed")
-        duration_ms(self.retention_finished_ms, "retention_finished")
-        duration_ms(self.drain_deadline_ms, "drain_deadline")
-        duration_ms(self.stats_interval_ms, "stats_interval", minimum_ms=100)
+        # every knob is stored normalised: "30s" given anywhere is 30000.0 here
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+        put("max_payload_bytes", finite_count(self.max_payload_bytes, "max_payload_bytes",
+                                              minimum=64, maximum=256 * 1024 * 1024))
+        for name, option, minimum in (("lease_ms", "lease", 100), ("heartbeat_ms", "heartbeat", 10),
+                                      ("poll_ms", "poll", 10), ("rescue_ms", "rescue", 10),
+                                      ("retention_completed_ms", "retention_completed", 0),
+                                      ("retention_finished_ms", "retention_finished", 0),
+                                      ("drain_deadline_ms", "drain_deadline", 0),
+                                      ("stats_interval_ms", "stats_interval", 100)):
+            put(name, duration_ms(getattr(self, name), option, minimum_ms=minimum))
+        if self.heartbeat_ms >= self.lease_ms:
+            raise InvalidOption("heartbeat", f"must be shorter than the lease ({self.lease_ms:g}ms), "
+                                             f"got {self.heartbeat_ms:g}ms")
         if self.recycle_after_jobs is not None:
-            finite_count(self.recycle_after_jobs, "recycle_after_jobs", minimum=1)
+            put("recycle_after_jobs", finite_count(self.recycle_after_jobs, "recycle_after_jobs", minimum=1))
         if self.recycle_above_rss_mib is not None:
-            finite_count(self.recycle_above_rss_mib, "recycle_above_rss", minimum=16)
+            put("recycle_above_rss_mib", finite_count(self.recycle_above_rss_mib, "recycle_above_rss", minimum=16))
+        if not isinstance(self.queues, Mapping):
+            raise InvalidOption("queues", "must map queue names to QueueSpec")
         for name, spec in self.queues.items():
             plain_name(name, "queue")
             if not isinstance(spec, QueueSpec):
                 raise InvalidOption(f"queue {name}", "must be a QueueSpec")
+        put("apps", tuple(self.apps))
 
     def with_overrides(self, **values: Any) -> "Settings":
         return replace(self, **{k: v for k, v in values.items() if v is not None})

@@ -15,12 +15,15 @@ from .config import current_driver, current_settings
 from .drivers.base import Enqueued, NewJob
 from .errors import InvalidOption
 from .options import duration_ms, finite_count, finite_option
+from .errors import PayloadTooLarge
 from .payload import encode_payload
 
 if TYPE_CHECKING:
     from .registry import JobHandle
 
 MAX_BATCH = 100_000
+MAX_BATCH_BYTES = 256 * 1024 * 1024     # one statement must stay well inside PostgreSQL's 1 GB
+_LATEST_RUN_AT_MS = 253_402_300_799_000.0   # 9999-12-31T23:59:59Z, the last time every driver holds
 
 
 def _run_at_ms(delay: object, run_at: object, now_ms: float) -> float | None:
@@ -33,8 +36,8 @@ def _run_at_ms(delay: object, run_at: object, now_ms: float) -> float | None:
     if isinstance(run_at, datetime):
         if run_at.tzinfo is None:
             raise InvalidOption("run_at", "must be timezone-aware")
-        return run_at.timestamp() * 1000.0
-    return finite_option(run_at, "run_at", minimum=0.0)
+        run_at = run_at.timestamp() * 1000.0
+    return finite_option(run_at, "run_at", minimum=0.0, maximum=_LATEST_RUN_AT_MS)
 
 
 def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
@@ -47,11 +50,16 @@ def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = No
     if enqueued_by is not None and (not isinstance(enqueued_by, str) or "\x00" in enqueued_by):
         raise InvalidOption("enqueued_by", "must be a string without NUL characters")
     max_attempts = handle.retry.attempts
-    return [NewJob(name=handle.name, queue=handle.queue,
+    jobs = [NewJob(name=handle.name, queue=handle.queue,
                    payload=encode_payload(item, max_payload_bytes),
                    idempotency_key=handle.key_for(item), tenant=handle.tenant_for(item),
                    enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at)
             for item in inputs]
+    total = sum(len(job.payload) for job in jobs)
+    if total > MAX_BATCH_BYTES:
+        raise PayloadTooLarge(f"one call carries {total} payload bytes, over {MAX_BATCH_BYTES}; "
+                              "enqueue in smaller batches")
+    return jobs
 
 
 def enqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,

@@ -17,6 +17,7 @@ from .errors import InvalidOption
 
 _UNITS_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0, "d": 86_400_000.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_PLAIN_NUMBER = re.compile(r"^\s*\d+(?:\.\d+)?\s*$")
 
 
 def finite_option(value: object, option: str, *, minimum: float = 0.0,
@@ -59,6 +60,8 @@ def duration_ms(value: object, option: str, *, minimum_ms: float = 0.0,
     """``"250ms"``, ``"5s"``, ``"2m"``, ``"1h"``, ``"1d"`` or a number of milliseconds."""
     if isinstance(value, str):
         match = _DURATION.match(value)
+        if match is None and _PLAIN_NUMBER.match(value):
+            match = _DURATION.match(value.strip() + "ms")   # a bare number is milliseconds
         if match is None:
             raise InvalidOption(option, f"not a duration: {value!r} (use 250ms, 5s, 2m, 1h or a number of ms)")
         value = float(match.group(1)) * _UNITS_MS[match.group(2)]

@@ -2,7 +2,8 @@
 
 Refused with a code, never silently altered: values JSON cannot carry (NaN and infinity,
 which orjson would quietly turn into ``null``), non-string keys, NUL characters (which a
-``jsonb`` column rejects mid-transaction), and payloads over the configured size limit.
+``jsonb`` column rejects mid-transaction), dataclasses (whose fields would escape these
+checks: pass ``dataclasses.asdict(x)``), and payloads over the configured size limit.
 """
 
 from __future__ import annotations
@@ -14,32 +15,41 @@ import orjson
 from .errors import PayloadInvalid, PayloadTooLarge
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+_MAX_DEPTH = 200
+_SCALARS = (int, bool, type(None))
 
 
-def _reject_non_finite(value: object, depth: int = 0) -> None:
-    if depth > 200:
-        raise PayloadInvalid("payload nests deeper than 200 levels")
-    if isinstance(value, float):
+def _check(value: object, depth: int = 0) -> None:
+    if depth > _MAX_DEPTH:
+        raise PayloadInvalid(f"payload nests deeper than {_MAX_DEPTH} levels")
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise PayloadInvalid("payload holds a NUL character, which PostgreSQL jsonb cannot store")
+    elif isinstance(value, float):
         if not math.isfinite(value):
             raise PayloadInvalid(f"payload holds {value!r}, which JSON cannot represent")
     elif isinstance(value, dict):
-        for item in value.values():
-            if not isinstance(item, (str, int, bool)) and item is not None:
-                _reject_non_finite(item, depth + 1)
+        for key, item in value.items():
+            if isinstance(key, str) and "\x00" in key:
+                raise PayloadInvalid("payload holds a NUL character in a key")
+            if not isinstance(item, _SCALARS):
+                _check(item, depth + 1)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            if not isinstance(item, (str, int, bool)) and item is not None:
-                _reject_non_finite(item, depth + 1)
+            if not isinstance(item, _SCALARS):
+                _check(item, depth + 1)
+
+
+def _refuse(value: object) -> object:
+    raise TypeError(f"type {type(value).__name__} is not JSON-encodable here")
 
 
 def encode_payload(value: object, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
-    _reject_non_finite(value)
+    _check(value)
     try:
-        encoded = orjson.dumps(value)
+        encoded = orjson.dumps(value, default=_refuse, option=orjson.OPT_PASSTHROUGH_DATACLASS)
     except TypeError as exc:  # orjson.JSONEncodeError subclasses TypeError
         raise PayloadInvalid(f"payload is not JSON-encodable: {exc}") from None
-    if b"\\u0000" in encoded:
-        raise PayloadInvalid("payload holds a NUL character, which PostgreSQL jsonb cannot store")
     if len(encoded) > max_bytes:
         raise PayloadTooLarge(f"payload is {len(encoded)} bytes, over the limit of {max_bytes}")
     return encoded

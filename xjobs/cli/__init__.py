@@ -10,6 +10,9 @@ import argparse
 import importlib
 import sys
 
+import psycopg
+from psycopg_pool import PoolTimeout
+
 from ..errors import (IdempotencyKeyRequired, InvalidOption, PayloadInvalid, PayloadTooLarge,
                       TenantRequired, UnknownJob, XJobsError)
 
@@ -47,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     except _USAGE_ERRORS as exc:
         print(f"xjobsd: {exc}", file=sys.stderr)
         return 2
+    except psycopg.ProgrammingError as exc:   # a DSN that cannot be parsed is bad usage
+        print(f"xjobsd: X_INVALID_OPTION: dsn: {exc}", file=sys.stderr)
+        return 2
+    except (psycopg.Error, PoolTimeout) as exc:
+        print(f"xjobsd: X_DATABASE_UNAVAILABLE: {exc}", file=sys.stderr)
+        return 1
     except XJobsError as exc:
         print(f"xjobsd: {exc}", file=sys.stderr)
         return 1

@@ -29,8 +29,18 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
 
 
 def driver_from(settings: Settings, application_name: str = "xjobs-cli") -> Any:
+    """A driver for one command, after one quick connection proves the database answers:
+    an operator wants "cannot connect" in seconds, not a pool retrying for half a minute."""
     if not settings.dsn:
         raise InvalidOption("dsn", "no database configured: pass --dsn or set XJOBS_DATABASE_URL")
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+    try:
+        conninfo_to_dict(settings.dsn)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidOption("dsn", str(exc).strip()) from None
+    with psycopg.connect(settings.dsn, connect_timeout=5, application_name=application_name):
+        pass
     from ..drivers.postgres import PostgresDriver
     return PostgresDriver(settings.dsn, schema=settings.schema, application_name=application_name,
                           pool_size=1)
@@ -58,7 +68,9 @@ def plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
-        return {k: (iso(v) if k in _TIME_FIELDS and isinstance(v, (int, float)) else plain(v))
+        # a payload is the application's data, shown exactly as stored
+        return {k: (v if k == "payload" else
+                    iso(v) if k in _TIME_FIELDS and isinstance(v, (int, float)) else plain(v))
                 for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
