@@ -15,10 +15,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row, namedtuple_row
 from psycopg_pool import PoolTimeout
 
 import xjobs
-from xjobs.drivers.base import Lease, NewJob
+from xjobs.drivers.base import Enqueued, Lease, NewJob
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.sql import raw_statements, statements
 from xjobs.errors import InvalidOption
@@ -255,3 +256,16 @@ def test_body_transactions_never_take_the_verbs_connections(pg_dsn, pg_schema, c
         assert driver.job_stats() == {"q": {"completed": 3}}
     finally:
         driver.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("factory", [dict_row, namedtuple_row])
+def test_enqueue_joins_an_application_connection_whatever_its_row_factory(pg_driver, pg_dsn, factory):
+    jobs = [NewJob(name="n", queue="q", payload=b"{}", idempotency_key=k) for k in "aab"]
+    with psycopg.connect(pg_dsn, row_factory=factory) as app:
+        assert pg_driver.job_enqueue(jobs, conn=app) == [Enqueued(1, False), Enqueued(1, True),
+                                                         Enqueued(3, False)]
+        # a live duplicate found by the second statement of the enqueue
+        assert pg_driver.job_enqueue(jobs[:1], conn=app) == [Enqueued(1, True)]
+        assert app.execute("select 1 as one").fetchone() in ({"one": 1}, (1,))
+    assert pg_driver.job_stats() == {"q": {"ready": 2}}

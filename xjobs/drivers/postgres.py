@@ -23,6 +23,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import orjson
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.rows import tuple_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
@@ -121,7 +122,9 @@ class PostgresDriver:
     @contextlib.contextmanager
     def _cursor(self, conn: Any = None) -> Iterator[psycopg.Cursor]:
         if conn is not None:
-            with conn.cursor() as cur:
+            # the application's connection may hand rows back as dicts or objects; every
+            # statement here reads its columns by position
+            with conn.cursor(row_factory=tuple_row) as cur:
                 yield cur
             return
         with self._connection() as own, own.cursor() as cur:
