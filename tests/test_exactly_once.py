@@ -131,3 +131,26 @@ def test_enqueue_wakes_an_idle_worker_without_waiting_for_the_poll(pg_dsn, pg_sc
         assert ran.wait(10), "the notification did not wake the worker (poll is 10 minutes)"
     finally:
         host.stop(5)
+
+
+def test_a_job_completed_by_its_transaction_is_not_a_lost_lease(pg_dsn, pg_schema, live_driver):
+    registry = xjobs.Registry()
+    committed, release = threading.Event(), threading.Event()
+
+    @xjobs.job(queue="q", idempotency_key=lambda i: str(i["n"]), tenant="none", registry=registry)
+    def charge(ctx, input):
+        with ctx.transaction() as conn:
+            conn.execute(f"insert into {pg_schema}.effects (job_id, n) values (%s, %s)", (ctx.job_id, 1))
+        committed.set()
+        release.wait(10)            # still running when the next heartbeat comes round
+
+    [job] = enqueue_many(charge, [{"n": 1}], driver=live_driver)
+    worker = make_worker(live_driver, registry, heartbeat_ms=100, lease_ms=1000)
+    pacer = Pacer(worker)
+    pacer.until(committed.is_set)
+    pacer.pass_(advance_ms=2000)    # a heartbeat and a whole window pass after the commit
+    assert pacer.totals()["lease_lost"] == 0 and not worker.held[job.id].signal.is_set()
+    release.set()
+    pacer.until(lambda: worker.in_flight() == 0)
+    assert (pacer.totals()["completed"], pacer.totals()["lease_lost"]) == (1, 0)
+    assert live_driver.job_get(job.id).state == "completed"
