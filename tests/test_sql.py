@@ -21,7 +21,7 @@ from psycopg_pool import PoolTimeout
 import xjobs
 from xjobs.drivers.base import Enqueued, Lease, NewJob
 from xjobs.drivers.postgres import PostgresDriver
-from xjobs.drivers.sql import raw_statements, statements
+from xjobs.drivers.sql import SCHEMA_VERSION, raw_statements, statements
 from xjobs.errors import InvalidOption
 
 from .fixtures import drop_schema, new_schema_name
@@ -125,7 +125,7 @@ def test_migrate_again_changes_nothing_and_keeps_the_rows(pg_driver):
         pg_driver.migrate()
         assert _catalog(conn, pg_driver.schema) == before
         version = conn.execute(f"select value from {pg_driver.schema}.meta where key = 'schema_version'").fetchone()
-    assert version == ("1",)
+    assert version == (str(SCHEMA_VERSION),)
     assert [v.idempotency_key for v in pg_driver.job_list(xjobs.drivers.base.ListFilter())] == ["k"]
 
 
@@ -156,6 +156,50 @@ def test_two_installers_at_once_both_succeed(pg_dsn):
         assert triggers == [("jobs_notify_ready",)]
     finally:
         drop_schema(pg_dsn, schema)
+
+
+def _set_version(conn: psycopg.Connection, schema: str, version: str) -> None:
+    conn.execute(f"update {schema}.meta set value = %s where key = 'schema_version'", (version,))
+
+
+@pytest.mark.postgres
+def test_migrate_at_the_current_version_takes_no_table_lock(pg_driver, pg_dsn, monkeypatch):
+    """Every daemon migrates at boot; against a current schema that must not queue behind (and
+    then in front of) an application transaction that has written to the jobs table."""
+    monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=2s")  # a lock wait fails instead of hanging
+    with psycopg.connect(pg_dsn) as app:
+        pg_driver.job_enqueue([NewJob(name="n", queue="q", payload=b"{}", idempotency_key="k")], conn=app)
+        pg_driver.migrate()
+        _set_version(app, pg_driver.schema, "999")    # a newer xjobs upgraded it: left alone too
+        app.commit()
+        pg_driver.job_enqueue([NewJob(name="n", queue="q", payload=b"{}", idempotency_key="j")], conn=app)
+        pg_driver.migrate()
+        app.rollback()
+    with pg_driver.connect() as conn:
+        assert conn.execute(f"select value from {pg_driver.schema}.meta").fetchall() == [("999",)]
+
+
+@pytest.mark.postgres
+def test_an_older_schema_is_upgraded_and_gives_up_on_a_held_table(pg_driver, pg_dsn):
+    with pg_driver.connect() as conn:
+        _set_version(conn, pg_driver.schema, "0")
+        conn.execute(f"drop trigger jobs_notify_ready on {pg_driver.schema}.jobs")
+    with psycopg.connect(pg_dsn) as app:
+        pg_driver.job_enqueue([NewJob(name="n", queue="q", payload=b"{}", idempotency_key="k")], conn=app)
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            pg_driver.migrate(lock_timeout_ms=50)
+        app.rollback()
+    pg_driver.migrate()
+    with pg_driver.connect() as conn:
+        _, _, triggers = _catalog(conn, pg_driver.schema)
+        version = conn.execute(f"select value from {pg_driver.schema}.meta").fetchall()
+    assert (triggers, version) == ([("jobs_notify_ready",)], [(str(SCHEMA_VERSION),)])
+
+
+@pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf])
+def test_migrate_refuses_a_bad_lock_timeout(timeout):
+    with pytest.raises(InvalidOption):
+        PostgresDriver("postgresql://nowhere.invalid/x").migrate(lock_timeout_ms=timeout)
 
 
 # -- no whole rows -----------------------------------------------------------------------------

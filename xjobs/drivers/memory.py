@@ -100,7 +100,7 @@ class MemoryDriver:
     def close(self) -> None:
         pass
 
-    def migrate(self) -> None:
+    def migrate(self, *, lock_timeout_ms: float = 10_000.0) -> None:
         pass
 
     # -- helpers standing in for the table, its index and the fences ---------------------

@@ -1,4 +1,6 @@
--- xjobs schema, installed by xjobsd migrate and at boot under an advisory lock.
+-- xjobs schema, installed by xjobsd migrate and at boot under an advisory lock, only when
+-- meta.schema_version is missing or older than {version} (sql.SCHEMA_VERSION): the statements
+-- below lock the jobs table, which a daemon booting against a current schema must not do.
 -- The placeholder {schema} is replaced by the configured schema name (a checked identifier).
 -- Shipped tables grow only through alter table ... add column if not exists further down
 -- because create table if not exists is a no-op against an existing database.
@@ -70,10 +72,12 @@ begin
 end
 $fn$;
 
+-- drop and create (create or replace trigger needs PostgreSQL 14); the drop takes an access
+-- exclusive lock, one more reason this file runs only to install or upgrade
 drop trigger if exists jobs_notify_ready on {schema}.jobs;
 create trigger jobs_notify_ready after insert on {schema}.jobs
     referencing new table as new_rows
     for each statement execute function {schema}.notify_ready();
 
-insert into {schema}.meta (key, value) values ('schema_version', '1')
+insert into {schema}.meta (key, value) values ('schema_version', '{version}')
     on conflict (key) do update set value = excluded.value;

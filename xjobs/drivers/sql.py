@@ -14,6 +14,10 @@ from pathlib import Path
 from ..errors import InvalidOption
 
 _HERE = Path(__file__).parent
+
+# What schema.sql installs. Bump it with every change to schema.sql: an installed schema at
+# this version (or a newer one) is left alone, so a booting daemon takes no lock at all.
+SCHEMA_VERSION = 1
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 _BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -51,4 +55,5 @@ def statements(schema: str) -> dict[str, str]:
 def schema_ddl(schema: str) -> str:
     schema = check_schema_name(schema)
     text = (_HERE / "schema.sql").read_text()
-    return text.replace("{schema}", schema).replace("{channel}", notify_channel(schema))
+    return (text.replace("{schema}", schema).replace("{channel}", notify_channel(schema))
+            .replace("{version}", str(SCHEMA_VERSION)))
