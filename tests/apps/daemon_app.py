@@ -35,14 +35,20 @@ def _db() -> psycopg.Connection:
         return _conn
 
 
-def record(ctx, name: str) -> None:
+def record(ctx, name: str) -> int:
     """One row per body start, stamped when the body began (not when the shared connection
-    got round to the insert), so enqueue-to-start latency measures the queue, not this table."""
+    got round to the insert), so enqueue-to-start latency measures the queue, not this table.
+    Answers how many times this job had started before."""
     began = time.time()
     schema = os.environ.get("XJOBS_SCHEMA", "xjobs")
-    _db().execute(f"insert into {schema}.effects (job_id, attempt, pid, name, at) "
-                  f"values (%s, %s, %s, %s, to_timestamp(%s))",
-                  (ctx.job_id, ctx.attempt, os.getpid(), name, began))
+    db = _db()
+    with _lock:
+        earlier = db.execute(f"select count(*) from {schema}.effects where job_id = %s",
+                             (ctx.job_id,)).fetchone()[0]
+        db.execute(f"insert into {schema}.effects (job_id, attempt, pid, name, at) "
+                   f"values (%s, %s, %s, %s, to_timestamp(%s))",
+                   (ctx.job_id, ctx.attempt, os.getpid(), name, began))
+    return earlier
 
 
 @job(queue="alpha", idempotency_key=lambda i: f"a:{i['n']}", tenant="none")
@@ -57,10 +63,11 @@ def touch_beta(ctx, input):
 
 @job(queue="slow", idempotency_key=lambda i: f"hold:{i['n']}", tenant="none")
 def hold(ctx, input):
-    """Runs ``seconds``; with ``watch`` it stops early when ``ctx.signal`` is set. From the
-    second attempt on, ``quick_retry`` makes it finish at once."""
-    record(ctx, "hold")
-    if ctx.attempt > 1 and input.get("quick_retry"):
+    """Runs ``seconds``; with ``watch`` it stops early when ``ctx.signal`` is set. When it was
+    delivered before (an interrupted or abandoned run gives its attempt back, so the attempt
+    number cannot tell), ``quick_retry`` makes it finish at once."""
+    earlier = record(ctx, "hold")
+    if earlier and input.get("quick_retry"):
         return
     seconds = float(input.get("seconds", 10))
     if input.get("watch", True):
