@@ -13,8 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from xjobs.clock import SYSTEM_CLOCK, ManualClock
 from xjobs.drivers.base import STATES, Enqueued, Lease, ListFilter, Nack, NewJob
 from xjobs.drivers.memory import MemoryDriver
+from xjobs.drivers.postgres import PostgresDriver
 from xjobs.errors import (ClaimQueuesEmpty, DuplicateJob, InvalidOption, JobNotFound, LeaseLost,
                           NotCancellable, NotRetryable)
 from xjobs.payload import encode_payload
@@ -711,3 +713,87 @@ def test_queue_counts_hold_live_states_and_dead_letters_only(driver, clock):
     driver.job_nack(Nack(second.id, second.token, "boom", dead=True, outcome="dead"))
     assert driver.queue_counts() == {"a": {"ready": 1, "dead": 1}, "b": {"ready": 1}}
     assert driver.job_stats() == {"a": {"ready": 1, "dead": 1, "completed": 1}, "b": {"ready": 1}}
+
+
+# -- now and delays ------------------------------------------------------------------------------
+
+
+def test_a_delay_counts_from_the_drivers_now(driver, clock):
+    now = clock.now_ms()
+    [late, soon] = driver.job_enqueue([
+        NewJob(name="n", queue="default", payload=b"{}", idempotency_key="late", delay_ms=1500.25),
+        NewJob(name="n", queue="default", payload=b"{}", idempotency_key="soon", delay_ms=0.0)])
+    view = driver.job_get(late.id)
+    assert (at(view.run_at), at(view.created_at)) == (now + 1500.25, now)
+    assert [j.id for j in claim(driver)] == [soon.id]
+    clock.advance(1500)
+    assert claim(driver) == []
+    clock.advance(0.25)
+    assert [j.id for j in claim(driver)] == [late.id]
+
+
+@pytest.mark.parametrize("delay, run_at", [(math.nan, None), (math.inf, None), (-1.0, None),
+                                           (11 * 365 * 86_400_000.0, None), (5.0, 1.8e12)],
+                         ids=["nan", "inf", "negative", "past-ten-years", "both"])
+def test_a_bad_delay_is_refused_and_writes_nothing(driver, delay, run_at):
+    bad = NewJob(name="n", queue="default", payload=b"{}", idempotency_key="bad", delay_ms=delay,
+                 run_at_ms=run_at)
+    with pytest.raises(InvalidOption) as err:
+        driver.job_enqueue([new_job("good"), bad])
+    assert err.value.option == "delay"
+    assert driver.job_stats() == {}
+
+
+# -- the server's clock (Postgres only) ----------------------------------------------------------
+
+
+def _server_ms(driver) -> float:
+    with driver.connect() as conn:
+        return conn.execute("select extract(epoch from clock_timestamp())::float8 * 1000").fetchone()[0]
+
+
+@pytest.mark.postgres
+def test_a_driver_without_a_clock_takes_now_from_the_server(pg_dsn, pg_schema, clock):
+    injected = PostgresDriver(pg_dsn, schema=pg_schema, clock=clock)
+    production = PostgresDriver(pg_dsn, schema=pg_schema)
+    assert (injected.server_clock, injected.clock) == (False, clock)
+    assert (production.server_clock, production.clock) == (True, SYSTEM_CLOCK)
+    try:
+        production.migrate()
+        [job] = production.job_enqueue([new_job("k")])
+        before = _server_ms(production)
+        [held] = claim(production, lease=30_000)
+        after = _server_ms(production)
+        view = production.job_get(job.id)
+        assert before + 30_000 - 0.001 <= view.lease_expires_at <= after + 30_000 + 0.001
+        assert production.job_nack(Nack(held.id, held.token, "boom", delay_ms=60_000))
+        assert production.job_get(job.id).run_at >= after + 60_000 - 1
+    finally:
+        injected.close()
+        production.close()
+
+
+@pytest.mark.postgres
+def test_a_worker_whose_clock_runs_ahead_cannot_take_a_live_lease(pg_dsn, pg_schema):
+    """Two machines on one database, one an hour fast. Leases, due times and queue ages are all
+    measured on the server's clock, so the fast one's sweep finds nothing to rescue, its
+    delayed enqueue is not due early, and it reports the queue's age as it is."""
+    honest = PostgresDriver(pg_dsn, schema=pg_schema, pool_size=1)
+    fast = PostgresDriver(pg_dsn, schema=pg_schema, pool_size=1)
+    fast.clock = ManualClock(SYSTEM_CLOCK.now_ms() + 3_600_000)   # what its callers read
+    try:
+        honest.migrate()
+        [mine] = honest.job_enqueue([new_job("mine")])
+        [held] = claim(honest, lease=30_000, worker="honest")
+        fast.job_enqueue([NewJob(name="n", queue="default", payload=b"{}", idempotency_key="later",
+                                 delay_ms=60_000)])
+        [waiting] = honest.job_enqueue([new_job("waiting")])
+        assert fast.job_rescue() == 0
+        assert [j.id for j in claim(fast, worker="fast")] == [waiting.id]
+        assert honest.job_heartbeat(held.id, held.token, 30_000) is True
+        assert honest.job_get(mine.id).claimed_by == "honest"
+        honest.job_enqueue([new_job("fresh")])
+        assert 0 <= fast.queue_summary()["default"].oldest_ready_ms < 60_000
+    finally:
+        honest.close()
+        fast.close()

@@ -1,4 +1,5 @@
-"""The SQL itself: every statement of ``queries.sql`` prepares against a real Postgres, the
+"""The SQL itself: every statement of ``queries.sql`` prepares against a real Postgres in both
+renderings of now (the server's clock, an injected one), the
 schema installs idempotently (also from two installers at once), and no production file
 reads or returns a whole row (``select *`` / ``returning *``). Also what only the Postgres
 driver has: its connections, pools and installer.
@@ -33,7 +34,9 @@ PLACEHOLDER = re.compile(r"%\((\w+)\)[sbt]")
 PARAMS: dict[str, tuple[str, object]] = {
     "now": ("float8", 1.8e12),
     "rows": ("text", '[{"n": "send", "q": "default", "p": {"a": 1}, "k": "k", "t": null, '
-                     '"e": "cli", "pr": 0, "m": 3, "r": 1.8e12}]'),
+                     '"e": "cli", "pr": 0, "m": 3, "r": 1.8e12, "d": 0.0}, '
+                     '{"n": "send", "q": "default", "p": {}, "k": "j", "t": "t", '
+                     '"e": null, "pr": 0, "m": 3, "r": null, "d": 1500.0}]'),
     "keys": ("text", '[{"n": "send", "t": "", "k": "k"}]'),
     "queues": ("text[]", ["default"]),
     "queue": ("text", "default"),
@@ -70,15 +73,30 @@ def _positional(sql: str) -> tuple[str, list[str]]:
     return PLACEHOLDER.sub(number, sql), order
 
 
-def test_every_parameter_has_a_declared_type():
-    used = {name for sql in raw_statements().values() for name in PLACEHOLDER.findall(sql)}
+CLOCKS = pytest.mark.parametrize("server_clock", [True, False], ids=["server-clock", "injected-clock"])
+
+
+@CLOCKS
+def test_every_parameter_has_a_declared_type(server_clock):
+    used = {name for sql in statements("xjobs", server_clock).values() for name in PLACEHOLDER.findall(sql)}
     assert used - PARAMS.keys() == set(), "declare the new parameters in PARAMS"
 
 
+def test_now_is_always_the_placeholder():
+    """A statement spelling its own now would escape the server clock in production."""
+    for name, sql in raw_statements().items():
+        assert "%(now)s" not in sql and "now()" not in sql.lower() and "current_timestamp" not in sql.lower(), name
+    for name, sql in statements("xjobs", True).items():
+        assert "%(now)s" not in sql and "{" not in sql, name
+    stamped = [n for n, sql in statements("xjobs", False).items() if "%(now)s" in sql]
+    assert "job_claim_one" in stamped and "queue_summary" in stamped
+
+
 @pytest.mark.postgres
+@CLOCKS
 @pytest.mark.parametrize("name", sorted(raw_statements()))
-def test_statement_prepares(pg_driver, name):
-    text, order = _positional(statements(pg_driver.schema)[name])
+def test_statement_prepares(pg_driver, name, server_clock):
+    text, order = _positional(statements(pg_driver.schema, server_clock)[name])
     types = ", ".join(PARAMS[p][0] for p in order)
     with pg_driver.connect() as conn:
         conn.execute(f"prepare stmt ({types}) as {text}" if order else f"prepare stmt as {text}")
@@ -88,10 +106,11 @@ def test_statement_prepares(pg_driver, name):
 
 
 @pytest.mark.postgres
+@CLOCKS
 @pytest.mark.parametrize("name", sorted(raw_statements()))
-def test_statement_runs_as_the_driver_binds_it(pg_driver, name):
+def test_statement_runs_as_the_driver_binds_it(pg_driver, name, server_clock):
     """The driver's own path: psycopg placeholders, Python values, a server-side prepare."""
-    sql = statements(pg_driver.schema)[name]
+    sql = statements(pg_driver.schema, server_clock)[name]
     params = {p: PARAMS[p][1] for p in PLACEHOLDER.findall(sql)}
     with pg_driver.connect() as conn:  # autocommit: transaction() below is a real BEGIN
         with conn.transaction(force_rollback=True):

@@ -15,7 +15,10 @@ Job states::
       cancel: ready | running | suspended ──> cancelled
       requeue: dead | cancelled ──> ready (attempt reset)
 
-Times are epoch milliseconds from the driver's injected clock.
+Times are epoch milliseconds. "Now" is the database server's clock for a production driver
+and the injected clock for one built with ``clock=`` (see ``postgres.py``); a delay that
+should not depend on the enqueuing machine's clock is sent as ``delay_ms``, not as an
+absolute ``run_at_ms``.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from ..errors import ClaimQueuesEmpty
-from ..options import finite_count, duration_ms
+from ..errors import ClaimQueuesEmpty, InvalidOption
+from ..options import finite_count, finite_option, duration_ms
 
 STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
 LIVE_STATES = ("ready", "running", "suspended")
@@ -43,7 +46,8 @@ class NewJob:
     enqueued_by: str | None = None
     priority: int = 0
     max_attempts: int = 5
-    run_at_ms: float | None = None   # None: now, on the driver's clock
+    run_at_ms: float | None = None   # an absolute time; None: now plus delay_ms
+    delay_ms: float = 0.0            # added to the driver's now (the server's, in production)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,19 @@ def check_claim(queues: Sequence[str], limit: object, lease_ms: object) -> tuple
     count = finite_count(limit, "claim.limit", minimum=0, maximum=100_000)
     lease = duration_ms(lease_ms, "claim.lease", exclusive_minimum=True)
     return list(queues), count, lease
+
+
+MAX_DELAY_MS = 10 * 365 * 86_400_000.0   # the longest duration any option accepts
+
+
+def check_new_jobs(jobs: Sequence[NewJob]) -> None:
+    """The refusal for delays, shared by every driver: a NaN or an overflowing delay would
+    otherwise fail inside the database (or not at all, in memory)."""
+    for job in jobs:
+        if job.delay_ms:     # 0.0 is the common case and needs no check; NaN is truthy
+            if job.run_at_ms is not None:
+                raise InvalidOption("delay", "give delay_ms or run_at_ms, not both")
+            finite_option(job.delay_ms, "delay", maximum=MAX_DELAY_MS)
 
 
 def check_row_limit(limit: object, option: str = "limit") -> int:

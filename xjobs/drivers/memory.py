@@ -8,7 +8,9 @@ a convenience. What the SQL gets from the database, this module spells out:
   as an identity column does under ``on conflict do nothing``;
 - ``_live`` is the partial unique index ``jobs_idempotency_idx``: (name, tenant or '', key)
   over ready, running and suspended rows, kept in step by ``_move``;
-- times are rounded to microseconds, as ``to_timestamp`` stores them;
+- times are rounded to microseconds, as ``to_timestamp`` stores them, and a duration is
+  added as whole microseconds, as ``ms * interval '1 millisecond'`` is;
+- its clock is always now: the injected clock plays the part of the server's;
 - payloads are kept as the encoded bytes and decoded on every read, so each caller gets a
   fresh copy, as it would from a ``jsonb`` column.
 
@@ -35,13 +37,18 @@ from ..errors import (DuplicateJob, InvalidOption, JobNotFound, LeaseLost, NotCa
                       NotRetryable)
 from ..options import duration_ms, finite_option
 from .base import (COUNTED_STATES, LIVE_STATES, ClaimedJob, Enqueued, JobView, Lease, ListFilter, Nack, NewJob,
-                   QueueSummary, check_claim, check_row_limit)
+                   QueueSummary, check_claim, check_new_jobs, check_row_limit)
 from .sql import check_schema_name
 
 
 def _ts(ms: float) -> float:
     """A time as a ``timestamptz`` column holds it: whole microseconds."""
     return round(ms * 1000.0) / 1000.0
+
+
+def _plus(at: float, ms: float) -> float:
+    """``{now} + ms * interval '1 millisecond'``: both sides in whole microseconds."""
+    return _ts(at + _ts(ms))
 
 
 def _is_bigint(value: object) -> bool:
@@ -105,9 +112,9 @@ class MemoryDriver:
 
     # -- helpers standing in for the table, its index and the fences ---------------------
 
-    def _now(self) -> tuple[float, float]:
-        raw = self.clock.now_ms()
-        return raw, _ts(raw)
+    def _now(self) -> float:
+        """``{now}``: the clock's reading as a ``timestamptz`` holds it."""
+        return _ts(self.clock.now_ms())
 
     def _move(self, row: _Row, state: str) -> None:
         """Change a row's state, keeping the live-namespace index in step."""
@@ -165,9 +172,10 @@ class MemoryDriver:
         """``job_enqueue`` (+ ``job_find_live``): insert, or answer the live holder of the key."""
         if conn is not None and not (isinstance(conn, MemoryTransaction) and conn.driver is self):
             raise InvalidOption("conn", "the memory driver joins only a transaction from its own job_transaction()")
+        check_new_jobs(jobs)
         results: list[Enqueued] = []
         with self._lock:
-            now, at = self._now()
+            at = self._now()
             for job in jobs:
                 job_id, self._next_id = self._next_id, self._next_id + 1  # taken even when deduped
                 ns = (job.name, job.tenant or "", job.idempotency_key)
@@ -175,7 +183,7 @@ class MemoryDriver:
                 if holder is not None:
                     results.append(Enqueued(holder, True))
                     continue
-                run_at = _ts(now if job.run_at_ms is None else job.run_at_ms)
+                run_at = _plus(at, job.delay_ms) if job.run_at_ms is None else _ts(job.run_at_ms)
                 self._jobs[job_id] = _Row(
                     id=job_id, name=job.name, queue=job.queue, state="ready", payload=bytes(job.payload),
                     tenant=job.tenant, enqueued_by=job.enqueued_by, idempotency_key=job.idempotency_key,
@@ -195,7 +203,7 @@ class MemoryDriver:
         token = secrets.randbits(63)
         wanted = set(queues)
         with self._lock:
-            now, at = self._now()
+            at = self._now()
             due = (r for r in self._jobs.values()
                    if r.state == "ready" and r.queue in wanted and r.run_at <= at)
             picked = heapq.nsmallest(limit, due, key=lambda r: (r.priority, r.run_at, r.id))
@@ -203,7 +211,7 @@ class MemoryDriver:
                 self._move(row, "running")
                 row.attempt += 1
                 row.lease_token, row.claimed_by, row.started_at = token, worker_id, at
-                row.lease_expires_at = _ts(now + lease_ms)
+                row.lease_expires_at = _plus(at, lease_ms)
             picked.sort(key=lambda r: r.id)
             return [ClaimedJob(r.id, r.name, r.queue, orjson.loads(r.payload), r.tenant, r.attempt,
                                r.max_attempts, r.priority, token) for r in picked]
@@ -211,7 +219,7 @@ class MemoryDriver:
     def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
         """``job_ack_many``: complete every job still held under its token."""
         with self._lock:
-            _, at = self._now()
+            at = self._now()
             done: set[int] = set()
             for lease in leases:
                 row = self._held(lease.job_id, lease.token)
@@ -230,11 +238,11 @@ class MemoryDriver:
             row = self._held(nack.job_id, nack.token)
             if row is None:
                 return False
-            now, at = self._now()
+            at = self._now()
             row.attempt = row.attempt if nack.counts_as_attempt else max(row.attempt - 1, 0)
             self._move(row, "dead" if nack.dead else "suspended" if nack.park else "ready")
             if not nack.dead:
-                row.run_at = _ts(now + delay)
+                row.run_at = _plus(at, delay)
             row.finished_at = at if nack.dead else None
             if nack.error is not None:
                 row.last_error = nack.error
@@ -247,12 +255,12 @@ class MemoryDriver:
         """``job_heartbeat_many``: extend the lease of every job still held."""
         lease_ms = duration_ms(lease_ms, "heartbeat.lease", exclusive_minimum=True)
         with self._lock:
-            now, _ = self._now()
+            at = self._now()
             extended: set[int] = set()
             for lease in leases:
                 row = self._held(lease.job_id, lease.token)
                 if row is not None:
-                    row.lease_expires_at = _ts(now + lease_ms)
+                    row.lease_expires_at = _plus(at, lease_ms)
                     extended.add(row.id)
             return extended
 
@@ -263,7 +271,7 @@ class MemoryDriver:
         """``job_rescue_lapsed`` then ``job_wake_due``, each bounded by ``limit``."""
         limit = check_row_limit(limit, "rescue.limit")
         with self._lock:
-            _, at = self._now()
+            at = self._now()
             lapsed = heapq.nsmallest(limit, (r for r in self._jobs.values() if r.state == "running"
                                              and r.lease_expires_at is not None and r.lease_expires_at < at),
                                      key=lambda r: (r.lease_expires_at, r.id))
@@ -281,7 +289,7 @@ class MemoryDriver:
     def job_release_worker(self, worker_id: str) -> int:
         """``job_release_worker``: every job a dead worker held goes back (or dies)."""
         with self._lock:
-            _, at = self._now()
+            at = self._now()
             held = [r for r in self._jobs.values() if r.state == "running" and r.claimed_by == worker_id]
             for row in held:
                 self._fail_over(row, at, f"dead: worker died on the last attempt, {worker_id}",
@@ -322,7 +330,7 @@ class MemoryDriver:
                 row = self._held(lease.job_id, lease.token)
                 if row is None:
                     raise LeaseLost(f"job {lease.job_id} is no longer held by this worker; rolled back")
-                self._complete(row, self._now()[1])
+                self._complete(row, self._now())
         except BaseException:
             with self._lock:
                 for job_id in tx.inserted:
@@ -368,7 +376,7 @@ class MemoryDriver:
                 raise JobNotFound(f"no job with id {job_id}")
             if row.state not in LIVE_STATES:
                 raise NotCancellable(f"job {job_id} is {row.state}; only ready, running or suspended jobs can be cancelled")
-            _, at = self._now()
+            at = self._now()
             self._move(row, "cancelled")
             row.finished_at, row.last_error = at, reason
             row.lease_token = row.lease_expires_at = None
@@ -383,7 +391,7 @@ class MemoryDriver:
                 raise JobNotFound(f"no job with id {job_id}")
             if row.state not in ("dead", "cancelled"):
                 raise NotRetryable(f"job {job_id} is {row.state}; only dead or cancelled jobs can be retried")
-            _, at = self._now()
+            at = self._now()
             self._move(row, "ready")  # DuplicateJob when a live job holds the key
             row.attempt, row.run_at, row.finished_at = 0, at, None
             self._record(row.id, at, 0, "requeued", None)
@@ -406,11 +414,11 @@ class MemoryDriver:
     def queue_summary(self) -> dict[str, QueueSummary]:
         """``queue_summary``: ready-now depth and oldest ready-now ``run_at`` per queue."""
         with self._lock:
-            now, at = self._now()
+            at = self._now()
             oldest: dict[str, tuple[int, float]] = {}
             for row in self._jobs.values():
                 if row.state == "ready" and row.run_at <= at:
                     depth, first = oldest.get(row.queue, (0, row.run_at))
                     oldest[row.queue] = (depth + 1, min(first, row.run_at))
-        return {q: QueueSummary(depth=n, oldest_ready_ms=max(0.0, now - first))
+        return {q: QueueSummary(depth=n, oldest_ready_ms=_ts(at - first))
                 for q, (n, first) in oldest.items()}

@@ -7,6 +7,12 @@ pool; ``job_transaction`` draws from its own, because a body holds its connectio
 as it runs, and bodies holding the verbs' pool would starve the claim, ack and heartbeat
 that keep their own leases alive.
 
+Time: a driver built without ``clock=`` takes "now" in every statement from the server
+(``statement_timestamp()``), so a worker whose wall clock runs ahead can neither rescue
+another machine's live lease nor make a delayed job due early. One built with ``clock=`` (the
+test suites) binds that clock's reading as now instead, so tests step time by hand.
+``clock`` stays available to callers either way, for coarse local decisions (prune cutoffs).
+
 Fences: ``ack``, ``nack`` and ``heartbeat`` match ``state = 'running'`` AND the claim's
 ``lease_token``. A worker that lost its lease (rescued, cancelled, released) matches no row,
 so it can never overwrite the state of a job somebody else now runs.
@@ -31,7 +37,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import DuplicateJob, JobNotFound, LeaseLost, NotCancellable, NotRetryable, XJobsError
 from ..options import duration_ms, finite_count, finite_option
 from .base import (ClaimedJob, Enqueued, JobView, Lease, ListFilter, Nack, NewJob, QueueSummary,
-                   check_claim, check_row_limit)
+                   check_claim, check_new_jobs, check_row_limit)
 from .sql import SCHEMA_VERSION, check_schema_name, notify_channel, schema_ddl, statements
 
 _MIGRATE_LOCK = 0x786A6F6273  # "xjobs": one installer at a time per database
@@ -71,17 +77,18 @@ def _view(row: Sequence[Any], payload: Any = None, history: tuple = ()) -> JobVi
 
 
 class PostgresDriver:
-    def __init__(self, dsn: str, *, schema: str = "xjobs", clock: Clock = SYSTEM_CLOCK,
+    def __init__(self, dsn: str, *, schema: str = "xjobs", clock: Clock | None = None,
                  pool_size: int = 4, transaction_pool_size: int = 16, pool_timeout: float = 30.0,
                  application_name: str = "xjobs") -> None:
         """``pool_timeout``: seconds a verb waits for a free pooled connection (or for the
         server to answer at all) before ``PoolTimeout``; a CLI can ask for less."""
         self.dsn = dsn
         self.schema = check_schema_name(schema)
-        self.clock = clock
+        self.server_clock = clock is None
+        self.clock: Clock = SYSTEM_CLOCK if clock is None else clock
         self.channel = notify_channel(self.schema)
         self.application_name = application_name
-        self._sql = statements(self.schema)
+        self._sql = statements(self.schema, self.server_clock)
         self._pool_size = finite_count(pool_size, "pool_size", minimum=1, maximum=1000)
         self._transaction_pool_size = finite_count(transaction_pool_size, "transaction_pool_size",
                                                    minimum=1, maximum=1000)
@@ -90,6 +97,10 @@ class PostgresDriver:
         self._pool: ConnectionPool | None = None
         self._transaction_pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
+
+    def _now(self) -> dict[str, float]:
+        """The ``now`` parameter of a statement: none when the server's clock is now."""
+        return {} if self.server_clock else {"now": self.clock.now_ms()}
 
     # -- connections -------------------------------------------------------------------------
 
@@ -179,19 +190,19 @@ class PostgresDriver:
     # -- the queue ---------------------------------------------------------------------------
 
     def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
+        check_new_jobs(jobs)
         results: list[Enqueued | None] = [None] * len(jobs)
         pending = list(range(len(jobs)))
         with self._cursor(conn) as cur:
             for _round in range(4):
                 if not pending:
                     break
-                now = self.clock.now_ms()
                 batch = [jobs[i] for i in pending]
                 rows = orjson.dumps([{
                     "n": j.name, "q": j.queue, "p": orjson.Fragment(j.payload), "k": j.idempotency_key,
                     "t": j.tenant, "e": j.enqueued_by, "pr": j.priority, "m": j.max_attempts,
-                    "r": now if j.run_at_ms is None else j.run_at_ms} for j in batch])
-                cur.execute(self._sql["job_enqueue"], {"now": now, "rows": rows.decode()})
+                    "r": j.run_at_ms, "d": j.delay_ms} for j in batch])
+                cur.execute(self._sql["job_enqueue"], {**self._now(), "rows": rows.decode()})
                 inserted = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
                 missing: list[int] = []
                 for i in pending:
@@ -231,7 +242,7 @@ class PostgresDriver:
         if limit == 0:
             return []
         token = secrets.randbits(63)
-        params: dict[str, Any] = {"now": self.clock.now_ms(), "limit": limit, "token": token,
+        params: dict[str, Any] = {**self._now(), "limit": limit, "token": token,
                                   "worker": worker_id, "lease": lease_ms}
         if len(queues) == 1:
             name, params["queue"] = "job_claim_one", queues[0]
@@ -249,7 +260,7 @@ class PostgresDriver:
             return set()
         with self._cursor() as cur:
             cur.execute(self._sql["job_ack_many"], {
-                "now": self.clock.now_ms(), "ids": _int_array(l.job_id for l in leases),
+                **self._now(), "ids": _int_array(l.job_id for l in leases),
                 "tokens": _int_array(l.token for l in leases)})
             return {r[0] for r in cur.fetchall()}
 
@@ -262,7 +273,7 @@ class PostgresDriver:
             return False
         with self._cursor() as cur:
             cur.execute(self._sql["job_nack"], {
-                "now": self.clock.now_ms(), "id": nack.job_id, "token": nack.token,
+                **self._now(), "id": nack.job_id, "token": nack.token,
                 "dead": nack.dead, "park": nack.park, "counts": nack.counts_as_attempt,
                 "delay": delay, "error": nack.error, "outcome": nack.outcome})
             return cur.fetchone() is not None
@@ -274,7 +285,7 @@ class PostgresDriver:
             return set()
         with self._cursor() as cur:
             cur.execute(self._sql["job_heartbeat_many"], {
-                "now": self.clock.now_ms(), "lease": lease_ms,
+                **self._now(), "lease": lease_ms,
                 "ids": _int_array(l.job_id for l in leases),
                 "tokens": _int_array(l.token for l in leases)})
             return {r[0] for r in cur.fetchall()}
@@ -284,16 +295,16 @@ class PostgresDriver:
 
     def job_rescue(self, limit: int = 1000) -> int:
         limit = check_row_limit(limit, "rescue.limit")
-        now = self.clock.now_ms()
+        params = {**self._now(), "limit": limit}
         with self._cursor() as cur:
-            cur.execute(self._sql["job_rescue_lapsed"], {"now": now, "limit": limit})
+            cur.execute(self._sql["job_rescue_lapsed"], params)
             lapsed = len(cur.fetchall())
-            cur.execute(self._sql["job_wake_due"], {"now": now, "limit": limit})
+            cur.execute(self._sql["job_wake_due"], params)
             return lapsed + len(cur.fetchall())
 
     def job_release_worker(self, worker_id: str) -> int:
         with self._cursor() as cur:
-            cur.execute(self._sql["job_release_worker"], {"now": self.clock.now_ms(), "worker": worker_id})
+            cur.execute(self._sql["job_release_worker"], {**self._now(), "worker": worker_id})
             return len(cur.fetchall())
 
     def session_count(self, application_name: str) -> int:
@@ -326,7 +337,7 @@ class PostgresDriver:
                 done = None
                 if _matchable([lease]):
                     done = conn.execute(self._sql["job_complete_fenced"], {
-                        "now": self.clock.now_ms(), "id": lease.job_id, "token": lease.token}).fetchone()
+                        **self._now(), "id": lease.job_id, "token": lease.token}).fetchone()
                 if done is None:
                     raise LeaseLost(f"job {lease.job_id} is no longer held by this worker; rolled back")
 
@@ -355,7 +366,7 @@ class PostgresDriver:
 
     def job_cancel(self, job_id: int, reason: str | None = None) -> JobView:
         with self._cursor() as cur:
-            cur.execute(self._sql["job_cancel"], {"now": self.clock.now_ms(), "id": job_id,
+            cur.execute(self._sql["job_cancel"], {**self._now(), "id": job_id,
                                                   "reason": reason or "cancelled"})
             done = cur.fetchone() is not None
         view = self.job_get(job_id)
@@ -366,7 +377,7 @@ class PostgresDriver:
     def job_requeue(self, job_id: int) -> JobView:
         try:
             with self._cursor() as cur:
-                cur.execute(self._sql["job_requeue"], {"now": self.clock.now_ms(), "id": job_id})
+                cur.execute(self._sql["job_requeue"], {**self._now(), "id": job_id})
                 done = cur.fetchone() is not None
         except pg_errors.UniqueViolation:
             raise DuplicateJob(f"job {job_id}: a live job already holds its idempotency key") from None
@@ -393,8 +404,6 @@ class PostgresDriver:
         return counts
 
     def queue_summary(self) -> dict[str, QueueSummary]:
-        now = self.clock.now_ms()
         with self._cursor() as cur:
-            cur.execute(self._sql["queue_summary"], {"now": now})
-            return {q: QueueSummary(depth=n, oldest_ready_ms=max(0.0, now - oldest))
-                    for q, n, oldest in cur.fetchall()}
+            cur.execute(self._sql["queue_summary"], self._now())
+            return {q: QueueSummary(depth=n, oldest_ready_ms=age) for q, n, age in cur.fetchall()}

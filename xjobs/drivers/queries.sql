@@ -1,17 +1,21 @@
 -- Every statement of the Postgres driver, one named block each. The driver parses this file
 -- at import and prepares statements on first use. {schema} is the configured schema name.
--- Times arrive as epoch milliseconds from the driver clock and leave the same way.
--- No statement reads or returns a whole row: each names its columns.
+-- {now} is the current time (a timestamptz): the server's statement_timestamp() in
+-- production, so leases and due times are measured on one clock however far the workers'
+-- clocks drift apart; to_timestamp(%(now)s / 1000.0), from an injected clock, in tests.
+-- Durations arrive as milliseconds and are added as intervals; absolute times arrive and
+-- leave as epoch milliseconds. No statement reads or returns a whole row.
 
 -- name: job_enqueue
 -- the batch arrives as ONE json document (payloads embedded as they were encoded), which the
 -- server unpacks in C: far cheaper than binding nine arrays element by element
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
                            priority, max_attempts, run_at, created_at)
-select u.n, u.q, 'ready', u.p, u.k, u.t, u.e, u.pr, u.m, to_timestamp(u.r / 1000.0),
-       to_timestamp(%(now)s / 1000.0)
+-- run_at: the absolute time r when one is given, else now plus the delay d
+select u.n, u.q, 'ready', u.p, u.k, u.t, u.e, u.pr, u.m,
+       coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now}
 from jsonb_to_recordset(%(rows)s::jsonb)
-     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, r float8)
+     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, r float8, d float8)
 on conflict (name, (coalesce(tenant, '')), idempotency_key)
     where state in ('ready', 'running', 'suspended') do nothing
 returning id, name, coalesce(tenant, '') as tenant, idempotency_key
@@ -26,36 +30,36 @@ where j.state in ('ready', 'running', 'suspended')
 -- name: job_claim_one
 with picked as (
     select id from {schema}.jobs
-    where state = 'ready' and queue = %(queue)s and run_at <= to_timestamp(%(now)s / 1000.0)
+    where state = 'ready' and queue = %(queue)s and run_at <= {now}
     order by priority, run_at, id
     limit %(limit)s
     for update skip locked
 )
 update {schema}.jobs j
 set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
-    claimed_by = %(worker)s, started_at = to_timestamp(%(now)s / 1000.0),
-    lease_expires_at = to_timestamp((%(now)s + %(lease)s) / 1000.0)
+    claimed_by = %(worker)s, started_at = {now},
+    lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 from picked where j.id = picked.id
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
 
 -- name: job_claim_many
 with picked as (
     select id from {schema}.jobs
-    where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= to_timestamp(%(now)s / 1000.0)
+    where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= {now}
     order by priority, run_at, id
     limit %(limit)s
     for update skip locked
 )
 update {schema}.jobs j
 set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
-    claimed_by = %(worker)s, started_at = to_timestamp(%(now)s / 1000.0),
-    lease_expires_at = to_timestamp((%(now)s + %(lease)s) / 1000.0)
+    claimed_by = %(worker)s, started_at = {now},
+    lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 from picked where j.id = picked.id
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
 
 -- name: job_ack_many
 update {schema}.jobs j
-set state = 'completed', finished_at = to_timestamp(%(now)s / 1000.0),
+set state = 'completed', finished_at = {now},
     lease_token = null, lease_expires_at = null
 from unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) as a(id, token)
 where j.id = a.id and j.lease_token = a.token and j.state = 'running'
@@ -66,15 +70,15 @@ with settled as (
     update {schema}.jobs
     set state = case when %(dead)s then 'dead' when %(park)s then 'suspended' else 'ready' end,
         attempt = case when %(counts)s then attempt else greatest(attempt - 1, 0) end,
-        run_at = case when %(dead)s then run_at else to_timestamp((%(now)s + %(delay)s) / 1000.0) end,
-        finished_at = case when %(dead)s then to_timestamp(%(now)s / 1000.0) end,
+        run_at = case when %(dead)s then run_at else {now} + %(delay)s * interval '1 millisecond' end,
+        finished_at = case when %(dead)s then {now} end,
         last_error = coalesce(%(error)s::text, last_error),
         lease_token = null, lease_expires_at = null
     where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
     returning id, attempt
 )
 insert into {schema}.job_history (job_id, at, attempt, outcome, error)
-select settled.id, to_timestamp(%(now)s / 1000.0),
+select settled.id, {now},
        case when %(counts)s then settled.attempt else settled.attempt + 1 end,
        %(outcome)s, %(error)s::text
 from settled
@@ -82,7 +86,7 @@ returning job_id
 
 -- name: job_heartbeat_many
 update {schema}.jobs j
-set lease_expires_at = to_timestamp((%(now)s + %(lease)s) / 1000.0)
+set lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 from unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) as a(id, token)
 where j.id = a.id and j.lease_token = a.token and j.state = 'running'
 returning j.id
@@ -90,15 +94,15 @@ returning j.id
 -- name: job_rescue_lapsed
 with lapsed as (
     select id from {schema}.jobs
-    where state = 'running' and lease_expires_at < to_timestamp(%(now)s / 1000.0)
+    where state = 'running' and lease_expires_at < {now}
     order by lease_expires_at, id
     limit %(limit)s
     for update skip locked
 )
 update {schema}.jobs j
 set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
-    run_at = to_timestamp(%(now)s / 1000.0),
-    finished_at = case when j.attempt >= j.max_attempts then to_timestamp(%(now)s / 1000.0) end,
+    run_at = {now},
+    finished_at = case when j.attempt >= j.max_attempts then {now} end,
     last_error = case when j.attempt >= j.max_attempts
                       then 'dead: lease expired on the last attempt, held by ' || coalesce(j.claimed_by, '?')
                       else 'lease expired, held by ' || coalesce(j.claimed_by, '?') end,
@@ -109,8 +113,8 @@ returning j.id
 -- name: job_release_worker
 update {schema}.jobs j
 set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
-    run_at = to_timestamp(%(now)s / 1000.0),
-    finished_at = case when j.attempt >= j.max_attempts then to_timestamp(%(now)s / 1000.0) end,
+    run_at = {now},
+    finished_at = case when j.attempt >= j.max_attempts then {now} end,
     last_error = case when j.attempt >= j.max_attempts
                       then 'dead: worker died on the last attempt, ' || %(worker)s
                       else 'worker died, ' || %(worker)s end,
@@ -121,7 +125,7 @@ returning j.id
 -- name: job_wake_due
 with due as (
     select id from {schema}.jobs
-    where state = 'suspended' and run_at <= to_timestamp(%(now)s / 1000.0)
+    where state = 'suspended' and run_at <= {now}
     order by run_at, id
     limit %(limit)s
     for update skip locked
@@ -174,25 +178,25 @@ order by at, seq
 -- name: job_cancel
 with cancelled as (
     update {schema}.jobs
-    set state = 'cancelled', finished_at = to_timestamp(%(now)s / 1000.0),
+    set state = 'cancelled', finished_at = {now},
         last_error = %(reason)s::text, lease_token = null, lease_expires_at = null
     where id = %(id)s and state in ('ready', 'running', 'suspended')
     returning id, attempt
 )
 insert into {schema}.job_history (job_id, at, attempt, outcome, error)
-select cancelled.id, to_timestamp(%(now)s / 1000.0), cancelled.attempt, 'cancelled', %(reason)s::text
+select cancelled.id, {now}, cancelled.attempt, 'cancelled', %(reason)s::text
 from cancelled
 returning job_id
 
 -- name: job_requeue
 with requeued as (
     update {schema}.jobs
-    set state = 'ready', attempt = 0, run_at = to_timestamp(%(now)s / 1000.0), finished_at = null
+    set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
     where id = %(id)s and state in ('dead', 'cancelled')
     returning id
 )
 insert into {schema}.job_history (job_id, at, attempt, outcome, error)
-select requeued.id, to_timestamp(%(now)s / 1000.0), 0, 'requeued', null::text
+select requeued.id, {now}, 0, 'requeued', null::text
 from requeued
 returning job_id
 
@@ -212,14 +216,16 @@ union all
 select queue, 'dead', count(*) from {schema}.jobs where state = 'dead' group by queue
 
 -- name: queue_summary
-select queue, count(*), extract(epoch from min(run_at))::float8 * 1000
+-- the age is taken on the same clock as run_at, so a skewed worker reports it truly
+select queue, count(*),
+       ((extract(epoch from {now}) - extract(epoch from min(run_at))) * 1000)::float8
 from {schema}.jobs
-where state = 'ready' and run_at <= to_timestamp(%(now)s / 1000.0)
+where state = 'ready' and run_at <= {now}
 group by queue
 
 -- name: job_complete_fenced
 update {schema}.jobs
-set state = 'completed', finished_at = to_timestamp(%(now)s / 1000.0),
+set state = 'completed', finished_at = {now},
     lease_token = null, lease_expires_at = null
 where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
 returning id

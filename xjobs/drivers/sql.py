@@ -1,8 +1,9 @@
 """Loads ``queries.sql`` and ``schema.sql``: all of the Postgres driver's SQL, in one place.
 
-``queries.sql`` holds named blocks (``-- name: job_claim_one``); ``statements(schema)`` renders
-them for one schema. The schema name is checked as a plain lower-case identifier before it
-is ever placed in SQL, so it cannot carry quoting or a second statement.
+``queries.sql`` holds named blocks (``-- name: job_claim_one``); ``statements(schema,
+server_clock)`` renders them for one schema and one notion of now. The schema name is checked
+as a plain lower-case identifier before it is ever placed in SQL, so it cannot carry quoting
+or a second statement.
 """
 
 from __future__ import annotations
@@ -46,10 +47,20 @@ def raw_statements() -> dict[str, str]:
     return _parse((_HERE / "queries.sql").read_text())
 
 
-@lru_cache(maxsize=32)
-def statements(schema: str) -> dict[str, str]:
+# The two renderings of {now}. The server's: every worker, whatever its own clock says, takes
+# leases and due times from the one clock they are compared on. statement_timestamp() rather
+# than now(): a statement inside a long application transaction is stamped when it runs.
+SERVER_NOW = "statement_timestamp()"
+# An injected clock's (tests step time by hand): epoch milliseconds bound as %(now)s.
+CLIENT_NOW = "to_timestamp(%(now)s / 1000.0)"
+
+
+@lru_cache(maxsize=64)
+def statements(schema: str, server_clock: bool) -> dict[str, str]:
     schema = check_schema_name(schema)
-    return {name: sql.replace("{schema}", schema) for name, sql in raw_statements().items()}
+    now = SERVER_NOW if server_clock else CLIENT_NOW
+    return {name: sql.replace("{schema}", schema).replace("{now}", now)
+            for name, sql in raw_statements().items()}
 
 
 def schema_ddl(schema: str) -> str:
