@@ -408,7 +408,9 @@ def test_a_lapsed_lease_is_rescued_to_ready(driver, clock):
     view = driver.job_get(job.id)
     assert (view.state, view.attempt, view.last_error) == ("ready", 1, "lease expired, held by w1")
     assert (at(view.run_at), view.lease_expires_at, view.finished_at) == (clock.now_ms(), None, None)
-    assert view.claimed_by == "w1" and view.history == ()
+    assert view.claimed_by == "w1"
+    assert [(at(h["at"]), h["attempt"], h["outcome"], h["error"]) for h in view.history] == \
+        [(clock.now_ms(), 1, "lapsed", "lease expired, held by w1")]
 
 
 def test_a_lapsed_lease_on_the_last_attempt_is_dead(driver, clock):
@@ -419,6 +421,8 @@ def test_a_lapsed_lease_on_the_last_attempt_is_dead(driver, clock):
     view = driver.job_get(job.id)
     assert (view.state, at(view.finished_at)) == ("dead", clock.now_ms())
     assert view.last_error == "dead: lease expired on the last attempt, held by w1"
+    assert [(at(h["at"]), h["attempt"], h["outcome"], h["error"]) for h in view.history] == \
+        [(clock.now_ms(), 1, "dead", "dead: lease expired on the last attempt, held by w1")]
 
 
 def test_rescue_is_bounded_by_its_limit_oldest_lease_first(driver, clock):
@@ -448,6 +452,9 @@ def test_release_worker_returns_only_that_workers_jobs(driver):
     va, vb = driver.job_get(a.id), driver.job_get(b.id)
     assert (va.state, va.last_error, va.attempt) == ("ready", "worker died, w1", 1)
     assert (vb.state, vb.last_error) == ("dead", "dead: worker died on the last attempt, w1")
+    assert [(h["attempt"], h["outcome"], h["error"]) for h in va.history] == [(1, "lapsed", "worker died, w1")]
+    assert [(h["attempt"], h["outcome"], h["error"]) for h in vb.history] == \
+        [(1, "dead", "dead: worker died on the last attempt, w1")]
     assert state(driver, c.id) == "running"
     assert driver.job_ack(a.id, a.token) is False
 

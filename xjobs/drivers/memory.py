@@ -145,12 +145,14 @@ class MemoryDriver:
         row.finished_at, row.lease_token, row.lease_expires_at = at, None, None
 
     def _fail_over(self, row: _Row, at: float, last: str, again: str) -> None:
-        """``job_rescue_lapsed`` / ``job_release_worker``: back to ready, or dead on the last attempt."""
+        """``job_rescue_lapsed`` / ``job_release_worker``: back to ready, or dead on the last
+        attempt, and the lapsed attempt written to the history."""
         dead = row.attempt >= row.max_attempts
         self._move(row, "dead" if dead else "ready")
         row.run_at, row.finished_at = at, (at if dead else None)
         row.last_error = last if dead else again
         row.lease_token = row.lease_expires_at = None
+        self._record(row.id, at, row.attempt, "dead" if dead else "lapsed", row.last_error)
 
     def _view(self, row: _Row, *, full: bool = False) -> JobView:
         history: tuple[dict, ...] = ()

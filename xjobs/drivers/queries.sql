@@ -92,35 +92,49 @@ where j.id = a.id and j.lease_token = a.token and j.state = 'running'
 returning j.id
 
 -- name: job_rescue_lapsed
+-- the attempt that lapsed is written to the history like any other, in the same statement
 with lapsed as (
     select id from {schema}.jobs
     where state = 'running' and lease_expires_at < {now}
     order by lease_expires_at, id
     limit %(limit)s
     for update skip locked
+), rescued as (
+    update {schema}.jobs j
+    set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+        run_at = {now},
+        finished_at = case when j.attempt >= j.max_attempts then {now} end,
+        last_error = case when j.attempt >= j.max_attempts
+                          then 'dead: lease expired on the last attempt, held by ' || coalesce(j.claimed_by, '?')
+                          else 'lease expired, held by ' || coalesce(j.claimed_by, '?') end,
+        lease_token = null, lease_expires_at = null
+    from lapsed where j.id = lapsed.id
+    returning j.id, j.attempt, j.state, j.last_error
 )
-update {schema}.jobs j
-set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
-    run_at = {now},
-    finished_at = case when j.attempt >= j.max_attempts then {now} end,
-    last_error = case when j.attempt >= j.max_attempts
-                      then 'dead: lease expired on the last attempt, held by ' || coalesce(j.claimed_by, '?')
-                      else 'lease expired, held by ' || coalesce(j.claimed_by, '?') end,
-    lease_token = null, lease_expires_at = null
-from lapsed where j.id = lapsed.id
-returning j.id
+insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+select rescued.id, {now}, rescued.attempt,
+       case when rescued.state = 'dead' then 'dead' else 'lapsed' end, rescued.last_error
+from rescued
+returning job_id
 
 -- name: job_release_worker
-update {schema}.jobs j
-set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
-    run_at = {now},
-    finished_at = case when j.attempt >= j.max_attempts then {now} end,
-    last_error = case when j.attempt >= j.max_attempts
-                      then 'dead: worker died on the last attempt, ' || %(worker)s
-                      else 'worker died, ' || %(worker)s end,
-    lease_token = null, lease_expires_at = null
-where j.state = 'running' and j.claimed_by = %(worker)s
-returning j.id
+with released as (
+    update {schema}.jobs j
+    set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+        run_at = {now},
+        finished_at = case when j.attempt >= j.max_attempts then {now} end,
+        last_error = case when j.attempt >= j.max_attempts
+                          then 'dead: worker died on the last attempt, ' || %(worker)s
+                          else 'worker died, ' || %(worker)s end,
+        lease_token = null, lease_expires_at = null
+    where j.state = 'running' and j.claimed_by = %(worker)s
+    returning j.id, j.attempt, j.state, j.last_error
+)
+insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+select released.id, {now}, released.attempt,
+       case when released.state = 'dead' then 'dead' else 'lapsed' end, released.last_error
+from released
+returning job_id
 
 -- name: job_wake_due
 with due as (
