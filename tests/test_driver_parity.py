@@ -11,10 +11,14 @@ import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from xjobs.clock import SYSTEM_CLOCK, ManualClock
 from xjobs.drivers.base import STATES, Enqueued, Lease, ListFilter, Nack, NewJob
+from xjobs.drivers.jsonb import as_stored
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.errors import (ClaimQueuesEmpty, DuplicateJob, InvalidOption, JobNotFound, LeaseLost,
@@ -804,3 +808,35 @@ def test_a_worker_whose_clock_runs_ahead_cannot_take_a_live_lease(pg_dsn, pg_sch
     finally:
         honest.close()
         fast.close()
+
+
+# -- payloads as jsonb gives them back -------------------------------------------------------------
+
+
+def test_payloads_come_back_as_jsonb_gives_them(driver):
+    sent = {"big": 1e16, "bigger": 2.5e20, "digits": 1.2345678901234568e17, "small": 1e-7,
+            "zero": -0.0, "half": 0.5, "n": 1, "ü": True, "a": {"bb": None, "b": [1e16, "x"]}}
+    job_id = enqueue(driver, "k", payload=sent)
+    # keys shorter first (in bytes: "ü" is two), then bytewise
+    expected = ('{"a":{"b":[10000000000000000,"x"],"bb":null},"n":1,"ü":true,"big":10000000000000000,'
+                '"half":0.5,"zero":0.0,"small":1e-7,"bigger":2.5e+20,"digits":123456789012345680}').encode()
+    assert orjson.dumps(claim_one(driver).payload) == expected
+    assert orjson.dumps(driver.job_get(job_id).payload) == expected
+
+
+_json_text = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=6)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | _json_text
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_json_text, inner, max_size=4),
+    max_leaves=12)
+
+
+@pytest.mark.postgres
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=_json)
+def test_the_memory_driver_stores_payloads_as_jsonb_does(pg_driver, value):
+    encoded = encode_payload(value)
+    with pg_driver.connect() as conn:
+        stored = conn.execute("select %s::text::jsonb", (encoded.decode(),)).fetchone()[0]
+    assert orjson.dumps(orjson.loads(as_stored(encoded))) == orjson.dumps(stored)

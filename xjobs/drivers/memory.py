@@ -11,8 +11,8 @@ a convenience. What the SQL gets from the database, this module spells out:
 - times are rounded to microseconds, as ``to_timestamp`` stores them, and a duration is
   added as whole microseconds, as ``ms * interval '1 millisecond'`` is;
 - its clock is always now: the injected clock plays the part of the server's;
-- payloads are kept as the encoded bytes and decoded on every read, so each caller gets a
-  fresh copy, as it would from a ``jsonb`` column.
+- payloads are stored as a ``jsonb`` column gives them back (``jsonb.py``: ``1e16`` becomes
+  an int, keys are reordered) and decoded on every read, so each caller gets a fresh copy.
 
 One lock serialises every verb, which stands in for the row locks and ``skip locked``.
 There is no ``job_listen``: a worker on this driver finds new jobs by its poll timer.
@@ -38,6 +38,7 @@ from ..errors import (DuplicateJob, InvalidOption, JobNotFound, LeaseLost, NotCa
 from ..options import duration_ms, finite_option
 from .base import (COUNTED_STATES, LIVE_STATES, ClaimedJob, Enqueued, JobView, Lease, ListFilter, Nack, NewJob,
                    QueueSummary, check_claim, check_new_jobs, check_row_limit)
+from .jsonb import as_stored
 from .sql import check_schema_name
 
 
@@ -175,10 +176,11 @@ class MemoryDriver:
         if conn is not None and not (isinstance(conn, MemoryTransaction) and conn.driver is self):
             raise InvalidOption("conn", "the memory driver joins only a transaction from its own job_transaction()")
         check_new_jobs(jobs)
+        payloads = [as_stored(job.payload) for job in jobs]
         results: list[Enqueued] = []
         with self._lock:
             at = self._now()
-            for job in jobs:
+            for job, payload in zip(jobs, payloads):
                 job_id, self._next_id = self._next_id, self._next_id + 1  # taken even when deduped
                 ns = (job.name, job.tenant or "", job.idempotency_key)
                 holder = self._live.get(ns)
@@ -187,7 +189,7 @@ class MemoryDriver:
                     continue
                 run_at = _plus(at, job.delay_ms) if job.run_at_ms is None else _ts(job.run_at_ms)
                 self._jobs[job_id] = _Row(
-                    id=job_id, name=job.name, queue=job.queue, state="ready", payload=bytes(job.payload),
+                    id=job_id, name=job.name, queue=job.queue, state="ready", payload=payload,
                     tenant=job.tenant, enqueued_by=job.enqueued_by, idempotency_key=job.idempotency_key,
                     priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at)
                 self._live[ns] = job_id
