@@ -39,51 +39,8 @@ from ..options import duration_ms, finite_option
 from .base import (COUNTED_STATES, LIVE_STATES, ClaimedJob, Enqueued, JobView, Lease, ListFilter, Nack, NewJob,
                    QueueSummary, check_claim, check_new_jobs, check_row_limit)
 from .jsonb import as_stored
+from .memory_table import Row, is_bigint, plus, ts
 from .sql import check_schema_name
-
-
-def _ts(ms: float) -> float:
-    """A time as a ``timestamptz`` column holds it: whole microseconds."""
-    return round(ms * 1000.0) / 1000.0
-
-
-def _plus(at: float, ms: float) -> float:
-    """``{now} + ms * interval '1 millisecond'``: both sides in whole microseconds."""
-    return _ts(at + _ts(ms))
-
-
-def _is_bigint(value: object) -> bool:
-    """Whether a ``bigint`` column could hold it: any other id or token is held by nobody."""
-    return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
-
-
-@dataclass(slots=True)
-class _Row:
-    """One row of ``jobs``."""
-
-    id: int
-    name: str
-    queue: str
-    state: str
-    payload: bytes
-    tenant: str | None
-    enqueued_by: str | None
-    idempotency_key: str
-    priority: int
-    max_attempts: int
-    run_at: float
-    created_at: float
-    attempt: int = 0
-    lease_token: int | None = None
-    claimed_by: str | None = None
-    lease_expires_at: float | None = None
-    last_error: str | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-
-    @property
-    def namespace(self) -> tuple[str, str, str]:
-        return (self.name, self.tenant or "", self.idempotency_key)
 
 
 @dataclass
@@ -100,7 +57,7 @@ class MemoryDriver:
         self.clock = clock
         self.schema = check_schema_name(schema)
         self._lock = threading.Lock()
-        self._jobs: dict[int, _Row] = {}            # in id order, like the identity column
+        self._jobs: dict[int, Row] = {}            # in id order, like the identity column
         self._history: dict[int, list[tuple[float, int, str, str | None]]] = {}
         self._live: dict[tuple[str, str, str], int] = {}
         self._next_id = 1
@@ -115,9 +72,9 @@ class MemoryDriver:
 
     def _now(self) -> float:
         """``{now}``: the clock's reading as a ``timestamptz`` holds it."""
-        return _ts(self.clock.now_ms())
+        return ts(self.clock.now_ms())
 
-    def _move(self, row: _Row, state: str) -> None:
+    def _move(self, row: Row, state: str) -> None:
         """Change a row's state, keeping the live-namespace index in step."""
         was_live, live = row.state in LIVE_STATES, state in LIVE_STATES
         if was_live and not live:
@@ -129,9 +86,9 @@ class MemoryDriver:
             self._live[row.namespace] = row.id
         row.state = state
 
-    def _held(self, job_id: int, token: object) -> _Row | None:
+    def _held(self, job_id: int, token: object) -> Row | None:
         """The fence of every settling verb: ``state = 'running'`` and the claim's token."""
-        if not (_is_bigint(job_id) and _is_bigint(token)):
+        if not (is_bigint(job_id) and is_bigint(token)):
             return None
         row = self._jobs.get(job_id)
         if row is None or row.state != "running" or row.lease_token != token:
@@ -141,11 +98,11 @@ class MemoryDriver:
     def _record(self, job_id: int, at: float, attempt: int, outcome: str, error: str | None) -> None:
         self._history.setdefault(job_id, []).append((at, attempt, outcome, error))
 
-    def _complete(self, row: _Row, at: float) -> None:
+    def _complete(self, row: Row, at: float) -> None:
         self._move(row, "completed")
         row.finished_at, row.lease_token, row.lease_expires_at = at, None, None
 
-    def _fail_over(self, row: _Row, at: float, last: str, again: str) -> None:
+    def _fail_over(self, row: Row, at: float, last: str, again: str) -> None:
         """``job_rescue_lapsed`` / ``job_release_worker``: back to ready, or dead on the last
         attempt, and the lapsed attempt written to the history."""
         dead = row.attempt >= row.max_attempts
@@ -155,7 +112,7 @@ class MemoryDriver:
         row.lease_token = row.lease_expires_at = None
         self._record(row.id, at, row.attempt, "dead" if dead else "lapsed", row.last_error)
 
-    def _view(self, row: _Row, *, full: bool = False) -> JobView:
+    def _view(self, row: Row, *, full: bool = False) -> JobView:
         history: tuple[dict, ...] = ()
         if full:
             entries = sorted(enumerate(self._history.get(row.id, ())), key=lambda e: (e[1][0], e[0]))
@@ -187,8 +144,8 @@ class MemoryDriver:
                 if holder is not None:
                     results.append(Enqueued(holder, True))
                     continue
-                run_at = _plus(at, job.delay_ms) if job.run_at_ms is None else _ts(job.run_at_ms)
-                self._jobs[job_id] = _Row(
+                run_at = plus(at, job.delay_ms) if job.run_at_ms is None else ts(job.run_at_ms)
+                self._jobs[job_id] = Row(
                     id=job_id, name=job.name, queue=job.queue, state="ready", payload=payload,
                     tenant=job.tenant, enqueued_by=job.enqueued_by, idempotency_key=job.idempotency_key,
                     priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at)
@@ -215,7 +172,7 @@ class MemoryDriver:
                 self._move(row, "running")
                 row.attempt += 1
                 row.lease_token, row.claimed_by, row.started_at = token, worker_id, at
-                row.lease_expires_at = _plus(at, lease_ms)
+                row.lease_expires_at = plus(at, lease_ms)
             picked.sort(key=lambda r: r.id)
             return [ClaimedJob(r.id, r.name, r.queue, orjson.loads(r.payload), r.tenant, r.attempt,
                                r.max_attempts, r.priority, token) for r in picked]
@@ -246,7 +203,7 @@ class MemoryDriver:
             row.attempt = row.attempt if nack.counts_as_attempt else max(row.attempt - 1, 0)
             self._move(row, "dead" if nack.dead else "suspended" if nack.park else "ready")
             if not nack.dead:
-                row.run_at = _plus(at, delay)
+                row.run_at = plus(at, delay)
             row.finished_at = at if nack.dead else None
             if nack.error is not None:
                 row.last_error = nack.error
@@ -264,7 +221,7 @@ class MemoryDriver:
             for lease in leases:
                 row = self._held(lease.job_id, lease.token)
                 if row is not None:
-                    row.lease_expires_at = _plus(at, lease_ms)
+                    row.lease_expires_at = plus(at, lease_ms)
                     extended.add(row.id)
             return extended
 
@@ -307,8 +264,8 @@ class MemoryDriver:
     def job_prune(self, completed_before_ms: float, finished_before_ms: float, limit: int = 1000) -> int:
         """``job_prune``: delete old finished rows and their history, oldest first."""
         limit = check_row_limit(limit, "prune.limit")
-        completed_before = _ts(finite_option(completed_before_ms, "prune.completed_before", minimum=-math.inf))
-        finished_before = _ts(finite_option(finished_before_ms, "prune.finished_before", minimum=-math.inf))
+        completed_before = ts(finite_option(completed_before_ms, "prune.completed_before", minimum=-math.inf))
+        finished_before = ts(finite_option(finished_before_ms, "prune.finished_before", minimum=-math.inf))
         with self._lock:
             doomed = heapq.nsmallest(limit, (
                 r for r in self._jobs.values() if r.finished_at is not None and (
@@ -424,5 +381,5 @@ class MemoryDriver:
                 if row.state == "ready" and row.run_at <= at:
                     depth, first = oldest.get(row.queue, (0, row.run_at))
                     oldest[row.queue] = (depth + 1, min(first, row.run_at))
-        return {q: QueueSummary(depth=n, oldest_ready_ms=_ts(at - first))
+        return {q: QueueSummary(depth=n, oldest_ready_ms=ts(at - first))
                 for q, (n, first) in oldest.items()}

@@ -24,7 +24,7 @@ import contextlib
 import math
 import threading
 import secrets
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import orjson
 import psycopg
@@ -38,9 +38,11 @@ from ..errors import DuplicateJob, JobNotFound, LeaseLost, NotCancellable, NotRe
 from ..options import duration_ms, finite_count, finite_option
 from .base import (ClaimedJob, Enqueued, JobView, Lease, ListFilter, Nack, NewJob, QueueSummary,
                    check_claim, check_new_jobs, check_row_limit)
-from .sql import SCHEMA_VERSION, check_schema_name, notify_channel, schema_ddl, statements
+from .pg_install import install
+from .sql import check_schema_name, notify_channel, statements
 
-_MIGRATE_LOCK = 0x786A6F6273  # "xjobs": one installer at a time per database
+if TYPE_CHECKING:
+    from .pg_listen import PgListener
 
 # Every connection the driver opens gives up on an unreachable server after connect_timeout
 # seconds, and TCP keepalives notice a peer that vanished (a failed-over primary, a dropped
@@ -154,38 +156,12 @@ class PostgresDriver:
             if pool is not None:
                 pool.close()
 
-    def _installed_version(self, conn: psycopg.Connection) -> int:
-        """``meta.schema_version`` of this schema; 0 when nothing is installed."""
-        found = conn.execute("select to_regclass(%s) is not null",
-                             (f"{self.schema}.meta",)).fetchone()[0]
-        if not found:
-            return 0
-        row = conn.execute(f"select value from {self.schema}.meta where key = 'schema_version'").fetchone()
-        try:
-            return int(row[0]) if row is not None else 0
-        except ValueError:
-            return 0
-
     def migrate(self, *, lock_timeout_ms: float = 10_000.0) -> None:
-        """Install or upgrade the schema; safe to run from many processes at once.
-
-        Every daemon calls this at boot, so the common case, a schema at the current version
-        (or a newer one, during a rolling deploy), is one read that takes no table lock.
-        Otherwise the DDL runs under an advisory lock (one installer at a time) and gives up
-        on any table lock it cannot get within ``lock_timeout_ms``, rather than queueing
-        every claim and ack behind it while a long application transaction holds the table.
-        """
+        """Install or upgrade the schema (see ``pg_install``); safe from many processes at once,
+        and a read without a table lock when the schema is current."""
         timeout = finite_option(lock_timeout_ms, "migrate.lock_timeout", exclusive_minimum=True)
-        # the DDL is many statements in one string: the simple protocol, never prepared
         with self.connect(prepare_threshold=None) as conn:
-            if self._installed_version(conn) >= SCHEMA_VERSION:
-                return
-            with conn.transaction():
-                conn.execute("select pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
-                if self._installed_version(conn) >= SCHEMA_VERSION:
-                    return  # another installer finished while this one waited
-                conn.execute("select set_config('lock_timeout', %s, true)", (f"{math.ceil(timeout)}ms",))
-                conn.execute(schema_ddl(self.schema))
+            install(conn, self.schema, timeout)
 
     # -- the queue ---------------------------------------------------------------------------
 
