@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
+from ..clock import Clock
 from ..errors import ClaimQueuesEmpty, InvalidOption
 from ..options import finite_count, finite_option, duration_ms
 
@@ -161,6 +162,9 @@ def check_row_limit(limit: object, option: str = "limit") -> int:
 
 
 class JobDriver(Protocol):
+    clock: Clock            # for coarse local decisions (prune cutoffs), never for leases
+    server_clock: bool      # True: statements take now from the database server, not ``clock``
+
     # -- the queue ---------------------------------------------------------------------------
     def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]: ...
     def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float,

@@ -53,6 +53,8 @@ class MemoryTransaction:
 
 
 class MemoryDriver:
+    server_clock = False   # no server: the injected clock is now in every verb
+
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK, schema: str = "xjobs") -> None:
         self.clock = clock
         self.schema = check_schema_name(schema)
