@@ -26,11 +26,17 @@ MAX_BATCH_BYTES = 256 * 1024 * 1024     # one statement must stay well inside Po
 _LATEST_RUN_AT_MS = 253_402_300_799_000.0   # 9999-12-31T23:59:59Z, the last time every driver holds
 
 
-def _run_at_ms(delay: object, run_at: object, now_ms: float) -> float | None:
+def _timing(delay: object, run_at: object) -> tuple[float | None, float]:
+    """(absolute run_at in epoch ms or None, delay in ms). A delay is added to "now" by the
+    driver, on the database's clock, so a client whose clock drifts does not skew it."""
     if delay is not None and run_at is not None:
         raise InvalidOption("delay", "give delay or run_at, not both")
     if delay is not None:
-        return now_ms + duration_ms(delay, "delay")
+        return None, duration_ms(delay, "delay")
+    return _run_at_ms(run_at), 0.0
+
+
+def _run_at_ms(run_at: object) -> float | None:
     if run_at is None:
         return None
     if isinstance(run_at, datetime):
@@ -42,10 +48,10 @@ def _run_at_ms(delay: object, run_at: object, now_ms: float) -> float | None:
 
 def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
                run_at: object = None, priority: int | None = None,
-               enqueued_by: str | None = None, now_ms: float, max_payload_bytes: int) -> list[NewJob]:
+               enqueued_by: str | None = None, max_payload_bytes: int) -> list[NewJob]:
     if len(inputs) > MAX_BATCH:
         raise InvalidOption("inputs", f"at most {MAX_BATCH} jobs per call, got {len(inputs)}")
-    at = _run_at_ms(delay, run_at, now_ms)
+    at, delay_ms = _timing(delay, run_at)
     prio = handle.priority if priority is None else finite_count(priority, "priority", minimum=-32768, maximum=32767)
     if enqueued_by is not None and (not isinstance(enqueued_by, str) or "\x00" in enqueued_by):
         raise InvalidOption("enqueued_by", "must be a string without NUL characters")
@@ -53,7 +59,8 @@ def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = No
     jobs = [NewJob(name=handle.name, queue=handle.queue,
                    payload=encode_payload(item, max_payload_bytes),
                    idempotency_key=handle.key_for(item), tenant=handle.tenant_for(item),
-                   enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at)
+                   enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at,
+                   delay_ms=delay_ms)
             for item in inputs]
     total = sum(len(job.payload) for job in jobs)
     if total > MAX_BATCH_BYTES:
@@ -68,8 +75,7 @@ def enqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = 
     driver = driver if driver is not None else current_driver()
     settings = current_settings()
     jobs = build_jobs(handle, inputs, delay=delay, run_at=run_at, priority=priority,
-                      enqueued_by=enqueued_by, now_ms=driver.clock.now_ms(),
-                      max_payload_bytes=settings.max_payload_bytes)
+                      enqueued_by=enqueued_by, max_payload_bytes=settings.max_payload_bytes)
     if not jobs:
         return []
     return driver.job_enqueue(jobs, conn=conn)

@@ -43,7 +43,7 @@ def driver_from(settings: Settings, application_name: str = "xjobs-cli") -> Any:
         pass
     from ..drivers.postgres import PostgresDriver
     return PostgresDriver(settings.dsn, schema=settings.schema, application_name=application_name,
-                          pool_size=1)
+                          pool_size=1, pool_timeout=10.0)
 
 
 def import_apps(modules: list[str] | tuple[str, ...]) -> None:

@@ -47,8 +47,10 @@ def worker_maker(settings: Settings, registry: Registry, queue: str,
     def make(identity: str) -> Any:
         from ..drivers.postgres import PostgresDriver
         from ..workers.queue_worker import QueueWorker
+        # the loop's pool serves claim, ack, heartbeat and sweeps; bodies using
+        # ctx.transaction() draw from their own pool, one connection each at most
         driver = PostgresDriver(settings.dsn, schema=settings.schema, application_name=identity,
-                                pool_size=min(concurrency + 2, 32))
+                                pool_size=2, transaction_pool_size=concurrency)
         return QueueWorker(driver=driver, registry=registry, queue=queue, concurrency=concurrency,
                            settings=settings, identity=identity)
     return make
