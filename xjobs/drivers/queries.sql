@@ -43,6 +43,8 @@ from picked where j.id = picked.id
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
 
 -- name: job_claim_many
+-- its own statement: queue = any(...) cannot read jobs_ready_idx in order, so a worker
+-- claims one queue per statement with job_claim_one and this serves multi-queue callers
 with picked as (
     select id from {schema}.jobs
     where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= {now}
