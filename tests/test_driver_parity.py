@@ -463,6 +463,17 @@ def test_release_worker_returns_only_that_workers_jobs(driver):
     assert driver.job_ack(a.id, a.token) is False
 
 
+def test_a_release_that_does_not_count_gives_the_attempt_back_and_never_kills(driver):
+    enqueue(driver, "last", max_attempts=1)
+    job = claim_one(driver, worker="w1")
+    assert driver.job_release_worker("w1", counts_as_attempt=False) == 1
+    view = driver.job_get(job.id)
+    assert (view.state, view.attempt) == ("ready", 0)
+    assert view.last_error == "worker stopped by its supervisor, attempt not counted, w1"
+    assert [(h["attempt"], h["outcome"]) for h in view.history] == [(1, "interrupted")]
+    assert driver.job_ack(job.id, job.token) is False
+
+
 # -- operator verbs ------------------------------------------------------------------------------
 
 

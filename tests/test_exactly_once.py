@@ -154,3 +154,24 @@ def test_a_job_completed_by_its_transaction_is_not_a_lost_lease(pg_dsn, pg_schem
     pacer.until(lambda: worker.in_flight() == 0)
     assert (pacer.totals()["completed"], pacer.totals()["lease_lost"]) == (1, 0)
     assert live_driver.job_get(job.id).state == "completed"
+
+
+def test_statement_timeout_caps_the_drivers_verbs_but_not_body_transactions(pg_dsn, pg_schema, live_driver):
+    capped = PostgresDriver(pg_dsn, schema=pg_schema, statement_timeout_ms=200)
+    try:
+        with psycopg.connect(pg_dsn) as locker:
+            locker.execute(f"lock table {pg_schema}.jobs in access exclusive mode")
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                capped.job_claim(["q"], 1, 30_000, "w")     # gives up instead of hanging
+            locker.rollback()
+        registry = xjobs.Registry()
+        handle = xjobs.job(queue="q", idempotency_key=lambda i: "k", tenant="none",
+                           registry=registry, name="slow")(lambda ctx, i: None)
+        enqueue_many(handle, [{}], driver=live_driver)
+        [job] = capped.job_claim(["q"], 1, 30_000, "w")
+        from xjobs.drivers.base import Lease
+        with capped.job_transaction(Lease(job.id, job.token)) as conn:
+            conn.execute("select pg_sleep(0.4)")              # the app's statement, not capped
+        assert capped.job_get(job.id).state == "completed"
+    finally:
+        capped.close()

@@ -181,3 +181,25 @@ def test_a_refused_start_leaks_no_descriptors(driver):
         with pytest.raises(ConcurrencyUnenforceable):
             InProcessHost(make_worker(driver, registry)).run()
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def test_a_replacement_stops_claiming_without_interrupting_running_jobs(driver):
+    registry = xjobs.Registry()
+    started, release = threading.Event(), threading.Event()
+
+    def long(ctx, i):
+        started.set()
+        release.wait(10)
+    declare(registry, long, name="long")
+    enqueue_many(registry.get("long"), [{"n": 1}, {"n": 2}], driver=driver)
+    worker = make_worker(driver, registry, concurrency=1)
+    pacer = Pacer(worker)
+    pacer.until(started.is_set)
+    run = next(iter(worker.held.values()))
+    worker.stop_accepting("recycled", interrupt=False)
+    pacer.pass_(advance_ms=1000)
+    assert not run.signal.is_set() and pacer.totals()["claimed"] == 1
+    worker.stop_accepting("SIGTERM")        # a drain arriving later still reaches the job
+    assert run.signal.is_set()
+    release.set()
+    pacer.until(lambda: worker.in_flight() == 0)

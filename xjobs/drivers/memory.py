@@ -104,15 +104,23 @@ class MemoryDriver:
         self._move(row, "completed")
         row.finished_at, row.lease_token, row.lease_expires_at = at, None, None
 
-    def _fail_over(self, row: Row, at: float, last: str, again: str) -> None:
+    def _fail_over(self, row: Row, at: float, last: str, again: str,
+                   given_back: str | None = None) -> None:
         """``job_rescue_lapsed`` / ``job_release_worker``: back to ready, or dead on the last
-        attempt, and the lapsed attempt written to the history."""
-        dead = row.attempt >= row.max_attempts
+        attempt, and the lapsed attempt written to the history. With ``given_back`` (a
+        release that does not count) the attempt is returned and the job never dies."""
+        ran = row.attempt
+        dead = given_back is None and row.attempt >= row.max_attempts
         self._move(row, "dead" if dead else "ready")
         row.run_at, row.finished_at = at, (at if dead else None)
-        row.last_error = last if dead else again
+        if given_back is not None:
+            row.attempt = max(row.attempt - 1, 0)
+            row.last_error = given_back
+        else:
+            row.last_error = last if dead else again
         row.lease_token = row.lease_expires_at = None
-        self._record(row.id, at, row.attempt, "dead" if dead else "lapsed", row.last_error)
+        outcome = "dead" if dead else ("interrupted" if given_back is not None else "lapsed")
+        self._record(row.id, at, ran, outcome, row.last_error)
 
     def _view(self, row: Row, *, full: bool = False) -> JobView:
         history: tuple[dict, ...] = ()
@@ -249,14 +257,16 @@ class MemoryDriver:
                 self._move(row, "ready")
             return len(lapsed) + len(due)
 
-    def job_release_worker(self, worker_id: str) -> int:
+    def job_release_worker(self, worker_id: str, counts_as_attempt: bool = True) -> int:
         """``job_release_worker``: every job a dead worker held goes back (or dies)."""
         with self._lock:
             at = self._now()
             held = [r for r in self._jobs.values() if r.state == "running" and r.claimed_by == worker_id]
+            given_back = None if counts_as_attempt else (
+                f"worker stopped by its supervisor, attempt not counted, {worker_id}")
             for row in held:
                 self._fail_over(row, at, f"dead: worker died on the last attempt, {worker_id}",
-                                f"worker died, {worker_id}")
+                                f"worker died, {worker_id}", given_back)
             return len(held)
 
     def session_count(self, application_name: str) -> int:

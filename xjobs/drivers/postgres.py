@@ -81,9 +81,12 @@ def _view(row: Sequence[Any], payload: Any = None, history: tuple = ()) -> JobVi
 class PostgresDriver:
     def __init__(self, dsn: str, *, schema: str = "xjobs", clock: Clock | None = None,
                  pool_size: int = 4, transaction_pool_size: int = 16, pool_timeout: float = 30.0,
-                 application_name: str = "xjobs") -> None:
+                 application_name: str = "xjobs", statement_timeout_ms: int | None = None) -> None:
         """``pool_timeout``: seconds a verb waits for a free pooled connection (or for the
-        server to answer at all) before ``PoolTimeout``; a CLI can ask for less."""
+        server to answer at all) before ``PoolTimeout``; a CLI can ask for less.
+        ``statement_timeout_ms``: a server-side cap on every statement of the driver's own
+        verbs (a worker loop must not hang on a locked table longer than its supervisor
+        waits for it); never applied to ``job_transaction``, whose statements are the app's."""
         self.dsn = dsn
         self.schema = check_schema_name(schema)
         self.server_clock = clock is None
@@ -96,6 +99,8 @@ class PostgresDriver:
                                                    minimum=1, maximum=1000)
         self._pool_timeout = finite_option(pool_timeout, "pool_timeout", maximum=3600.0,
                                            exclusive_minimum=True)
+        self._statement_timeout_ms = None if statement_timeout_ms is None else finite_count(
+            statement_timeout_ms, "statement_timeout_ms", minimum=1, maximum=86_400_000)
         self._pool: ConnectionPool | None = None
         self._transaction_pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
@@ -106,9 +111,12 @@ class PostgresDriver:
 
     # -- connections -------------------------------------------------------------------------
 
-    def _options(self) -> dict[str, Any]:
-        return {"autocommit": True, "prepare_threshold": 0,
-                "application_name": self.application_name, **CONNECT_OPTIONS}
+    def _options(self, capped: bool = True) -> dict[str, Any]:
+        options = {"autocommit": True, "prepare_threshold": 0,
+                   "application_name": self.application_name, **CONNECT_OPTIONS}
+        if capped and self._statement_timeout_ms is not None:
+            options["options"] = f"-c statement_timeout={self._statement_timeout_ms}"
+        return options
 
     def connect(self, **extra: Any) -> psycopg.Connection:
         """A fresh dedicated connection (LISTEN, migrations), configured like the pool's."""
@@ -116,7 +124,7 @@ class PostgresDriver:
         _configure(conn)
         return conn
 
-    def _open_pool(self, slot: str, size: int, label: str) -> ConnectionPool:
+    def _open_pool(self, slot: str, size: int, label: str, capped: bool = True) -> ConnectionPool:
         pool = getattr(self, slot)
         if pool is None:
             with self._pool_lock:
@@ -124,7 +132,7 @@ class PostgresDriver:
                 if pool is None:
                     pool = ConnectionPool(
                         self.dsn, min_size=1, max_size=size, open=True,
-                        timeout=self._pool_timeout, kwargs=self._options(),
+                        timeout=self._pool_timeout, kwargs=self._options(capped),
                         configure=_configure, name=f"xjobs-{label}-{self.application_name}")
                     setattr(self, slot, pool)
         return pool
@@ -278,9 +286,10 @@ class PostgresDriver:
             cur.execute(self._sql["job_wake_due"], params)
             return lapsed + len(cur.fetchall())
 
-    def job_release_worker(self, worker_id: str) -> int:
+    def job_release_worker(self, worker_id: str, counts_as_attempt: bool = True) -> int:
         with self._cursor() as cur:
-            cur.execute(self._sql["job_release_worker"], {**self._now(), "worker": worker_id})
+            cur.execute(self._sql["job_release_worker"], {**self._now(), "worker": worker_id,
+                                                          "counts": bool(counts_as_attempt)})
             return len(cur.fetchall())
 
     def session_count(self, application_name: str) -> int:
@@ -306,7 +315,7 @@ class PostgresDriver:
         The completion is fenced like ``ack``: if the lease was lost the whole transaction
         rolls back and ``LeaseLost`` is raised, so the body's writes land exactly once.
         """
-        pool = self._open_pool("_transaction_pool", self._transaction_pool_size, "bodies")
+        pool = self._open_pool("_transaction_pool", self._transaction_pool_size, "bodies", capped=False)
         with pool.connection() as conn:
             with conn.transaction():
                 yield conn

@@ -120,21 +120,29 @@ from rescued
 returning job_id
 
 -- name: job_release_worker
+-- a worker process that died: its running jobs go back now, fenced on its identity. A crash
+-- counts the attempt (the job may be what killed it) and dead-letters on the last one; a
+-- process its supervisor stopped (counts false) gives the attempt back, like a drain
 with released as (
     update {schema}.jobs j
-    set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+    set state = case when %(counts)s and j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+        attempt = case when %(counts)s then j.attempt else greatest(j.attempt - 1, 0) end,
         run_at = {now},
-        finished_at = case when j.attempt >= j.max_attempts then {now} end,
-        last_error = case when j.attempt >= j.max_attempts
+        finished_at = case when %(counts)s and j.attempt >= j.max_attempts then {now} end,
+        last_error = case when %(counts)s and j.attempt >= j.max_attempts
                           then 'dead: worker died on the last attempt, ' || %(worker)s
-                          else 'worker died, ' || %(worker)s end,
+                          when %(counts)s then 'worker died, ' || %(worker)s
+                          else 'worker stopped by its supervisor, attempt not counted, ' || %(worker)s end,
         lease_token = null, lease_expires_at = null
     where j.state = 'running' and j.claimed_by = %(worker)s
     returning j.id, j.attempt, j.state, j.last_error
 )
 insert into {schema}.job_history (job_id, at, attempt, outcome, error)
-select released.id, {now}, released.attempt,
-       case when released.state = 'dead' then 'dead' else 'lapsed' end, released.last_error
+select released.id, {now},
+       case when %(counts)s then released.attempt else released.attempt + 1 end,
+       case when released.state = 'dead' then 'dead' when %(counts)s then 'lapsed'
+            else 'interrupted' end,
+       released.last_error
 from released
 returning job_id
 

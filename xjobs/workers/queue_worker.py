@@ -128,12 +128,20 @@ class QueueWorker(SettleMixin, LeaseMixin):
     def stats(self) -> dict:
         return self.stats_.snapshot(self.in_flight())
 
-    def stop_accepting(self, reason: str = "drain") -> None:
-        """Accept phase: stop claiming and tell every running body, then return at once."""
+    def stop_accepting(self, reason: str = "drain", interrupt: bool = True) -> None:
+        """Accept phase: stop claiming and, for a drain, tell every running body; returns at once.
+
+        ``interrupt=False`` (a process being recycled or replaced) lets running bodies go on
+        to the close deadline: interrupting them on every replacement would starve long jobs.
+        """
+        if interrupt:
+            self._interrupt(reason)
         if not self.accepting:
             return
         self.accepting = False
         self.state = "draining"
+
+    def _interrupt(self, reason: str) -> None:
         for run in list(self.held.values()):
             run.signal.abort(DRAINED, f"worker {self.identity} is draining ({reason})")
 
