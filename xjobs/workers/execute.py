@@ -1,8 +1,9 @@
 """The one execution path of a claimed job.
 
-``Executor.submit(run)`` runs the body: a ``def`` on a bounded pool of threads, an
-``async def`` on one event-loop thread. When the body returns or raises, the worker's loop
-thread calls ``settlement_for(run, error)``, which reads the outcome and returns what to write.
+``Executor.submit_many(runs)`` runs the bodies: a ``def`` on a bounded pool of threads, an
+``async def`` on one event-loop thread. When a body returns or raises, the worker's loop
+thread calls ``settlement_for(run, error)``, which reads the outcome and returns what to write
+(``workers/settle.py`` writes it).
 Settlement is therefore never part of the ``try`` around the body: a failing ack is a
 settle failure (the lease lapses and the job is delivered again), never a retry.
 
@@ -12,7 +13,7 @@ The verdict, in order:
 2. the lease is gone (cancelled, rescued, released)          -> write NOTHING
 3. the body committed ``ctx.transaction()``                  -> completed, already written
 4. no error                                                  -> ack (batched)
-5. the signal says drained                                   -> interrupted: back to ready
+5. the signal said drained when the body returned           -> interrupted: back to ready
                                                                 now, the attempt given back
 6. otherwise the retry decision reads the error              -> retry with delay, or dead
 """
