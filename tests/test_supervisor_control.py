@@ -55,11 +55,41 @@ def test_a_stale_socket_is_replaced_and_a_live_one_refused(tmp_path):
     stale.close()
     listener = bind(path)   # nobody answered there: taken over
     server = ControlServer(path, listener, {"status": lambda m: {"ok": True}})
-    serve_once(server)
+    serving = serve_once(server)
     with pytest.raises(InvalidOption) as refused:
         bind(path)
     assert refused.value.option == "control" and "already answers" in str(refused.value)
+    serving.join(5)   # it took the probing connection (and found no request on it)
     server.close()
+
+
+def test_a_live_socket_whose_owner_answers_slowly_is_never_taken_over(tmp_path):
+    path = str(tmp_path / "c.sock")
+    owner = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    owner.bind(path)
+    owner.listen(4)   # listening, but its loop is busy: it accepts nothing for now
+    inode = os.stat(path).st_ino
+    try:
+        with pytest.raises(InvalidOption) as refused:
+            bind(path)
+        assert refused.value.option == "control" and "already answers" in str(refused.value)
+        assert os.stat(path).st_ino == inode
+    finally:
+        owner.close()
+
+
+def test_at_exit_the_path_is_removed_only_if_it_is_still_ours(tmp_path):
+    path = str(tmp_path / "c.sock")
+    server = ControlServer(path, bind(path), {"status": lambda m: {"ok": True}})
+    os.unlink(path)   # someone removed the file, and another daemon took the path over
+    successor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    successor.bind(path)
+    successor.listen(1)
+    try:
+        server.close()
+        assert os.path.exists(path), "removed the successor's socket"
+    finally:
+        successor.close()
 
 
 def test_refusals_name_the_option(tmp_path):

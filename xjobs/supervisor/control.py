@@ -17,6 +17,12 @@ scale      ``{"command": "scale", "queue": Q,      ``xjobsd scale Q +1`` / ``-1`
 The server side lives in the arbiter's selector loop: accepting and reading never block it
 (a client gets ``_CLIENT_TIMEOUT_S`` to send its line), and the answer is written with a
 short timeout so a client that stops reading cannot stall supervision.
+
+A socket file left at the path is taken over only when it is provably stale: connecting to
+it is refused (nobody listens) or it vanished meanwhile. Anything else, including a daemon
+too busy to answer at once, means someone owns it, and the start is refused. At exit the
+path is unlinked only if it is still the socket this daemon bound (same device and inode):
+never a successor's.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ log = logging.getLogger("xjobs.supervisor.control")
 _MAX_REQUEST = 64 * 1024
 _CLIENT_TIMEOUT_S = 2.0
 _PEERCRED = struct.Struct("3i")
+_BOUND: dict[str, tuple[int, int]] = {}   # absolute path -> (device, inode) of the socket bound there
 
 
 class ControlUnavailable(XJobsError):
@@ -62,25 +69,44 @@ def bind(path: str) -> socket.socket:
     if target.exists() or target.is_symlink():
         if not stat.S_ISSOCK(target.lstat().st_mode):
             raise InvalidOption("control", f"{path} exists and is not a socket")
-        try:
-            request(str(target), "status", timeout_s=1.0)
-        except ControlUnavailable:
-            target.unlink()   # a previous daemon died without cleaning up
-        else:
-            raise InvalidOption("control", f"another xjobsd already answers at {path}")
+        if _stale(str(target)):
+            try:
+                target.unlink()   # a previous daemon died without cleaning up
+            except FileNotFoundError:
+                pass
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_umask = os.umask(0o177)
     try:
         sock.bind(str(target))
+        os.chmod(str(target), 0o600)
+        st = os.lstat(str(target))
     except OSError as exc:
         sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise InvalidOption("control", f"another process took {path} meanwhile") from None
         raise InvalidOption("control", f"cannot create the control socket at {path}: {exc.strerror}") from None
     finally:
         os.umask(old_umask)
-    os.chmod(str(target), 0o600)
+    _BOUND[os.path.abspath(str(target))] = (st.st_dev, st.st_ino)
     sock.listen(16)
     sock.setblocking(False)
     return sock
+
+
+def _stale(path: str) -> bool:
+    """True only when nobody can be listening at ``path``; refuses the start otherwise."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except OSError as exc:
+        if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+            return True
+        raise InvalidOption("control", f"{path} is in use by another process (connecting: "
+                                       f"{exc.strerror or exc}); pass another --control path") from None
+    finally:
+        probe.close()
+    raise InvalidOption("control", f"another xjobsd already answers at {path}")
 
 
 class _Client:
@@ -173,17 +199,22 @@ class ControlServer:
     def close(self) -> None:
         for client in list(self.clients.values()):
             self.drop(client.sock)
+        unlink_socket(self.path)   # first: while it listens, nobody else can have taken the path
         try:
             self.listener.close()
         except OSError:
             pass
-        unlink_socket(self.path)
 
 
 def unlink_socket(path: str) -> None:
+    """Remove ``path`` if it is still the socket ``bind`` created there in this process."""
+    key = os.path.abspath(path)
+    bound = _BOUND.get(key)
     try:
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
+        st = os.lstat(path)
+        if bound is not None and stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == bound:
             os.unlink(path)
+            _BOUND.pop(key, None)
     except OSError:
         pass
 
