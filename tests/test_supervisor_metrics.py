@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +28,7 @@ SNAPSHOT = {
 
 @pytest.fixture
 def endpoint():
-    ep = MetricsEndpoint("127.0.0.1:0", threading.Lock())
+    ep = MetricsEndpoint("127.0.0.1:0")
     ep.start()
     yield ep
     ep.stop()
@@ -76,7 +75,7 @@ def test_health_and_readiness(endpoint):
 
 def test_a_port_in_use_and_bad_addresses_name_the_option(endpoint):
     with pytest.raises(InvalidOption) as exc:
-        MetricsEndpoint(endpoint.address, threading.Lock())
+        MetricsEndpoint(endpoint.address)
     assert exc.value.option == "metrics"
     for bad in ("9464", "host:", "127.0.0.1:99999", "127.0.0.1:-1"):
         with pytest.raises(InvalidOption):

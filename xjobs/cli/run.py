@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         specs = role_specs(settings, REGISTRY)
     metrics = None
     if settings.metrics and settings.metrics.lower() not in ("off", "none", "0"):
-        metrics = MetricsEndpoint(settings.metrics, fork_lock=None)  # the arbiter hands it its lock
+        metrics = MetricsEndpoint(settings.metrics)
     control_path = settings.control or control_mod.default_path()
     listener = control_mod.bind(control_path)
     try:
@@ -115,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
                           metrics=metrics, control=(control_path, listener))
         return arbiter.run()
     finally:
+        control_mod.unlink_socket(control_path)   # only if still ours; before the listener closes
         listener.close()
-        control_mod.unlink_socket(control_path)
         if metrics is not None:
             metrics.server.server_close()
         if embedded is not None:

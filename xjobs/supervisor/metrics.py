@@ -12,13 +12,17 @@ statistics round per interval, never from a query per scrape.
   503 with the reason otherwise (starting, draining, a child down, the database away).
 
 The listening socket is bound before the children are forked (so a port in use is refused at
-start), and each request is served under ``fork_lock``: a fork never copies a half-served
-connection into a child.
+start). Requests are served without any lock shared with the loop or the forks: a slow or
+idle client delays nobody but itself. A fork that happens while a connection is open copies
+its fd into the child, which drops it at once (``close_in_child``); closing a duplicate fd
+sends nothing, and the parent ends the connection with ``shutdown`` (which acts on the socket,
+whatever process still holds a copy), so a client never waits on a child.
 """
 
 from __future__ import annotations
 
 import http.server
+import os
 import socket
 import threading
 import time
@@ -174,20 +178,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class MetricsServer(http.server.HTTPServer):
     def __init__(self, address: tuple[str, int], owner: "MetricsEndpoint") -> None:
         self.owner = owner
+        self.connections: set[socket.socket] = set()   # accepted and not yet closed
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+        # a client that resets between select and accept must not block the thread in accept
+        self.socket.setblocking(False)
 
-    def _handle_request_noblock(self) -> None:
-        # accept, serve and close under the fork lock: no half-served socket crosses a fork
-        with self.owner.fork_lock:
-            super()._handle_request_noblock()
+    def get_request(self) -> tuple[socket.socket, Any]:
+        conn, address = self.socket.accept()
+        conn.setblocking(True)
+        self.connections.add(conn)
+        return conn, address
+
+    def shutdown_request(self, request: Any) -> None:
+        self.connections.discard(request)
+        super().shutdown_request(request)
 
 
 class MetricsEndpoint:
-    def __init__(self, address: str, fork_lock: threading.Lock) -> None:
+    def __init__(self, address: str) -> None:
         host, port = parse_address(address)
-        self.fork_lock = fork_lock
         self._snapshot: dict = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(self.snapshot))
@@ -216,7 +227,14 @@ class MetricsEndpoint:
         self.server.server_close()
 
     def close_in_child(self) -> None:
-        self.server.socket.close()
+        """In a fresh child: drop the listener and every connection the fork copied. Detached
+        first, so no copy of a socket object can later close a reused fd number."""
+        for sock in [self.server.socket, *list(self.server.connections)]:
+            try:
+                os.close(sock.detach())
+            except OSError:
+                pass
+        self.server.connections.clear()
 
 
 def parse_address(address: str) -> tuple[str, int]:
