@@ -10,11 +10,24 @@ Two jobs share it:
   (``job_release_worker``, fenced on the dead child's identity) instead of waiting a lease
   window; but only after ``session_count(identity)`` is 0, so no statement of the dead child
   is still running on the server when its jobs change hands. A hand-back that cannot happen
-  before the lease would have lapsed anyway is given up: the lease is the safety net.
+  before the lease would have lapsed anyway is given up: the lease is the safety net. The
+  attempt is counted only for a child that crashed; one the supervisor killed or retired
+  gives it back (``counts_as_attempt=False``: back to ready, never dead-lettered).
+
+  ``session_count`` sees the driver's own sessions (named by the identity) and every other
+  libpq connection the child opened without naming itself: the child sets ``PGAPPNAME`` to
+  its identity right after the fork. It cannot see a connection that sets its own
+  ``application_name``, one opened by a client library that ignores ``PGAPPNAME``, or work the
+  child handed to another process or server: a statement still running there may land after
+  the job was handed back (at-least-once, as after a lease lapse).
 
 No connection may cross a fork, so every round opens its connection after taking
-``fork_lock`` and closes it before letting go; the arbiter forks only while it holds the lock
-(it never waits for it: a busy round just defers a start by one loop pass).
+``fork_lock`` and closes it before letting go (a child finalising an inherited connection
+would end the parent's session); the arbiter forks only while it holds the lock and never
+waits for it: a busy round defers a start by a loop pass. A round is therefore bounded: a
+short connect timeout, a short wait for the pool, and a server-side ``statement_timeout`` on
+every statement, so a locked table or a stalled server delays a restart by seconds at most;
+and between two rounds the lock stays free for a moment, so a waiting fork always gets in.
 """
 
 from __future__ import annotations
@@ -30,9 +43,11 @@ from ..config import Settings
 
 log = logging.getLogger("xjobs.supervisor.probe")
 
-_CONNECT_TIMEOUT_S = 3
+_CONNECT_TIMEOUT_S = 2
+_STATEMENT_TIMEOUT_MS = 2000
 _RELEASE_RETRY_S = 0.05
 _DOWN_RETRY_S = 1.0          # while the server is away, hand-backs retry at this pace
+_FORK_GAP_S = 0.1            # fork_lock stays free this long after a round (the arbiter retries every 20 ms)
 
 
 @dataclass
@@ -40,6 +55,7 @@ class _Release:
     identity: str
     queue: str | None
     give_up_at: float
+    counts_as_attempt: bool = True
 
 
 @dataclass(frozen=True)
@@ -55,6 +71,8 @@ def default_driver_factory(settings: Settings) -> Callable[[], Any]:
         from ..drivers.postgres import PostgresDriver
         dsn = make_conninfo(settings.dsn, connect_timeout=_CONNECT_TIMEOUT_S)
         return PostgresDriver(dsn, schema=settings.schema, pool_size=1,
+                              pool_timeout=_CONNECT_TIMEOUT_S + 1.0,
+                              statement_timeout_ms=_STATEMENT_TIMEOUT_MS,
                               application_name="xjobsd-supervisor")
     return make
 
@@ -72,6 +90,7 @@ class DatabaseProbe:
         self._results: deque[tuple] = deque()
         self._thread: threading.Thread | None = None
         self._next_stats = 0.0
+        self._lock_free_at = 0.0
         self.reachable: bool | None = None
 
     # -- the arbiter's side (main thread) -------------------------------------------------------
@@ -80,8 +99,9 @@ class DatabaseProbe:
         self._thread = threading.Thread(target=self._run, name="xjobsd-probe", daemon=True)
         self._thread.start()
 
-    def request_release(self, identity: str, queue: str | None, within_s: float) -> None:
-        self._releases.append(_Release(identity, queue, time.monotonic() + within_s))
+    def request_release(self, identity: str, queue: str | None, within_s: float, *,
+                        counts_as_attempt: bool = True) -> None:
+        self._releases.append(_Release(identity, queue, time.monotonic() + within_s, counts_as_attempt))
         self._event.set()
 
     def refresh(self) -> None:
@@ -128,18 +148,23 @@ class DatabaseProbe:
             if self._releases:
                 retry = _RELEASE_RETRY_S if self.reachable is not False else _DOWN_RETRY_S
                 wait = min(wait, retry)
+            wait = max(wait, self._lock_free_at - now)
             if wait > 0:
                 self._event.wait(wait)
                 self._event.clear()
             if self._stopping:
                 return
             now = time.monotonic()
+            if now < self._lock_free_at:
+                continue
             stats_due = now >= self._next_stats
             if not stats_due and not self._releases:
                 continue
-            if stats_due:
-                self._next_stats = now + self.interval_s
             self._round(stats_due)
+            now = time.monotonic()
+            self._lock_free_at = now + _FORK_GAP_S
+            if stats_due:   # counted from the end of the round: a slow round is not repeated at once
+                self._next_stats = now + self.interval_s
 
     def _round(self, stats_due: bool) -> None:
         with self._fork_lock:
@@ -168,7 +193,7 @@ class DatabaseProbe:
                     self._releases.remove(item)
                     self._emit("abandoned", item.identity, item.queue)
                 continue   # its backend is still finishing a statement: next round
-            count = driver.job_release_worker(item.identity)
+            count = driver.job_release_worker(item.identity, counts_as_attempt=item.counts_as_attempt)
             self._releases.remove(item)
             self._emit("released", item.identity, item.queue, count)
 
@@ -197,7 +222,8 @@ class _NullProbe:
 
     def start(self) -> None: ...
     def stop(self, timeout_s: float = 0) -> None: ...
-    def request_release(self, identity: str, queue: str | None, within_s: float) -> None: ...
+    def request_release(self, identity: str, queue: str | None, within_s: float, *,
+                        counts_as_attempt: bool = True) -> None: ...
     def refresh(self) -> None: ...
     def flush_releases(self, timeout_s: float) -> None: ...
     def results(self) -> list: return []
