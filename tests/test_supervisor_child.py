@@ -37,26 +37,33 @@ class Parent:
             except EOFError:
                 raise AssertionError(f"EOF before {kind!r}; saw {[m['type'] for m in self.seen]}") from None
 
-    def send(self, kind: str, **fields) -> None:
-        assert self.channel.send({"type": kind, **fields})
+    def send(self, type: str, **fields) -> None:
+        assert self.channel.send({"type": type, **fields})
 
 
 @pytest.fixture
 def host_factory():
     threads = []
 
-    def start(*behavior: str, heartbeat_ms: float = 200.0):
+    def start(*behavior: str, heartbeat_ms: float = 200.0, before=(), signal_fd=None):
+        """``before``: messages the supervisor sent before the child got going (``"EOF"``: it died)."""
         parent_end, child_end = pair()
         role = FakeRole("worker:test:1", "q", behavior)
         spec = ChildSpec(role="worker", queue="q", index=1, identity="worker:test:1",
                          parent_pid=os.getppid(), heartbeat_ms=heartbeat_ms, drain_deadline_ms=5000)
         backstops: list[float] = []
-        host = ChildHost(Channel(child_end), role, spec, backstop=backstops.append)
+        host = ChildHost(Channel(child_end), role, spec, backstop=backstops.append, signal_fd=signal_fd)
+        parent = Parent(parent_end)
+        for message in before:
+            if message == "EOF":
+                parent.channel.close()
+            else:
+                parent.send(**message)
         result: dict = {}
         thread = threading.Thread(target=lambda: result.setdefault("code", host.run()), daemon=True)
         thread.start()
         threads.append(thread)
-        return Parent(parent_end), role, host, thread, result, backstops
+        return parent, role, host, thread, result, backstops
 
     yield start
     for thread in threads:
@@ -151,3 +158,63 @@ def test_a_lost_lease_is_reported_as_it_happens(host_factory):
     parent.send("accept", deadline_at=monotonic_ms(), reason="done")
     parent.expect("stopped")
     thread.join(5)
+
+
+def test_a_drain_sent_before_the_child_was_ready_is_honoured_before_any_claim(host_factory):
+    accept = {"type": "accept", "deadline_at": monotonic_ms() + 3000, "reason": "SIGTERM to the supervisor"}
+    parent, role, host, thread, result, _ = host_factory("work", before=[accept])
+    parent.expect("ready")
+    parent.expect("draining")
+    parent.expect("stopped")
+    thread.join(5)
+    assert result["code"] == 0
+    assert role.passes == 0 and role.claimed == 0, "claimed a batch after being told to drain"
+
+
+def test_a_supervisor_gone_before_the_child_was_ready_means_no_claim(host_factory):
+    parent, role, host, thread, result, backstops = host_factory("work", before=["EOF"])
+    thread.join(5)
+    assert result["code"] == 0 and host.orphaned and backstops
+    assert role.passes == 0 and role.claimed == 0
+
+
+def test_a_sigterm_before_the_child_was_ready_means_no_claim(host_factory):
+    import signal
+    import socket
+    r, w = socket.socketpair()
+    r.setblocking(False)
+    w.send(bytes([signal.SIGTERM]))
+    try:
+        parent, role, host, thread, result, _ = host_factory("work", signal_fd=r.fileno())
+        parent.expect("draining")
+        parent.expect("stopped")
+        thread.join(5)
+        assert role.passes == 0 and ("stop_accepting", "SIGTERM to the child") in role.calls
+    finally:
+        r.close()
+        w.close()
+
+
+def test_accept_without_interrupt_lets_running_work_go_on_until_a_drain_interrupts(host_factory):
+    parent, role, host, thread, result, _ = host_factory("busy")
+    parent.expect("ready")
+    parent.send("accept", deadline_at=monotonic_ms() + 60_000, reason="recycled", interrupt=False)
+    draining = parent.expect("draining")
+    assert draining["in_flight"] == 1
+    assert ("stop_accepting", "recycled", False) in role.calls
+    parent.seen.clear()
+    assert parent.expect("heartbeat")["in_flight"] == 1   # still running, not told to stop
+    parent.send("accept", deadline_at=monotonic_ms() + 60_000, reason="SIGTERM to the supervisor")
+    stopped = parent.expect("stopped")
+    assert stopped["in_flight"] == 0
+    assert ("stop_accepting", "SIGTERM to the supervisor") in role.calls
+    thread.join(5)
+
+
+def test_a_malformed_message_from_the_supervisor_is_a_broken_pipe(host_factory):
+    parent, role, host, thread, result, backstops = host_factory("busy")
+    parent.expect("ready")
+    parent.send("accept", deadline_at="soon", reason="drain")
+    thread.join(5)
+    assert not thread.is_alive() and result["code"] == 0
+    assert host.orphaned and backstops

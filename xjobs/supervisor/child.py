@@ -13,9 +13,22 @@
 The loop waits only on the pipe, the role's wake-up fds, the signal fd and its timer.
 A pipe EOF means the supervisor is gone: the child stops claiming at once, gives running work
 ``ORPHAN_DEADLINE_MS`` to stop, closes and exits. ``PR_SET_PDEATHSIG`` delivers SIGTERM for the
-same event in case the loop is busy, and an ``alarm`` armed at that moment is the backstop that
-ends the process even if a close never returns: no child outlives its supervisor. Until the
-role is ready the death signal is SIGKILL instead: a child still connecting holds no work.
+same event in case the loop is busy: the SIGTERM handler itself arms an ``alarm`` when the
+parent is gone, the backstop that ends the process even while the loop is blocked in a
+database call or a close never returns (the drivers' ``statement_timeout`` also unblocks such a
+call): no child outlives its supervisor. Until the role is ready the death signal is SIGKILL
+instead: a child still connecting holds no work.
+
+A drain can arrive before the role is ready (the supervisor began draining while the child
+was still starting): right after ``initialize()`` the pipe and the signal fd are read without
+blocking, so such a child stops without claiming anything. ``accept`` carries ``interrupt``:
+false for a recycle, reload or scale-down (running jobs go on to the deadline), true for a
+drain; a later interrupting ``accept`` still reaches jobs the first one left running.
+
+Right after the fork the child sets ``PGAPPNAME`` to its identity, so every libpq connection
+it opens without naming itself (the application's own, in job bodies) is labelled too, and the
+supervisor waits for those sessions as well before handing a dead child's jobs back
+(``probe.py`` says what this cannot see).
 """
 
 from __future__ import annotations
@@ -34,13 +47,19 @@ from typing import Callable
 from ..clock import monotonic_ms
 from ..workers.role import Role
 from .framing import Channel, FrameError
+from .messages import parent_message_problem
 
 log = logging.getLogger("xjobs.supervisor.child")
 
 ORPHAN_DEADLINE_MS = 500.0
 _DRAIN_POLL_MS = 50.0
 _PR_SET_PDEATHSIG = 1
+_ORPHAN_ALARM_S = 2
 _SIGNAL_SOCKETS: list[socket.socket] = []
+# the supervisor's own signals: blocked across the fork, unblocked in the child once its own
+# handlers replace the inherited ones (which would report the signal to the supervisor)
+FORK_BLOCKED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTTIN,
+                        signal.SIGTTOU, signal.SIGCHLD)
 
 
 @dataclass(frozen=True)
@@ -76,7 +95,10 @@ def arm_exit_alarm(deadline_ms: float) -> None:
     """The orphan's backstop: whatever happens in ``close()``, the process ends a second after
     its deadline (SIGALRM's default action terminates it)."""
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    signal.alarm(int(math.ceil(deadline_ms / 1000.0)) + 1)
+    seconds = int(math.ceil(deadline_ms / 1000.0)) + 1
+    left = signal.alarm(seconds)
+    if 0 < left < seconds:
+        signal.alarm(left)   # one armed earlier (by the SIGTERM handler) stands
 
 
 def set_title(title: str) -> None:
@@ -103,6 +125,7 @@ class ChildHost:
         self.signal_fd = signal_fd
         self.state = "starting"
         self.deadline: float | None = None      # set once draining
+        self.interrupted = False                # whether the drain told running work to stop
         self.force_close = False
         self.orphaned = False
         self._lease_lost_seen = 0
@@ -126,15 +149,20 @@ class ChildHost:
 
     # -- phases ----------------------------------------------------------------------------------
 
-    def drain(self, deadline: float, reason: str) -> None:
-        """Accept phase: stop taking work now; in-flight work has until ``deadline``."""
+    def drain(self, deadline: float, reason: str, interrupt: bool = True) -> None:
+        """Accept phase: stop taking work now; in-flight work has until ``deadline``, and is
+        told to stop early only with ``interrupt``."""
         if self.deadline is None:
             self.state = "draining"
             self.deadline = deadline
-            self.role.stop_accepting(reason)
+            self.interrupted = interrupt
+            self.role.stop_accepting(reason, interrupt=interrupt)
             self._send("draining", in_flight=self.role.in_flight(), deadline_at=deadline)
         else:
             self.deadline = min(self.deadline, deadline)
+            if interrupt and not self.interrupted:
+                self.interrupted = True
+                self.role.stop_accepting(reason, interrupt=True)
 
     def _orphan(self, now: float) -> None:
         if self.orphaned:
@@ -149,9 +177,10 @@ class ChildHost:
         if kind == "ping":
             self._heartbeat(now)
         elif kind == "accept":
-            self.drain(float(message.get("deadline_at", now)), str(message.get("reason", "supervisor drain")))
+            self.drain(float(message["deadline_at"]), message.get("reason", "supervisor drain"),
+                       interrupt=message.get("interrupt", True))
         elif kind == "close":
-            self.drain(float(message.get("deadline_at", now)), str(message.get("reason", "supervisor close")))
+            self.drain(float(message["deadline_at"]), message.get("reason", "supervisor close"))
             self.force_close = True
         else:
             log.warning("%s: unknown message %r from the supervisor", self.spec.title, kind)
@@ -194,6 +223,8 @@ class ChildHost:
             if self.signal_fd is not None:
                 selector.register(self.signal_fd, selectors.EVENT_READ, "signal")
             try:
+                # a drain sent while the role was starting is honoured before the first claim
+                self._dispatch(selector, 0.0, self.clock())
                 self._loop(selector)
             except Exception:
                 log.exception("%s: the role failed; closing", spec.title)
@@ -221,11 +252,14 @@ class ChildHost:
             self._sync_role_fds(selector)
             if self.channel.wants_write and not self.orphaned:
                 selector.modify(self.channel.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, "pipe")
-            for key, events in selector.select(max(0.0, wait) / 1000.0):
-                if key.data == "pipe":
-                    self._on_pipe(selector, events, now)
-                elif key.data == "signal":
-                    self._on_signals(now)
+            self._dispatch(selector, max(0.0, wait) / 1000.0, now)
+
+    def _dispatch(self, selector: selectors.BaseSelector, timeout_s: float, now: float) -> None:
+        for key, events in selector.select(timeout_s):
+            if key.data == "pipe":
+                self._on_pipe(selector, events, now)
+            elif key.data == "signal":
+                self._on_signals(now)
 
     def _on_pipe(self, selector: selectors.BaseSelector, events: int, now: float) -> None:
         if events & selectors.EVENT_WRITE:
@@ -236,7 +270,13 @@ class ChildHost:
             return
         try:
             messages = self.channel.receive()
-        except (EOFError, FrameError):
+            for message in messages:
+                problem = parent_message_problem(message)
+                if problem is not None:
+                    raise FrameError(problem)
+        except (EOFError, FrameError) as exc:
+            if isinstance(exc, FrameError):
+                log.error("%s: %s from the supervisor; stopping", self.spec.title, exc)
             selector.unregister(self.channel.sock)
             self._orphan(now)
             return
@@ -270,13 +310,25 @@ class ChildHost:
                 self.channel.flush_blocking(1.0)
 
 
-def _signal_pipe() -> int:
+def _signal_pipe(parent_pid: int) -> int:
     """Route the signals a child cares about to a non-blocking fd; ignore the operator's."""
     r, w = socket.socketpair()
     r.setblocking(False)
     w.setblocking(False)
     signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)   # recorded via the wakeup fd
+
+    def on_term(signum: int, frame: object) -> None:
+        # the wakeup fd carries the signal to the loop; this handler only arms the backstop
+        # for an orphan, because the loop may be blocked in a database call and never read
+        # it. alarm() is one syscall that sets a timer (no I/O, no lock), safe in a handler;
+        # SIGALRM's default action then ends the process.
+        if os.getppid() != parent_pid:
+            left = signal.alarm(_ORPHAN_ALARM_S)
+            if 0 < left < _ORPHAN_ALARM_S:
+                signal.alarm(left)   # never postpone an alarm already armed
+
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, on_term)
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1,
                    signal.SIGUSR2):
         signal.signal(signum, signal.SIG_IGN)   # the supervisor coordinates; Ctrl-C reaches it
@@ -290,7 +342,10 @@ def child_main(sock: socket.socket, spec: ChildSpec, make_role: Callable[[str], 
     """The target of a forked child; ends the process with the host's exit code."""
     # until the role is up there is nothing to drain: a parent dying then ends us outright
     set_parent_death_signal(signal.SIGKILL)
-    signal_fd = _signal_pipe()
+    os.environ["PGAPPNAME"] = spec.identity   # libpq connections that do not name themselves
+    signal_fd = _signal_pipe(spec.parent_pid)
+    # blocked by the supervisor across the fork; pending ones now reach this child's handlers
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED_SIGNALS)
     if after_fork is not None:
         after_fork()   # closes the supervisor's own fds: listeners, other children's pipes
     set_title(spec.title)
