@@ -3,7 +3,9 @@
 ``behavior`` is a set of words: ``fail`` (initialize raises), ``busy`` (one job in flight
 until the drain signals it), ``deaf`` (that job ignores the drain: in flight forever),
 ``hang`` (run_once blocks: the child goes silent), ``work`` (each pass "claims" and
-"completes" one job, so counters grow), ``lose`` (each pass loses a lease).
+"completes" one job, so counters grow), ``lose`` (each pass loses a lease), ``odd`` (reports
+its in-flight count as a string, a broken contract). A busy job stops
+only when ``stop_accepting`` interrupts it: without ``interrupt`` it stays in flight.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class FakeRole:
         self.accepting = False
         self.busy = 0
         self.claimed = 0
+        self.passes = 0
         self.lease_lost = 0
         self.closed_with: float | None = None
 
@@ -38,6 +41,7 @@ class FakeRole:
         return ()
 
     def run_once(self, now_ms: float) -> float:
+        self.passes += 1
         if "hang" in self.behavior:
             time.sleep(3600)
         if "work" in self.behavior and self.accepting:
@@ -46,14 +50,14 @@ class FakeRole:
             self.lease_lost += 1
         return 20.0
 
-    def stop_accepting(self, reason: str) -> None:
-        self.calls.append(("stop_accepting", reason))
+    def stop_accepting(self, reason: str, interrupt: bool = True) -> None:
+        self.calls.append(("stop_accepting", reason) if interrupt else ("stop_accepting", reason, False))
         self.accepting = False
-        if "deaf" not in self.behavior:
+        if interrupt and "deaf" not in self.behavior:
             self.busy = 0
 
     def in_flight(self) -> int:
-        return self.busy
+        return "none" if "odd" in self.behavior else self.busy
 
     def close(self, deadline_monotonic_ms: float | None) -> None:
         self.calls.append(("close", deadline_monotonic_ms))

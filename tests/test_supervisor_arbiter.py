@@ -21,6 +21,8 @@ from xjobs.supervisor.slots import RoleSpec
 
 FAST = ArbiterOptions(heartbeat_ms=100, silence_s=1.0, startup_s=5.0, kill_grace_s=0.3,
                       release_flush_s=0.1, backoff=Backoff(base_s=0.05, cap_s=0.2, stable_s=5.0))
+# a short lease: a silent child is killed after max(silence, lease + heartbeat) = 1.1 s
+SETTINGS = Settings(drain_deadline_ms=2000, lease_ms=1000, heartbeat_ms=200)
 
 
 class RecordingProbe:
@@ -29,6 +31,7 @@ class RecordingProbe:
 
     def __init__(self) -> None:
         self.released: list[tuple[str, str | None]] = []
+        self.counted: dict[str, bool] = {}   # identity -> counts_as_attempt
 
     def start(self) -> None: ...
     def stop(self, timeout_s: float = 0) -> None: ...
@@ -36,8 +39,10 @@ class RecordingProbe:
     def flush_releases(self, timeout_s: float) -> None: ...
     def results(self) -> list: return []
 
-    def request_release(self, identity: str, queue: str | None, within_s: float) -> None:
+    def request_release(self, identity: str, queue: str | None, within_s: float, *,
+                        counts_as_attempt: bool = True) -> None:
         self.released.append((identity, queue))
+        self.counted[identity] = counts_as_attempt
 
 
 def spec(queue: str = "q", processes: int = 1, *behavior: str) -> RoleSpec:
@@ -48,9 +53,9 @@ def spec(queue: str = "q", processes: int = 1, *behavior: str) -> RoleSpec:
 def make_arbiter():
     made: list[Arbiter] = []
 
-    def build(specs, *, options=FAST, settings=None, configure=None) -> Arbiter:
-        arbiter = Arbiter(settings or Settings(drain_deadline_ms=2000), specs, options=options,
-                          probe=RecordingProbe(), configure=configure)
+    def build(specs, *, options=FAST, settings=None, configure=None, notifier=None) -> Arbiter:
+        arbiter = Arbiter(settings or SETTINGS, specs, options=options,
+                          probe=RecordingProbe(), configure=configure, notifier=notifier)
         made.append(arbiter)
         arbiter.start()
         return arbiter
@@ -89,6 +94,7 @@ def test_children_start_report_and_drain_cleanly(make_arbiter):
     arbiter.begin_drain("test")
     drive(arbiter, lambda: arbiter.state == "stopped", what="the drain to finish")
     assert {q for _, q in arbiter.probe.released} == {"a", "b"}   # every worker's jobs are handed back
+    assert set(arbiter.probe.counted.values()) == {False}   # retired, not crashed: no attempt spent
     assert all(c.restarts == 0 for c in arbiter.slots)
 
 
@@ -105,6 +111,7 @@ def test_a_killed_child_is_restarted_with_a_fresh_identity(make_arbiter):
     assert second["identity"] != first["identity"] and second["restarts"] == 1
     assert "SIGKILL" in second["last_exit"]
     assert arbiter.probe.released[0] == (first["identity"], "q")
+    assert arbiter.probe.counted[first["identity"]] is True   # a crash: the attempt counts
     drive(arbiter, lambda: rows(arbiter)[0]["completed"] > before, what="counting to go on")
     assert arbiter.tally.get(("restarts", "worker")) == 1
 
@@ -118,7 +125,7 @@ def test_a_crash_loop_is_visible_and_keeps_retrying(make_arbiter):
     restarts = row["restarts"]
     drive(arbiter, lambda: rows(arbiter)[0]["restarts"] > restarts, what="another attempt")
     from xjobs.supervisor import report
-    assert not report.healthy(arbiter)
+    assert report.loop_healthy(arbiter)   # reported, not fatal: the watchdog keeps flowing
     assert report.snapshot(arbiter, time.monotonic())["crash_loop"] == {("worker", "bad"): 1}
 
 
@@ -128,6 +135,7 @@ def test_a_silent_child_is_killed_and_replaced(make_arbiter):
     drive(arbiter, lambda: arbiter.slots[0].restarts >= 1, timeout=8, what="the silent child to be killed")
     assert "silent" in arbiter.slots[0].last_exit
     assert first not in [c["pid"] for c in rows(arbiter)]
+    assert list(arbiter.probe.counted.values())[0] is False   # killed by the supervisor: given back
 
 
 def test_ttin_and_ttou_scale_every_worker_queue_but_never_below_one(make_arbiter):
@@ -143,7 +151,8 @@ def test_ttin_and_ttou_scale_every_worker_queue_but_never_below_one(make_arbiter
 
 
 def test_the_deadline_then_sigkill_ends_a_child_that_does_not_stop(make_arbiter):
-    arbiter = make_arbiter([spec("q", 1, "deaf")], settings=Settings(drain_deadline_ms=300))
+    arbiter = make_arbiter([spec("q", 1, "deaf")], settings=Settings(drain_deadline_ms=300, lease_ms=1000,
+                                                                     heartbeat_ms=200))
     drive(arbiter, lambda: all_ready(arbiter))
     arbiter.begin_drain("test")
     start = time.monotonic()
@@ -158,19 +167,20 @@ def test_the_deadline_then_sigkill_ends_a_child_that_does_not_stop(make_arbiter)
 def test_a_second_stop_signal_kills_at_once(make_arbiter):
     arbiter = make_arbiter([spec("q", 1, "deaf")], settings=Settings(drain_deadline_ms=60_000))
     drive(arbiter, lambda: all_ready(arbiter))
-    pid = rows(arbiter)[0]["pid"]
+    identity, pid = rows(arbiter)[0]["identity"], rows(arbiter)[0]["pid"]
     os.kill(os.getpid(), signal.SIGTERM)
     drive(arbiter, lambda: arbiter.state == "draining")
     os.kill(os.getpid(), signal.SIGINT)
     drive(arbiter, lambda: arbiter.state == "stopped", timeout=3, what="the kill")
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+    assert arbiter.probe.counted[identity] is False   # killed by the supervisor: attempt given back
 
 
 def test_reload_replaces_children_one_group_at_a_time(make_arbiter):
     new_specs = [spec("a", 2), spec("c", 1)]
     arbiter = make_arbiter([spec("a", 1), spec("b", 1)],
-                           configure=lambda: (Settings(drain_deadline_ms=2000), new_specs))
+                           configure=lambda: (SETTINGS, new_specs))
     drive(arbiter, lambda: all_ready(arbiter))
     old = {c["pid"] for c in rows(arbiter)}
     os.kill(os.getpid(), signal.SIGHUP)

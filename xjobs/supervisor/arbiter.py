@@ -4,7 +4,7 @@
 
     starting ──children ready──> running ──SIGTERM/SIGINT/drain──> draining ──all reaped──> stopped
                                     │  ^                                │
-                    SIGHUP/reload ──┘  └── SIGTTIN/SIGTTOU/scale         └─ second signal: SIGKILL all
+                    SIGHUP/reload ──┘  └── SIGTTIN/SIGTTOU/scale         └─ second stop signal: SIGKILL all
 
 Signal handlers only record: the C-level wakeup fd carries each signal's number into the
 loop, which dispatches to ``handle_term``, ``handle_int``, ``handle_hup``, ``handle_ttin``,
@@ -14,15 +14,19 @@ its own timers, and after every wake it reaps, checks liveness, (re)starts due s
 a drain forward and publishes a snapshot for ``/metrics``.
 
 Children are forked with ``multiprocess`` (fork context) while the arbiter holds
-``fork_lock``, which the probe holds whenever it has a database connection open: no
-connection is ever copied into a child. The child first closes every fd of the supervisor's
-it inherited (other children's pipes, listeners, the signal fd), so a sibling can never keep
-a pipe open past the supervisor's death.
+``fork_lock``, which the probe holds whenever it has a database connection open (a child
+finalising a copied psycopg connection would end the parent's session), and only then; the
+probe's rounds are bounded so a fork waits seconds at most. The HTTP thread serves without
+it: a connection being served when a fork happens is only an extra fd reference in the
+child, which drops it (closing a duplicate fd sends nothing). The child first closes every
+fd of the supervisor's it inherited (other children's pipes, listeners, the signal fd), so a
+sibling can never keep a pipe open past the supervisor's death.
 
-Shutdown is two phases under one deadline: ``accept`` goes to every child at once (stop
-claiming, signal running work), in-flight work gets until the deadline, ``close`` follows at
-the deadline, and anything alive at deadline + grace is SIGKILLed. A worker child that exits
-for any reason has its still-running jobs handed back by the probe once its sessions are gone.
+Shutdown is two phases under one deadline (``draining.py``). A worker child that exits for
+any reason has its still-running jobs handed back by the probe once its sessions are gone.
+``WATCHDOG=1`` flows while the loop turns; a slot in a crash loop is reported (status line,
+``xjobsd status``, metrics, log) but does not stop the watchdog: restarting the whole daemon
+would not mend a child that cannot start.
 """
 
 from __future__ import annotations
@@ -47,9 +51,11 @@ from . import report
 from .backoff import Backoff
 from .child import set_title
 from .control import ControlServer
+from .draining import Draining
 from .metrics import MetricsEndpoint
 from .notify import Notifier
 from .probe import DatabaseProbe, no_probe
+from .reshape import Reshape
 from .slots import Child, RoleSpec, Slot
 from .supervision import Supervision
 from .tally import Tally
@@ -64,7 +70,7 @@ _PUBLISH_EVERY_S = 0.25
 @dataclass(frozen=True)
 class ArbiterOptions:
     heartbeat_ms: float = 1000.0        # how often a child reports
-    silence_s: float = 10.0             # a ready child quiet this long is killed and restarted
+    silence_s: float = 10.0             # a ready child quiet this long (and at least a lease) is killed
     startup_s: float = 60.0             # a child not ready this long after fork is killed
     kill_grace_s: float = 2.0           # after the drain deadline, before SIGKILL
     stats_interval_s: float = 5.0       # one statistics round per interval
@@ -74,7 +80,7 @@ class ArbiterOptions:
     backoff: Backoff = field(default_factory=Backoff)
 
 
-class Arbiter(Supervision):
+class Arbiter(Supervision, Reshape, Draining):
     def __init__(self, settings: Settings, specs: list[RoleSpec], *,
                  options: ArbiterOptions = ArbiterOptions(),
                  configure: Callable[[], tuple[Settings, list[RoleSpec]]] | None = None,
@@ -95,8 +101,6 @@ class Arbiter(Supervision):
         self.probe = probe if probe is not None else (make_probe or no_probe)(
             interval_s=options.stats_interval_s, fork_lock=self.fork_lock, wake=self._wake)
         self.metrics = metrics
-        if metrics is not None:
-            metrics.fork_lock = self.fork_lock
         self.control: ControlServer | None = None
         if control is not None:
             self.control = ControlServer(control[0], control[1], {
@@ -118,6 +122,7 @@ class Arbiter(Supervision):
         self.drain_deadline: float | None = None
         self.drain_reason: str | None = None
         self._signals: deque[int] = deque()
+        self._stop_signals = 0
         self._previous_handlers: dict[int, Any] = {}
         self._previous_wakeup_fd = -1
         self._released_in_drain = 0
@@ -236,12 +241,6 @@ class Arbiter(Supervision):
     def handle_int(self) -> None:
         self._stop_signal("SIGINT")
 
-    def _stop_signal(self, name: str) -> None:
-        if self.state in ("starting", "running"):
-            self.begin_drain(f"{name} to the supervisor")
-        else:
-            self.kill_all(f"a second {name}")
-
     def handle_hup(self) -> None:
         self.reload()
 
@@ -278,57 +277,6 @@ class Arbiter(Supervision):
         if isinstance(delta, bool) or not isinstance(delta, int):
             raise InvalidOption("delta", f"must be a whole number, got {delta!r}")
         return self.scale(queue, delta=delta)
-
-    # -- drain ---------------------------------------------------------------------------------------
-
-    def begin_drain(self, reason: str) -> None:
-        """Accept phase in every child at once, under one deadline."""
-        if self.state not in ("starting", "running"):
-            return
-        now = time.monotonic()
-        self.state = "draining"
-        self.drain_reason = reason
-        self.drain_deadline = now + self.settings.drain_deadline_ms / 1000.0
-        self._reload_groups.clear()
-        self._reload_current = None
-        self._interrupted_base = sum(v for k, v in self.tally.items("counter") if k[3] == "interrupted")
-        self._released_in_drain = 0
-        children = [c for c in self._children() if c.exit_code is None]
-        log.info("draining (%s): %d child(ren), %d job(s) in flight, deadline %.1fs", reason,
-                 len(children), sum(c.in_flight for c in children), self.settings.drain_deadline_ms / 1000.0)
-        self.notifier.stopping(f"draining: {reason}")
-        for child in children:
-            self._retire(child, reason, self.drain_deadline)
-
-    def kill_all(self, reason: str) -> None:
-        self.state = "killing"
-        live = [c for c in self._children() if c.exit_code is None]
-        log.warning("%s: SIGKILL to %d child(ren)", reason, len(live))
-        for child in live:
-            child.kill(reason)
-
-    def _progress_drain(self, now: float) -> None:
-        if self.state not in ("draining", "killing"):
-            return
-        live = [c for c in self._children() if c.exit_code is None]
-        if self.drain_deadline is not None and now >= self.drain_deadline:
-            for child in live:
-                if child.state not in ("stopped", "closing") and child.killed is None and not child.close_sent:
-                    child.close_sent = True
-                    child.channel.send({"type": "close", "deadline_at": now * 1000.0, "reason": "drain deadline"})
-        if live:
-            if now >= self._next_extend:
-                self._next_extend = now + 5.0
-                last = max((c.kill_at or now) for c in live)
-                self.notifier.extend_timeout(max(0.0, last - now) + 10.0)
-            return
-        self.probe.flush_releases(self.options.release_flush_s)
-        self._apply_probe_results()
-        interrupted = sum(v for k, v in self.tally.items("counter") if k[3] == "interrupted") - self._interrupted_base
-        log.info("drained: %d run(s) interrupted and back to ready, %d abandoned run(s) handed back%s",
-                 interrupted, self._released_in_drain,
-                 f", {self.probe.pending_releases} left to their lease" if self.probe.pending_releases else "")
-        self.state = "stopped"
 
     # -- the probe, publishing, teardown -------------------------------------------------------------
 
@@ -374,7 +322,7 @@ class Arbiter(Supervision):
                 if line != self._last_status_line:
                     self._last_status_line = line
                     self.notifier.status(line)
-            if self.notifier.watchdog_s and now >= self._next_watchdog and report.healthy(self):
+            if self.notifier.watchdog_s and now >= self._next_watchdog and report.loop_healthy(self):
                 self._next_watchdog = now + self.notifier.watchdog_s / 2.0
                 self.notifier.watchdog()
 

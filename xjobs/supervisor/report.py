@@ -1,5 +1,5 @@
 """What the supervisor says about itself: ``xjobsd status``, the ``/metrics`` snapshot, the
-one-line sd_notify status, and whether it is healthy (watchdog) and ready (``/readyz``).
+one-line sd_notify status, and whether its loop is healthy (watchdog) and it is ready (``/readyz``).
 
 All of it is read from the arbiter's own state on the loop thread; the metrics thread only
 ever sees the finished, immutable snapshot.
@@ -125,8 +125,10 @@ def not_ready(arbiter: "Arbiter") -> str | None:
     return None
 
 
-def healthy(arbiter: "Arbiter") -> bool:
-    return arbiter.state in ("starting", "running") and not any(s.crash_loop for s in arbiter.slots)
+def loop_healthy(arbiter: "Arbiter") -> bool:
+    """Whether the supervisor itself is sound (the watchdog's question). A slot in a crash loop
+    is not a reason to say no: it is reported, and restarting the daemon would not mend it."""
+    return arbiter.state in ("starting", "running", "draining", "killing")
 
 
 def status_line(arbiter: "Arbiter") -> str:

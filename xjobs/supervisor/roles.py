@@ -7,6 +7,11 @@ scheduler and the outbox relay join here when they exist, as specs of their own.
 A spec's ``make(identity)`` runs in the CHILD after the fork, so the driver and its pool are
 created there: the driver announces the child's identity as its ``application_name``, which
 is how the supervisor later finds (and waits out) a dead child's sessions.
+
+A worker's own statements (claim, ack, heartbeat, sweeps; never a body's ``ctx.transaction()``)
+are capped server-side at ``WORKER_STATEMENT_TIMEOUT_MS``: a locked table or a stalled server
+turns into an error the loop survives, so the child keeps reporting to the supervisor (which
+waits at least a lease before calling it silent), and an orphan blocked in a call gets out.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from ..config import QueueSpec, Settings
 from ..errors import ConcurrencyUnenforceable, InvalidOption
 from ..registry import Registry
 from .slots import RoleSpec
+
+WORKER_STATEMENT_TIMEOUT_MS = 5000
 
 
 def check_registry(registry: Registry) -> None:
@@ -50,7 +57,8 @@ def worker_maker(settings: Settings, registry: Registry, queue: str,
         # the loop's pool serves claim, ack, heartbeat and sweeps; bodies using
         # ctx.transaction() draw from their own pool, one connection each at most
         driver = PostgresDriver(settings.dsn, schema=settings.schema, application_name=identity,
-                                pool_size=2, transaction_pool_size=concurrency)
+                                pool_size=2, transaction_pool_size=concurrency,
+                                statement_timeout_ms=WORKER_STATEMENT_TIMEOUT_MS)
         return QueueWorker(driver=driver, registry=registry, queue=queue, concurrency=concurrency,
                            settings=settings, identity=identity)
     return make

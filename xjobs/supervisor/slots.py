@@ -61,6 +61,7 @@ class Child:
     stats: dict = field(default_factory=dict)
     in_flight: int = 0
     retiring: str | None = None       # why it was asked to go (its exit is then expected)
+    interrupted: bool = False         # whether that request also stopped its running jobs
     kill_at: float | None = None      # SIGKILL if still alive then
     killed: str | None = None         # why the supervisor killed it
     close_sent: bool = False

@@ -1,18 +1,27 @@
-"""Slots and the processes filling them: start, replace, retire, reap, watch, reshape.
+"""Slots and the processes filling them: start, replace, retire, reap, watch.
 
-The half of the arbiter that knows about children (``arbiter.py`` is the loop, the signals,
-the commands and the drain). Every method runs on the loop thread.
+The half of the arbiter that knows about children (``arbiter.py`` is the loop, the signals
+and the commands, ``draining.py`` the drain, ``reshape.py`` reload and scale). Every method
+runs on the loop thread.
 
-* start: fork under ``fork_lock`` (never while the probe holds a connection); the child first
-  closes every supervisor fd it inherited, then hosts its role (``child.py``).
+* start: fork under ``fork_lock`` (never while the probe holds a connection), with the
+  supervisor's signals blocked until the child has its own handlers (a signal meant for the
+  new child must never run the parent's handler, which would report it to the parent); the
+  child first closes every supervisor fd it inherited, then hosts its role (``child.py``).
+  A failed fork (or no fd left for its pipe) backs the slot off like a failed start.
 * replace: a successor starts beside the current child; when it reports ``ready`` the old one
   is retired, so a queue keeps its claimers through a reload or a recycle.
 * retire: ``accept(deadline)`` and a SIGKILL date of deadline + grace; its exit is expected.
+  A drain retires with ``interrupt`` (running jobs see ``ctx.signal``); a recycle, reload or
+  scale-down does not (running jobs go on until the close deadline).
 * reap: an unexpected exit restarts the slot with backoff; any worker's exit asks the probe to
-  hand its running jobs back once its database sessions are gone.
-* watch: a child silent past its window, or never ready, is killed (and so restarted).
-* reshape: SIGHUP re-reads the configuration and replaces children one role group at a time;
-  SIGTTIN/SIGTTOU and ``scale`` add or remove worker slots.
+  hand its running jobs back once its database sessions are gone. The attempt counts only
+  when the child died on its own (a crash); a child the supervisor killed or retired gives
+  its jobs back with the attempt returned.
+* watch: a child silent past its window, or never ready, is killed (and so restarted). The
+  window is at least one lease: a child silent for less still holds valid leases.
+* messages: every field a message carries is checked (``messages.py``); a bad one closes that
+  child's channel as a broken frame would, and nothing else.
 """
 
 from __future__ import annotations
@@ -22,12 +31,11 @@ import selectors
 import signal
 import socket
 import time
-from collections import deque
 
-from ..errors import InvalidOption
 from . import report
-from .child import ChildSpec, child_main
+from .child import FORK_BLOCKED_SIGNALS, ChildSpec, child_main
 from .framing import Channel, FrameError, pair
+from .messages import child_message_problem
 from .slots import Child, RoleSpec, Slot, new_identity
 
 log = logging.getLogger("xjobs.supervisor")
@@ -55,25 +63,32 @@ class Supervision:
         if not self.fork_lock.acquire(blocking=False):
             self._spawn_deferred = True   # the probe holds a connection: fork on a later pass
             return None
-        parent_end, child_end = pair()
         identity = new_identity(slot.spec.role)
         spec = ChildSpec(role=slot.spec.role, queue=slot.spec.queue, index=slot.index,
                          identity=identity, parent_pid=self.pid,
                          heartbeat_ms=self.options.heartbeat_ms,
                          drain_deadline_ms=self.settings.drain_deadline_ms)
+        parent_end = child_end = None
+        mask = None
         try:
+            parent_end, child_end = pair()
             proc = self._context.Process(
                 target=child_main, name=spec.title,
                 args=(child_end, spec, slot.spec.make, lambda: self._close_in_child(parent_end)))
-            proc.start()
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORK_BLOCKED_SIGNALS)
+            proc.start()   # the child unblocks them once its own handlers are in place
         except OSError as exc:
-            log.error("cannot fork %s: %s", slot.label, exc)
-            parent_end.close()
+            log.error("cannot start %s: %s", slot.label, exc)
+            if parent_end is not None:
+                parent_end.close()
             slot.next_start = time.monotonic() + self.options.backoff.delay(max(1, slot.failures))
             return None
         finally:
+            if mask is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             self.fork_lock.release()
-            child_end.close()
+            if child_end is not None:
+                child_end.close()
         now = time.monotonic()
         child = Child(slot=slot, identity=identity, proc=proc, channel=Channel(parent_end),
                       started_at=now, last_seen=now)
@@ -102,16 +117,24 @@ class Supervision:
         self.notifier.close()
         self.selector.close()
 
-    def _retire(self, child: Child, reason: str, deadline: float | None = None) -> None:
-        """Ask one child to drain and go; its exit is then expected, not restarted."""
+    def _retire(self, child: Child, reason: str, deadline: float | None = None, *,
+                interrupt: bool = True) -> None:
+        """Ask one child to stop claiming and go; its exit is then expected, not restarted.
+
+        With ``interrupt`` its running jobs are told to stop (a drain); without, they run on
+        until the deadline. A drain reaching a child already retired without interrupting
+        tells it again, with the drain's deadline if that comes first."""
         if child.exit_code is not None:
             return
         now = time.monotonic()
         deadline = deadline if deadline is not None else now + self.settings.drain_deadline_ms / 1000.0
-        if child.retiring is None:
-            child.retiring = reason
-            child.kill_at = deadline + self.options.kill_grace_s
-            child.channel.send({"type": "accept", "deadline_at": deadline * 1000.0, "reason": reason})
+        if child.retiring is None or (interrupt and not child.interrupted):
+            child.retiring = child.retiring or reason
+            child.interrupted = interrupt
+            kill_at = deadline + self.options.kill_grace_s
+            child.kill_at = kill_at if child.kill_at is None else min(child.kill_at, kill_at)
+            child.channel.send({"type": "accept", "deadline_at": deadline * 1000.0, "reason": reason,
+                                "interrupt": interrupt})
         slot = child.slot
         if slot.child is child:
             slot.child = None
@@ -146,7 +169,7 @@ class Supervision:
             reason, slot.want_replace = slot.want_replace or "replaced", None
             if old is not None:
                 log.info("%s replaced by pid %d (%s)", old.title, child.pid, reason)
-                self._retire(old, f"replaced ({reason})")
+                self._retire(old, f"replaced ({reason})", interrupt=False)
 
     # -- messages from children ----------------------------------------------------------------------
 
@@ -160,6 +183,11 @@ class Supervision:
                 self._close_channel(child)
                 return
             for message in messages:
+                problem = child_message_problem(message)
+                if problem is not None:
+                    log.error("%s sent a bad message (%s); closing its channel", child.title, problem)
+                    self._close_channel(child)
+                    return
                 self._on_message(child, message)
         if not child.channel.closed:
             events = selectors.EVENT_READ | (selectors.EVENT_WRITE if child.channel.wants_write else 0)
@@ -215,13 +243,19 @@ class Supervision:
         if not child.channel.closed:   # its last words (the final stats) may still be queued
             try:
                 for message in child.channel.receive():
+                    if child_message_problem(message) is not None:
+                        break
                     self._on_message(child, message)
             except (EOFError, FrameError, OSError):
                 pass
             self._close_channel(child)
         self.tally.forget(child.identity)
         if child.role == "worker":
-            self.probe.request_release(child.identity, child.queue, self.settings.lease_ms / 1000.0)
+            # only a death the supervisor did not cause is the job's fault: a crash counts the
+            # attempt; a kill or a retirement (second signal, deadline, silence) gives it back
+            crashed = child.killed is None and child.retiring is None
+            self.probe.request_release(child.identity, child.queue, self.settings.lease_ms / 1000.0,
+                                       counts_as_attempt=crashed)
         slot = child.slot
         if child in self.retired:
             self.retired.remove(child)
@@ -273,14 +307,22 @@ class Supervision:
                     log.error("%s not ready %.0fs after start; killing it", child.title, opts.startup_s)
                     child.kill("never became ready")
                 continue
-            if silent > opts.silence_s:
+            window = self.silence_window_s()
+            if silent > window:
                 log.error("%s silent for %.1fs; killing it", child.title, silent)
                 child.kill(f"silent for {silent:.1f}s")
                 continue
-            if silent > opts.silence_s / 2 and now - child.pinged_at > 1.0:
+            if silent > window / 2 and now - child.pinged_at > 1.0:
                 child.pinged_at = now
                 child.channel.send({"type": "ping"})
             self._check_health(child, now)
+
+    def silence_window_s(self) -> float:
+        """How long a ready child may say nothing before it is killed: at least a lease (and
+        one heartbeat of slack), since a child silent for less still holds valid leases and
+        may only be waiting out a slow database."""
+        return max(self.options.silence_s,
+                   self.settings.lease_ms / 1000.0 + self.options.heartbeat_ms / 1000.0)
 
     def _check_health(self, child: Child, now: float) -> None:
         slot, opts = child.slot, self.options
@@ -297,86 +339,6 @@ class Supervision:
             rss = report.rss_bytes(child.pid)
             if rss is not None and rss > opts.recycle_rss_bytes:
                 slot.want_replace = f"recycled at {rss // (1024 * 1024)} MiB resident"
-
-    # -- reload and scale ---------------------------------------------------------------------------
-
-    def reload(self) -> dict:
-        if self.state != "running":
-            return {"ok": False, "error": f"cannot reload while {self.state}"}
-        if self.configure is None:
-            return {"ok": False, "error": "this supervisor has no configuration to re-read"}
-        try:
-            settings, specs = self.configure()
-        except Exception as exc:   # a bad file must never take the running daemon down
-            log.error("reload refused, keeping the running configuration: %s", exc)
-            return {"ok": False, "error": str(exc)}
-        if (settings.metrics, settings.control) != (self.settings.metrics, self.settings.control):
-            log.warning("reload: the metrics and control addresses change only at the next start")
-        self.settings = settings
-        self._reload_specs = {spec.key: spec for spec in specs}
-        keys = {s.spec.key for s in self.slots} | set(self._reload_specs)
-        self._reload_groups = deque(sorted(keys, key=lambda k: (k[0], k[1] or "")))
-        self._reload_current = None
-        log.info("reloading configuration: replacing %d role group(s) one at a time", len(keys))
-        return {"ok": True, "groups": [f"{role} {queue or ''}".strip() for role, queue in self._reload_groups]}
-
-    def _advance_reload(self) -> None:
-        while True:
-            current = self._reload_current
-            if current is not None and any(s.want_replace for s in self.slots if s.spec.key == current):
-                return
-            if not self._reload_groups:
-                if current is not None:
-                    log.info("reload complete")
-                    self._reload_current = None
-                return
-            key = self._reload_current = self._reload_groups.popleft()
-            spec = self._reload_specs.get(key)
-            slots = sorted((s for s in self.slots if s.spec.key == key), key=lambda s: s.index)
-            if spec is None:
-                self.specs.pop(key, None)
-                for slot in slots:
-                    self._remove_slot(slot, "removed from the configuration")
-                continue
-            self.specs[key] = spec
-            for slot in slots[:spec.processes]:
-                slot.spec = spec
-                if slot.child is not None:   # an empty slot just starts on the new spec
-                    slot.want_replace = "configuration reloaded"
-            for slot in slots[spec.processes:]:
-                self._remove_slot(slot, "removed from the configuration")
-            if len(slots) < spec.processes:
-                self._add_slots(spec, spec.processes - len(slots))
-
-    def _remove_slot(self, slot: Slot, reason: str) -> None:
-        if slot in self.slots:
-            self.slots.remove(slot)
-        for child in slot.children():
-            self._retire(child, reason)
-
-    def scale(self, queue: str | None, *, delta: int | None = None, processes: int | None = None,
-              floor: int = 0) -> dict:
-        if self.state != "running":
-            return {"ok": False, "error": f"cannot scale while {self.state}"}
-        specs = {key: spec for key, spec in self.specs.items() if spec.role == "worker"}
-        chosen = [spec for key, spec in specs.items() if queue is None or key[1] == queue]
-        if not chosen:
-            raise InvalidOption("queue", f"no worker queue named {queue!r}; running: "
-                                         f"{', '.join(sorted(k[1] for k in specs)) or 'none'}")
-        result = {}
-        for spec in chosen:
-            slots = sorted((s for s in self.slots if s.spec.key == spec.key), key=lambda s: s.index)
-            target = processes if processes is not None else len(slots) + (delta or 0)
-            target = max(floor, min(256, target))
-            if target > len(slots):
-                self._add_slots(spec, target - len(slots))
-            for slot in reversed(slots[target:]):
-                self._remove_slot(slot, "scaled down")
-            spec.processes = target
-            result[spec.queue] = target
-            if target != len(slots):
-                log.info("queue %s scaled from %d to %d process(es)", spec.queue, len(slots), target)
-        return {"ok": True, "processes": result}
 
 
 def _describe_exit(code: int, killed: str | None) -> str:
