@@ -25,6 +25,7 @@ def test_the_unit_file_matches_the_daemon():
     service = unit()["Service"]
     assert service["Type"] == "notify" and service["NotifyAccess"] == "main"
     assert service["KillMode"] == "mixed" and service["Restart"] == "on-failure"
+    assert service["RestartPreventExitStatus"] == "2"   # a refused configuration stays down
     assert service["RuntimeDirectory"] == "xjobsd"
     assert service["ExecReload"].endswith("-HUP $MAINPID")
     env = dict(line.split("=", 1) for line in (ROOT / "systemd" / "xjobsd.env.example").read_text().splitlines()
