@@ -8,11 +8,13 @@ teardown: the supervisor first, then any child that is somehow still there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -185,6 +187,45 @@ class DaemonEnv:
 
     def one(self, query: str, *params: Any) -> Any:
         return self.sql(query, *params)[0][0]
+
+    def enqueue_one(self, name: str, queue: str, payload: dict, key: str, max_attempts: int = 5) -> int:
+        job = NewJob(name=name, queue=queue, payload=orjson.dumps(payload), idempotency_key=key,
+                     max_attempts=max_attempts)
+        return self.driver.job_enqueue([job])[0].id
+
+    def backends(self, where: str, *params: Any) -> list[tuple]:
+        """(application_name, state, wait_event_type, query) of other sessions matching ``where``."""
+        return self.sql("select application_name, state, wait_event_type, query from pg_stat_activity "
+                        f"where pid <> pg_backend_pid() and datname = current_database() and ({where})",
+                        *params)
+
+    @contextlib.contextmanager
+    def jobs_table_locked(self, hold_s: float) -> Iterator[None]:
+        """The jobs table under an ACCESS EXCLUSIVE lock (every statement on it waits) from
+        entry until exit, and at most ``hold_s`` seconds: a database stall, to order."""
+        granted, release = threading.Event(), threading.Event()
+        failed: list[BaseException] = []
+
+        def hold() -> None:
+            try:
+                with psycopg.connect(self.dsn, autocommit=False) as conn:
+                    conn.execute(f"lock table {self.schema}.jobs in access exclusive mode")
+                    granted.set()
+                    release.wait(hold_s)
+                    conn.rollback()
+            except BaseException as exc:   # reported to the test, never lost in the thread
+                failed.append(exc)
+                granted.set()
+        thread = threading.Thread(target=hold, daemon=True)
+        thread.start()
+        granted.wait(10)
+        if failed:
+            raise failed[0]
+        try:
+            yield
+        finally:
+            release.set()
+            thread.join(10)
 
     def job(self, job_id: int) -> dict:
         row = self.sql("select state, attempt, last_error from {schema}.jobs where id = %s", job_id)[0]

@@ -46,7 +46,9 @@ def test_sigkill_of_a_worker_child_restarts_it_and_redelivers_its_job_at_once(da
     assert [a for a, _ in starts(env, job_id)] == [1, 2]
     assert "worker died" in (env.job(job_id)["last_error"] or "")
 
-    assert daemon.sample("xjobs_child_restarts", "xjobs_child_restarts_total", role="worker") == 1
+    # /metrics reads a snapshot the loop publishes every quarter second
+    wait_for(lambda: daemon.sample("xjobs_child_restarts", "xjobs_child_restarts_total", role="worker") == 1,
+             3.0, "the restart to show on /metrics")
     wait_for(lambda: daemon.sample("xjobs_jobs_released", "xjobs_jobs_released_total", queue="slow") == 1,
              3.0, "the hand-back to show on /metrics")
     wait_for(lambda: daemon.sample("xjobs_jobs", "xjobs_jobs_total", queue="slow", job="hold",

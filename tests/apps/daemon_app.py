@@ -79,6 +79,20 @@ def hold(ctx, input):
             time.sleep(0.05)
 
 
+@job(queue="appdb", idempotency_key=lambda i: f"ap:{i['n']}", tenant="none")
+def app_write(ctx, input):
+    """Writes on a connection of the application's own, opened without naming itself, in a
+    statement that lands ``sleep`` seconds later (a big UPDATE, a lock wait). A later delivery
+    does nothing but record its start."""
+    if record(ctx, "app_write"):
+        return
+    schema = os.environ.get("XJOBS_SCHEMA", "xjobs")
+    with psycopg.connect(os.environ["XJOBS_DATABASE_URL"], autocommit=True) as conn:
+        conn.execute(f"insert into {schema}.effects (job_id, attempt, pid, name) "
+                     f"select %s, %s, %s, 'late-write' from pg_sleep(%s)",
+                     (ctx.job_id, ctx.attempt, os.getpid(), float(input.get("sleep", 3))))
+
+
 @job(queue="soak_a", idempotency_key=lambda i: f"sa:{i['n']}", tenant="none")
 def soak_a(ctx, input):
     """Soak work: record the start, then take ``ms`` milliseconds (or stop on ctx.signal)."""
