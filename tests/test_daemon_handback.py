@@ -19,16 +19,16 @@ def effects(env, job_id: int) -> list[tuple]:
 
 def test_the_hand_back_waits_for_the_dead_childs_own_app_connections(daemon_env):
     env = daemon_env
-    daemon = env.start("--queue", "appdb=1x2")
+    daemon = env.start("--queue", "appconn=1x2")
     daemon.ready()
     child = daemon.children()[0]
-    job_id = env.enqueue_one("app_write", "appdb", {"n": 1, "sleep": 3}, "ap:1")
+    job_id = env.enqueue_one("app_conn_write", "appconn", {"n": 1, "sleep": 3}, "ac:1")
     slow = wait_for(lambda: env.backends("query like '%%late-write%%' and state = 'active'"), 10,
                     "the app's slow statement to run")
     assert slow[0][0] == child["identity"]   # the app's unnamed connection carries the child's name
 
     os.kill(child["pid"], signal.SIGKILL)
-    runs = wait_for(lambda: [e for e in effects(env, job_id) if e[0] == "app_write"][1:], 20,
+    runs = wait_for(lambda: [e for e in effects(env, job_id) if e[0] == "app_conn_write"][1:], 20,
                     "the job to be delivered again")
     late = [e for e in effects(env, job_id) if e[0] == "late-write"]
     assert late, "delivered again while the dead child's statement was still running"

@@ -79,12 +79,12 @@ def hold(ctx, input):
             time.sleep(0.05)
 
 
-@job(queue="appdb", idempotency_key=lambda i: f"ap:{i['n']}", tenant="none")
-def app_write(ctx, input):
+@job(queue="appconn", idempotency_key=lambda i: f"ac:{i['n']}", tenant="none")
+def app_conn_write(ctx, input):
     """Writes on a connection of the application's own, opened without naming itself, in a
     statement that lands ``sleep`` seconds later (a big UPDATE, a lock wait). A later delivery
     does nothing but record its start."""
-    if record(ctx, "app_write"):
+    if record(ctx, "app_conn_write"):
         return
     schema = os.environ.get("XJOBS_SCHEMA", "xjobs")
     with psycopg.connect(os.environ["XJOBS_DATABASE_URL"], autocommit=True) as conn:
