@@ -175,3 +175,32 @@ def test_statement_timeout_caps_the_drivers_verbs_but_not_body_transactions(pg_d
         assert capped.job_get(job.id).state == "completed"
     finally:
         capped.close()
+
+
+def test_jobs_coming_back_to_ready_wake_listening_workers(pg_dsn, pg_schema, live_driver):
+    from xjobs.drivers.base import NewJob
+    listener = live_driver.job_listen()
+    try:
+        live_driver.job_enqueue([NewJob(name="n", queue="back", payload=b"{}", idempotency_key="k")])
+        assert _notified(listener) == {"back"}                 # the insert trigger
+        [job] = live_driver.job_claim(["back"], 1, 30_000, "w1")
+        assert live_driver.job_release_worker("w1") == 1     # a dead child's job handed back
+        assert _notified(listener) == {"back"}
+        [job] = live_driver.job_claim(["back"], 1, 30_000, "w2")
+        live_driver.job_cancel(job.id, "stop")
+        live_driver.job_requeue(job.id)                       # an operator's retry
+        assert _notified(listener) == {"back"}
+    finally:
+        listener.close()
+
+
+def _notified(listener, timeout_s: float = 5.0) -> set[str]:
+    """The queues notified, waiting on the listener's socket (never a sleep)."""
+    import select
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        select.select([listener.fileno()], [], [], max(0.0, deadline - time.monotonic()))
+        queues = listener.poll()
+        if queues:
+            return queues
+    return set()

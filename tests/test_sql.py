@@ -39,6 +39,7 @@ PARAMS: dict[str, tuple[str, object]] = {
                      '"e": null, "pr": 0, "m": 3, "r": null, "d": 1500.0}]'),
     "keys": ("text", '[{"n": "send", "t": "", "k": "k"}]'),
     "queues": ("text[]", ["default"]),
+    "channel": ("text", "xjobs_tests"),
     "queue": ("text", "default"),
     "limit": ("int8", 10),
     "token": ("int8", 42),

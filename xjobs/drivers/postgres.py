@@ -282,15 +282,25 @@ class PostgresDriver:
         params = {**self._now(), "limit": limit}
         with self._cursor() as cur:
             cur.execute(self._sql["job_rescue_lapsed"], params)
-            lapsed = len(cur.fetchall())
+            moved = cur.fetchall()
             cur.execute(self._sql["job_wake_due"], params)
-            return lapsed + len(cur.fetchall())
+            moved += cur.fetchall()
+            self._wake(cur, moved)
+            return len(moved)
+
+    def _wake(self, cur: psycopg.Cursor, rows: Sequence[Sequence[Any]]) -> None:
+        """Notify the queues of rows (id, queue, state) that came back to ready."""
+        queues = sorted({queue for _, queue, state in rows if state == "ready"})
+        if queues:
+            cur.execute(self._sql["queue_notify"], {"channel": self.channel, "queues": queues})
 
     def job_release_worker(self, worker_id: str, counts_as_attempt: bool = True) -> int:
         with self._cursor() as cur:
             cur.execute(self._sql["job_release_worker"], {**self._now(), "worker": worker_id,
                                                           "counts": bool(counts_as_attempt)})
-            return len(cur.fetchall())
+            released = cur.fetchall()
+            self._wake(cur, released)
+            return len(released)
 
     def session_count(self, application_name: str) -> int:
         """Open sessions announcing ``application_name`` (a child's identity) in this database."""
@@ -369,6 +379,8 @@ class PostgresDriver:
         view = self.job_get(job_id)
         if not done:
             raise NotRetryable(f"job {job_id} is {view.state}; only dead or cancelled jobs can be retried")
+        with self._cursor() as cur:
+            self._wake(cur, [(view.id, view.queue, "ready")])
         return view
 
     def job_stats(self) -> dict[str, dict[str, int]]:

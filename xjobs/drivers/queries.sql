@@ -111,13 +111,15 @@ with lapsed as (
                           else 'lease expired, held by ' || coalesce(j.claimed_by, '?') end,
         lease_token = null, lease_expires_at = null
     from lapsed where j.id = lapsed.id
-    returning j.id, j.attempt, j.state, j.last_error
+    returning j.id, j.attempt, j.state, j.last_error, j.queue
+), logged as (
+    insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+    select rescued.id, {now}, rescued.attempt,
+           case when rescued.state = 'dead' then 'dead' else 'lapsed' end, rescued.last_error
+    from rescued
 )
-insert into {schema}.job_history (job_id, at, attempt, outcome, error)
-select rescued.id, {now}, rescued.attempt,
-       case when rescued.state = 'dead' then 'dead' else 'lapsed' end, rescued.last_error
-from rescued
-returning job_id
+-- the queues answered here are woken with queue_notify
+select rescued.id, rescued.queue, rescued.state from rescued
 
 -- name: job_release_worker
 -- a worker process that died: its running jobs go back now, fenced on its identity. A crash
@@ -135,16 +137,18 @@ with released as (
                           else 'worker stopped by its supervisor, attempt not counted, ' || %(worker)s end,
         lease_token = null, lease_expires_at = null
     where j.state = 'running' and j.claimed_by = %(worker)s
-    returning j.id, j.attempt, j.state, j.last_error
+    returning j.id, j.attempt, j.state, j.last_error, j.queue
+), logged as (
+    insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+    select released.id, {now},
+           case when %(counts)s then released.attempt else released.attempt + 1 end,
+           case when released.state = 'dead' then 'dead' when %(counts)s then 'lapsed'
+                else 'interrupted' end,
+           released.last_error
+    from released
 )
-insert into {schema}.job_history (job_id, at, attempt, outcome, error)
-select released.id, {now},
-       case when %(counts)s then released.attempt else released.attempt + 1 end,
-       case when released.state = 'dead' then 'dead' when %(counts)s then 'lapsed'
-            else 'interrupted' end,
-       released.last_error
-from released
-returning job_id
+-- the queues answered here are woken with queue_notify
+select released.id, released.queue, released.state from released
 
 -- name: job_wake_due
 with due as (
@@ -156,7 +160,7 @@ with due as (
 )
 update {schema}.jobs j set state = 'ready'
 from due where j.id = due.id
-returning j.id
+returning j.id, j.queue, j.state
 
 -- name: job_prune
 with doomed as (
@@ -253,6 +257,11 @@ set state = 'completed', finished_at = {now},
     lease_token = null, lease_expires_at = null
 where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
 returning id
+
+-- name: queue_notify
+-- wake idle workers of queues that got jobs back (release, rescue, requeue): the insert
+-- trigger only sees new rows
+select pg_notify(%(channel)s, q) from unnest(%(queues)s::text[]) as q
 
 -- name: session_count
 -- the supervisor waits for a dead child's sessions (application_name = its identity) to end
