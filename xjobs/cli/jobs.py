@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import time
 
+import orjson
+
 from ..drivers.base import STATES, ListFilter
 from ..errors import InvalidOption
 from .common import (add_database_flags, driver_from, iso, plain, print_json, print_table,
@@ -92,6 +94,7 @@ def _print_one(view, as_json: bool) -> None:
         return
     data = plain(view)
     history = data.pop("history")
+    data["payload"] = orjson.dumps(data["payload"]).decode()   # as JSON, the way it was given
     width = max(len(k) for k in data)
     for key, value in data.items():
         print(f"{key.ljust(width)}  {'' if value is None else value}")
