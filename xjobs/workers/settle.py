@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..context import TIMED_OUT
 from ..drivers.base import Nack
 from ..errors import JobTimeout
-from .execute import Settlement, describe, settlement_for
+from .execute import Settlement, settlement_for
 from .leases import _seconds
 
 if TYPE_CHECKING:
