@@ -50,6 +50,11 @@ class NewJob:
     run_at_ms: float | None = None   # an absolute time; None: now plus delay_ms
     delay_ms: float = 0.0            # added to the driver's now (the server's, in production)
 
+    @property
+    def namespace(self) -> tuple[str, str, str]:
+        """The idempotency namespace: (name, tenant or '', key), as the unique index spells it."""
+        return (self.name, self.tenant or "", self.idempotency_key)
+
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
@@ -133,6 +138,12 @@ class QueueSummary:
 
     depth: int
     oldest_ready_ms: float
+
+
+def is_bigint(value: object) -> bool:
+    """Whether a ``bigint`` column could hold it: a lease with any other id or token is held
+    by nobody, on every driver."""
+    return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
 
 
 def check_claim(queues: Sequence[str], limit: object, lease_ms: object) -> tuple[list[str], int, float]:

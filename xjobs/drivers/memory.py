@@ -37,9 +37,9 @@ from ..errors import (DuplicateJob, InvalidOption, JobNotFound, LeaseLost, NotCa
                       NotRetryable)
 from ..options import duration_ms, finite_option
 from .base import (COUNTED_STATES, LIVE_STATES, ClaimedJob, Enqueued, JobView, Lease, ListFilter, Nack, NewJob,
-                   QueueSummary, check_claim, check_new_jobs, check_row_limit)
+                   QueueSummary, check_claim, check_new_jobs, check_row_limit, is_bigint)
 from .jsonb import as_stored
-from .memory_table import Row, is_bigint, plus, ts
+from .memory_table import Row, plus, ts
 from .sql import check_schema_name
 
 
@@ -149,8 +149,7 @@ class MemoryDriver:
             at = self._now()
             for job, payload in zip(jobs, payloads):
                 job_id, self._next_id = self._next_id, self._next_id + 1  # taken even when deduped
-                ns = (job.name, job.tenant or "", job.idempotency_key)
-                holder = self._live.get(ns)
+                holder = self._live.get(job.namespace)
                 if holder is not None:
                     results.append(Enqueued(holder, True))
                     continue
@@ -159,7 +158,7 @@ class MemoryDriver:
                     id=job_id, name=job.name, queue=job.queue, state="ready", payload=payload,
                     tenant=job.tenant, enqueued_by=job.enqueued_by, idempotency_key=job.idempotency_key,
                     priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at)
-                self._live[ns] = job_id
+                self._live[job.namespace] = job_id
                 if conn is not None:
                     conn.inserted.append(job_id)
                 results.append(Enqueued(job_id, False))

@@ -1,7 +1,7 @@
 """The memory driver's table: one row of ``jobs``, and the column types it must copy.
 
-A ``timestamptz`` holds whole microseconds and a ``bigint`` 64 bits; the memory driver rounds
-and refuses exactly where the Postgres columns would, or the two drivers drift apart on the
+A ``timestamptz`` holds whole microseconds; the memory driver rounds exactly where the Postgres
+columns would, or the two drivers drift apart on the
 values the conformance suite compares.
 """
 
@@ -18,11 +18,6 @@ def ts(ms: float) -> float:
 def plus(at: float, ms: float) -> float:
     """``{now} + ms * interval '1 millisecond'``: both sides in whole microseconds."""
     return ts(at + ts(ms))
-
-
-def is_bigint(value: object) -> bool:
-    """Whether a ``bigint`` column could hold it: any other id or token is held by nobody."""
-    return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
 
 
 @dataclass(slots=True)

@@ -36,7 +36,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import LeaseLost, XJobsError
 from ..options import duration_ms, finite_count, finite_option
 from .base import (ClaimedJob, Enqueued, Lease, Nack, NewJob, check_claim, check_new_jobs,
-                   check_row_limit)
+                   check_row_limit, is_bigint)
 from .pg_inspect import InspectMixin
 from .pg_install import install
 from .sql import check_schema_name, notify_channel, statements
@@ -55,13 +55,9 @@ def _configure(conn: psycopg.Connection) -> None:
     set_json_loads(orjson.loads, conn)
 
 
-def _is_bigint(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
-
-
 def _matchable(leases: Sequence[Lease]) -> list[Lease]:
     """The leases a ``bigint`` fence can match; any other id or token is held by nobody."""
-    return [l for l in leases if _is_bigint(l.job_id) and _is_bigint(l.token)]
+    return [l for l in leases if is_bigint(l.job_id) and is_bigint(l.token)]
 
 
 def _int_array(values: Iterable[int]) -> str:
@@ -167,12 +163,13 @@ class PostgresDriver(InspectMixin):
 
     def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
         check_new_jobs(jobs)
+        if not jobs:
+            return []
         results: list[Enqueued | None] = [None] * len(jobs)
+        spaces = [job.namespace for job in jobs]
         pending = list(range(len(jobs)))
         with self._cursor(conn) as cur:
             for _round in range(4):
-                if not pending:
-                    break
                 batch = [jobs[i] for i in pending]
                 rows = orjson.dumps([{
                     "n": j.name, "q": j.queue, "p": orjson.Fragment(j.payload), "k": j.idempotency_key,
@@ -180,37 +177,30 @@ class PostgresDriver(InspectMixin):
                     "r": j.run_at_ms, "d": j.delay_ms} for j in batch])
                 cur.execute(self._sql["job_enqueue"], {**self._now(), "rows": rows.decode()})
                 inserted = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
-                missing: list[int] = []
+                # an input whose namespace went in answers that row; a second input with the
+                # same namespace (pop leaves nothing) is a duplicate of it, found below
+                missing = []
                 for i in pending:
-                    job = jobs[i]
-                    ns = (job.name, job.tenant or "", job.idempotency_key)
-                    job_id = inserted.pop(ns, None)
-                    if job_id is not None:
-                        results[i] = Enqueued(job_id, False)
-                    else:
+                    job_id = inserted.pop(spaces[i], None)
+                    if job_id is None:
                         missing.append(i)
-                pending = []
+                    else:
+                        results[i] = Enqueued(job_id, False)
                 if not missing:
-                    break
-                namespaces = sorted({(jobs[i].name, jobs[i].tenant or "", jobs[i].idempotency_key)
-                                     for i in missing})
-                keys = orjson.dumps([{"n": n, "t": t, "k": k} for n, t, k in namespaces]).decode()
+                    return results  # type: ignore[return-value]
+                wanted = sorted({spaces[i] for i in missing})
+                keys = orjson.dumps([{"n": n, "t": t, "k": k} for n, t, k in wanted]).decode()
                 cur.execute(self._sql["job_find_live"], {"keys": keys})
                 live = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
-                # first occurrences inserted in this call are live too
-                for i, result in enumerate(results):
-                    if result is not None and not result.deduped:
-                        live.setdefault((jobs[i].name, jobs[i].tenant or "", jobs[i].idempotency_key),
-                                        result.id)
+                # rows inserted by this very call count as live holders too
+                live.update((spaces[i], r.id) for i, r in enumerate(results) if r is not None and not r.deduped)
+                pending = []
                 for i in missing:
-                    ns = (jobs[i].name, jobs[i].tenant or "", jobs[i].idempotency_key)
-                    if ns in live:
-                        results[i] = Enqueued(live[ns], True)
+                    if spaces[i] in live:
+                        results[i] = Enqueued(live[spaces[i]], True)
                     else:  # the live duplicate finished between the insert and the lookup
                         pending.append(i)
-        if pending:
-            raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
-        return results  # type: ignore[return-value]
+        raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
 
     def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float,
                   worker_id: str) -> list[ClaimedJob]:
