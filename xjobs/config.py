@@ -53,6 +53,14 @@ def _number(text: str, option: str) -> float:
     return int(value) if value.is_integer() else value
 
 
+# (field, the name users write it under, its least value in ms)
+_DURATIONS = (("lease_ms", "lease", 100), ("heartbeat_ms", "heartbeat", 10),
+              ("poll_ms", "poll", 10), ("rescue_ms", "rescue", 10),
+              ("retention_completed_ms", "retention_completed", 0),
+              ("retention_finished_ms", "retention_finished", 0),
+              ("drain_deadline_ms", "drain_deadline", 0), ("stats_interval_ms", "stats_interval", 100))
+
+
 @dataclass(frozen=True)
 class Settings:
     dsn: str | None = None
@@ -81,12 +89,7 @@ class Settings:
             object.__setattr__(self, name, value)
         put("max_payload_bytes", finite_count(self.max_payload_bytes, "max_payload_bytes",
                                               minimum=64, maximum=256 * 1024 * 1024))
-        for name, option, minimum in (("lease_ms", "lease", 100), ("heartbeat_ms", "heartbeat", 10),
-                                      ("poll_ms", "poll", 10), ("rescue_ms", "rescue", 10),
-                                      ("retention_completed_ms", "retention_completed", 0),
-                                      ("retention_finished_ms", "retention_finished", 0),
-                                      ("drain_deadline_ms", "drain_deadline", 0),
-                                      ("stats_interval_ms", "stats_interval", 100)):
+        for name, option, minimum in _DURATIONS:
             put(name, duration_ms(getattr(self, name), option, minimum_ms=minimum))
         if self.heartbeat_ms >= self.lease_ms:
             raise InvalidOption("heartbeat", f"must be shorter than the lease ({self.lease_ms:g}ms), "
@@ -107,10 +110,8 @@ class Settings:
         return replace(self, **{k: v for k, v in values.items() if v is not None})
 
 
-_DURATION_FIELDS = {"lease_ms": "lease", "heartbeat_ms": "heartbeat", "poll_ms": "poll",
-                    "rescue_ms": "rescue", "retention_completed_ms": "retention_completed",
-                    "retention_finished_ms": "retention_finished",
-                    "drain_deadline_ms": "drain_deadline", "stats_interval_ms": "stats_interval"}
+# the user-facing name of each duration field (toml key, XJOBS_ suffix, flag)
+_DURATION_KEYS = {option: name for name, option, _ in _DURATIONS}
 
 
 def _coerce(values: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -121,9 +122,8 @@ def _coerce(values: Mapping[str, Any], source: str) -> dict[str, Any]:
         key = key.replace("-", "_").lower()
         if key in ("database_url", "dsn"):
             out["dsn"] = value
-        elif key in _DURATION_FIELDS.values():
-            field_name = next(f for f, k in _DURATION_FIELDS.items() if k == key)
-            out[field_name] = duration_ms(value, key)
+        elif key in _DURATION_KEYS:
+            out[_DURATION_KEYS[key]] = value   # parsed and checked by Settings itself
         elif key == "queues":
             if isinstance(value, str):
                 value = [v for v in value.split(",") if v.strip()]
@@ -135,13 +135,10 @@ def _coerce(values: Mapping[str, Any], source: str) -> dict[str, Any]:
                 out["queues"] = dict(QueueSpec.parse(v) for v in value)
         elif key == "apps" or key == "app":
             out["apps"] = tuple(value.split(",") if isinstance(value, str) else value)
-        elif key == "max_payload_bytes":
-            out[key] = finite_count(_maybe_number(value, key), key, minimum=64)
-        elif key == "recycle_after_jobs":
-            out[key] = finite_count(_maybe_number(value, key), key, minimum=1)
+        elif key in ("max_payload_bytes", "recycle_after_jobs"):
+            out[key] = _maybe_number(value, key)   # a count from text; Settings checks its range
         elif key in ("recycle_above_rss", "recycle_above_rss_mib"):
-            out["recycle_above_rss_mib"] = finite_count(_maybe_number(value, "recycle_above_rss"),
-                                                        "recycle_above_rss", minimum=16)
+            out["recycle_above_rss_mib"] = _maybe_number(value, "recycle_above_rss")
         elif key in names:
             out[key] = value
         else:
