@@ -61,6 +61,10 @@ class Run:
         # must not turn that failure into an "interrupted" run
         self.code_at_return: str | None = None
 
+    def seconds(self, now_ms: float) -> float:
+        """How long the run took, for the duration histogram."""
+        return max(0.0, (now_ms - self.started_ms) / 1000.0)
+
 
 @dataclass(frozen=True, slots=True)
 class Settlement:

@@ -66,13 +66,9 @@ class LeaseMixin:
         self._finish(run, now_ms)
         if cancelled:
             run.signal.abort(CANCELLED, "cancelled by an operator")
-            self.stats_.outcome(run.job.name, "cancelled", _seconds(run, now_ms))
+            self.stats_.outcome(run.job.name, "cancelled", run.seconds(now_ms))
         else:
             run.signal.abort(LEASE_LOST, f"lease lost: {why}")
             self.stats_.bump("lease_lost")
             log.warning("worker %s: lost the lease on %s#%s: %s", self.identity, run.job.name,
                         run.job.id, why)
-
-
-def _seconds(run: "Run", now_ms: float) -> float:
-    return max(0.0, (now_ms - run.started_ms) / 1000.0)

@@ -14,7 +14,6 @@ from ..context import TIMED_OUT
 from ..drivers.base import Nack
 from ..errors import JobTimeout
 from .execute import Settlement, settlement_for
-from .leases import _seconds
 
 if TYPE_CHECKING:
     from .execute import Run
@@ -45,7 +44,7 @@ class SettleMixin:
             elif outcome.nack is not None:
                 nacks.append((run, outcome))
             elif outcome.outcome is not None:
-                self.stats_.outcome(run.job.name, outcome.outcome, _seconds(run, now_ms))
+                self.stats_.outcome(run.job.name, outcome.outcome, run.seconds(now_ms))
         if acks:
             self._write_acks(acks, now_ms)
         for run, outcome in nacks:
@@ -59,7 +58,7 @@ class SettleMixin:
                       "they run again: %s", self.identity, len(acks), exc)
             self.stats_.bump("settle_failed", len(acks))
             return
-        self.stats_.outcomes([(run.job.name, "completed", _seconds(run, now_ms))
+        self.stats_.outcomes([(run.job.name, "completed", run.seconds(now_ms))
                               for run in acks if run.job.id in acked])
         lost = sum(1 for run in acks if run.job.id not in acked)
         if lost:
@@ -74,7 +73,7 @@ class SettleMixin:
             self.stats_.bump("settle_failed")
             return
         if held:
-            self.stats_.outcome(run.job.name, outcome.outcome, _seconds(run, now_ms))
+            self.stats_.outcome(run.job.name, outcome.outcome, run.seconds(now_ms))
             if outcome.outcome == "dead":
                 log.warning("job %s#%s dead: %s", run.job.name, run.job.id, outcome.nack.error)
         else:
