@@ -92,24 +92,12 @@ class SnapshotCollector:
             histogram.add_metric([q, job], pairs, total)
         yield histogram
 
-        lost = CounterMetricFamily("xjobs_lease_lost", "Leases a worker lost, per queue.", labels=["queue"])
-        lease_lost = snap.get("lease_lost", {})
-        for q in sorted(set(queues) | set(lease_lost)):
-            lost.add_metric([q], lease_lost.get(q, 0))
-        yield lost
-
-        released = CounterMetricFamily("xjobs_jobs_released", "Running jobs of a dead worker child "
-                                       "handed back at once, per queue.", labels=["queue"])
-        released_counts = snap.get("released", {})
-        for q in sorted(set(queues) | set(released_counts)):
-            released.add_metric([q], released_counts.get(q, 0))
-        yield released
-
-        in_flight = GaugeMetricFamily("xjobs_in_flight", "Jobs running now, per queue.", labels=["queue"])
-        in_flight_counts = snap.get("in_flight", {})
-        for q in sorted(set(queues) | set(in_flight_counts)):
-            in_flight.add_metric([q], in_flight_counts.get(q, 0))
-        yield in_flight
+        yield _per_queue(CounterMetricFamily, "xjobs_lease_lost", "Leases a worker lost, per queue.",
+                         queues, snap.get("lease_lost", {}))
+        yield _per_queue(CounterMetricFamily, "xjobs_jobs_released", "Running jobs of a dead worker "
+                         "child handed back at once, per queue.", queues, snap.get("released", {}))
+        yield _per_queue(GaugeMetricFamily, "xjobs_in_flight", "Jobs running now, per queue.",
+                         queues, snap.get("in_flight", {}))
 
         restarts = CounterMetricFamily("xjobs_child_restarts", "Child processes started again after "
                                        "an unexpected exit, per role.", labels=["role"])
@@ -135,6 +123,14 @@ class SnapshotCollector:
                                 value=snap.get("outbox_pending", 0))
         yield GaugeMetricFamily("xjobs_database_up", "1 while the supervisor's last statistics "
                                 "round reached the database.", value=1 if snap.get("database_up") else 0)
+
+
+def _per_queue(family: type, name: str, help_text: str, queues: Any, counts: dict) -> Any:
+    """One sample per queue, every configured queue present (0 until it has a value)."""
+    metric = family(name, help_text, labels=["queue"])
+    for q in sorted(set(queues) | set(counts)):
+        metric.add_metric([q], counts.get(q, 0))
+    return metric
 
 
 def _bound(value: float) -> str:
