@@ -240,8 +240,16 @@ def test_claim_accepts_duration_text_and_whole_floats(driver, clock):
     lambda d: d.job_nack(Nack(1, 12345, "x", delay_ms=math.nan)),
     lambda d: d.job_nack(Nack(1, 12345, "x", delay_ms=math.inf)),
     lambda d: d.job_prune(math.nan, 0),
+    lambda d: d.job_prune(-1, 0),
+    lambda d: d.job_claim_alone("default", LEASE, "w", math.nan),
+    lambda d: d.job_list(ListFilter(since_ms=math.inf)),
+    lambda d: d.job_list(ListFilter(state="lost")),
+    lambda d: d.job_requeue_batch(ListFilter(), 0, -1, None),
+    lambda d: d.job_cancel_batch(ListFilter(), 1.5, 10, "x"),
 ], ids=["list-nan", "list-negative", "rescue-fraction", "prune-inf", "dead-negative",
-        "heartbeat-nan", "heartbeat-zero", "nack-nan", "nack-inf", "prune-nan"])
+        "heartbeat-nan", "heartbeat-zero", "nack-nan", "nack-inf", "prune-nan", "prune-negative",
+        "alone-wait-nan", "list-since-inf", "list-bad-state", "requeue-batch-negative",
+        "cancel-batch-fraction"])
 def test_row_limits_and_times_are_refused_alike(driver, call):
     with pytest.raises(InvalidOption):
         call(driver)
@@ -451,27 +459,86 @@ def test_release_worker_returns_only_that_workers_jobs(driver):
     a = claim_one(driver, worker="w1")
     b = claim_one(driver, worker="w1")
     c = claim_one(driver, worker="w2")
-    assert driver.job_release_worker("w1") == 2
-    assert driver.job_release_worker("w1") == 0
+    released = driver.job_release_worker("w1", how="killed by SIGKILL")
+    assert [(r.id, r.state, r.outcome) for r in released] == [(a.id, "ready", "quarantined"),
+                                                               (b.id, "ready", "quarantined")]
+    assert driver.job_release_worker("w1") == []
     va, vb = driver.job_get(a.id), driver.job_get(b.id)
-    assert (va.state, va.last_error, va.attempt) == ("ready", "worker died, w1", 1)
-    assert (vb.state, vb.last_error) == ("dead", "dead: worker died on the last attempt, w1")
-    assert [(h["attempt"], h["outcome"], h["error"]) for h in va.history] == [(1, "lapsed", "worker died, w1")]
-    assert [(h["attempt"], h["outcome"], h["error"]) for h in vb.history] == \
-        [(1, "dead", "dead: worker died on the last attempt, w1")]
+    error = "worker process crashed (killed by SIGKILL, w1) running 2 jobs; attempt not counted, runs alone next"
+    # two jobs ran together: neither is charged, not even b on its last attempt; both are suspects
+    assert (va.state, va.last_error, va.attempt, va.crashes) == ("ready", error, 0, 1)
+    assert (vb.state, vb.attempt, vb.crashes) == ("ready", 0, 1)
+    assert [(h["attempt"], h["outcome"], h["error"]) for h in va.history] == [(1, "quarantined", error)]
     assert state(driver, c.id) == "running"
     assert driver.job_ack(a.id, a.token) is False
+
+
+def test_a_crash_charges_a_job_that_ran_alone_and_kills_it_on_its_last_attempt(driver):
+    enqueue(driver, "a", max_attempts=2)
+    job = claim_one(driver, worker="w1")
+    [released] = driver.job_release_worker("w1", how="exited with code 3")
+    assert (released.id, released.state, released.outcome) == (job.id, "ready", "crashed")
+    view = driver.job_get(job.id)
+    assert (view.state, view.attempt, view.crashes) == ("ready", 1, 1)
+    assert view.last_error == "crashed its worker process (exited with code 3, w1); attempt counted, runs alone next"
+    assert claim(driver) == []                         # a suspect: the ordinary claim skips it
+    again = driver.job_claim_alone("default", LEASE, "w2")[0]
+    assert (again.id, again.attempt) == (job.id, 2)
+    [released] = driver.job_release_worker("w2", how="exited with code 3")
+    assert (released.state, released.outcome) == ("dead", "dead")
+    view = driver.job_get(job.id)
+    assert (view.state, view.attempt, view.crashes) == ("dead", 2, 2)
+    assert view.last_error == "dead: crashed its worker process on the last attempt (exited with code 3, w2)"
+    assert [(h["attempt"], h["outcome"]) for h in view.history] == [(1, "crashed"), (2, "dead")]
+
+
+def test_a_suspect_is_claimed_alone_after_it_waited_and_cleared_once_it_ends_on_its_own(driver, clock):
+    for key in "abc":
+        enqueue(driver, key)
+    a, b = claim(driver, limit=2, worker="w1")
+    driver.job_release_worker("w1")
+    assert [j.id for j in claim(driver)] == [3]        # c: the suspects a and b are skipped
+    assert driver.job_claim_alone("default", LEASE, "w2", waited_ms=1000) == []   # not waited yet
+    clock.advance(1000)
+    got = driver.job_claim_alone("default", LEASE, "w2", waited_ms=1000)
+    assert [j.id for j in got] == [a.id]               # one at a time, oldest first
+    assert driver.job_nack(Nack(a.id, got[0].token, "boom", 0.0)) is True
+    assert driver.job_get(a.id).crashes == 0            # it ended on its own: no longer a suspect
+    assert [j.id for j in claim(driver)] == [a.id]
+    driver.queue_pause("default", True)
+    assert driver.job_claim_alone("default", LEASE, "w2") == []   # paused is paused for suspects too
+    driver.queue_pause("default", False)
+    again = driver.job_claim_alone("default", LEASE, "w2")
+    assert [j.id for j in again] == [b.id]
+    # an interrupted run (attempt given back) keeps the suspicion
+    assert driver.job_nack(Nack(b.id, again[0].token, "drained", 0.0, counts_as_attempt=False)) is True
+    assert driver.job_get(b.id).crashes == 1
 
 
 def test_a_release_that_does_not_count_gives_the_attempt_back_and_never_kills(driver):
     enqueue(driver, "last", max_attempts=1)
     job = claim_one(driver, worker="w1")
-    assert driver.job_release_worker("w1", counts_as_attempt=False) == 1
+    [released] = driver.job_release_worker("w1", crashed=False)
+    assert released.outcome == "interrupted"
     view = driver.job_get(job.id)
-    assert (view.state, view.attempt) == ("ready", 0)
+    assert (view.state, view.attempt, view.crashes) == ("ready", 0, 0)
     assert view.last_error == "worker stopped by its supervisor, attempt not counted, w1"
     assert [(h["attempt"], h["outcome"]) for h in view.history] == [(1, "interrupted")]
     assert driver.job_ack(job.id, job.token) is False
+
+
+def test_leases_that_lapse_together_charge_nobody(driver, clock):
+    for key in "abc":
+        enqueue(driver, key, max_attempts=1)
+    a, b = claim(driver, limit=2, worker="w1", lease=1000)
+    c = claim_one(driver, worker="w2", lease=1000)
+    clock.advance(1001)
+    assert driver.job_rescue() == 3
+    va, vc = driver.job_get(a.id), driver.job_get(c.id)
+    assert (va.state, va.attempt, va.crashes) == ("ready", 0, 1)
+    assert va.last_error == "lease expired beside other jobs of w1; attempt not counted, runs alone next"
+    assert [h["outcome"] for h in va.history] == ["quarantined"]
+    assert (vc.state, vc.crashes) == ("dead", 0)       # c was w2's only job: its lapse is its own
 
 
 # -- operator verbs ------------------------------------------------------------------------------
@@ -605,11 +672,11 @@ def test_prune_deletes_old_finished_jobs_within_its_limit(driver, clock):
     driver.job_cancel(d.id)
     clock.advance(10)
     driver.job_ack(e.id, e.token)
-    cutoff = clock.now_ms()
-    assert driver.job_prune(cutoff, cutoff, limit=0) == 0
-    assert driver.job_prune(cutoff, cutoff - 15, limit=1) == 1      # a: the oldest first
-    assert driver.job_prune(cutoff, cutoff - 15, limit=10) == 2     # b and c; d is too recent
-    assert driver.job_prune(cutoff, cutoff, limit=10) == 1          # d; e finished at the cutoff
+    # retention is measured back from the driver's now (the database's clock)
+    assert driver.job_prune(0, 0, limit=0) == 0
+    assert driver.job_prune(0, 15, limit=1) == 1      # a: the oldest first
+    assert driver.job_prune(0, 15, limit=10) == 2     # b and c; d is too recent
+    assert driver.job_prune(0, 0, limit=10) == 1      # d; e finished at the cutoff
     for gone in (a, b, c, d):
         with pytest.raises(JobNotFound):
             driver.job_get(gone.id)
@@ -719,9 +786,10 @@ def test_names_are_plain_data(driver, text):
     assert [v.id for v in driver.job_list(ListFilter(queue=text, name=text, state="ready"))] == [3, first]
     job = driver.job_claim([text, "default"], 1, LEASE, text)[0]
     assert (job.id, job.name, job.queue, job.tenant, job.payload) == (first, text, text, text, {text: text})
-    assert driver.job_release_worker(text) == 1
+    assert [r.id for r in driver.job_release_worker(text, how=text)] == [first]
     view = driver.job_get(first)
-    assert (view.idempotency_key, view.claimed_by, view.last_error) == (text, text, f"worker died, {text}")
+    assert (view.idempotency_key, view.claimed_by) == (text, text)
+    assert view.last_error == f"crashed its worker process ({text}, {text}); attempt counted, runs alone next"
     assert driver.job_cancel(first, reason=text).last_error == text
 
 

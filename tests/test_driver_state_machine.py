@@ -1,7 +1,9 @@
 """Random sequences of driver verbs, applied to a MemoryDriver and a PostgresDriver in step.
 
-Hypothesis drives enqueue (with duplicate keys, delays, priorities), claim, ack, nack (retry,
-dead, park, not counting), heartbeat, cancel, requeue, rescue, release, prune and the clock;
+Hypothesis drives enqueue (with duplicate keys, delays, priorities, dedupe windows), claim
+(ordinary and alone), ack, nack (retry, dead, park, not counting), heartbeat, progress,
+cancel, requeue, bulk requeue and cancel, rescue, release (crashed or not), pause, prune and
+the clock;
 after every step both drivers must hold the same rows. The Postgres tables are truncated with
 ``restart identity`` between examples, so job ids line up and are compared as they are; only
 lease tokens differ (each driver draws its own), so a lease is the pair of them.
@@ -18,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, invariant, multiple, rule,
                                  run_state_machine_as_test)
 
-from xjobs.drivers.base import Lease, ListFilter, Nack, NewJob
+from xjobs.drivers.base import Lease, ListFilter, Nack, NewJob, Progress
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.errors import XJobsError
 from xjobs.payload import encode_payload
@@ -38,13 +40,14 @@ class Spec:
     delay: int | None
     attempts: int
     n: int
+    window: int | None
 
 
 new_jobs = st.builds(
     Spec, key=st.sampled_from("abcd"), name=st.sampled_from(["n1", "n2"]),
     tenant=st.sampled_from([None, "", "t1"]), queue=st.sampled_from(QUEUES),
     priority=st.integers(-1, 1), delay=st.sampled_from([None, 0, 500, 2000]),
-    attempts=st.integers(1, 3), n=st.integers(0, 3))
+    attempts=st.integers(1, 3), n=st.integers(0, 3), window=st.sampled_from([None, None, 1000, 5000]))
 
 
 def _time(value: float | None) -> float | None:
@@ -55,7 +58,7 @@ def _row(view) -> tuple:
     return (view.id, view.name, view.queue, view.state, view.attempt, view.max_attempts,
             view.tenant, view.idempotency_key, view.priority, _time(view.run_at), view.last_error,
             _time(view.created_at), _time(view.finished_at), view.enqueued_by, view.claimed_by,
-            _time(view.lease_expires_at))
+            _time(view.lease_expires_at), view.crashes, view.progress)
 
 
 def _answer(call):
@@ -85,7 +88,8 @@ class DriverPair(RuleBasedStateMachine):
         now = self.clock.now_ms()
         jobs = [NewJob(name=s.name, queue=s.queue, payload=encode_payload({"key": s.key, "n": s.n}),
                        idempotency_key=s.key, tenant=s.tenant, enqueued_by=by, priority=s.priority,
-                       max_attempts=s.attempts, run_at_ms=None if s.delay is None else now + s.delay)
+                       max_attempts=s.attempts, run_at_ms=None if s.delay is None else now + s.delay,
+                       dedupe_window_ms=s.window)
                 for s in specs]
         self.enqueued += len(jobs)
         self.both(lambda d: d.job_enqueue(jobs))
@@ -96,6 +100,9 @@ class DriverPair(RuleBasedStateMachine):
     def claim(self, queues, limit, lease_ms, worker):
         mem = self.memory.job_claim(queues, limit, lease_ms, worker)
         pg = self.pg.job_claim(queues, limit, lease_ms, worker)
+        return self.remember(mem, pg)
+
+    def remember(self, mem, pg):
         strip = lambda jobs: [(j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
                                j.priority) for j in jobs]
         assert strip(mem) == strip(pg)
@@ -142,15 +149,43 @@ class DriverPair(RuleBasedStateMachine):
     def rescue(self, limit):
         self.both(lambda d: d.job_rescue(limit))
 
-    @rule(worker=st.sampled_from(WORKERS))
-    def release_worker(self, worker):
-        self.both(lambda d: d.job_release_worker(worker))
+    @rule(worker=st.sampled_from(WORKERS), crashed=st.booleans())
+    def release_worker(self, worker, crashed):
+        self.both(lambda d: d.job_release_worker(worker, crashed=crashed, how="killed"))
 
-    @rule(completed_ago=st.sampled_from([0, 1000]), finished_ago=st.sampled_from([0, 3000]),
+    @rule(target=leases, queue=st.sampled_from(QUEUES), lease_ms=st.sampled_from([500, 3000]),
+          worker=st.sampled_from(WORKERS), waited=st.sampled_from([0, 1000]))
+    def claim_alone(self, queue, lease_ms, worker, waited):
+        mem = self.memory.job_claim_alone(queue, lease_ms, worker, waited)
+        pg = self.pg.job_claim_alone(queue, lease_ms, worker, waited)
+        return self.remember(mem, pg)
+
+    @rule(batch=st.lists(leases, min_size=1, max_size=2), done=st.sampled_from([0, 1.5, 7]))
+    def progress(self, batch, done):
+        at = self.clock.now_ms()
+        mem = self.memory.job_progress_many([Progress(Lease(i, m), done, 10, "n", at) for i, m, _ in batch])
+        pg = self.pg.job_progress_many([Progress(Lease(i, p), done, 10, "n", at) for i, _, p in batch])
+        assert mem == pg
+
+    @rule(state=st.sampled_from([None, "dead", "cancelled"]), after=st.integers(0, 3),
+          limit=st.integers(0, 3), error=st.sampled_from([None, "lease", "boom"]))
+    def requeue_batch(self, state, after, limit, error):
+        where = ListFilter(state=state, error=error)
+        self.both(lambda d: d.job_requeue_batch(where, after, limit, "bulk"))
+
+    @rule(queue=st.sampled_from([None, *QUEUES]), after=st.integers(0, 3), limit=st.integers(0, 3))
+    def cancel_batch(self, queue, after, limit):
+        where = ListFilter(queue=queue)
+        self.both(lambda d: d.job_cancel_batch(where, after, limit, "bulk"))
+
+    @rule(queue=st.sampled_from(QUEUES), paused=st.booleans())
+    def pause(self, queue, paused):
+        self.both(lambda d: d.queue_pause(queue, paused, "test"))
+
+    @rule(completed_for=st.sampled_from([0, 1000]), finished_for=st.sampled_from([0, 3000]),
           limit=st.integers(0, 3))
-    def prune(self, completed_ago, finished_ago, limit):
-        now = self.clock.now_ms()
-        self.both(lambda d: d.job_prune(now - completed_ago, now - finished_ago, limit))
+    def prune(self, completed_for, finished_for, limit):
+        self.both(lambda d: d.job_prune(completed_for, finished_for, limit))
 
     @rule(ms=st.sampled_from([1, 250, 500, 1000, 2500]))
     def advance(self, ms):
@@ -162,6 +197,9 @@ class DriverPair(RuleBasedStateMachine):
         assert [_row(v) for v in self.memory.job_list(everything)] == \
             [_row(v) for v in self.pg.job_list(everything)]
         assert self.memory.job_stats() == self.pg.job_stats()
+        assert self.memory.queue_counts() == self.pg.queue_counts()
+        assert [(c.name, c.paused) for c in self.memory.queue_control()] == \
+            [(c.name, c.paused) for c in self.pg.queue_control()]
         mem, pg = self.memory.queue_summary(), self.pg.queue_summary()
         assert {q: (s.depth, _time(s.oldest_ready_ms)) for q, s in mem.items()} == \
             {q: (s.depth, _time(s.oldest_ready_ms)) for q, s in pg.items()}
@@ -178,7 +216,8 @@ class DriverPair(RuleBasedStateMachine):
 def test_memory_and_postgres_drivers_agree(pg_driver, pg_dsn, clock):
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         def fresh_pair() -> DriverPair:
-            conn.execute(f"truncate {pg_driver.schema}.jobs, {pg_driver.schema}.job_history restart identity")
+            conn.execute(f"truncate {pg_driver.schema}.jobs, {pg_driver.schema}.job_history, "
+                         f"{pg_driver.schema}.queues restart identity")
             return DriverPair(pg_driver, clock)
 
         run_state_machine_as_test(fresh_pair, settings=settings(

@@ -34,9 +34,10 @@ PLACEHOLDER = re.compile(r"%\((\w+)\)[sbt]")
 PARAMS: dict[str, tuple[str, object]] = {
     "now": ("float8", 1.8e12),
     "rows": ("text", '[{"n": "send", "q": "default", "p": {"a": 1}, "k": "k", "t": null, '
-                     '"e": "cli", "pr": 0, "m": 3, "r": 1.8e12, "d": 0.0}, '
+                     '"e": "cli", "pr": 0, "m": 3, "r": 1.8e12, "d": 0.0, "w": null, '
+                     '"id": 1, "token": 42}, '
                      '{"n": "send", "q": "default", "p": {}, "k": "j", "t": "t", '
-                     '"e": null, "pr": 0, "m": 3, "r": null, "d": 1500.0}]'),
+                     '"e": null, "pr": 0, "m": 3, "r": null, "d": 1500.0, "w": 60000.0}]'),
     "keys": ("text", '[{"n": "send", "t": "", "k": "k"}]'),
     "queues": ("text[]", ["default"]),
     "channel": ("text", "xjobs_tests"),
@@ -51,11 +52,22 @@ PARAMS: dict[str, tuple[str, object]] = {
     "dead": ("bool", False),
     "park": ("bool", False),
     "counts": ("bool", True),
+    "crashed": ("bool", True),
+    "how": ("text", "killed by SIGKILL"),
+    "wait": ("float8", 0.0),
+    "paused": ("bool", True),
+    "by": ("text", "operator"),
+    "states": ("text[]", ["dead"]),
+    "tenant": ("text", None),
+    "since": ("float8", None),
+    "until": ("float8", None),
+    "before": ("int8", None),
+    "after": ("int8", 0),
     "delay": ("float8", 0.0),
     "error": ("text", "boom"),
     "outcome": ("text", "retried"),
-    "completed_before": ("float8", 0.0),
-    "finished_before": ("float8", 0.0),
+    "completed_for": ("float8", 86_400_000.0),
+    "finished_for": ("float8", 86_400_000.0),
     "state": ("text", None),
     "name": ("text", None),
     "reason": ("text", "cancelled"),

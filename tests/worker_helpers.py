@@ -17,6 +17,7 @@ class Pacer:
     def __init__(self, worker: QueueWorker, start_ms: float = 0.0) -> None:
         self.worker = worker
         self.now = start_ms
+        worker.clock = lambda: self.now   # the lease watch reads the same hand-stepped clock
         worker.initialize()
 
     def pass_(self, advance_ms: float = 0.0) -> float:

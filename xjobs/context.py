@@ -11,12 +11,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Iterator
 
-from .errors import Aborted
+from .errors import Aborted, InvalidOption
+from .options import finite_option
 
 if TYPE_CHECKING:
-    from .drivers.base import Lease
+    from .drivers.base import Lease, Progress
+
+_MAX_NOTE = 1000
 
 # abort reasons, as codes; a drained run settles as interrupted, keyed off this value
 DRAINED = "X_DRAINING"
@@ -78,7 +82,7 @@ class Ctx:
     """The context of one attempt. ``transaction()`` exists when the driver supports it."""
 
     __slots__ = ("job_id", "attempt", "queue", "tenant", "name", "signal", "_driver", "_lease",
-                 "_log", "completed_in_transaction")
+                 "_log", "completed_in_transaction", "_progress", "_written")
 
     def __init__(self, *, job_id: int, attempt: int, queue: str, tenant: str | None, name: str,
                  signal: RunSignal, driver: Any, lease: "Lease") -> None:
@@ -92,6 +96,36 @@ class Ctx:
         self._lease = lease
         self._log: logging.LoggerAdapter | None = None
         self.completed_in_transaction = False
+        self._progress: "Progress | None" = None    # the latest report
+        self._written: "Progress | None" = None     # the latest that landed
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Report how far the run is: ``ctx.progress(40, 100, "page 40")``. Never blocks: the
+        worker writes the latest report at most once a second, fenced on this run's lease, so
+        ``xjobsd jobs show`` and ``xjobsd status --json`` show it. Refused (``X_ABORTED``) once
+        the run was told to stop."""
+        from .drivers.base import Progress
+        self.signal.raise_if_set()
+        done = finite_option(done, "progress.done")
+        if total is not None:
+            total = finite_option(total, "progress.total")
+        if note is not None:
+            if not isinstance(note, str) or "\x00" in note:
+                raise InvalidOption("progress.note", "must be a string without NUL characters")
+            note = note[:_MAX_NOTE]
+        self._progress = Progress(self._lease, done, total, note, time.time() * 1000.0)
+
+    def pending_progress(self) -> "Progress | None":
+        """The latest report, unless it was written already (the worker's side of ``progress``)."""
+        report = self._progress
+        return None if report is self._written else report
+
+    def progress_written(self, report: "Progress") -> None:
+        self._written = report   # a newer report than this one stays pending
+
+    @property
+    def last_progress(self) -> "Progress | None":
+        return self._progress
 
     @property
     def log(self) -> logging.LoggerAdapter:

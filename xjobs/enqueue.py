@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .config import current_driver, current_settings
-from .drivers.base import Enqueued, NewJob
+from .drivers.base import LATEST_MS, Enqueued, NewJob
 from .errors import InvalidOption
 from .options import duration_ms, finite_count, finite_option
 from .errors import PayloadTooLarge
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 MAX_BATCH = 100_000
 MAX_BATCH_BYTES = 256 * 1024 * 1024     # one statement must stay well inside PostgreSQL's 1 GB
-_LATEST_RUN_AT_MS = 253_402_300_799_000.0   # 9999-12-31T23:59:59Z, the last time every driver holds
 
 
 def _timing(delay: object, run_at: object) -> tuple[float | None, float]:
@@ -43,7 +42,7 @@ def _run_at_ms(run_at: object) -> float | None:
         if run_at.tzinfo is None:
             raise InvalidOption("run_at", "must be timezone-aware")
         run_at = run_at.timestamp() * 1000.0
-    return finite_option(run_at, "run_at", minimum=0.0, maximum=_LATEST_RUN_AT_MS)
+    return finite_option(run_at, "run_at", minimum=0.0, maximum=LATEST_MS)
 
 
 def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
@@ -60,7 +59,7 @@ def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = No
                    payload=encode_payload(item, max_payload_bytes),
                    idempotency_key=handle.key_for(item), tenant=handle.tenant_for(item),
                    enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at,
-                   delay_ms=delay_ms)
+                   delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms)
             for item in inputs]
     total = sum(len(job.payload) for job in jobs)
     if total > MAX_BATCH_BYTES:

@@ -5,6 +5,11 @@ function's name; two different handlers on one name are ``X_JOB_DUPLICATE`` at d
 ``idempotency_key`` and ``tenant`` are required: the key because a job system without one
 double-runs on every client retry, the tenant because the dedupe namespace and the run's
 scope both depend on it (``tenant="none"`` is the explicit opt-out).
+
+A key is held while its job is live (ready, running, suspended). ``dedupe_window="24h"``
+keeps it for that long after the job COMPLETED, the way payment APIs keep idempotency keys:
+a client that retries an enqueue after the work is done gets the finished job back
+(``deduped=True``) instead of a second run. A dead or cancelled job never holds its key.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ class JobHandle:
 
     def __init__(self, fn: Callable[..., Any], *, name: str, queue: str,
                  idempotency_key: Callable[[Any], str], tenant: Any, retry: Retry,
-                 timeout_ms: float | None, concurrency: int | None, priority: int) -> None:
+                 timeout_ms: float | None, concurrency: int | None, priority: int,
+                 dedupe_window_ms: float | None = None) -> None:
         self.fn = fn
         self.name = name
         self.queue = queue
@@ -38,6 +44,7 @@ class JobHandle:
         self.timeout_ms = timeout_ms
         self.concurrency = concurrency
         self.priority = priority
+        self.dedupe_window_ms = dedupe_window_ms
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -133,7 +140,7 @@ _MISSING = object()
 
 def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any = _MISSING,
         name: str | None = None, retry: Retry | None = None, timeout: object = None,
-        concurrency: int | None = None, priority: int = 0,
+        concurrency: int | None = None, priority: int = 0, dedupe_window: object = None,
         registry: Registry | None = None) -> Callable[[Callable[..., Any]], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc)."""
     queue = plain_name(queue, "queue")
@@ -153,6 +160,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     if concurrency is not None:
         concurrency = finite_count(concurrency, "concurrency", minimum=1, maximum=1_000_000)
     priority = finite_count(priority, "priority", minimum=-32768, maximum=32767)
+    dedupe_window_ms = (None if dedupe_window is None else
+                        duration_ms(dedupe_window, "dedupe_window", exclusive_minimum=True))
     target = registry if registry is not None else REGISTRY
 
     def declare(fn: Callable[..., Any]) -> JobHandle:
@@ -161,7 +170,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         job_name = plain_name(name if name is not None else fn.__name__, "name")
         handle = JobHandle(fn, name=job_name, queue=queue, idempotency_key=idempotency_key,
                            tenant=tenant, retry=retry, timeout_ms=timeout_ms,
-                           concurrency=concurrency, priority=priority)
+                           concurrency=concurrency, priority=priority,
+                           dedupe_window_ms=dedupe_window_ms)
         return target.add(handle)
 
     return declare

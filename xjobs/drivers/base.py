@@ -12,8 +12,15 @@ Job states::
                    │  └──nack(retry)──┤──nack(dead)──> dead
                    │                  ├──nack(park)──> suspended ──due──> ready
                    └──lease lapses────┘
+                      or its worker process died (released)
       cancel: ready | running | suspended ──> cancelled
       requeue: dead | cancelled ──> ready (attempt reset)
+
+A job that was running when its worker process crashed is a SUSPECT (``crashes > 0``): the
+ordinary claim skips it and only ``job_claim_alone`` hands it out, to a worker that runs it
+with nothing beside it. A crash of a process running one job alone charges that job's
+attempt; a crash of a process running several charges nobody and makes each a suspect. So a
+job that kills its process is dead-lettered within its attempts, its neighbours never are.
 
 Times are epoch milliseconds. "Now" is the database server's clock for a production driver
 and the injected clock for one built with ``clock=`` (see ``postgres.py``); a delay that
@@ -49,6 +56,7 @@ class NewJob:
     max_attempts: int = 5
     run_at_ms: float | None = None   # an absolute time; None: now plus delay_ms
     delay_ms: float = 0.0            # added to the driver's now (the server's, in production)
+    dedupe_window_ms: float | None = None   # keep the key this long after completion
 
     @property
     def namespace(self) -> tuple[str, str, str]:
@@ -122,14 +130,63 @@ class JobView:
     lease_expires_at: float | None = None
     payload: Any = None
     history: tuple[dict, ...] = field(default=())
+    crashes: int = 0            # worker-process crashes this job was caught in (a suspect: runs alone)
+    progress: Any = None        # the latest ctx.progress() report: {"done", "total", "note", "at"}
 
 
 @dataclass(frozen=True, slots=True)
 class ListFilter:
+    """Which jobs an operator verb reads or touches. ``since_ms``/``until_ms`` bound when a job
+    finished, or was created if it has not; ``error`` is a case-insensitive substring of
+    ``last_error``; ``before_id`` pages backwards (newest first), ``after_id`` forwards."""
+
     queue: str | None = None
     name: str | None = None
     state: str | None = None
     limit: int = 50
+    tenant: str | None = None
+    since_ms: float | None = None
+    until_ms: float | None = None
+    error: str | None = None
+    before_id: int | None = None
+    after_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """A running job of a dead worker process, handed back: ``outcome`` is ``interrupted`` (its
+    supervisor stopped the process), ``quarantined`` (crashed beside other jobs: attempt given
+    back, runs alone next), ``crashed`` (crashed running alone: attempt counted) or ``dead``."""
+
+    id: int
+    name: str
+    queue: str
+    state: str
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueControl:
+    """A queue's fleet-wide switch (``xjobsd queues pause|resume``)."""
+
+    name: str
+    paused: bool
+    changed_at: float
+    changed_by: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """One run's latest ``ctx.progress()`` report, written fenced on its lease."""
+
+    lease: "Lease"
+    done: float
+    total: float | None
+    note: str | None
+    at: float
+
+    def as_json(self) -> dict:
+        return {"done": self.done, "total": self.total, "note": self.note, "at": self.at}
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +213,7 @@ def check_claim(queues: Sequence[str], limit: object, lease_ms: object) -> tuple
 
 
 MAX_DELAY_MS = 10 * 365 * 86_400_000.0   # the longest duration any option accepts
+LATEST_MS = 253_402_300_799_000.0        # 9999-12-31T23:59:59Z, the last time every driver holds
 
 
 def check_new_jobs(jobs: Sequence[NewJob]) -> None:
@@ -172,20 +230,40 @@ def check_row_limit(limit: object, option: str = "limit") -> int:
     return finite_count(limit, option, minimum=0, maximum=100_000)
 
 
+def check_filter(where: ListFilter) -> ListFilter:
+    """The one refusal for operator filters, shared by every driver."""
+    check_row_limit(where.limit)
+    if where.state is not None and where.state not in STATES:
+        raise InvalidOption("state", f"must be one of {', '.join(STATES)}, got {where.state!r}")
+    for option in ("since_ms", "until_ms"):
+        value = getattr(where, option)
+        if value is not None:
+            finite_option(value, option.removesuffix("_ms"), maximum=LATEST_MS)
+    for option in ("before_id", "after_id"):
+        value = getattr(where, option)
+        if value is not None and not is_bigint(value):
+            raise InvalidOption(option.removesuffix("_id"), f"must be a job id, got {value!r}")
+    return where
+
+
 class JobDriver(Protocol):
-    clock: Clock            # for coarse local decisions (prune cutoffs), never for leases
+    clock: Clock            # the injected clock of a test driver; never decides a row's fate
     server_clock: bool      # True: statements take now from the database server, not ``clock``
 
     # -- the queue ---------------------------------------------------------------------------
     def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]: ...
     def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float,
                   worker_id: str) -> list[ClaimedJob]: ...
+    def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
+                        waited_ms: float = 0.0) -> list[ClaimedJob]: ...
     def job_ack_many(self, leases: Sequence[Lease]) -> set[int]: ...
     def job_nack(self, nack: Nack) -> bool: ...
     def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]: ...
     def job_rescue(self, limit: int) -> int: ...
-    def job_release_worker(self, worker_id: str, counts_as_attempt: bool = True) -> int: ...
-    def job_prune(self, completed_before_ms: float, finished_before_ms: float, limit: int) -> int: ...
+    def job_release_worker(self, worker_id: str, *, crashed: bool = True,
+                           how: str = "died") -> list[Released]: ...
+    def job_prune(self, completed_for_ms: float, finished_for_ms: float, limit: int) -> int: ...
+    def job_progress_many(self, reports: Sequence[Progress]) -> set[int]: ...
     def close(self) -> None: ...
 
     # -- introspection and operator verbs -------------------------------------------------------
@@ -194,6 +272,13 @@ class JobDriver(Protocol):
     def job_dead(self, limit: int) -> list[JobView]: ...
     def job_cancel(self, job_id: int, reason: str | None = None) -> JobView: ...
     def job_requeue(self, job_id: int) -> JobView: ...
+    def job_requeue_batch(self, where: ListFilter, after_id: int, limit: int,
+                          reason: str | None) -> list[tuple[int, str | None]]: ...
+    def job_cancel_batch(self, where: ListFilter, after_id: int, limit: int,
+                         reason: str) -> list[int]: ...
+    def job_count(self, where: ListFilter, states: Sequence[str]) -> int: ...
+    def queue_pause(self, queue: str, paused: bool, by: str | None = None) -> None: ...
+    def queue_control(self) -> list[QueueControl]: ...
     def job_stats(self) -> dict[str, dict[str, int]]: ...
     def queue_summary(self) -> dict[str, QueueSummary]: ...
     def queue_counts(self) -> dict[str, dict[str, int]]: ...

@@ -7,7 +7,8 @@ a convenience. What the SQL gets from the database, this module spells out:
 - ids come from one counter that every *attempted* insert row consumes, deduplicated or not,
   as an identity column does under ``on conflict do nothing``;
 - ``_live`` is the partial unique index ``jobs_idempotency_idx``: (name, tenant or '', key)
-  over ready, running and suspended rows, kept in step by ``_move``;
+  over ready, running and suspended rows, kept in step by ``_move``; ``_windowed`` is
+  ``jobs_dedupe_idx``, the completed rows of jobs that keep their key for a window;
 - times are rounded to microseconds, as ``to_timestamp`` stores them, and a duration is
   added as whole microseconds, as ``ms * interval '1 millisecond'`` is;
 - its clock is always now: the injected clock plays the part of the server's;
@@ -36,9 +37,10 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (DuplicateJob, InvalidOption, JobNotFound, LeaseLost, NotCancellable,
                       NotRetryable)
 from ..options import duration_ms, finite_option
-from .base import (COUNTED_STATES, LIVE_STATES, ClaimedJob, Enqueued, JobView, Lease, ListFilter, Nack, NewJob,
-                   QueueSummary, check_claim, check_new_jobs, check_row_limit, is_bigint)
+from .base import (LIVE_STATES, ClaimedJob, Enqueued, JobView, Lease, Nack, NewJob, Progress,
+                   Released, check_claim, check_new_jobs, check_row_limit, is_bigint)
 from .jsonb import as_stored
+from .memory_inspect import MemoryInspectMixin
 from .memory_table import Row, plus, ts
 from .sql import check_schema_name
 
@@ -52,7 +54,7 @@ class MemoryTransaction:
     inserted: list[int] = field(default_factory=list)
 
 
-class MemoryDriver:
+class MemoryDriver(MemoryInspectMixin):
     server_clock = False   # no server: the injected clock is now in every verb
 
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK, schema: str = "xjobs") -> None:
@@ -62,6 +64,8 @@ class MemoryDriver:
         self._jobs: dict[int, Row] = {}            # in id order, like the identity column
         self._history: dict[int, list[tuple[float, int, str, str | None]]] = {}
         self._live: dict[tuple[str, str, str], int] = {}
+        self._windowed: dict[tuple[str, str, str], list[int]] = {}
+        self._paused: dict[str, tuple[bool, float, str | None]] = {}   # the queues table
         self._next_id = 1
 
     def close(self) -> None:
@@ -103,38 +107,43 @@ class MemoryDriver:
     def _complete(self, row: Row, at: float) -> None:
         self._move(row, "completed")
         row.finished_at, row.lease_token, row.lease_expires_at = at, None, None
+        if row.dedupe_window_ms is not None:
+            self._windowed.setdefault(row.namespace, []).append(row.id)
 
-    def _fail_over(self, row: Row, at: float, last: str, again: str,
-                   given_back: str | None = None) -> None:
-        """``job_rescue_lapsed`` / ``job_release_worker``: back to ready, or dead on the last
-        attempt, and the lapsed attempt written to the history. With ``given_back`` (a
-        release that does not count) the attempt is returned and the job never dies."""
+    def _in_window(self, namespace: tuple[str, str, str], at: float) -> int | None:
+        """The newest completed job of ``namespace`` still inside its dedupe window."""
+        inside = [i for i in self._windowed.get(namespace, ())
+                  if plus(self._jobs[i].finished_at, self._jobs[i].dedupe_window_ms) > at]
+        return max(inside) if inside else None
+
+    def _forget(self, row: Row) -> None:
+        """Delete a row and what indexes it (prune, a rolled-back transaction's insert)."""
+        del self._jobs[row.id]
+        self._history.pop(row.id, None)
+        if self._live.get(row.namespace) == row.id:
+            del self._live[row.namespace]
+        windowed = self._windowed.get(row.namespace)
+        if windowed is not None and row.id in windowed:
+            windowed.remove(row.id)
+            if not windowed:
+                del self._windowed[row.namespace]
+
+    def _hand_back(self, row: Row, at: float, *, charged: bool, dead_error: str, error: str,
+                   outcome: str, suspect: bool) -> None:
+        """``job_rescue_lapsed`` / ``job_release_worker`` for one row: ``charged`` keeps the
+        attempt (dead on the last one), otherwise it is given back; ``suspect`` counts one
+        more crash the job was caught in. The attempt is written to the history."""
         ran = row.attempt
-        dead = given_back is None and row.attempt >= row.max_attempts
+        dead = charged and row.attempt >= row.max_attempts
         self._move(row, "dead" if dead else "ready")
         row.run_at, row.finished_at = at, (at if dead else None)
-        if given_back is not None:
+        if not charged:
             row.attempt = max(row.attempt - 1, 0)
-            row.last_error = given_back
-        else:
-            row.last_error = last if dead else again
+        if suspect:
+            row.crashes += 1
+        row.last_error = dead_error if dead else error
         row.lease_token = row.lease_expires_at = None
-        outcome = "dead" if dead else ("interrupted" if given_back is not None else "lapsed")
-        self._record(row.id, at, ran, outcome, row.last_error)
-
-    def _view(self, row: Row, *, full: bool = False) -> JobView:
-        history: tuple[dict, ...] = ()
-        if full:
-            entries = sorted(enumerate(self._history.get(row.id, ())), key=lambda e: (e[1][0], e[0]))
-            history = tuple({"at": at, "attempt": attempt, "outcome": outcome, "error": error}
-                            for _, (at, attempt, outcome, error) in entries)
-        return JobView(id=row.id, name=row.name, queue=row.queue, state=row.state,
-                       attempt=row.attempt, max_attempts=row.max_attempts, tenant=row.tenant,
-                       idempotency_key=row.idempotency_key, priority=row.priority,
-                       run_at=row.run_at, last_error=row.last_error, created_at=row.created_at,
-                       finished_at=row.finished_at, enqueued_by=row.enqueued_by,
-                       claimed_by=row.claimed_by, lease_expires_at=row.lease_expires_at,
-                       payload=orjson.loads(row.payload) if full else None, history=history)
+        self._record(row.id, at, ran, "dead" if dead else outcome, row.last_error)
 
     # -- the queue ---------------------------------------------------------------------------
 
@@ -148,6 +157,11 @@ class MemoryDriver:
         with self._lock:
             at = self._now()
             for job, payload in zip(jobs, payloads):
+                if job.dedupe_window_ms is not None:   # filtered before the insert: no id taken
+                    kept = self._in_window(job.namespace, at)
+                    if kept is not None:   # job_find_holder answers a live holder first
+                        results.append(Enqueued(self._live.get(job.namespace, kept), True))
+                        continue
                 job_id, self._next_id = self._next_id, self._next_id + 1  # taken even when deduped
                 holder = self._live.get(job.namespace)
                 if holder is not None:
@@ -157,7 +171,8 @@ class MemoryDriver:
                 self._jobs[job_id] = Row(
                     id=job_id, name=job.name, queue=job.queue, state="ready", payload=payload,
                     tenant=job.tenant, enqueued_by=job.enqueued_by, idempotency_key=job.idempotency_key,
-                    priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at)
+                    priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at,
+                    dedupe_window_ms=(None if job.dedupe_window_ms is None else ts(job.dedupe_window_ms)))
                 self._live[job.namespace] = job_id
                 if conn is not None:
                     conn.inserted.append(job_id)
@@ -170,21 +185,44 @@ class MemoryDriver:
         queues, limit, lease_ms = check_claim(queues, limit, lease_ms)
         if limit == 0:
             return []
-        token = secrets.randbits(63)
-        wanted = set(queues)
         with self._lock:
             at = self._now()
+            wanted = {q for q in queues if not self._is_paused(q)}
             due = (r for r in self._jobs.values()
-                   if r.state == "ready" and r.queue in wanted and r.run_at <= at)
-            picked = heapq.nsmallest(limit, due, key=lambda r: (r.priority, r.run_at, r.id))
-            for row in picked:
-                self._move(row, "running")
-                row.attempt += 1
-                row.lease_token, row.claimed_by, row.started_at = token, worker_id, at
-                row.lease_expires_at = plus(at, lease_ms)
-            picked.sort(key=lambda r: r.id)
-            return [ClaimedJob(r.id, r.name, r.queue, orjson.loads(r.payload), r.tenant, r.attempt,
-                               r.max_attempts, r.priority, token) for r in picked]
+                   if r.state == "ready" and r.queue in wanted and r.run_at <= at and r.crashes == 0)
+            return self._take(heapq.nsmallest(limit, due, key=lambda r: (r.priority, r.run_at, r.id)),
+                              at, lease_ms, worker_id)
+
+    def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
+                        waited_ms: float = 0.0) -> list[ClaimedJob]:
+        """``job_claim_alone``: one suspect that has waited ``waited_ms``, to run with nothing beside it."""
+        [queue], _, lease_ms = check_claim([queue], 1, lease_ms)
+        waited = duration_ms(waited_ms, "claim.waited")
+        with self._lock:
+            at = self._now()
+            if self._is_paused(queue):
+                return []
+            since = ts(at - ts(waited))
+            due = (r for r in self._jobs.values()
+                   if r.state == "ready" and r.queue == queue and r.crashes > 0 and r.run_at <= since)
+            return self._take(heapq.nsmallest(1, due, key=lambda r: (r.priority, r.run_at, r.id)),
+                              at, lease_ms, worker_id)
+
+    def _take(self, picked: list[Row], at: float, lease_ms: float, worker_id: str) -> list[ClaimedJob]:
+        token = secrets.randbits(63)
+        for row in picked:
+            self._move(row, "running")
+            row.attempt += 1
+            row.lease_token, row.claimed_by, row.started_at = token, worker_id, at
+            row.lease_expires_at = plus(at, lease_ms)
+            row.progress = None
+        picked.sort(key=lambda r: r.id)
+        return [ClaimedJob(r.id, r.name, r.queue, orjson.loads(r.payload), r.tenant, r.attempt,
+                           r.max_attempts, r.priority, token) for r in picked]
+
+    def _is_paused(self, queue: str) -> bool:
+        entry = self._paused.get(queue)
+        return entry is not None and entry[0]
 
     def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
         """``job_ack_many``: complete every job still held under its token."""
@@ -210,6 +248,8 @@ class MemoryDriver:
                 return False
             at = self._now()
             row.attempt = row.attempt if nack.counts_as_attempt else max(row.attempt - 1, 0)
+            if nack.counts_as_attempt:   # the run ended on its own: no longer a crash suspect
+                row.crashes = 0
             self._move(row, "dead" if nack.dead else "suspended" if nack.park else "ready")
             if not nack.dead:
                 row.run_at = plus(at, delay)
@@ -245,10 +285,20 @@ class MemoryDriver:
             lapsed = heapq.nsmallest(limit, (r for r in self._jobs.values() if r.state == "running"
                                              and r.lease_expires_at is not None and r.lease_expires_at < at),
                                      key=lambda r: (r.lease_expires_at, r.id))
+            holders = {r.claimed_by for r in lapsed}
+            company: dict[str | None, int] = {}
+            for r in self._jobs.values():
+                if r.state == "running" and r.claimed_by in holders:
+                    company[r.claimed_by] = company.get(r.claimed_by, 0) + 1
             for row in lapsed:
                 holder = row.claimed_by if row.claimed_by is not None else "?"
-                self._fail_over(row, at, f"dead: lease expired on the last attempt, held by {holder}",
-                                f"lease expired, held by {holder}")
+                alone = row.claimed_by is None or company.get(row.claimed_by, 1) == 1
+                self._hand_back(
+                    row, at, charged=alone, suspect=not alone,
+                    dead_error=f"dead: lease expired on the last attempt, held by {holder}",
+                    error=(f"lease expired, held by {holder}" if alone else
+                           f"lease expired beside other jobs of {holder}; attempt not counted, runs alone next"),
+                    outcome="lapsed" if alone else "quarantined")
             due = heapq.nsmallest(limit, (r for r in self._jobs.values()
                                           if r.state == "suspended" and r.run_at <= at),
                                   key=lambda r: (r.run_at, r.id))
@@ -256,37 +306,61 @@ class MemoryDriver:
                 self._move(row, "ready")
             return len(lapsed) + len(due)
 
-    def job_release_worker(self, worker_id: str, counts_as_attempt: bool = True) -> int:
-        """``job_release_worker``: every job a dead worker held goes back (or dies)."""
+    def job_release_worker(self, worker_id: str, *, crashed: bool = True,
+                           how: str = "died") -> list[Released]:
+        """``job_release_worker``: every job a dead worker held goes back; a crash charges only
+        a job that ran alone, and makes suspects of the jobs that ran together."""
         with self._lock:
             at = self._now()
             held = [r for r in self._jobs.values() if r.state == "running" and r.claimed_by == worker_id]
-            given_back = None if counts_as_attempt else (
-                f"worker stopped by its supervisor, attempt not counted, {worker_id}")
+            alone = crashed and len(held) == 1
+            if not crashed:
+                error, outcome = f"worker stopped by its supervisor, attempt not counted, {worker_id}", "interrupted"
+            elif alone:
+                error, outcome = f"crashed its worker process ({how}, {worker_id}); attempt counted, runs alone next", "crashed"
+            else:
+                error = (f"worker process crashed ({how}, {worker_id}) running {len(held)} jobs; "
+                         "attempt not counted, runs alone next")
+                outcome = "quarantined"
+            released = []
             for row in held:
-                self._fail_over(row, at, f"dead: worker died on the last attempt, {worker_id}",
-                                f"worker died, {worker_id}", given_back)
-            return len(held)
+                self._hand_back(row, at, charged=alone, suspect=crashed, error=error, outcome=outcome,
+                                dead_error=f"dead: crashed its worker process on the last attempt ({how}, {worker_id})")
+                released.append(Released(row.id, row.name, row.queue, row.state,
+                                         "dead" if row.state == "dead" else outcome))
+            return released
 
     def session_count(self, application_name: str) -> int:
         """``session_count``: no process holds a session on memory, so none can linger."""
         return 0
 
-    def job_prune(self, completed_before_ms: float, finished_before_ms: float, limit: int = 1000) -> int:
-        """``job_prune``: delete old finished rows and their history, oldest first."""
+    def job_prune(self, completed_for_ms: float, finished_for_ms: float, limit: int = 1000) -> int:
+        """``job_prune``: delete finished rows past their retention (on the clock), oldest first."""
         limit = check_row_limit(limit, "prune.limit")
-        completed_before = ts(finite_option(completed_before_ms, "prune.completed_before", minimum=-math.inf))
-        finished_before = ts(finite_option(finished_before_ms, "prune.finished_before", minimum=-math.inf))
+        completed_for = duration_ms(completed_for_ms, "prune.completed_for")
+        finished_for = duration_ms(finished_for_ms, "prune.finished_for")
         with self._lock:
+            at = self._now()
+            completed_before, finished_before = ts(at - ts(completed_for)), ts(at - ts(finished_for))
             doomed = heapq.nsmallest(limit, (
                 r for r in self._jobs.values() if r.finished_at is not None and (
                     (r.state == "completed" and r.finished_at < completed_before)
                     or (r.state in ("dead", "cancelled") and r.finished_at < finished_before))),
                 key=lambda r: (r.finished_at, r.id))
             for row in doomed:
-                del self._jobs[row.id]
-                self._history.pop(row.id, None)
+                self._forget(row)
             return len(doomed)
+
+    def job_progress_many(self, reports: Sequence[Progress]) -> set[int]:
+        """``job_progress_many``: the latest report of each run still holding its job."""
+        with self._lock:
+            written: set[int] = set()
+            for report in reports:
+                row = self._held(report.lease.job_id, report.lease.token)
+                if row is not None:
+                    row.progress = orjson.loads(orjson.dumps(report.as_json()))
+                    written.add(row.id)
+            return written
 
     @contextlib.contextmanager
     def job_transaction(self, lease: Lease) -> Iterator[MemoryTransaction]:
@@ -306,91 +380,6 @@ class MemoryDriver:
         except BaseException:
             with self._lock:
                 for job_id in tx.inserted:
-                    row = self._jobs.pop(job_id, None)
-                    self._history.pop(job_id, None)
-                    if row is not None and self._live.get(row.namespace) == job_id:
-                        del self._live[row.namespace]
+                    if (row := self._jobs.get(job_id)) is not None:
+                        self._forget(row)
             raise
-
-    # -- introspection and operator verbs ---------------------------------------------------
-
-    def job_list(self, where: ListFilter) -> list[JobView]:
-        """``job_list``: newest first, each filter optional."""
-        limit = check_row_limit(where.limit)
-        views: list[JobView] = []
-        with self._lock:
-            for row in reversed(self._jobs.values()):
-                if len(views) >= limit:
-                    break
-                if ((where.queue is None or row.queue == where.queue)
-                        and (where.name is None or row.name == where.name)
-                        and (where.state is None or row.state == where.state)):
-                    views.append(self._view(row))
-        return views
-
-    def job_get(self, job_id: int) -> JobView:
-        """``job_get`` with ``job_history``."""
-        with self._lock:
-            row = self._jobs.get(job_id)
-            if row is None:
-                raise JobNotFound(f"no job with id {job_id}")
-            return self._view(row, full=True)
-
-    def job_dead(self, limit: int = 50) -> list[JobView]:
-        return self.job_list(ListFilter(state="dead", limit=limit))
-
-    def job_cancel(self, job_id: int, reason: str | None = None) -> JobView:
-        """``job_cancel``: only a live job can be cancelled; a running one loses its lease."""
-        reason = reason or "cancelled"
-        with self._lock:
-            row = self._jobs.get(job_id)
-            if row is None:
-                raise JobNotFound(f"no job with id {job_id}")
-            if row.state not in LIVE_STATES:
-                raise NotCancellable(f"job {job_id} is {row.state}; only ready, running or suspended jobs can be cancelled")
-            at = self._now()
-            self._move(row, "cancelled")
-            row.finished_at, row.last_error = at, reason
-            row.lease_token = row.lease_expires_at = None
-            self._record(row.id, at, row.attempt, "cancelled", reason)
-            return self._view(row, full=True)
-
-    def job_requeue(self, job_id: int) -> JobView:
-        """``job_requeue``: a dead or cancelled job runs again from attempt 0."""
-        with self._lock:
-            row = self._jobs.get(job_id)
-            if row is None:
-                raise JobNotFound(f"no job with id {job_id}")
-            if row.state not in ("dead", "cancelled"):
-                raise NotRetryable(f"job {job_id} is {row.state}; only dead or cancelled jobs can be retried")
-            at = self._now()
-            self._move(row, "ready")  # DuplicateJob when a live job holds the key
-            row.attempt, row.run_at, row.finished_at = 0, at, None
-            self._record(row.id, at, 0, "requeued", None)
-            return self._view(row, full=True)
-
-    def job_stats(self) -> dict[str, dict[str, int]]:
-        """``job_stats``: every row counted once, under its queue and state."""
-        stats: dict[str, dict[str, int]] = {}
-        with self._lock:
-            for row in self._jobs.values():
-                bucket = stats.setdefault(row.queue, {})
-                bucket[row.state] = bucket.get(row.state, 0) + 1
-        return stats
-
-    def queue_counts(self) -> dict[str, dict[str, int]]:
-        """``queue_counts``: like ``job_stats`` but only the states the hot indexes hold."""
-        return {queue: kept for queue, counts in self.job_stats().items()
-                if (kept := {s: n for s, n in counts.items() if s in COUNTED_STATES})}
-
-    def queue_summary(self) -> dict[str, QueueSummary]:
-        """``queue_summary``: ready-now depth and oldest ready-now ``run_at`` per queue."""
-        with self._lock:
-            at = self._now()
-            oldest: dict[str, tuple[int, float]] = {}
-            for row in self._jobs.values():
-                if row.state == "ready" and row.run_at <= at:
-                    depth, first = oldest.get(row.queue, (0, row.run_at))
-                    oldest[row.queue] = (depth + 1, min(first, row.run_at))
-        return {q: QueueSummary(depth=n, oldest_ready_ms=ts(at - first))
-                for q, (n, first) in oldest.items()}

@@ -43,6 +43,9 @@ class Row:
     last_error: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    crashes: int = 0
+    dedupe_window_ms: float | None = None
+    progress: dict | None = None
 
     @property
     def namespace(self) -> tuple[str, str, str]:

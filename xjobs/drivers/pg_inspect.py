@@ -11,8 +11,9 @@ from typing import Any, Sequence
 
 from psycopg import errors as pg_errors
 
-from ..errors import DuplicateJob, JobNotFound, NotCancellable, NotRetryable
-from .base import JobView, ListFilter, QueueSummary, check_row_limit
+from ..errors import DuplicateJob, InvalidOption, JobNotFound, NotCancellable, NotRetryable
+from .base import (JobView, ListFilter, QueueControl, QueueSummary, check_filter, check_row_limit,
+                   is_bigint)
 
 
 def _view(row: Sequence[Any], payload: Any = None, history: tuple = ()) -> JobView:
@@ -20,17 +21,71 @@ def _view(row: Sequence[Any], payload: Any = None, history: tuple = ()) -> JobVi
                    max_attempts=row[5], tenant=row[6], idempotency_key=row[7], priority=row[8],
                    run_at=row[9], last_error=row[10], created_at=row[11], finished_at=row[12],
                    enqueued_by=row[13], claimed_by=row[14], lease_expires_at=row[15],
-                   payload=payload, history=history)
+                   crashes=row[16], progress=row[17], payload=payload, history=history)
 
+
+def _filters(where: ListFilter) -> dict[str, Any]:
+    return {"queue": where.queue, "name": where.name, "state": where.state, "tenant": where.tenant,
+            "since": where.since_ms, "until": where.until_ms, "error": where.error}
 
 
 class InspectMixin:
     def job_list(self, where: ListFilter) -> list[JobView]:
-        limit = check_row_limit(where.limit)
+        where = check_filter(where)
+        params = {**_filters(where), "limit": where.limit}
+        if where.after_id is not None:
+            statement, params["after"] = "job_list_after", where.after_id
+        else:
+            statement, params["before"] = "job_list", where.before_id
         with self._cursor() as cur:
-            cur.execute(self._sql["job_list"], {"queue": where.queue, "name": where.name,
-                                                "state": where.state, "limit": limit})
+            cur.execute(self._sql[statement], params)
             return [_view(r) for r in cur.fetchall()]
+
+    def job_requeue_batch(self, where: ListFilter, after_id: int, limit: int,
+                          reason: str | None) -> list[tuple[int, str | None]]:
+        """One batch of a bulk retry: every picked id, with its queue when it was requeued
+        (None: its key is held by a live job, so it stays as it is)."""
+        params = self._batch_params(where, after_id, limit)
+        try:
+            with self._cursor() as cur:
+                cur.execute(self._sql["job_requeue_batch"], {**params, "reason": reason})
+                picked = [(r[0], r[1]) for r in cur.fetchall()]
+                self._wake(cur, [(i, q, "ready") for i, q in picked if q is not None])
+        except pg_errors.UniqueViolation:
+            # an enqueue took one of these keys between the check and the update
+            raise DuplicateJob("a live job took a key of this batch meanwhile; run the verb again") from None
+        return picked
+
+    def job_cancel_batch(self, where: ListFilter, after_id: int, limit: int, reason: str) -> list[int]:
+        params = self._batch_params(where, after_id, limit)
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_cancel_batch"], {**params, "reason": reason})
+            return [r[0] for r in cur.fetchall()]
+
+    def job_count(self, where: ListFilter, states: Sequence[str]) -> int:
+        where = check_filter(where)
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_count_matching"], {**_filters(where), "states": list(states)})
+            return cur.fetchone()[0]
+
+    def _batch_params(self, where: ListFilter, after_id: int, limit: int) -> dict[str, Any]:
+        where = check_filter(where)
+        if not is_bigint(after_id):
+            raise InvalidOption("after", f"must be a job id, got {after_id!r}")
+        return {**self._now(), **_filters(where), "after": after_id,
+                "limit": check_row_limit(limit, "batch")}
+
+    def queue_pause(self, queue: str, paused: bool, by: str | None = None) -> None:
+        with self._cursor() as cur:
+            cur.execute(self._sql["queue_set_paused"], {**self._now(), "queue": queue,
+                                                        "paused": bool(paused), "by": by})
+            if not paused:   # idle workers of the queue claim at once, not at their next poll
+                self._wake(cur, [(0, queue, "ready")])
+
+    def queue_control(self) -> list[QueueControl]:
+        with self._cursor() as cur:
+            cur.execute(self._sql["queue_control"])
+            return [QueueControl(*row) for row in cur.fetchall()]
 
     def job_get(self, job_id: int) -> JobView:
         with self._cursor() as cur:
@@ -41,7 +96,7 @@ class InspectMixin:
             cur.execute(self._sql["job_history"], {"id": job_id})
             history = tuple({"at": h[0], "attempt": h[1], "outcome": h[2], "error": h[3]}
                             for h in cur.fetchall())
-        return _view(row, payload=row[16], history=history)
+        return _view(row, payload=row[18], history=history)
 
     def job_dead(self, limit: int = 50) -> list[JobView]:
         return self.job_list(ListFilter(state="dead", limit=limit))

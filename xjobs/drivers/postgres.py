@@ -35,8 +35,8 @@ from psycopg_pool import ConnectionPool
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import LeaseLost, XJobsError
 from ..options import duration_ms, finite_count, finite_option
-from .base import (ClaimedJob, Enqueued, Lease, Nack, NewJob, check_claim, check_new_jobs,
-                   check_row_limit, is_bigint)
+from .base import (ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress, Released, check_claim,
+                   check_new_jobs, check_row_limit, is_bigint)
 from .pg_inspect import InspectMixin
 from .pg_install import install
 from .sql import check_schema_name, notify_channel, statements
@@ -174,7 +174,7 @@ class PostgresDriver(InspectMixin):
                 rows = orjson.dumps([{
                     "n": j.name, "q": j.queue, "p": orjson.Fragment(j.payload), "k": j.idempotency_key,
                     "t": j.tenant, "e": j.enqueued_by, "pr": j.priority, "m": j.max_attempts,
-                    "r": j.run_at_ms, "d": j.delay_ms} for j in batch])
+                    "r": j.run_at_ms, "d": j.delay_ms, "w": j.dedupe_window_ms} for j in batch])
                 cur.execute(self._sql["job_enqueue"], {**self._now(), "rows": rows.decode()})
                 inserted = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
                 # an input whose namespace went in answers that row; a second input with the
@@ -190,15 +190,17 @@ class PostgresDriver(InspectMixin):
                     return results  # type: ignore[return-value]
                 wanted = sorted({spaces[i] for i in missing})
                 keys = orjson.dumps([{"n": n, "t": t, "k": k} for n, t, k in wanted]).decode()
-                cur.execute(self._sql["job_find_live"], {"keys": keys})
-                live = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
+                cur.execute(self._sql["job_find_holder"], {**self._now(), "keys": keys})
+                live: dict[tuple[str, str, str], int] = {}
+                for r in cur.fetchall():   # live holders come first: keep the first per namespace
+                    live.setdefault((r[1], r[2], r[3]), r[0])
                 # rows inserted by this very call count as live holders too
                 live.update((spaces[i], r.id) for i, r in enumerate(results) if r is not None and not r.deduped)
                 pending = []
                 for i in missing:
                     if spaces[i] in live:
                         results[i] = Enqueued(live[spaces[i]], True)
-                    else:  # the live duplicate finished between the insert and the lookup
+                    else:  # the holder finished (or its window closed) between insert and lookup
                         pending.append(i)
         raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
 
@@ -214,10 +216,22 @@ class PostgresDriver(InspectMixin):
             name, params["queue"] = "job_claim_one", queues[0]
         else:
             name, params["queues"] = "job_claim_many", queues
+        return self._claimed(name, params)
+
+    def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
+                        waited_ms: float = 0.0) -> list[ClaimedJob]:
+        [queue], _, lease_ms = check_claim([queue], 1, lease_ms)
+        waited = duration_ms(waited_ms, "claim.waited")
+        return self._claimed("job_claim_alone", {
+            **self._now(), "queue": queue, "token": secrets.randbits(63), "worker": worker_id,
+            "lease": lease_ms, "wait": waited})
+
+    def _claimed(self, statement: str, params: dict[str, Any]) -> list[ClaimedJob]:
         with self._cursor() as cur:
-            cur.execute(self._sql[name], params)
+            cur.execute(self._sql[statement], params)
             rows = cur.fetchall()
         rows.sort()
+        token = params["token"]
         return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token) for r in rows]
 
     def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
@@ -276,13 +290,14 @@ class PostgresDriver(InspectMixin):
         if queues:
             cur.execute(self._sql["queue_notify"], {"channel": self.channel, "queues": queues})
 
-    def job_release_worker(self, worker_id: str, counts_as_attempt: bool = True) -> int:
+    def job_release_worker(self, worker_id: str, *, crashed: bool = True,
+                           how: str = "died") -> list[Released]:
         with self._cursor() as cur:
             cur.execute(self._sql["job_release_worker"], {**self._now(), "worker": worker_id,
-                                                          "counts": bool(counts_as_attempt)})
-            released = cur.fetchall()
-            self._wake(cur, released)
-            return len(released)
+                                                          "crashed": bool(crashed), "how": how})
+            released = [Released(*row) for row in cur.fetchall()]
+            self._wake(cur, [(r.id, r.queue, r.state) for r in released])
+            return released
 
     def session_count(self, application_name: str) -> int:
         """Open sessions announcing ``application_name`` (a child's identity) in this database."""
@@ -290,15 +305,24 @@ class PostgresDriver(InspectMixin):
             cur.execute(self._sql["session_count"], {"application_name": application_name})
             return cur.fetchone()[0]
 
-    def job_prune(self, completed_before_ms: float, finished_before_ms: float, limit: int = 1000) -> int:
+    def job_prune(self, completed_for_ms: float, finished_for_ms: float, limit: int = 1000) -> int:
         limit = check_row_limit(limit, "prune.limit")
-        completed_before = finite_option(completed_before_ms, "prune.completed_before", minimum=-math.inf)
-        finished_before = finite_option(finished_before_ms, "prune.finished_before", minimum=-math.inf)
+        completed_for = duration_ms(completed_for_ms, "prune.completed_for")
+        finished_for = duration_ms(finished_for_ms, "prune.finished_for")
         with self._cursor() as cur:
-            cur.execute(self._sql["job_prune"], {"completed_before": completed_before,
-                                                 "finished_before": finished_before,
-                                                 "limit": limit})
+            cur.execute(self._sql["job_prune"], {**self._now(), "completed_for": completed_for,
+                                                 "finished_for": finished_for, "limit": limit})
             return cur.fetchone()[0]
+
+    def job_progress_many(self, reports: Sequence[Progress]) -> set[int]:
+        reports = [r for r in reports if _matchable([r.lease])]
+        if not reports:
+            return set()
+        rows = orjson.dumps([{"id": r.lease.job_id, "token": r.lease.token, "p": r.as_json()}
+                             for r in reports]).decode()
+        with self._cursor() as cur:
+            cur.execute(self._sql["job_progress_many"], {"rows": rows})
+            return {r[0] for r in cur.fetchall()}
 
     @contextlib.contextmanager
     def job_transaction(self, lease: Lease) -> Iterator[psycopg.Connection]:

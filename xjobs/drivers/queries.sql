@@ -8,36 +8,51 @@
 
 -- name: job_enqueue
 -- the batch arrives as ONE json document (payloads embedded as they were encoded), which the
--- server unpacks in C: far cheaper than binding nine arrays element by element
+-- server unpacks in C: far cheaper than binding nine arrays element by element. A job that
+-- declares a dedupe window (w, ms) is not inserted while a completed job of its namespace is
+-- inside that job's window: one lookup in jobs_dedupe_idx, made only for such jobs
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
-                           priority, max_attempts, run_at, created_at)
+                           priority, max_attempts, run_at, created_at, dedupe_window)
 -- run_at: the absolute time r when one is given, else now plus the delay d
 select u.n, u.q, 'ready', u.p, u.k, u.t, u.e, u.pr, u.m,
-       coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now}
+       coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now},
+       u.w * interval '1 millisecond'
 from jsonb_to_recordset(%(rows)s::jsonb)
-     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, r float8, d float8)
+     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, r float8, d float8, w float8)
+where u.w is null or not exists (
+    select 1 from {schema}.jobs c
+    where c.state = 'completed' and c.dedupe_window is not null
+      and c.name = u.n and coalesce(c.tenant, '') = coalesce(u.t, '') and c.idempotency_key = u.k
+      and c.finished_at + c.dedupe_window > {now})
 on conflict (name, (coalesce(tenant, '')), idempotency_key)
     where state in ('ready', 'running', 'suspended') do nothing
 returning id, name, coalesce(tenant, '') as tenant, idempotency_key
 
--- name: job_find_live
+-- name: job_find_holder
+-- who holds each namespace: the live job, else a completed one still inside its dedupe
+-- window (the newest); live holders first, so the caller keeps the first row per namespace
 select j.id, j.name, coalesce(j.tenant, '') as tenant, j.idempotency_key
 from {schema}.jobs j
 join jsonb_to_recordset(%(keys)s::jsonb) as u(n text, t text, k text)
   on j.name = u.n and coalesce(j.tenant, '') = u.t and j.idempotency_key = u.k
 where j.state in ('ready', 'running', 'suspended')
+   or (j.state = 'completed' and j.dedupe_window is not null
+       and j.finished_at + j.dedupe_window > {now})
+order by j.state = 'completed', j.id desc
 
 -- name: job_claim_one
+-- suspects (crashes > 0) are left to job_claim_alone; a paused queue is claimed by nobody
 with picked as (
     select id from {schema}.jobs
-    where state = 'ready' and queue = %(queue)s and run_at <= {now}
+    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0
+      and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
     order by priority, run_at, id
     limit %(limit)s
     for update skip locked
 )
 update {schema}.jobs j
 set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
-    claimed_by = %(worker)s, started_at = {now},
+    claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 from picked where j.id = picked.id
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
@@ -47,14 +62,35 @@ returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
 -- claims one queue per statement with job_claim_one and this serves multi-queue callers
 with picked as (
     select id from {schema}.jobs
-    where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= {now}
+    where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= {now} and crashes = 0
+      and queue not in (select p.name from {schema}.queues p where p.paused)
     order by priority, run_at, id
     limit %(limit)s
     for update skip locked
 )
 update {schema}.jobs j
 set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
-    claimed_by = %(worker)s, started_at = {now},
+    claimed_by = %(worker)s, started_at = {now}, progress = null,
+    lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
+from picked where j.id = picked.id
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
+
+-- name: job_claim_alone
+-- one suspect of a queue, for a worker that will run it with nothing beside it; a busy
+-- worker asks only for suspects that have waited %(wait)s ms (an idle one would have taken
+-- them sooner), so suspects go to idle workers first
+with picked as (
+    select id from {schema}.jobs
+    where state = 'ready' and queue = %(queue)s and crashes > 0
+      and run_at <= {now} - %(wait)s * interval '1 millisecond'
+      and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
+    order by priority, run_at, id
+    limit 1
+    for update skip locked
+)
+update {schema}.jobs j
+set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
+    claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 from picked where j.id = picked.id
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
@@ -68,6 +104,7 @@ where j.id = a.id and j.lease_token = a.token and j.state = 'running'
 returning j.id
 
 -- name: job_nack
+-- a run that ended on its own (counts) cleared any suspicion of crashing its process
 with settled as (
     update {schema}.jobs
     set state = case when %(dead)s then 'dead' when %(park)s then 'suspended' else 'ready' end,
@@ -75,6 +112,7 @@ with settled as (
         run_at = case when %(dead)s then run_at else {now} + %(delay)s * interval '1 millisecond' end,
         finished_at = case when %(dead)s then {now} end,
         last_error = coalesce(%(error)s::text, last_error),
+        crashes = case when %(counts)s then 0 else crashes end,
         lease_token = null, lease_expires_at = null
     where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
     returning id, attempt
@@ -94,61 +132,107 @@ where j.id = a.id and j.lease_token = a.token and j.state = 'running'
 returning j.id
 
 -- name: job_rescue_lapsed
--- the attempt that lapsed is written to the history like any other, in the same statement
+-- A lapsed job is charged its attempt only when it was its holder's ONLY running job: one
+-- that lapsed beside others (their process died with all of them) gets the attempt back and
+-- becomes a suspect, run alone next, like a crash the supervisor saw (job_release_worker).
+-- The attempt that lapsed is written to the history like any other, in the same statement.
 with lapsed as (
-    select id from {schema}.jobs
+    select id, claimed_by from {schema}.jobs
     where state = 'running' and lease_expires_at < {now}
     order by lease_expires_at, id
     limit %(limit)s
     for update skip locked
+), company as (
+    select r.claimed_by, count(*) as running
+    from {schema}.jobs r
+    where r.state = 'running' and r.claimed_by in (select claimed_by from lapsed)
+    group by r.claimed_by
+), judged as (
+    select l.id, coalesce(c.running, 1) = 1 as alone
+    from lapsed l left join company c on c.claimed_by = l.claimed_by
 ), rescued as (
     update {schema}.jobs j
-    set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+    set state = case when judged.alone and j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+        attempt = case when judged.alone then j.attempt else greatest(j.attempt - 1, 0) end,
+        crashes = case when judged.alone then j.crashes else j.crashes + 1 end,
         run_at = {now},
-        finished_at = case when j.attempt >= j.max_attempts then {now} end,
-        last_error = case when j.attempt >= j.max_attempts
-                          then 'dead: lease expired on the last attempt, held by ' || coalesce(j.claimed_by, '?')
-                          else 'lease expired, held by ' || coalesce(j.claimed_by, '?') end,
+        finished_at = case when judged.alone and j.attempt >= j.max_attempts then {now} end,
+        last_error = case
+            when judged.alone and j.attempt >= j.max_attempts
+                then 'dead: lease expired on the last attempt, held by ' || coalesce(j.claimed_by, '?')
+            when judged.alone then 'lease expired, held by ' || coalesce(j.claimed_by, '?')
+            else 'lease expired beside other jobs of ' || coalesce(j.claimed_by, '?')
+                 || '; attempt not counted, runs alone next' end,
         lease_token = null, lease_expires_at = null
-    from lapsed where j.id = lapsed.id
-    returning j.id, j.attempt, j.state, j.last_error, j.queue
+    from judged where j.id = judged.id
+    returning j.id, j.attempt, j.state, j.last_error, j.queue, judged.alone
 ), logged as (
     insert into {schema}.job_history (job_id, at, attempt, outcome, error)
-    select rescued.id, {now}, rescued.attempt,
-           case when rescued.state = 'dead' then 'dead' else 'lapsed' end, rescued.last_error
+    select rescued.id, {now}, case when rescued.alone then rescued.attempt else rescued.attempt + 1 end,
+           case when rescued.state = 'dead' then 'dead' when rescued.alone then 'lapsed'
+                else 'quarantined' end,
+           rescued.last_error
     from rescued
 )
 -- the queues answered here are woken with queue_notify
 select rescued.id, rescued.queue, rescued.state from rescued
 
 -- name: job_release_worker
--- a worker process that died: its running jobs go back now, fenced on its identity. A crash
--- counts the attempt (the job may be what killed it) and dead-letters on the last one; a
--- process its supervisor stopped (counts false) gives the attempt back, like a drain
-with released as (
+-- A worker process that died: its running jobs go back now, fenced on its identity.
+-- * it crashed (%(crashed)s) holding ONE job: that job is the suspect and its attempt counts
+--   (dead on the last one, with a verdict that says it crashed its process);
+-- * it crashed holding several: nobody can tell which one did it, so each gets its attempt
+--   back and becomes a suspect (crashes + 1), which workers run alone: a poison job is then
+--   caught alone and charged, its innocent neighbours never are;
+-- * its supervisor stopped it (not crashed): the attempt is given back, like a drain.
+-- %(how)s says how it ended ("killed by SIGKILL", "exited with code 1").
+with held as (
+    select id from {schema}.jobs
+    where state = 'running' and claimed_by = %(worker)s
+    for update
+), verdict as (
+    select count(*) as running from held
+), released as (
     update {schema}.jobs j
-    set state = case when %(counts)s and j.attempt >= j.max_attempts then 'dead' else 'ready' end,
-        attempt = case when %(counts)s then j.attempt else greatest(j.attempt - 1, 0) end,
+    set state = case when %(crashed)s and v.running = 1 and j.attempt >= j.max_attempts
+                     then 'dead' else 'ready' end,
+        attempt = case when %(crashed)s and v.running = 1 then j.attempt
+                       else greatest(j.attempt - 1, 0) end,
+        crashes = case when %(crashed)s then j.crashes + 1 else j.crashes end,
         run_at = {now},
-        finished_at = case when %(counts)s and j.attempt >= j.max_attempts then {now} end,
-        last_error = case when %(counts)s and j.attempt >= j.max_attempts
-                          then 'dead: worker died on the last attempt, ' || %(worker)s
-                          when %(counts)s then 'worker died, ' || %(worker)s
-                          else 'worker stopped by its supervisor, attempt not counted, ' || %(worker)s end,
+        finished_at = case when %(crashed)s and v.running = 1 and j.attempt >= j.max_attempts
+                           then {now} end,
+        last_error = case
+            when not %(crashed)s
+                then 'worker stopped by its supervisor, attempt not counted, ' || %(worker)s
+            when v.running = 1 and j.attempt >= j.max_attempts
+                then 'dead: crashed its worker process on the last attempt (' || %(how)s || ', '
+                     || %(worker)s || ')'
+            when v.running = 1
+                then 'crashed its worker process (' || %(how)s || ', ' || %(worker)s
+                     || '); attempt counted, runs alone next'
+            else 'worker process crashed (' || %(how)s || ', ' || %(worker)s || ') running '
+                 || v.running || ' jobs; attempt not counted, runs alone next' end,
         lease_token = null, lease_expires_at = null
-    where j.state = 'running' and j.claimed_by = %(worker)s
-    returning j.id, j.attempt, j.state, j.last_error, j.queue
+    from held, verdict v
+    where j.id = held.id
+    returning j.id, j.name, j.queue, j.attempt, j.state, j.last_error,
+              %(crashed)s and v.running = 1 as charged
 ), logged as (
     insert into {schema}.job_history (job_id, at, attempt, outcome, error)
     select released.id, {now},
-           case when %(counts)s then released.attempt else released.attempt + 1 end,
-           case when released.state = 'dead' then 'dead' when %(counts)s then 'lapsed'
-                else 'interrupted' end,
+           case when released.charged then released.attempt else released.attempt + 1 end,
+           case when released.state = 'dead' then 'dead' when released.charged then 'crashed'
+                when %(crashed)s then 'quarantined' else 'interrupted' end,
            released.last_error
     from released
 )
 -- the queues answered here are woken with queue_notify
-select released.id, released.queue, released.state from released
+select released.id, released.name, released.queue, released.state,
+       case when released.state = 'dead' then 'dead' when released.charged then 'crashed'
+            when %(crashed)s then 'quarantined' else 'interrupted' end
+from released
+order by released.id
 
 -- name: job_wake_due
 with due as (
@@ -163,10 +247,14 @@ from due where j.id = due.id
 returning j.id, j.queue, j.state
 
 -- name: job_prune
+-- the cutoffs are taken on {now}, the database's clock: a worker whose clock runs days ahead
+-- must not delete rows that are still inside their retention window
 with doomed as (
     select id from {schema}.jobs
-    where (state = 'completed' and finished_at < to_timestamp(%(completed_before)s / 1000.0))
-       or (state in ('dead', 'cancelled') and finished_at < to_timestamp(%(finished_before)s / 1000.0))
+    where (state = 'completed'
+           and finished_at < {now} - %(completed_for)s * interval '1 millisecond')
+       or (state in ('dead', 'cancelled')
+           and finished_at < {now} - %(finished_for)s * interval '1 millisecond')
     order by finished_at, id
     limit %(limit)s
     for update skip locked
@@ -178,22 +266,47 @@ with doomed as (
 select count(*) from gone
 
 -- name: job_list
+-- operator filters, newest first; the time range reads when a job finished, or was created
+-- if it has not; %(before)s pages backwards by id (keyset: no offset over millions of rows)
 select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, priority,
        extract(epoch from run_at)::float8 * 1000, last_error,
        extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
-       enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000
+       enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress
 from {schema}.jobs
 where (%(queue)s::text is null or queue = %(queue)s::text)
   and (%(name)s::text is null or name = %(name)s::text)
   and (%(state)s::text is null or state = %(state)s::text)
+  and (%(tenant)s::text is null or tenant = %(tenant)s::text)
+  and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
+  and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
+  and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
+  and (%(before)s::int8 is null or id < %(before)s::int8)
 order by id desc
+limit %(limit)s
+
+-- name: job_list_after
+-- the same filters, oldest first after id %(after)s: what xjobsd jobs ls --follow prints next
+select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, priority,
+       extract(epoch from run_at)::float8 * 1000, last_error,
+       extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
+       enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress
+from {schema}.jobs
+where (%(queue)s::text is null or queue = %(queue)s::text)
+  and (%(name)s::text is null or name = %(name)s::text)
+  and (%(state)s::text is null or state = %(state)s::text)
+  and (%(tenant)s::text is null or tenant = %(tenant)s::text)
+  and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
+  and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
+  and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
+  and id > %(after)s::int8
+order by id
 limit %(limit)s
 
 -- name: job_get
 select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, priority,
        extract(epoch from run_at)::float8 * 1000, last_error,
        extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
-       enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, payload
+       enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress, payload
 from {schema}.jobs
 where id = %(id)s
 
@@ -228,13 +341,111 @@ select requeued.id, {now}, 0, 'requeued', null::text
 from requeued
 returning job_id
 
+-- name: job_requeue_batch
+-- one bounded batch of a bulk retry, after id %(after)s in id order: dead or cancelled jobs
+-- matching the filters go back to ready; a job whose key a live job (or another job of this
+-- batch) now holds is skipped. Answers every picked id, with whether it was requeued
+with picked as (
+    select id, name, coalesce(tenant, '') as space, idempotency_key
+    from {schema}.jobs
+    where state in ('dead', 'cancelled') and id > %(after)s::int8 and (%(queue)s::text is null or queue = %(queue)s::text)
+  and (%(name)s::text is null or name = %(name)s::text)
+  and (%(state)s::text is null or state = %(state)s::text)
+  and (%(tenant)s::text is null or tenant = %(tenant)s::text)
+  and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
+  and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
+  and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
+    order by id
+    limit %(limit)s
+    for update skip locked
+), chosen as (
+    select distinct on (p.name, p.space, p.idempotency_key) p.id
+    from picked p
+    where not exists (
+        select 1 from {schema}.jobs l
+        where l.state in ('ready', 'running', 'suspended') and l.name = p.name
+          and coalesce(l.tenant, '') = p.space and l.idempotency_key = p.idempotency_key)
+    order by p.name, p.space, p.idempotency_key, p.id desc
+), requeued as (
+    update {schema}.jobs j
+    set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
+    from chosen where j.id = chosen.id
+    returning j.id, j.queue
+), logged as (
+    insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+    select requeued.id, {now}, 0, 'requeued', %(reason)s::text from requeued
+)
+select p.id, r.queue
+from picked p left join requeued r on r.id = p.id
+order by p.id
+
+-- name: job_cancel_batch
+-- one bounded batch of a bulk cancel, after id %(after)s: live jobs matching the filters
+with picked as (
+    select id from {schema}.jobs
+    where state in ('ready', 'running', 'suspended') and id > %(after)s::int8 and (%(queue)s::text is null or queue = %(queue)s::text)
+  and (%(name)s::text is null or name = %(name)s::text)
+  and (%(state)s::text is null or state = %(state)s::text)
+  and (%(tenant)s::text is null or tenant = %(tenant)s::text)
+  and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
+  and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
+  and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
+    order by id
+    limit %(limit)s
+    for update skip locked
+), cancelled as (
+    update {schema}.jobs j
+    set state = 'cancelled', finished_at = {now}, last_error = %(reason)s::text,
+        lease_token = null, lease_expires_at = null
+    from picked where j.id = picked.id
+    returning j.id, j.attempt
+), logged as (
+    insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+    select cancelled.id, {now}, cancelled.attempt, 'cancelled', %(reason)s::text from cancelled
+)
+select cancelled.id from cancelled order by cancelled.id
+
+-- name: job_count_matching
+-- what a bulk verb would touch (--dry-run): jobs in %(states)s matching the filters
+select count(*)
+from {schema}.jobs
+where state = any(%(states)s::text[]) and (%(queue)s::text is null or queue = %(queue)s::text)
+  and (%(name)s::text is null or name = %(name)s::text)
+  and (%(state)s::text is null or state = %(state)s::text)
+  and (%(tenant)s::text is null or tenant = %(tenant)s::text)
+  and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
+  and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
+  and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
+
+-- name: job_progress_many
+-- the latest progress of running jobs, fenced like a heartbeat: a run that lost its job
+-- writes nothing
+update {schema}.jobs j
+set progress = u.p
+from jsonb_to_recordset(%(rows)s::jsonb) as u(id int8, token int8, p jsonb)
+where j.id = u.id and j.lease_token = u.token and j.state = 'running'
+returning j.id
+
+-- name: queue_set_paused
+insert into {schema}.queues (name, paused, changed_at, changed_by)
+values (%(queue)s, %(paused)s, {now}, %(by)s)
+on conflict (name) do update
+    set paused = excluded.paused, changed_at = excluded.changed_at, changed_by = excluded.changed_by
+returning name
+
+-- name: queue_control
+select name, paused, extract(epoch from changed_at)::float8 * 1000, changed_by
+from {schema}.queues
+order by name
+
 -- name: job_stats
 select queue, state, count(*)
 from {schema}.jobs
 group by queue, state
 
 -- name: queue_counts
--- per state so each count reads its own partial index and the finished bulk is never scanned
+-- per state so each count reads its own partial index and the finished bulk is never scanned;
+-- 'quarantined' counts the ready suspects waiting to run alone (jobs_alone_idx)
 select queue, 'ready', count(*) from {schema}.jobs where state = 'ready' group by queue
 union all
 select queue, 'running', count(*) from {schema}.jobs where state = 'running' group by queue
@@ -242,6 +453,8 @@ union all
 select queue, 'suspended', count(*) from {schema}.jobs where state = 'suspended' group by queue
 union all
 select queue, 'dead', count(*) from {schema}.jobs where state = 'dead' group by queue
+union all
+select queue, 'quarantined', count(*) from {schema}.jobs where state = 'ready' and crashes > 0 group by queue
 
 -- name: queue_summary
 -- the age is taken on the same clock as run_at, so a skewed worker reports it truly

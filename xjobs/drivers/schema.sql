@@ -63,6 +63,34 @@ create index if not exists job_history_job_idx on {schema}.job_history (job_id);
 -- them in the order they were written.
 alter table {schema}.job_history add column if not exists seq bigint generated always as identity;
 
+-- Version 2 ------------------------------------------------------------------------------------
+
+-- How many worker-process crashes caught this job running. A job with crashes > 0 is a
+-- suspect: it is claimed only by a worker that runs it ALONE, so a job that kills its process
+-- takes no neighbour down with it, and a crash of a process running one job alone is that
+-- job's own (its attempt counts). Cleared once a run ends on its own (returns or raises).
+alter table {schema}.jobs add column if not exists crashes integer not null default 0;
+create index if not exists jobs_alone_idx on {schema}.jobs (queue, priority, run_at, id)
+    where state = 'ready' and crashes > 0;
+
+-- job(dedupe_window=...): how long a completed job keeps its idempotency key. Only rows of
+-- jobs that declare a window enter this index, so the lookup costs "live only" jobs nothing.
+alter table {schema}.jobs add column if not exists dedupe_window interval;
+create index if not exists jobs_dedupe_idx
+    on {schema}.jobs (name, (coalesce(tenant, '')), idempotency_key)
+    where state = 'completed' and dedupe_window is not null;
+
+-- ctx.progress(done, total, note): the latest report of a running job, as JSON.
+alter table {schema}.jobs add column if not exists progress jsonb;
+
+-- Queue control, fleet-wide: a paused queue is claimed by no worker anywhere.
+create table if not exists {schema}.queues (
+    name       text primary key,
+    paused     boolean     not null default false,
+    changed_at timestamptz not null,
+    changed_by text
+);
+
 -- Enqueue wakes idle workers of the queue at once instead of at their next poll.
 create or replace function {schema}.notify_ready() returns trigger language plpgsql as $fn$
 begin

@@ -295,18 +295,34 @@ class Arbiter(Supervision, Reshape, Draining):
             elif kind == "error":
                 self.database_up = False
             elif kind == "released":
-                _, identity, queue, count = result
+                _, identity, queue, released = result
                 self.database_up = True
-                if count:
-                    self.tally.add(("released", queue or ""), count)
-                    log.info("handed back %d running job(s) of %s (queue %s)", count, identity, queue)
-                    if self.state != "running":
-                        self._released_in_drain += count
+                if released:
+                    self._on_released(identity, queue, released)
             elif kind == "abandoned":
                 log.warning("sessions of %s outlived the lease window; its jobs are left to the lease",
                             result[1])
         if self.probe.reachable is not None:
             self.database_up = self.probe.reachable
+
+    def _on_released(self, identity: str, queue: str | None, released: list) -> None:
+        """Count what a dead child's hand-back did; a crash's verdicts are logged per job."""
+        self.tally.add(("released", queue or ""), len(released))
+        outcomes: dict[str, int] = {}
+        for job in released:
+            outcomes[job.outcome] = outcomes.get(job.outcome, 0) + 1
+            if job.outcome == "dead":
+                self.tally.add(("jobs", job.queue, job.name, "dead"))
+            elif job.outcome == "quarantined":
+                self.tally.add(("quarantined", job.queue))
+            if job.outcome in ("dead", "crashed"):
+                log.warning("job %s#%s crashed its worker process %s alone%s", job.name, job.id,
+                            identity, "; dead-lettered on its last attempt" if job.outcome == "dead"
+                            else "; attempt counted")
+        summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items()))
+        log.info("handed back %d running job(s) of %s (queue %s): %s", len(released), identity, queue, summary)
+        if self.state != "running":
+            self._released_in_drain += len(released)
 
     def _publish(self, now: float) -> None:
         if now < self._next_publish and self.state == "running":

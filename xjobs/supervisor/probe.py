@@ -10,9 +10,10 @@ Two jobs share it:
   (``job_release_worker``, fenced on the dead child's identity) instead of waiting a lease
   window; but only after ``session_count(identity)`` is 0, so no statement of the dead child
   is still running on the server when its jobs change hands. A hand-back that cannot happen
-  before the lease would have lapsed anyway is given up: the lease is the safety net. The
-  attempt is counted only for a child that crashed; one the supervisor killed or retired
-  gives it back (``counts_as_attempt=False``: back to ready, never dead-lettered).
+  before the lease would have lapsed anyway is given up: the lease is the safety net. For a
+  child that CRASHED, a job running alone is charged its attempt (and dead-lettered on its
+  last, with a verdict naming the crash) while jobs running together become suspects that run
+  alone next; a child the supervisor retired gives every attempt back.
 
   ``session_count`` sees the driver's own sessions (named by the identity) and every other
   libpq connection the child opened without naming itself: the child sets ``PGAPPNAME`` to
@@ -55,7 +56,8 @@ class _Release:
     identity: str
     queue: str | None
     give_up_at: float
-    counts_as_attempt: bool = True
+    crashed: bool = True
+    how: str = "died"
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,8 @@ class DatabaseProbe:
         self._thread.start()
 
     def request_release(self, identity: str, queue: str | None, within_s: float, *,
-                        counts_as_attempt: bool = True) -> None:
-        self._releases.append(_Release(identity, queue, time.monotonic() + within_s, counts_as_attempt))
+                        crashed: bool = True, how: str = "died") -> None:
+        self._releases.append(_Release(identity, queue, time.monotonic() + within_s, crashed, how))
         self._event.set()
 
     def refresh(self) -> None:
@@ -111,7 +113,7 @@ class DatabaseProbe:
 
     def results(self) -> list[tuple]:
         """What finished since the last call: ``("summary", Summary)``, ``("released",
-        identity, queue, count)``, ``("abandoned", identity, queue)``, ``("error", text)``."""
+        identity, queue, [Released, ...])``, ``("abandoned", identity, queue)``, ``("error", text)``."""
         out = []
         while self._results:
             out.append(self._results.popleft())
@@ -193,9 +195,9 @@ class DatabaseProbe:
                     self._releases.remove(item)
                     self._emit("abandoned", item.identity, item.queue)
                 continue   # its backend is still finishing a statement: next round
-            count = driver.job_release_worker(item.identity, counts_as_attempt=item.counts_as_attempt)
+            released = driver.job_release_worker(item.identity, crashed=item.crashed, how=item.how)
             self._releases.remove(item)
-            self._emit("released", item.identity, item.queue, count)
+            self._emit("released", item.identity, item.queue, released)
 
     def _statistics(self, driver: Any) -> None:
         summary = driver.queue_summary()
@@ -223,7 +225,7 @@ class _NullProbe:
     def start(self) -> None: ...
     def stop(self, timeout_s: float = 0) -> None: ...
     def request_release(self, identity: str, queue: str | None, within_s: float, *,
-                        counts_as_attempt: bool = True) -> None: ...
+                        crashed: bool = True, how: str = "died") -> None: ...
     def refresh(self) -> None: ...
     def flush_releases(self, timeout_s: float) -> None: ...
     def results(self) -> list: return []

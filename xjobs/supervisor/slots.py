@@ -64,6 +64,7 @@ class Child:
     interrupted: bool = False         # whether that request also stopped its running jobs
     kill_at: float | None = None      # SIGKILL if still alive then
     killed: str | None = None         # why the supervisor killed it
+    at_fault: bool = False            # killed for its own failing (silence), not by decision
     close_sent: bool = False
     error: str | None = None          # what the child said when it stopped
     exit_code: int | None = None
@@ -86,10 +87,10 @@ class Child:
         where = f" queue={self.queue}" if self.queue is not None else ""
         return f"{self.role}{where} #{self.slot.index} (pid {self.pid})"
 
-    def kill(self, why: str) -> None:
+    def kill(self, why: str, *, at_fault: bool = False) -> None:
         # exitcode polls waitpid: once reaped (here or by multiprocess) the pid may be reused
         if self.exit_code is None and self.killed is None and self.proc.exitcode is None:
-            self.killed = why
+            self.killed, self.at_fault = why, at_fault
             try:
                 os.kill(self.pid, 9)
             except ProcessLookupError:
@@ -103,7 +104,8 @@ class Slot:
     child: Child | None = None
     successor: Child | None = None
     want_replace: str | None = None   # a reason, while a successor should be started
-    failures: int = 0                 # consecutive unexpected exits
+    failures: int = 0                 # fruitless exits in a row (see backoff.py)
+    exits: list[float] = field(default_factory=list)   # times of recent unexpected exits
     restarts: int = 0
     next_start: float = 0.0
     crash_loop: bool = False

@@ -14,10 +14,12 @@ runs on the loop thread.
 * retire: ``accept(deadline)`` and a SIGKILL date of deadline + grace; its exit is expected.
   A drain retires with ``interrupt`` (running jobs see ``ctx.signal``); a recycle, reload or
   scale-down does not (running jobs go on until the close deadline).
-* reap: an unexpected exit restarts the slot with backoff; any worker's exit asks the probe to
-  hand its running jobs back once its database sessions are gone. The attempt counts only
-  when the child died on its own (a crash); a child the supervisor killed or retired gives
-  its jobs back with the attempt returned.
+* reap: an unexpected exit restarts the slot (at once if the child had done work, else with
+  backoff: ``backoff.py``); any worker's exit asks the probe to hand its running jobs back
+  once its database sessions are gone. A CRASH (it died on its own, or went silent and was
+  killed) charges the attempt of a job that was running alone, and makes suspects of jobs
+  that were running together (they run alone next: ``drivers/base.py``); a child the
+  supervisor retired, or killed at a drain deadline, gives every job its attempt back.
 * watch: a child silent past its window, or never ready, is killed (and so restarted). The
   window is at least one lease: a child silent for less still holds valid leases.
 * messages: every field a message carries is checked (``messages.py``); a bad one closes that
@@ -250,12 +252,14 @@ class Supervision:
                 pass
             self._close_channel(child)
         self.tally.forget(child.identity)
+        how = _describe_exit(code, child.killed)
         if child.role == "worker":
-            # only a death the supervisor did not cause is the job's fault: a crash counts the
-            # attempt; a kill or a retirement (second signal, deadline, silence) gives it back
-            crashed = child.killed is None and child.retiring is None
+            # a death the supervisor did not decide on may be a job's doing: a crash, or a
+            # process gone silent (a body holding the GIL or deadlocked); a retirement, a
+            # second stop signal or a drain deadline gives every attempt back
+            crashed = child.retiring is None and (child.killed is None or child.at_fault)
             self.probe.request_release(child.identity, child.queue, self.settings.lease_ms / 1000.0,
-                                       counts_as_attempt=crashed)
+                                       crashed=crashed, how=how)
         slot = child.slot
         if child in self.retired:
             self.retired.remove(child)
@@ -265,25 +269,26 @@ class Supervision:
                 slot.want_replace = None
         elif slot.successor is child:
             slot.successor = None
-        how = _describe_exit(code, child.killed)
         if child.retiring is not None or self.state != "running":
             log.info("%s exited %s (%s)", child.title, how, child.retiring or self.state)
             return
         uptime = now - child.started_at
         backoff = self.options.backoff
-        # a child that never got ready, or died soon after, is failing; one that served a
-        # while died of something else and starts again at once
+        # a child that did work died of something outside it (or of one job, which is dealt
+        # with per job): start it again at once; one that never got ready or did nothing is
+        # failing as such and backs off
         served = now - child.ready_at if child.ready_at is not None else 0.0
-        slot.failures = backoff.failures_after(slot.failures, served)
+        slot.failures = backoff.failures_after(slot.failures, served, did_work=_did_work(child.stats))
         slot.restarts += 1
+        slot.exits = [t for t in slot.exits if now - t < backoff.crash_window_s][-100:] + [now]
         self.tally.add(("restarts", child.role))
         delay = backoff.delay(slot.failures)
         slot.next_start = now + delay
         slot.last_exit = how + (f": {child.error}" if child.error else "")
-        crash_loop = backoff.in_crash_loop(slot.failures)
+        crash_loop = backoff.in_crash_loop(slot.failures, len(slot.exits))
         if crash_loop and not slot.crash_loop:
-            log.error("%s is in a crash loop: %d exits in a row, the last %s; retrying every %.0fs at most",
-                      slot.label, slot.failures, slot.last_exit, backoff.cap_s)
+            log.error("%s is in a crash loop: %d unexpected exit(s) in %.0fs, the last %s",
+                      slot.label, len(slot.exits), backoff.crash_window_s, slot.last_exit)
         slot.crash_loop = crash_loop
         log.warning("%s exited unexpectedly %s after %.1fs; restarting in %.2fs",
                     child.title, slot.last_exit, uptime, delay)
@@ -310,7 +315,7 @@ class Supervision:
             window = self.silence_window_s()
             if silent > window:
                 log.error("%s silent for %.1fs; killing it", child.title, silent)
-                child.kill(f"silent for {silent:.1f}s")
+                child.kill(f"silent for {silent:.1f}s", at_fault=True)
                 continue
             if silent > window / 2 and now - child.pinged_at > 1.0:
                 child.pinged_at = now
@@ -327,9 +332,11 @@ class Supervision:
     def _check_health(self, child: Child, now: float) -> None:
         slot, opts = child.slot, self.options
         if slot.failures and child.ready_at is not None and now - child.ready_at >= opts.backoff.stable_s:
-            if slot.crash_loop:
-                log.info("%s is stable again", slot.label)
-            slot.failures, slot.crash_loop = 0, False
+            slot.failures = 0
+        if slot.crash_loop and not slot.failures and (
+                not slot.exits or now - slot.exits[-1] >= opts.backoff.crash_window_s):
+            log.info("%s is stable again", slot.label)
+            slot.crash_loop, slot.exits = False, []
         if child.role != "worker" or slot.want_replace or slot.child is not child:
             return
         if opts.recycle_jobs is not None and child.stats.get("claimed", 0) >= opts.recycle_jobs:
@@ -339,6 +346,12 @@ class Supervision:
             rss = report.rss_bytes(child.pid)
             if rss is not None and rss > opts.recycle_rss_bytes:
                 slot.want_replace = f"recycled at {rss // (1024 * 1024)} MiB resident"
+
+
+def _did_work(stats: dict) -> bool:
+    """Whether a child settled anything before it died (its last reported counters)."""
+    return any(isinstance(stats.get(k), (int, float)) and stats[k] > 0
+               for k in ("completed", "retried", "dead", "cancelled"))
 
 
 def _describe_exit(code: int, killed: str | None) -> str:

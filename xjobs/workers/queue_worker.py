@@ -15,6 +15,15 @@ One pass (``run_once``), all on the loop thread:
    so a slow queue only ever fills its own slots and never starves another;
 5. sweep lapsed leases and due suspensions, and prune old finished rows, on their timers.
 
+Suspects (jobs that were running when a worker process crashed, see ``drivers/base.py``) run
+ALONE: on the poll timer the worker asks for one (an idle worker at once, a busy one only for
+a suspect that waited two polls), claims nothing else while it holds it, starts it once its
+other runs are done, and looks for the next suspect as soon as it settles. A crash while it
+runs is then the suspect's own, and charges its attempt only.
+
+A lease watch thread (``leases.py``) aborts the signal of any run whose lease window closed,
+even while this loop is blocked in a database call.
+
 The claim timer re-arms on the pass, not on the jobs: a pass that found a full batch asks
 again at once, one that found less waits for a notification or the poll interval.
 """
@@ -27,22 +36,24 @@ import select
 import socket
 import uuid
 from collections import deque
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..context import DRAINED
+from ..drivers.base import ClaimedJob, Nack
 from ..errors import ConcurrencyUnenforceable, InvalidOption
 from ..options import finite_count, plain_name
 from ..registry import Registry
 from ..retry import DEFAULT_RETRY
 from .execute import Executor, Run
-from .leases import LeaseMixin
+from .leases import LeaseMixin, LeaseWatch
 from .settle import SettleMixin
 from .stats import WorkerStats
 
 log = logging.getLogger("xjobs.worker")
 _PRUNE_EVERY_MS = 60_000.0
+_PROGRESS_EVERY_MS = 1_000.0   # progress reports are written at most this often, in one batch
 _SWEEP_LIMIT = 1000
 
 
@@ -61,7 +72,8 @@ class QueueWorker(SettleMixin, LeaseMixin):
 
     def __init__(self, *, driver: Any, registry: Registry, queue: str | None = None,
                  concurrency: int = 16, queues: Mapping[str, int] | None = None,
-                 settings: Settings | None = None, identity: str | None = None) -> None:
+                 settings: Settings | None = None, identity: str | None = None,
+                 clock: Callable[[], float] = monotonic_ms) -> None:
         if queues is None:
             if queue is None:
                 raise InvalidOption("queue", "a worker needs a queue or a queues mapping")
@@ -76,6 +88,7 @@ class QueueWorker(SettleMixin, LeaseMixin):
         self.registry = registry
         self.settings = settings or Settings()
         self.identity = identity or new_identity()
+        self.clock = clock            # the loop's clock: every now_ms handed to run_once reads it
         self.stats_ = WorkerStats()
         self.state = "new"
         self.accepting = False
@@ -88,6 +101,11 @@ class QueueWorker(SettleMixin, LeaseMixin):
         self._poked = False
         self._more: set[str] = set()
         self._next_poll = self._next_heartbeat = self._next_rescue = self._next_prune = 0.0
+        self._next_progress = 0.0
+        self._alone: Run | None = None     # a suspect reserved or running with nothing beside it
+        self._alone_started = False
+        self._alone_due = False            # look for the next suspect now, not at the next poll
+        self._watch: LeaseWatch | None = None
         self._executor: Executor | None = None
         self._listener: Any = None
         self._handles: dict[str, Any] = {}
@@ -113,6 +131,8 @@ class QueueWorker(SettleMixin, LeaseMixin):
         self._executor = Executor(sum(self.slots.values()), self._body_done, name=f"xjobs-{next(iter(self.slots))}")
         if hasattr(self.driver, "job_listen"):
             self._listener = self.driver.job_listen()
+        self._watch = LeaseWatch(self._renewable, self.settings.lease_ms, self.clock, self._executor.cancel)
+        self._watch.start()
         self.accepting = True
         self.state = "accepting"
 
@@ -155,7 +175,7 @@ class QueueWorker(SettleMixin, LeaseMixin):
             return
         self.accepting = False
         self.state = "closing"
-        clock = now or monotonic_ms
+        clock = now or self.clock
         try:
             while self.in_flight() > 0:
                 current = clock()
@@ -173,6 +193,8 @@ class QueueWorker(SettleMixin, LeaseMixin):
             self.state = "stopped"
 
     def _close_resources(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
         if self._executor is not None:
             self._executor.shutdown()
         if self._listener is not None:
@@ -192,9 +214,14 @@ class QueueWorker(SettleMixin, LeaseMixin):
         self._settle(now_ms)
         self._expire(now_ms)
         if now_ms >= self._next_heartbeat:
+            self._check_windows(now_ms)   # asked before the renewal and after it
             self._heartbeat(now_ms)
             self._next_heartbeat = now_ms + self.settings.heartbeat_ms
         self._check_windows(now_ms)
+        if now_ms >= self._next_progress:
+            self._next_progress = now_ms + _PROGRESS_EVERY_MS
+            self._write_progress()
+        self._run_alone(now_ms)
         if self.accepting:
             self._claim(now_ms, notified)
         if now_ms >= self._next_rescue:
@@ -203,7 +230,10 @@ class QueueWorker(SettleMixin, LeaseMixin):
         return self._sleep_ms(now_ms)
 
     def _sleep_ms(self, now_ms: float) -> float:
-        if self._done or (self.accepting and any(self.busy[q] < self.slots[q] for q in self._more)):
+        if self._done or (self.accepting and self._alone is None
+                          and any(self.busy[q] < self.slots[q] for q in self._more)):
+            return 0.0
+        if self._alone_due and self.accepting:
             return 0.0
         due = [self._next_heartbeat, self._next_rescue]
         if self.accepting:
@@ -238,9 +268,14 @@ class QueueWorker(SettleMixin, LeaseMixin):
         poll_due = now_ms >= self._next_poll
         if poll_due:
             self._next_poll = now_ms + self.settings.poll_ms
+        if self._alone is not None:
+            return   # a suspect runs with nothing beside it, or waits to
         queues = list(self.slots)
         self._rotation = (self._rotation + 1) % len(queues)
-        for queue in queues[self._rotation:] + queues[:self._rotation]:
+        order = queues[self._rotation:] + queues[:self._rotation]
+        if (poll_due or self._alone_due) and self._reserve_alone(now_ms, order):
+            return
+        for queue in order:
             free = self.slots[queue] - self.busy[queue]
             if free <= 0 or not (poll_due or queue in notified or queue in self._more):
                 continue
@@ -259,7 +294,52 @@ class QueueWorker(SettleMixin, LeaseMixin):
             if runs:
                 self._executor.submit_many(runs)
 
-    def _start(self, job: Any, now_ms: float) -> Run | None:
+    # -- suspects, run alone ---------------------------------------------------------------------
+
+    def _reserve_alone(self, now_ms: float, queues: list[str]) -> bool:
+        """Claim one suspect; answers whether one is now held. An idle worker takes any; a
+        busy one only a suspect that has waited two polls (no idle worker came for it)."""
+        self._alone_due = False
+        waited = 0.0 if self.in_flight() == 0 else 2.0 * self.settings.poll_ms
+        for queue in queues:
+            try:
+                jobs = self.driver.job_claim_alone(queue, self.settings.lease_ms, self.identity, waited)
+            except Exception as exc:
+                log.warning("worker %s: claiming a suspect on %r failed: %s", self.identity, queue, exc)
+                continue
+            if jobs:
+                self.stats_.bump("claimed")
+                run = self._start(jobs[0], now_ms)
+                if run is not None:
+                    run.deadline_ms = None   # its timeout starts when its body does
+                    self._alone, self._alone_started = run, False
+                    log.info("worker %s: running %s#%s alone (its last run was caught in a crash)",
+                             self.identity, run.job.name, run.job.id)
+                    return True
+        return False
+
+    def _run_alone(self, now_ms: float) -> None:
+        """Start the reserved suspect once nothing else runs; give it back if the worker
+        stopped accepting first, or forget it if its lease was lost while it waited."""
+        run = self._alone
+        if run is None or self._alone_started:
+            return
+        if run.settled:                       # lost before it ever started
+            self.busy[run.job.queue] -= 1
+            self._alone = None
+        elif not self.accepting:
+            self.busy[run.job.queue] -= 1
+            self._alone = None
+            self._finish(run, now_ms)
+            self._write_nack(run, self._given_back(run, "the worker stopped before running it alone"), now_ms)
+        elif self.in_flight() == 1:
+            run.started_ms = run.renewed_ms = now_ms
+            timeout = run.handle.timeout_ms
+            run.deadline_ms = None if timeout is None else now_ms + timeout
+            self._alone_started = True
+            self._executor.submit_many([run])
+
+    def _start(self, job: ClaimedJob, now_ms: float) -> Run | None:
         """Hold the job and answer its run, or settle it at once when nothing here can run it."""
         stale = self.held.get(job.id)
         if stale is not None:  # cancelled and retried, or rescued, and handed to us again
@@ -279,9 +359,10 @@ class QueueWorker(SettleMixin, LeaseMixin):
             self.driver.job_rescue(_SWEEP_LIMIT)
             if now_ms >= self._next_prune:
                 self._next_prune = now_ms + _PRUNE_EVERY_MS
-                wall = self.driver.clock.now_ms()
-                self.driver.job_prune(wall - self.settings.retention_completed_ms,
-                                      wall - self.settings.retention_finished_ms, _SWEEP_LIMIT)
+                # retention is measured by the driver on the database's clock: this machine's
+                # wall clock may run days ahead
+                self.driver.job_prune(self.settings.retention_completed_ms,
+                                      self.settings.retention_finished_ms, _SWEEP_LIMIT)
         except Exception as exc:
             log.warning("worker %s: maintenance sweep failed: %s", self.identity, exc)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..context import TIMED_OUT
+from ..context import LEASE_LOST, TIMED_OUT
 from ..drivers.base import Nack
 from ..errors import JobTimeout
 from .execute import Settlement, settlement_for
@@ -31,6 +31,8 @@ class SettleMixin:
         while done:
             run, error = done.popleft()
             self.busy[run.job.queue] -= 1
+            if run is self._alone:   # the suspect ran alone and is over: look for the next one now
+                self._alone, self._alone_due = None, True
             if run.settled:
                 continue  # a timeout or a lost lease already decided this run
             try:
@@ -45,6 +47,10 @@ class SettleMixin:
                 nacks.append((run, outcome))
             elif outcome.outcome is not None:
                 self.stats_.outcome(run.job.name, outcome.outcome, run.seconds(now_ms))
+            elif run.code_at_return == LEASE_LOST:   # the lease watch stopped it before the loop could
+                self.stats_.bump("lease_lost")
+                log.warning("worker %s: lost the lease on %s#%s: %s", self.identity, run.job.name,
+                            run.job.id, run.signal.reason)
         if acks:
             self._write_acks(acks, now_ms)
         for run, outcome in nacks:
@@ -78,6 +84,26 @@ class SettleMixin:
                 log.warning("job %s#%s dead: %s", run.job.name, run.job.id, outcome.nack.error)
         else:
             self.stats_.bump("lease_lost")
+
+    def _given_back(self, run: "Run", why: str) -> Settlement:
+        """Back to ready now, the attempt not counted: the job did not fail, this worker let go."""
+        return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, why, 0.0,
+                                                   counts_as_attempt=False, outcome="interrupted"))
+
+    def _write_progress(self) -> None:
+        """Write the runs' latest ``ctx.progress()`` reports in one statement, fenced on their
+        leases; a report that fails to land is kept for the next round."""
+        reports = [(run, report) for run in self.held.values()
+                   if not run.settled and (report := run.ctx.pending_progress()) is not None]
+        if not reports:
+            return
+        try:
+            self.driver.job_progress_many([report for _, report in reports])
+        except Exception as exc:
+            log.warning("worker %s: writing progress failed: %s", self.identity, exc)
+            return
+        for run, report in reports:
+            run.ctx.progress_written(report)
 
     def _finish(self, run: "Run", now_ms: float) -> None:
         run.settled = True

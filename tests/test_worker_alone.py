@@ -1,0 +1,120 @@
+"""The worker's side of crash quarantine and lease keeping, on both drivers: suspects run with
+nothing beside them, and a lease window closes on time even while the loop is stuck."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import xjobs
+from xjobs.context import LEASE_LOST
+from xjobs.drivers.memory import MemoryDriver
+from xjobs.workers.host import InProcessHost
+
+from .test_worker import declare, enqueue
+from .worker_helpers import Pacer, make_worker
+
+
+@pytest.fixture
+def registry() -> xjobs.Registry:
+    return xjobs.Registry()
+
+
+def test_suspects_run_alone_and_everything_completes(driver, registry, clock):
+    lock = threading.Lock()
+    running: set[int] = set()
+    overlaps: list[tuple[int, frozenset[int]]] = []
+
+    def body(ctx, i):
+        with lock:
+            running.add(ctx.job_id)
+            company = frozenset(running)
+        if i["suspect"] and len(company) > 1:
+            overlaps.append((ctx.job_id, company))
+        time.sleep(0.02)
+        with lock:
+            running.discard(ctx.job_id)
+    handle = declare(registry, body, name="work")
+    suspects = enqueue(handle, driver, *({"n": n, "suspect": True} for n in range(3)))
+    driver.job_claim(["q"], 3, 30_000, "dead-worker")
+    assert {r.outcome for r in driver.job_release_worker("dead-worker", how="killed by SIGKILL")} == {"quarantined"}
+    normal = enqueue(handle, driver, *({"n": n, "suspect": False} for n in range(3, 9)))
+    pacer = Pacer(make_worker(driver, registry, concurrency=4))
+    pacer.until(lambda: pacer.totals()["completed"] == 9, advance_ms=50)
+    assert overlaps == []                                     # no suspect ever had company
+    for job_id in suspects + normal:
+        view = driver.job_get(job_id)
+        assert (view.state, view.crashes) == ("completed", 1 if job_id in suspects else 0)
+    assert driver.job_get(suspects[0]).attempt == 1            # the crash gave its attempt back
+
+
+def test_a_busy_worker_reserves_a_suspect_that_waited_and_gives_it_back_if_it_stops(driver, registry, clock):
+    release = threading.Event()
+    handle = declare(registry, lambda ctx, i: release.wait(10), name="block")
+    [busy] = enqueue(handle, driver, {"n": 0})
+    worker = make_worker(driver, registry, concurrency=2, poll_ms=50)
+    pacer = Pacer(worker)
+    pacer.until(lambda: driver.job_get(busy).state == "running")
+    suspects = enqueue(handle, driver, {"n": 1}, {"n": 2})     # caught in some other worker's crash
+    driver.job_claim(["q"], 2, 30_000, "dead")
+    driver.job_release_worker("dead")
+    pacer.pass_(advance_ms=60)
+    assert worker._alone is None                                # busy: it leaves fresh suspects to idle workers
+    clock.advance(200)                                          # ... for two polls
+    pacer.until(lambda: worker._alone is not None, advance_ms=60)
+    reserved = worker._alone.job.id
+    assert reserved == suspects[0] and driver.job_get(reserved).state == "running"
+    assert not worker._alone_started                            # it waits for the busy run to end
+    assert driver.job_get(suspects[1]).state == "ready"         # and claims nothing more meanwhile
+    worker.stop_accepting("test", interrupt=False)
+    pacer.pass_()
+    view = driver.job_get(reserved)
+    assert (view.state, view.attempt, view.crashes) == ("ready", 0, 1)   # given back, still a suspect
+    release.set()
+    worker.close()
+    assert driver.job_get(busy).state == "completed"
+
+
+class StallingDriver(MemoryDriver):
+    """A memory driver whose lease renewals hang while ``stall`` is set: the loop thread is
+    stuck in a database call, as in a network stall."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stall = threading.Event()
+        self.released = threading.Event()
+
+    def job_heartbeat_many(self, leases, lease_ms):
+        if self.stall.is_set():
+            self.released.wait(30)
+        return super().job_heartbeat_many(leases, lease_ms)
+
+
+def test_a_lease_window_closes_on_time_while_the_loop_is_stuck(registry):
+    driver = StallingDriver()
+    seen: list[str | None] = []
+    started = threading.Event()
+
+    def long(ctx, i):
+        started.set()
+        ctx.signal.wait(20)
+        seen.append(ctx.signal.code)
+    handle = declare(registry, long, name="long")
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    worker = make_worker(driver, registry, heartbeat_ms=100, lease_ms=600, poll_ms=50)
+    host = InProcessHost(worker).start()
+    try:
+        assert started.wait(10)
+        driver.stall.set()                          # the next renewal hangs the loop thread
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen == [LEASE_LOST]                 # told while the loop was still stuck
+        assert not driver.released.is_set()
+    finally:
+        driver.released.set()
+        host.stop(deadline_s=5)
+    assert worker.stats()["lease_lost"] == 1
+    assert driver.job_get(job_id).state == "running"   # it wrote nothing: the lease is left to lapse
