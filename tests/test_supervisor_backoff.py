@@ -38,6 +38,23 @@ def test_a_stable_run_resets_the_count_and_crash_loops_are_named():
     assert b.failures_after(5, uptime_s=60.0) == 1
     assert b.failures_after(2, uptime_s=0.5) == 3
     assert not b.in_crash_loop(2) and b.in_crash_loop(3)
+    assert not b.in_crash_loop(0, recent_exits=2) and b.in_crash_loop(0, recent_exits=3)
+
+
+@given(st.integers(1, 500), st.floats(0.0, 1.0))
+def test_a_child_that_had_got_ready_is_back_within_the_cap(deaths, rand):
+    b = Backoff(base_s=0.1, after_ready_cap_s=1.0)
+    wait = b.after_ready(deaths, rand)
+    assert 0.05 - 1e-9 <= wait <= 1.0 + 1e-9
+    assert b.after_ready(1, 1.0) <= 0.1               # a single outside kill: back at once
+
+
+def test_the_restart_curve_is_the_retry_curve():
+    from xjobs.retry import Retry
+    b = Backoff(base_s=0.2, cap_s=5.0)
+    policy = Retry(attempts=100, delay=200, max_delay=5000, jitter=True)
+    for n in (1, 2, 5, 40):
+        assert b.delay(n, 0.3) == policy.delay_after(n, lambda: 0.3) / 1000.0
 
 
 @pytest.mark.parametrize("kwargs", [{"base_s": math.nan}, {"cap_s": math.inf}, {"base_s": -1.0},

@@ -104,7 +104,7 @@ class Slot:
     child: Child | None = None
     successor: Child | None = None
     want_replace: str | None = None   # a reason, while a successor should be started
-    failures: int = 0                 # fruitless exits in a row (see backoff.py)
+    failures: int = 0                 # failed starts in a row (see backoff.py)
     exits: list[float] = field(default_factory=list)   # times of recent unexpected exits
     restarts: int = 0
     next_start: float = 0.0

@@ -14,8 +14,8 @@ runs on the loop thread.
 * retire: ``accept(deadline)`` and a SIGKILL date of deadline + grace; its exit is expected.
   A drain retires with ``interrupt`` (running jobs see ``ctx.signal``); a recycle, reload or
   scale-down does not (running jobs go on until the close deadline).
-* reap: an unexpected exit restarts the slot (at once if the child had done work, else with
-  backoff: ``backoff.py``); any worker's exit asks the probe to hand its running jobs back
+* reap: an unexpected exit restarts the slot (within a second if the child had got ready,
+  else with a growing backoff: ``backoff.py``); any worker's exit asks the probe to hand its running jobs back
   once its database sessions are gone. A CRASH (it died on its own, or went silent and was
   killed) charges the attempt of a job that was running alone, and makes suspects of jobs
   that were running together (they run alone next: ``drivers/base.py``); a child the
@@ -259,7 +259,7 @@ class Supervision:
             # second stop signal or a drain deadline gives every attempt back
             crashed = child.retiring is None and (child.killed is None or child.at_fault)
             self.probe.request_release(child.identity, child.queue, self.settings.lease_ms / 1000.0,
-                                       crashed=crashed, how=how)
+                                       crashed=crashed, how=("killed " if code < 0 else "exited ") + how)
         slot = child.slot
         if child in self.retired:
             self.retired.remove(child)
@@ -274,15 +274,18 @@ class Supervision:
             return
         uptime = now - child.started_at
         backoff = self.options.backoff
-        # a child that did work died of something outside it (or of one job, which is dealt
-        # with per job): start it again at once; one that never got ready or did nothing is
-        # failing as such and backs off
-        served = now - child.ready_at if child.ready_at is not None else 0.0
-        slot.failures = backoff.failures_after(slot.failures, served, did_work=_did_work(child.stats))
         slot.restarts += 1
         slot.exits = [t for t in slot.exits if now - t < backoff.crash_window_s][-100:] + [now]
         self.tally.add(("restarts", child.role))
-        delay = backoff.delay(slot.failures)
+        if child.ready_at is None:
+            # it never got ready: it cannot start, and restarting at once would only spin
+            slot.failures = backoff.failures_after(slot.failures, 0.0)
+            delay = backoff.delay(slot.failures)
+        else:
+            # it served and was killed, from outside or by a job (which pays per job): the
+            # queue gets its worker back within a second, sooner for a single death
+            slot.failures = 0
+            delay = backoff.after_ready(sum(1 for t in slot.exits if now - t < backoff.burst_window_s))
         slot.next_start = now + delay
         slot.last_exit = how + (f": {child.error}" if child.error else "")
         crash_loop = backoff.in_crash_loop(slot.failures, len(slot.exits))
@@ -346,12 +349,6 @@ class Supervision:
             rss = report.rss_bytes(child.pid)
             if rss is not None and rss > opts.recycle_rss_bytes:
                 slot.want_replace = f"recycled at {rss // (1024 * 1024)} MiB resident"
-
-
-def _did_work(stats: dict) -> bool:
-    """Whether a child settled anything before it died (its last reported counters)."""
-    return any(isinstance(stats.get(k), (int, float)) and stats[k] > 0
-               for k in ("completed", "retried", "dead", "cancelled"))
 
 
 def _describe_exit(code: int, killed: str | None) -> str:

@@ -315,6 +315,7 @@ class QueueWorker(SettleMixin, LeaseMixin):
                     self._alone, self._alone_started = run, False
                     log.info("worker %s: running %s#%s alone (its last run was caught in a crash)",
                              self.identity, run.job.name, run.job.id)
+                    self._run_alone(now_ms)   # at once when nothing else runs
                     return True
         return False
 

@@ -1,0 +1,62 @@
+"""A job that kills its worker process is dead-lettered within its attempts, with a verdict
+that says so, and never takes the attempts of the jobs that ran beside it."""
+
+from __future__ import annotations
+
+import random
+import signal
+
+import orjson
+import pytest
+
+from tests.daemon_fixtures import daemon_env, wait_for  # noqa: F401 (fixture)
+from xjobs.drivers.base import NewJob
+
+pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
+
+POISON_APP = "tests.apps.poison_app"
+
+
+def _round(env, rng: random.Random, round_no: int) -> tuple[list[int], list[int]]:
+    inputs = [("harmless", {"n": f"{round_no}:{n}", "ms": rng.choice([5, 20, 40])}) for n in range(200)]
+    for n in range(2):
+        inputs.insert(rng.randrange(len(inputs) + 1), ("poison", {"n": f"{round_no}:{n}"}))
+    jobs = [NewJob(name=name, queue="poison", payload=orjson.dumps(data),
+                   idempotency_key=("p:" if name == "poison" else "h:") + data["n"], max_attempts=3)
+            for name, data in inputs]
+    ids = [e.id for e in env.driver.job_enqueue(jobs)]
+    poison = [i for i, (name, _) in zip(ids, inputs) if name == "poison"]
+    return [i for i in ids if i not in poison], poison
+
+
+def test_poison_jobs_die_of_their_own_crashes_and_never_take_a_neighbour(daemon_env):
+    env = daemon_env
+    daemon = env.start("--app", POISON_APP, "--queue", "poison=1x4")
+    daemon.ready()
+    rng = random.Random(1234)
+    for round_no in range(5):
+        harmless, poison = _round(env, rng, round_no)
+        ids = harmless + poison
+        wait_for(lambda: env.one("select count(*) from {schema}.jobs where id = any(%s) "
+                                 "and state not in ('completed', 'dead')", ids) == 0,
+                 90, f"round {round_no} to settle")
+        dead = env.sql("select id, last_error from {schema}.jobs where id = any(%s) and state = 'dead'", ids)
+        assert sorted(i for i, _ in dead) == sorted(poison), (round_no, dead, daemon.output())
+        for _, error in dead:
+            assert error.startswith("dead: crashed its worker process on the last attempt"), error
+        for job_id in poison:   # three runs, each alone in its process, each charged
+            assert env.one("select count(*) from {schema}.effects where job_id = %s", job_id) >= 3
+            outcomes = [o for (o,) in env.sql("select outcome from {schema}.job_history "
+                                              "where job_id = %s order by seq", job_id)]
+            assert outcomes[-3:] == ["crashed", "crashed", "dead"], outcomes
+        charged = env.one("select count(*) from {schema}.jobs where id = any(%s) and attempt > 1", harmless)
+        assert charged == 0, "a harmless job was charged for a neighbour's crash"
+        if round_no == 0:   # a crash loop shows while it happens
+            [child] = daemon.status()["children"]
+            assert child["crash_loop"] and child["restarts"] >= 6, child
+            assert daemon.sample("xjobs_child_crash_loop", role="worker", queue="poison") == 1
+    [child] = daemon.status()["children"]
+    assert child["restarts"] >= 30
+    assert daemon.sample("xjobs_jobs", "xjobs_jobs_total", queue="poison", outcome="dead") == 10
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(20) == 0
