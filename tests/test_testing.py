@@ -306,3 +306,10 @@ def test_run_until_idle_on_a_production_driver_uses_the_server_clock(registry, p
             testing.run_until_idle(driver=driver, registry=registry, with_scheduled=True)
     finally:
         driver.close()
+
+
+def test_run_inline_refuses_an_attempt_no_worker_would_give(registry):
+    handle = declare(registry, lambda ctx, i: None)
+    for attempt in (0, 1.5, float("nan")):
+        with pytest.raises(InvalidOption, match="attempt"):
+            testing.run_inline(handle, {"n": 1}, attempt=attempt)

@@ -59,7 +59,7 @@ from .drivers.jsonb import as_stored
 from .drivers.memory import MemoryDriver
 from .enqueue import build_jobs
 from .errors import InvalidOption, XJobsError
-from .options import finite_option
+from .options import finite_count, finite_option
 from .payload import encode_payload
 from .registry import REGISTRY, JobHandle, Registry
 from .workers.queue_worker import QueueWorker
@@ -107,6 +107,7 @@ def run_inline(handle: JobHandle, input: Any, *, attempt: int = 1, job_id: int =
     ``tenant`` defaults to the job's own ``tenant(input)``. An ``async def`` body runs on a
     fresh event loop (on a helper thread when the caller is itself inside a running loop).
     """
+    attempt = finite_count(attempt, "attempt", minimum=1)
     [new] = build_jobs(handle, [input], max_payload_bytes=config.current_settings().max_payload_bytes)
     payload = orjson.loads(as_stored(new.payload))
     ctx = Ctx(job_id=job_id, attempt=attempt, queue=handle.queue,
