@@ -1,13 +1,23 @@
 """Soak: the daemon at a steady enqueue rate while a random worker child is SIGKILLed every
-few seconds. Prints jobs enqueued, completed, lost (must be 0), run twice, and the p50/p99
-enqueue-to-start latency, from SQL.
+few seconds. Prints jobs enqueued, completed, dead (with their verdicts grouped), lost (must
+be 0), run twice, the backlog, child restarts and the p50/p99/p99.9 enqueue-to-start
+latency, from SQL. Exits 1 when a job was lost or the daemon did not exit cleanly.
 
     python bench/soak.py [--duration 60] [--rate 200] [--kill-every 3] [--dsn ...]
+
+``--kill-every 0`` is the baseline: the same load with no kills, to tell what the kills cost
+from what the load costs.
 
 Every job body records its start in an ``effects`` table before doing anything else, so
 "run twice" counts bodies that started twice (the at-least-once cost of each kill) and the
 latency is the first start (the body's own clock) minus the job's ``created_at`` (the
 server's): run it on the database's machine, or with clocks in sync.
+
+A job is LOST when it is still ready, running or suspended once the queue has had
+``--settle`` seconds after the enqueueing stopped, or when it completed without its body
+ever having started. A dead job is not lost (it is in the dead letters, with its reason),
+but a crash counts as an attempt, so a job killed on each of its attempts dies: the table
+says how many did, and why.
 """
 
 from __future__ import annotations
@@ -52,6 +62,11 @@ def wait_ready(control: str, proc: subprocess.Popen, timeout: float = 30.0) -> d
     raise SystemExit("xjobsd did not become ready")
 
 
+LIVE = "('ready', 'running', 'suspended')"
+# a child's identity (role:host:pid:hex) differs per process; verdicts group without it
+IDENTITY = r"[a-z-]+:[^:\s,]+:[0-9]+:[0-9a-f]{12}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=os.environ.get("XJOBS_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
@@ -60,6 +75,8 @@ def main() -> int:
     parser.add_argument("--kill-every", type=float, default=3.0, help="mean seconds between child kills (3; 0: no kills)")
     parser.add_argument("--job-ms", type=float, default=20.0, help="mean body duration in ms (20)")
     parser.add_argument("--queues", default="soak_a=2x16,soak_b=1x16")
+    parser.add_argument("--settle", type=float, default=120.0,
+                        help="seconds the queue gets to finish after the enqueueing stops (120)")
     parser.add_argument("--keep", action="store_true", help="keep the schema afterwards")
     args = parser.parse_args()
 
@@ -77,7 +94,8 @@ def main() -> int:
                   "--log-level", "WARNING"] + [a for q in args.queues.split(",") for a in ("--queue", q)]
     log = open(workdir / "daemon.log", "wb")
     proc = subprocess.Popen(argv, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
-    kills = 0
+    kills = restarts = 0
+    peak_depth = peak_age_ms = end_depth = 0.0
     try:
         wait_ready(control, proc)
         rng = random.Random(7)
@@ -89,15 +107,18 @@ def main() -> int:
         def killer() -> None:
             # its own clock, jittered, so kills land anywhere in a job's life, not just after an enqueue
             while not stop_killing.wait(args.kill_every * rng.uniform(0.5, 1.5)):
-                workers = [c for c in request(control, "status")["children"]
-                           if c["role"] == "worker" and c["pid"] and c["state"] == "ready"]
+                try:
+                    children = request(control, "status")["children"]
+                except ControlUnavailable:
+                    continue
+                workers = [c for c in children if c["role"] == "worker" and c["pid"] and c["state"] == "ready"]
                 if workers:
                     os.kill(rng.choice(workers)["pid"], signal.SIGKILL)
                     killed.append(1)
         thread = threading.Thread(target=killer, daemon=True)
         if args.kill_every > 0:
             thread.start()
-        tick = 0.1
+        tick, next_sample = 0.1, started
         while (now := time.monotonic()) - started < args.duration:
             due = int((now - started) * args.rate) - n
             if due > 0:
@@ -108,6 +129,12 @@ def main() -> int:
                                         payload=orjson.dumps({"n": n, "ms": rng.expovariate(1 / args.job_ms)})))
                     n += 1
                 driver.job_enqueue(batch)
+            if now >= next_sample:   # the backlog once a second: does it stay flat or grow?
+                next_sample = now + 1.0
+                summary = driver.queue_summary().values()
+                end_depth = sum(q.depth for q in summary)
+                peak_depth = max(peak_depth, end_depth)
+                peak_age_ms = max([peak_age_ms, *(q.oldest_ready_ms for q in summary)])
             time.sleep(max(0.0, tick - (time.monotonic() - now)))
         enqueue_s = time.monotonic() - started
         stop_killing.set()
@@ -115,11 +142,11 @@ def main() -> int:
             thread.join()
         kills = len(killed)
 
-        # let everything finish: a killed child's jobs come back at once (no lease to wait out)
-        end = time.monotonic() + 120
+        # let everything finish: a killed child's jobs come back once its sessions are gone
+        end = time.monotonic() + args.settle
         with psycopg.connect(args.dsn, autocommit=True) as conn:
             while time.monotonic() < end:
-                left = conn.execute(f"select count(*) from {schema}.jobs where state <> 'completed'").fetchone()[0]
+                left = conn.execute(f"select count(*) from {schema}.jobs where state in {LIVE}").fetchone()[0]
                 if left == 0:
                     break
                 time.sleep(0.2)
@@ -135,33 +162,57 @@ def main() -> int:
         log.close()
 
     with psycopg.connect(args.dsn, autocommit=True) as conn:
-        q = lambda sql: conn.execute(sql.replace("{s}", schema)).fetchone()  # noqa: E731
+        q = lambda sql, *p: conn.execute(sql.replace("{s}", schema), p or None).fetchone()  # noqa: E731
         enqueued = q("select count(*) from {s}.jobs")[0]
         completed = q("select count(*) from {s}.jobs where state = 'completed'")[0]
+        dead = q("select count(*) from {s}.jobs where state = 'dead'")[0]
+        live = q(f"select count(*) from {{s}}.jobs where state in {LIVE}")[0]
         twice = q("select count(*) from (select job_id from {s}.effects group by job_id having count(*) > 1) t")[0]
         never = q("select count(*) from {s}.jobs j where not exists (select 1 from {s}.effects e where e.job_id = j.id)")[0]
-        p50, p99, pmax = q("""select percentile_cont(0.5) within group (order by lat),
-                                     percentile_cont(0.99) within group (order by lat), max(lat)
-                              from (select extract(epoch from min(e.at) - j.created_at) * 1000 as lat
-                                    from {s}.jobs j join {s}.effects e on e.job_id = j.id
-                                    group by j.id, j.created_at) t""")
+        hollow = q("select count(*) from {s}.jobs j where state = 'completed' "
+                   "and not exists (select 1 from {s}.effects e where e.job_id = j.id)")[0]
+        p50, p99, p999, pmax = q("""select percentile_cont(0.5) within group (order by lat),
+                                          percentile_cont(0.99) within group (order by lat),
+                                          percentile_cont(0.999) within group (order by lat), max(lat)
+                                   from (select extract(epoch from min(e.at) - j.created_at) * 1000 as lat
+                                         from {s}.jobs j join {s}.effects e on e.job_id = j.id
+                                         group by j.id, j.created_at) t""")
+        verdicts = conn.execute(f"select left(regexp_replace(last_error, %s, '<worker>', 'g'), 160), count(*) "
+                                f"from {schema}.jobs where state = 'dead' group by 1 order by 2 desc, 1 limit 10",
+                                (IDENTITY,)).fetchall()
+        stuck = conn.execute(f"select id, state, attempt, left(coalesce(last_error, ''), 120) from {schema}.jobs "
+                             f"where state in {LIVE} order by id limit 10").fetchall()
         if not args.keep:
             conn.execute(f"drop schema {schema} cascade")
     driver.close()
+    lost = live + hollow
 
+    ms = lambda v: "-" if v is None else f"{v:.1f} ms"  # noqa: E731
     rows = [("duration (enqueueing)", f"{enqueue_s:.1f} s"), ("rate", f"{args.rate:g} jobs/s"),
             ("worker children killed", kills), ("child restarts", restarts),
-            ("jobs enqueued", enqueued), ("jobs completed", completed),
-            ("lost (never completed)", enqueued - completed), ("never started", never),
+            ("jobs enqueued", enqueued), ("jobs completed", completed), ("jobs dead", dead),
+            ("lost (live after settling, or completed unstarted)", lost), ("never started", never),
             ("run twice (at-least-once)", twice),
-            ("enqueue-to-start p50", f"{p50:.1f} ms"), ("enqueue-to-start p99", f"{p99:.1f} ms"),
-            ("enqueue-to-start max", f"{pmax:.1f} ms"), ("settled after enqueueing stopped", f"{settle_s:.1f} s"),
+            ("ready backlog: peak / last (sampled each second)", f"{peak_depth:.0f} / {end_depth:.0f}"),
+            ("oldest ready job, peak", ms(peak_age_ms)),
+            ("enqueue-to-start p50", ms(p50)), ("enqueue-to-start p99", ms(p99)),
+            ("enqueue-to-start p99.9", ms(p999)), ("enqueue-to-start max", ms(pmax)),
+            ("settled after enqueueing stopped", f"{settle_s:.1f} s" + ("" if live == 0 else " (did not settle)")),
             ("daemon exit code", code)]
     width = max(len(k) for k, _ in rows)
-    print(f"\nxjobsd soak ({args.queues}, {args.job_ms:g} ms mean body, kill every {args.kill_every:g} s)")
+    kill = f"kill every {args.kill_every:g} s" if args.kill_every > 0 else "no kills (baseline)"
+    print(f"\nxjobsd soak ({args.queues}, {args.job_ms:g} ms mean body, {kill})")
     for key, value in rows:
         print(f"  {key.ljust(width)}  {value}")
-    return 0 if enqueued == completed and code == 0 else 1
+    if verdicts:
+        print("  dead jobs by verdict:")
+        for verdict, count in verdicts:
+            print(f"    {count:>6}  {verdict}")
+    if stuck:
+        print("  lost jobs (first 10):")
+        for job_id, state, attempt, error in stuck:
+            print(f"    #{job_id} {state} attempt {attempt} {error}")
+    return 0 if lost == 0 and code == 0 else 1
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """Jobs for the daemon tests and the soak benchmark.
 
-Each run records itself in ``<schema>.effects`` (job id, attempt, pid, time) on a per-process
-autocommit connection, BEFORE the body does anything else: a row per start, so "ran exactly
-once" and "ran twice" are questions for SQL. ``XJOBS_DATABASE_URL`` and ``XJOBS_SCHEMA`` say
-where, as they do for the daemon itself.
+Each run records itself in ``<schema>.effects`` (job id, attempt, pid, time) BEFORE the body
+does anything else: a row per start, so "ran exactly once" and "ran twice" are questions for
+SQL. ``XJOBS_DATABASE_URL`` and ``XJOBS_SCHEMA`` say where, as they do for the daemon itself.
+
+The record is one statement on a small per-process pool, and ``effects`` is indexed on
+``job_id``: the soak benchmark runs hundreds of bodies a second, and a record that scanned
+a growing table over one shared connection measured itself, not the queue.
 """
 
 from __future__ import annotations
@@ -13,42 +16,47 @@ import threading
 import time
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from xjobs import job
 
 _lock = threading.Lock()
-_conn: psycopg.Connection | None = None
-_conn_pid = 0
+_pool: ConnectionPool | None = None
+_pool_pid = 0
 
 
 def effects_ddl(schema: str) -> str:
     return (f"create table if not exists {schema}.effects (job_id bigint not null, attempt int not null, "
-            f"pid int not null, name text not null, at timestamptz not null default clock_timestamp())")
+            f"pid int not null, name text not null, at timestamptz not null default clock_timestamp()); "
+            f"create index if not exists effects_job_id_idx on {schema}.effects (job_id)")
 
 
-def _db() -> psycopg.Connection:
-    global _conn, _conn_pid
+def _db() -> ConnectionPool:
+    """This process's pool, opened on first use; a forked child never uses its parent's
+    (nor closes it: that would end the parent's sessions)."""
+    global _pool, _pool_pid
     with _lock:
-        if _conn is None or _conn_pid != os.getpid() or _conn.closed:
-            _conn = psycopg.connect(os.environ["XJOBS_DATABASE_URL"], autocommit=True)
-            _conn_pid = os.getpid()
-        return _conn
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ConnectionPool(os.environ["XJOBS_DATABASE_URL"], min_size=1, max_size=4,
+                                   kwargs={"autocommit": True}, open=True,
+                                   name=f"daemon-app-effects-{os.getpid()}")
+            _pool_pid = os.getpid()
+        return _pool
 
 
 def record(ctx, name: str) -> int:
-    """One row per body start, stamped when the body began (not when the shared connection
-    got round to the insert), so enqueue-to-start latency measures the queue, not this table.
-    Answers how many times this job had started before."""
+    """One row per body start, stamped when the body began (not when a pooled connection got
+    round to the insert), so enqueue-to-start latency measures the queue, not this table.
+    Answers how many times this job had started before: the ``returning`` subquery reads the
+    statement's snapshot, which does not hold the row being inserted."""
     began = time.time()
     schema = os.environ.get("XJOBS_SCHEMA", "xjobs")
-    db = _db()
-    with _lock:
-        earlier = db.execute(f"select count(*) from {schema}.effects where job_id = %s",
-                             (ctx.job_id,)).fetchone()[0]
-        db.execute(f"insert into {schema}.effects (job_id, attempt, pid, name, at) "
-                   f"values (%s, %s, %s, %s, to_timestamp(%s))",
-                   (ctx.job_id, ctx.attempt, os.getpid(), name, began))
-    return earlier
+    with _db().connection() as db:
+        return db.execute(f"insert into {schema}.effects (job_id, attempt, pid, name, at) "
+                          f"values (%(id)s, %(attempt)s, %(pid)s, %(name)s, to_timestamp(%(began)s)) "
+                          f"returning (select count(*) from {schema}.effects where job_id = %(id)s)",
+                          {"id": ctx.job_id, "attempt": ctx.attempt, "pid": os.getpid(), "name": name,
+                           "began": began}).fetchone()[0]
 
 
 @job(queue="alpha", idempotency_key=lambda i: f"a:{i['n']}", tenant="none")
