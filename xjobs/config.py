@@ -219,6 +219,15 @@ def configure(*, dsn: str | None = None, schema: str | None = None, driver: Any 
     return base
 
 
+def swap_driver(driver: Any) -> Any:
+    """Make ``driver`` the process-wide driver and answer the previous one, left open (unlike
+    ``configure``, which closes it): for test helpers that put the application's back."""
+    global _driver
+    with _state_lock:
+        previous, _driver = _driver, driver
+    return previous
+
+
 def current_settings() -> Settings:
     global _settings
     with _state_lock:

@@ -290,20 +290,12 @@ def _listing(views: list[JobView], header: str, most: int = 10) -> str:
 
 # -- the process-wide driver ----------------------------------------------------------------------
 
-def _swap(driver: JobDriver | None) -> JobDriver | None:
-    # not config.configure(): it closes the driver it replaces, and the application's driver
-    # must still be open when it is put back
-    with config._state_lock:
-        previous, config._driver = config._driver, driver
-    return previous
-
-
 @contextlib.contextmanager
 def memory_queue(*, clock: Clock | None = None) -> Iterator[MemoryDriver]:
     """Point ``xjobs`` (enqueue, ``current_driver()``) at a fresh ``MemoryDriver``; yield it."""
     driver = MemoryDriver(clock=clock if clock is not None else ManualClock(SYSTEM_CLOCK.now_ms()))
-    previous = _swap(driver)
+    previous = config.swap_driver(driver)
     try:
         yield driver
     finally:
-        _swap(previous)
+        config.swap_driver(previous)
