@@ -8,6 +8,7 @@ import signal
 import stat
 import subprocess
 
+import orjson
 import pytest
 
 from tests.daemon_fixtures import CLI, daemon_env, wait_for  # noqa: F401 (fixture)
@@ -125,8 +126,12 @@ def test_with_no_database_configured_an_embedded_one_starts_under_dot_xjobs(daem
                 return answer if answer["children"] and answer["children"][0]["state"] == "ready" else None
             wait_for(ready, 60, "the daemon on an embedded database")
             said = log_path.read_text()
-            assert "started an embedded PostgreSQL in" in said
-            assert str(tmp_path / ".xjobs" / "pgdata") in said
+            assert f"database: embedded PostgreSQL in {tmp_path / '.xjobs' / 'pgdata'}" in said
+            assert "queue alpha: 1 process(es) x 2 slot(s); jobs touch_alpha" in said
+            assert "queue beta: NOT SERVED by this daemon; jobs touch_beta" in said
+            assert f"control socket: {control}" in said
+            recorded = orjson.loads((tmp_path / ".xjobs" / "daemon.json").read_bytes())
+            assert (recorded["pid"], recorded["control"]) == (proc.pid, control)
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) == 0
         finally:

@@ -23,7 +23,7 @@ _USAGE_ERRORS = (InvalidOption, UnknownJob, PayloadInvalid, PayloadTooLarge, Ten
 # modules under xjobs.cli, each exposing add_parser(subparsers) that registers its
 # subcommand(s) with a handler(args) -> exit code; ``status`` also registers the other
 # control-socket verbs (drain, reload, scale)
-SUBCOMMAND_MODULES = ("run", "status", "migrate", "enqueue", "jobs")
+SUBCOMMAND_MODULES = ("run", "status", "migrate", "enqueue", "jobs", "queues")
 
 
 class _Parser(argparse.ArgumentParser):

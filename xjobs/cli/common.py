@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import logging
+import os
 import sys
+import traceback
 from datetime import datetime, timezone
 from typing import Any
 
@@ -24,8 +27,20 @@ def add_database_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
-    return load_settings(getattr(args, "config", None), dsn=getattr(args, "dsn", None),
-                         schema=getattr(args, "schema", None), **extra)
+    """Flags, environment and file; with no database configured, the embedded one that
+    ``xjobsd run`` keeps under ``./.xjobs/`` (the daemon's own record of it, or the server
+    started for this command)."""
+    settings = load_settings(getattr(args, "config", None), dsn=getattr(args, "dsn", None),
+                             schema=getattr(args, "schema", None), **extra)
+    if settings.dsn:
+        return settings
+    from ..supervisor.embedded import local_database
+    found = local_database()
+    if found is None:
+        return settings
+    dsn, schema = found
+    explicit_schema = getattr(args, "schema", None) or os.environ.get("XJOBS_SCHEMA")
+    return settings.with_overrides(dsn=dsn, schema=None if explicit_schema else schema)
 
 
 def driver_from(settings: Settings, application_name: str = "xjobs-cli") -> Any:
@@ -47,14 +62,20 @@ def driver_from(settings: Settings, application_name: str = "xjobs-cli") -> Any:
 
 
 def import_apps(modules: list[str] | tuple[str, ...]) -> None:
-    """Import the application's job modules so their ``@job`` declarations register."""
+    """Import the application's job modules so their ``@job`` declarations register.
+
+    A module that fails to import, for whatever reason, is refused in one line naming it and
+    the error (exit 2: systemd's ``RestartPreventExitStatus=2`` then stops restarting what a
+    restart cannot mend); the traceback is logged at debug level."""
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")
     for module in modules:
         try:
             importlib.import_module(module)
-        except ImportError as exc:
-            raise InvalidOption("app", f"cannot import {module!r}: {exc}") from None
+        except Exception as exc:   # SyntaxError, NameError, a failing import-time call...
+            logging.getLogger("xjobs.cli").debug("importing %s failed:\n%s", module,
+                                                 "".join(traceback.format_exception(exc)))
+            raise InvalidOption("app", f"cannot import {module!r}: {type(exc).__name__}: {exc}") from None
 
 
 def iso(ms: float | None) -> str | None:

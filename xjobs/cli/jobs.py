@@ -1,46 +1,69 @@
 """``xjobsd jobs ls|show|cancel|retry|dead|stats``: the operator's view, read from the database.
 
-Each verb is one small handler; ``--json`` prints plain JSON objects with ISO-8601 times.
+Each verb is one small handler over ``xjobs.admin`` (the same functions every surface uses);
+``--json`` prints plain JSON objects with ISO-8601 times.
+
+    xjobsd jobs ls [--queue Q] [--name N] [--state S] [--tenant T] [--since WHEN] [--until WHEN]
+                   [--error-contains TEXT] [--limit N] [--before ID] [--follow]
+    xjobsd jobs retry ID | --all | FILTERS [--dry-run]     dead or cancelled jobs back to ready
+    xjobsd jobs cancel ID | --all | FILTERS [--dry-run]    ready, running or suspended jobs
+
+WHEN is an ISO-8601 time (``2026-12-01T10:00Z``) or an age (``15m``, ``2h``: that long ago).
+The time filters read when a job finished, or when it was created if it has not finished.
+A bulk verb needs a filter or ``--all``, so a slip of the keyboard cannot retry every job.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import sys
 import time
+from dataclasses import replace
+from datetime import datetime
 
 import orjson
 
+from .. import admin
 from ..drivers.base import STATES, ListFilter
 from ..errors import InvalidOption
+from ..options import duration_ms
 from .common import (add_database_flags, driver_from, iso, plain, print_json, print_table,
                      settings_from)
 
 _LIST_COLUMNS = ["id", "name", "queue", "state", "attempt", "tenant", "run_at", "last_error"]
+_FOLLOW_EVERY_S = 1.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("jobs", help="inspect and steer jobs")
+    parser = sub.add_parser("jobs", help="inspect and steer jobs",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=type(parser))
 
     ls = verbs.add_parser("ls", help="list jobs, newest first")
-    ls.add_argument("--queue")
-    ls.add_argument("--name")
-    ls.add_argument("--state", choices=STATES)
+    _filters(ls, STATES)
     ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--before", type=int, metavar="ID", help="the page before this job id")
+    ls.add_argument("--follow", "-f", action="store_true",
+                    help="keep printing new matching jobs as they are enqueued (Ctrl-C ends)")
     ls.set_defaults(handler=list_jobs)
 
-    show = verbs.add_parser("show", help="one job with its history")
+    show = verbs.add_parser("show", help="one job with its history and progress")
     show.add_argument("id", type=int)
     show.set_defaults(handler=show_job)
 
-    cancel = verbs.add_parser("cancel", help="cancel a ready, running or suspended job")
-    cancel.add_argument("id", type=int)
+    cancel = verbs.add_parser("cancel", help="cancel one job, or every live job matching filters")
+    cancel.add_argument("id", type=int, nargs="?")
+    _filters(cancel, admin.LIVE_STATES)
+    _bulk_flags(cancel)
     cancel.add_argument("--reason", default=None)
-    cancel.set_defaults(handler=cancel_job)
+    cancel.set_defaults(handler=cancel_jobs)
 
-    retry = verbs.add_parser("retry", help="put a dead or cancelled job back to ready")
-    retry.add_argument("id", type=int)
-    retry.set_defaults(handler=retry_job)
+    retry = verbs.add_parser("retry", help="put one dead or cancelled job back to ready, or every one matching filters")
+    retry.add_argument("id", type=int, nargs="?")
+    _filters(retry, admin.REQUEUABLE)
+    _bulk_flags(retry)
+    retry.set_defaults(handler=retry_jobs)
 
     dead = verbs.add_parser("dead", help="dead letters, newest first")
     dead.add_argument("--limit", type=int, default=50)
@@ -54,8 +77,52 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         add_database_flags(verb)
 
 
+def _filters(parser: argparse.ArgumentParser, states: tuple[str, ...]) -> None:
+    parser.add_argument("--queue")
+    parser.add_argument("--name")
+    parser.add_argument("--state", choices=states)
+    parser.add_argument("--tenant")
+    parser.add_argument("--since", metavar="WHEN", help="ISO-8601 time or an age like 15m")
+    parser.add_argument("--until", metavar="WHEN", help="ISO-8601 time or an age like 15m")
+    parser.add_argument("--error-contains", metavar="TEXT", help="case-insensitive text of last_error")
+
+
+def _bulk_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--all", action="store_true", help="every job in the verb's states (no filter)")
+    parser.add_argument("--dry-run", action="store_true", help="count what would change, change nothing")
+    parser.add_argument("--batch", type=int, default=admin.DEFAULT_BATCH, help="rows per statement (1000)")
+
+
+def when_ms(text: str | None, option: str) -> float | None:
+    """An ISO-8601 time, or an age (``15m``: fifteen minutes ago), as epoch milliseconds."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return time.time() * 1000.0 - duration_ms(text, option)
+    if moment.tzinfo is None:
+        raise InvalidOption(option, f"give a time zone (e.g. {text}Z or {text}+01:00)")
+    return moment.timestamp() * 1000.0
+
+
+def _where(args: argparse.Namespace, limit: int = 50) -> ListFilter:
+    return ListFilter(queue=args.queue, name=args.name, state=args.state, tenant=args.tenant,
+                      since_ms=when_ms(args.since, "since"), until_ms=when_ms(args.until, "until"),
+                      error=args.error_contains, limit=limit)
+
+
+def _has_filter(args: argparse.Namespace) -> bool:
+    return any(getattr(args, f) is not None
+               for f in ("queue", "name", "state", "tenant", "since", "until", "error_contains"))
+
+
 def _driver(args: argparse.Namespace):
     return driver_from(settings_from(args))
+
+
+def _by() -> str:
+    return f"cli:{getpass.getuser()}"
 
 
 def _short(text: str | None, width: int = 60) -> str | None:
@@ -65,22 +132,55 @@ def _short(text: str | None, width: int = 60) -> str | None:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _rows(views: list) -> list[list]:
+    return [[v.id, v.name, v.queue, v.state, f"{v.attempt}/{v.max_attempts}", v.tenant,
+             iso(v.run_at), _short(v.last_error)] for v in views]
+
+
 def _print_views(views: list, as_json: bool) -> None:
     if as_json:
         print_json(views)
         return
-    rows = [[v.id, v.name, v.queue, v.state, f"{v.attempt}/{v.max_attempts}", v.tenant,
-             iso(v.run_at), _short(v.last_error)] for v in views]
-    print_table(_LIST_COLUMNS, rows)
+    print_table(_LIST_COLUMNS, _rows(views))
 
 
 def list_jobs(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise InvalidOption("limit", "must be at least 0")
-    views = _driver(args).job_list(ListFilter(queue=args.queue, name=args.name, state=args.state,
-                                              limit=args.limit))
-    _print_views(views, args.json)
-    return 0
+    driver = _driver(args)
+    where = _where(args, args.limit)
+    if args.before is not None:
+        where = replace(where, before_id=args.before)
+    views = driver.job_list(where)
+    if not args.follow:
+        _print_views(views, args.json)
+        return 0
+    return _follow(driver, where, list(reversed(views)), args.json)
+
+
+def _emit(views: list, as_json: bool) -> None:
+    """One line per job: a JSON object (``--json``), or the table's columns."""
+    for view, row in zip(views, _rows(views)):
+        if as_json:
+            sys.stdout.write(orjson.dumps(plain(view)).decode() + "\n")
+        else:
+            print("  ".join("" if cell is None else str(cell) for cell in row))
+    sys.stdout.flush()
+
+
+def _follow(driver, where: ListFilter, first: list, as_json: bool) -> int:
+    """Print the newest page oldest first, then every new match as it appears, like tail -f."""
+    _emit(first, as_json)
+    after = max((v.id for v in first), default=0)
+    try:
+        while True:
+            time.sleep(_FOLLOW_EVERY_S)
+            fresh = driver.job_list(replace(where, after_id=after, before_id=None, limit=1000))
+            if fresh:
+                _emit(fresh, as_json)
+                after = fresh[-1].id
+    except KeyboardInterrupt:
+        return 0
 
 
 def dead_jobs(args: argparse.Namespace) -> int:
@@ -94,10 +194,16 @@ def _print_one(view, as_json: bool) -> None:
         return
     data = plain(view)
     history = data.pop("history")
+    progress = data.pop("progress")
     data["payload"] = orjson.dumps(data["payload"]).decode()   # as JSON, the way it was given
     width = max(len(k) for k in data)
     for key, value in data.items():
         print(f"{key.ljust(width)}  {'' if value is None else value}")
+    if progress:
+        total = progress.get("total")
+        done = f"{progress['done']:g}" + (f"/{total:g}" if total is not None else "")
+        note = f"  {progress['note']}" if progress.get("note") else ""
+        print(f"{'progress'.ljust(width)}  {done}{note}  (at {iso(progress.get('at'))})")
     if history:
         print("\nhistory:")
         print_table(["at", "attempt", "outcome", "error"],
@@ -109,15 +215,34 @@ def show_job(args: argparse.Namespace) -> int:
     return 0
 
 
-def cancel_job(args: argparse.Namespace) -> int:
-    reason = args.reason or f"cancelled by an operator at {iso(time.time() * 1000)}"
-    _print_one(_driver(args).job_cancel(args.id, reason), args.json)
+def _bulk(args: argparse.Namespace, one, many) -> int:
+    """One job by id, or a bulk verb over filters (which need a filter or --all)."""
+    if args.id is not None:
+        if _has_filter(args) or args.all:
+            raise InvalidOption("id", "give a job id or filters, not both")
+        _print_one(one(_driver(args), args.id), args.json)
+        return 0
+    if not _has_filter(args) and not args.all:
+        raise InvalidOption("filter", "give a job id, at least one filter, or --all")
+    result = many(_driver(args), _where(args))
+    if args.json:
+        print_json(result)
+    else:
+        print(result.describe())
     return 0
 
 
-def retry_job(args: argparse.Namespace) -> int:
-    _print_one(_driver(args).job_requeue(args.id), args.json)
-    return 0
+def cancel_jobs(args: argparse.Namespace) -> int:
+    reason = args.reason or f"cancelled by an operator ({_by()}) at {iso(time.time() * 1000)}"
+    return _bulk(args, lambda d, job_id: d.job_cancel(job_id, reason),
+                 lambda d, where: admin.cancel_jobs(d, where, by=_by(), reason=args.reason,
+                                                    dry_run=args.dry_run, batch=args.batch))
+
+
+def retry_jobs(args: argparse.Namespace) -> int:
+    return _bulk(args, lambda d, job_id: d.job_requeue(job_id),
+                 lambda d, where: admin.retry_jobs(d, where, by=_by(), dry_run=args.dry_run,
+                                                   batch=args.batch))
 
 
 def job_stats(args: argparse.Namespace) -> int:

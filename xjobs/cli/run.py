@@ -2,12 +2,16 @@
 
     xjobsd run --app myapp.jobs [--queue emails=2x16 ...] [--dsn URL] [--config xjobs.toml]
                [--metrics 127.0.0.1:9464 | --metrics off] [--control PATH] [--drain-deadline 25s]
+               [--strict] [--embedded]
 
 Everything is checked before the first fork, and a refusal exits 2 naming the option: a bad
-number (NaN, inf, negative, fractional counts), a queue no registered job uses, a job that
-declares ``concurrency=`` (no fleet lease store exists to enforce it), a control socket that
-cannot be created, a metrics port in use. Then the schema is installed on a short-lived
-connection, closed before any child is forked.
+number (NaN, inf, negative, fractional counts), a queue no registered job uses, an app module
+that fails to import (one line; the traceback at ``--log-level debug``), a job that declares
+``concurrency=`` (no fleet lease store exists to enforce it), a control socket that cannot be
+created, a metrics port in use, and with ``--strict`` a registered job whose queue no process
+serves (without it, a warning at start and in ``xjobsd status``). Then the schema is
+installed on a short-lived connection, closed before any child is forked, and a banner says
+what runs where and what to try next.
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="replace a worker process after it has claimed N jobs")
     p.add_argument("--recycle-above-rss", metavar="MiB",
                    help="replace a worker process whose resident memory exceeds this many MiB")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse to start when a registered job's queue is served by no process")
+    p.add_argument("--embedded", action="store_true",
+                   help="start the embedded PostgreSQL when no database is configured, even under systemd")
     p.add_argument("--log-level", default=os.environ.get("XJOBS_LOG_LEVEL", "INFO"),
                    help="DEBUG, INFO, WARNING or ERROR (default INFO, or XJOBS_LOG_LEVEL)")
     p.set_defaults(handler=run)
@@ -72,10 +80,11 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("pgserver").setLevel(logging.WARNING)   # it narrates every initdb line
     from ..registry import REGISTRY
     from ..supervisor import control as control_mod
+    from ..supervisor import embedded as embedded_mod
     from ..supervisor.arbiter import Arbiter
     from ..supervisor.metrics import MetricsEndpoint
     from ..supervisor.probe import DatabaseProbe, default_driver_factory
-    from ..supervisor.roles import role_specs
+    from ..supervisor.roles import registered_queues, role_specs, unserved_jobs
 
     settings = _load(args)
     options = _options(settings)
@@ -87,16 +96,25 @@ def run(args: argparse.Namespace) -> int:
     except ConcurrencyUnenforceable as exc:
         print(f"xjobsd: {exc}", file=sys.stderr)
         return 2
-    embedded = None
+    stranded = unserved_jobs(settings, REGISTRY)
+    if stranded:
+        text = "; ".join(f"{', '.join(names)} on queue {queue!r}" for queue, names in sorted(stranded.items()))
+        if args.strict:
+            raise InvalidOption("queue", f"no process serves these registered jobs (--strict): {text}")
+        log.warning("no process serves these registered jobs; they wait until a daemon serves "
+                    "their queue (xjobsd scale QUEUE =1 adds one): %s", text)
+    embedded = pgdata = None
     if not settings.dsn:
-        from ..supervisor.embedded import start_embedded
-        dsn, embedded = start_embedded()
+        if os.environ.get("NOTIFY_SOCKET") and not args.embedded:
+            raise InvalidOption("dsn", "no database configured under systemd: set XJOBS_DATABASE_URL in "
+                                       "the environment file (or pass --embedded for a private one)")
+        dsn, embedded, pgdata = embedded_mod.start_embedded()
         settings = settings.with_overrides(dsn=dsn)
         specs = role_specs(settings, REGISTRY)
     metrics = None
     if settings.metrics and settings.metrics.lower() not in ("off", "none", "0"):
         metrics = MetricsEndpoint(settings.metrics)
-    control_path = settings.control or control_mod.default_path()
+    control_path = os.path.abspath(settings.control or control_mod.default_path())
     listener = control_mod.bind(control_path)
     try:
         _migrate(settings)
@@ -112,7 +130,14 @@ def run(args: argparse.Namespace) -> int:
         arbiter = Arbiter(settings, specs, options=options, configure=configure,
                           make_probe=lambda **kw: DatabaseProbe(
                               lambda: default_driver_factory(arbiter.settings)(), **kw),
-                          metrics=metrics, control=(control_path, listener))
+                          metrics=metrics, control=(control_path, listener),
+                          registered=registered_queues(REGISTRY))
+        if pgdata is not None:
+            embedded_mod.record_daemon({"pid": os.getpid(), "dsn": settings.dsn, "schema": settings.schema,
+                                        "control": control_path, "pgdata": str(pgdata),
+                                        "metrics": metrics.address if metrics else None})
+        print(banner(settings, specs, REGISTRY, control_path, metrics, pgdata, embedded_mod.os_user(),
+                     stranded), file=sys.stderr, flush=True)
         return arbiter.run()
     finally:
         control_mod.unlink_socket(control_path)   # only if still ours; before the listener closes
@@ -120,7 +145,49 @@ def run(args: argparse.Namespace) -> int:
         if metrics is not None:
             metrics.server.server_close()
         if embedded is not None:
+            embedded_mod.forget_daemon(os.getpid())
             embedded.cleanup()
+
+
+def banner(settings: Settings, specs: list, registry: Any, control: str, metrics: Any,
+           pgdata: Any, db_user: str | None, stranded: dict[str, list[str]]) -> str:
+    """What runs where, and what to try next: the first thing a new user reads."""
+    from psycopg.conninfo import conninfo_to_dict
+    apps = ", ".join(settings.apps)
+    jobs_by_queue: dict[str, list[str]] = {}
+    for handle in registry.jobs():
+        jobs_by_queue.setdefault(handle.queue, []).append(handle.name)
+    lines = [f"xjobsd {os.getpid()}: app {apps}"]
+    for spec in sorted(specs, key=lambda s: (s.role, s.queue or "")):
+        if spec.role == "worker":
+            lines.append(f"  queue {spec.queue}: {spec.processes} process(es) x {spec.concurrency} slot(s); "
+                         f"jobs {', '.join(jobs_by_queue.get(spec.queue, [])) or '-'}")
+        else:
+            lines.append(f"  {spec.role}")
+    for queue, names in sorted(stranded.items()):
+        lines.append(f"  queue {queue}: NOT SERVED by this daemon; jobs {', '.join(names)}")
+    if pgdata is not None:
+        lines.append(f"  database: embedded PostgreSQL in {pgdata}"
+                     + (f" (run by the OS user {db_user!r}: PostgreSQL refuses to run as root)"
+                        if db_user else "")
+                     + f", schema {settings.schema}")
+        lines.append(f"            XJOBS_DATABASE_URL={settings.dsn}")
+    else:
+        where = conninfo_to_dict(settings.dsn)
+        lines.append(f"  database: {where.get('host') or 'local socket'}:{where.get('port') or 5432}/"
+                     f"{where.get('dbname') or where.get('user') or ''}, schema {settings.schema}")
+    lines.append(f"  control socket: {control}")
+    if metrics is not None:
+        lines.append(f"  metrics: http://{metrics.address}/metrics")
+    first = next((h for h in registry.jobs() if h.queue not in stranded), None)
+    app = settings.apps[0]
+    lines.append("  try, from this directory:")
+    lines.append("    xjobsd status")
+    if first is not None:
+        lines.append(f"    xjobsd enqueue {first.name} --app {app} --input '{{...}}'")
+    lines.append("    xjobsd jobs ls")
+    lines.append("    xjobsd queues ls")
+    return "\n".join(lines)
 
 
 def _migrate(settings: Settings) -> None:

@@ -48,8 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _path(args: argparse.Namespace) -> str:
-    from ..supervisor.control import default_path
-    return args.control or os.environ.get("XJOBS_CONTROL") or default_path()
+    from ..supervisor.control import client_path
+    return args.control or os.environ.get("XJOBS_CONTROL") or client_path()
 
 
 def _ask(args: argparse.Namespace, command: str, **fields) -> dict | None:
@@ -120,6 +120,9 @@ def status(args: argparse.Namespace) -> int:
     for c in answer["children"]:
         if c.get("last_exit"):
             print(f"\n{c['role']} {c['queue'] or ''} #{c['index']}: last exit {c['last_exit']}")
+    for queue, names in sorted((answer.get("unserved_jobs") or {}).items()):
+        print(f"\nwarning: no process of this daemon serves queue {queue}: jobs {', '.join(names)} "
+              f"wait for a daemon that does (xjobsd scale {queue} =1)")
     return 0
 
 

@@ -88,10 +88,12 @@ class Arbiter(Supervision, Reshape, Draining):
                  make_probe: Callable[..., DatabaseProbe] | None = None,
                  metrics: MetricsEndpoint | None = None,
                  control: tuple[str, socket.socket] | None = None,
-                 notifier: Notifier | None = None) -> None:
+                 notifier: Notifier | None = None,
+                 registered: dict[str, list[str]] | None = None) -> None:
         self.settings = settings
         self.options = options
         self.configure = configure
+        self.registered = registered or {}   # queue -> job names the app declares
         self.fork_lock = threading.Lock()
         self.selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -213,6 +215,11 @@ class Arbiter(Supervision, Reshape, Draining):
         if self.drain_deadline is not None and self.drain_deadline > now:
             due.append(self.drain_deadline)
         return max(0.0, min(due) - now)
+
+    def unserved(self) -> dict[str, list[str]]:
+        """Declared jobs whose queue no worker of this daemon serves (now: scale may add one)."""
+        served = {queue for (role, queue) in self.specs if role == "worker"}
+        return {queue: names for queue, names in self.registered.items() if queue not in served}
 
     # -- signals: handlers only record; the loop dispatches here --------------------------------------
 

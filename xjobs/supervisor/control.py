@@ -59,6 +59,16 @@ def default_path() -> str:
     return os.path.join(".xjobs", "xjobsd.sock")
 
 
+def client_path() -> str:
+    """Where a command looks for the daemon when told nothing: the control socket the daemon
+    running from this directory recorded (``./.xjobs/daemon.json``), else ``default_path()``."""
+    from .embedded import recorded_daemon
+    info = recorded_daemon()
+    if info is not None and isinstance(info.get("control"), str):
+        return info["control"]
+    return default_path()
+
+
 def bind(path: str) -> socket.socket:
     """Listen at ``path`` (0600), replacing a stale socket; refusals name the option."""
     target = Path(path)

@@ -64,7 +64,8 @@ class _Release:
 class Summary:
     at: float                                   # time.monotonic() of the round
     queues: dict[str, dict[str, float]]         # queue -> {"depth", "oldest_ready_seconds"}
-    states: dict[str, dict[str, int]]           # queue -> state -> count
+    states: dict[str, dict[str, int]]           # queue -> state -> count (and "quarantined")
+    paused: frozenset[str] = frozenset()        # queues paused fleet-wide (xjobsd queues pause)
 
 
 def default_driver_factory(settings: Settings) -> Callable[[], Any]:
@@ -202,9 +203,10 @@ class DatabaseProbe:
     def _statistics(self, driver: Any) -> None:
         summary = driver.queue_summary()
         states = driver.queue_counts()   # never a scan of the finished bulk
+        paused = frozenset(c.name for c in driver.queue_control() if c.paused)
         queues = {name: {"depth": s.depth, "oldest_ready_seconds": s.oldest_ready_ms / 1000.0}
                   for name, s in summary.items()}
-        self._emit("summary", Summary(time.monotonic(), queues, states))
+        self._emit("summary", Summary(time.monotonic(), queues, states, paused))
 
     def _set_reachable(self, ok: bool, exc: Exception | None) -> None:
         if ok != self.reachable:

@@ -92,6 +92,8 @@ def queues(arbiter: "Arbiter", now: float) -> dict[str, dict]:
             "concurrency": spec.concurrency if spec is not None else 0,
             "in_flight": sum(c.in_flight for s in slots for c in s.children()),
             "states": dict(summary.states.get(name, {})) if summary else {},
+            "quarantined": summary.states.get(name, {}).get("quarantined", 0) if summary else 0,
+            "paused": name in summary.paused if summary else None,
             "as_of_seconds": round(now - summary.at, 3) if summary else None,
         }
     return out
@@ -110,6 +112,7 @@ def status(arbiter: "Arbiter", now: float) -> dict:
                               if arbiter.drain_deadline is not None else None),
         "children": children(arbiter, now),
         "queues": queues(arbiter, now),
+        "unserved_jobs": arbiter.unserved(),
     }
 
 

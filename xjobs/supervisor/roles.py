@@ -49,6 +49,21 @@ def resolve_queues(settings: Settings, registry: Registry) -> dict[str, QueueSpe
     return dict(settings.queues)
 
 
+def registered_queues(registry: Registry) -> dict[str, list[str]]:
+    """Every queue a registered job uses, with the names of its jobs."""
+    out: dict[str, list[str]] = {}
+    for handle in registry.jobs():
+        out.setdefault(handle.queue, []).append(handle.name)
+    return out
+
+
+def unserved_jobs(settings: Settings, registry: Registry) -> dict[str, list[str]]:
+    """Registered jobs whose queue this configuration gives no process: they would wait
+    forever unless another daemon serves their queue."""
+    served = set(resolve_queues(settings, registry))
+    return {queue: names for queue, names in registered_queues(registry).items() if queue not in served}
+
+
 def worker_maker(settings: Settings, registry: Registry, queue: str,
                  concurrency: int) -> Callable[[str], Any]:
     def make(identity: str) -> Any:

@@ -1,0 +1,122 @@
+"""What an operator does to jobs and queues, one implementation each, for every surface that
+offers it (``xjobsd jobs`` and ``xjobsd queues`` today; a dashboard calls the same functions).
+
+Bulk verbs walk the matching jobs in id order, one bounded batch per statement (a batch
+locks at most ``batch`` rows, and a table of millions is never held at once), and record who
+asked in each job's history. ``dry_run`` only counts. A retry skips a job whose idempotency
+key a live job holds again (requeueing it would break the key's promise) and says how many.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .drivers.base import LIVE_STATES, JobDriver, ListFilter
+from .errors import InvalidOption
+from .options import finite_count, plain_name
+
+REQUEUABLE = ("dead", "cancelled")
+DEFAULT_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a bulk verb did: ``matched`` jobs (counted up front), ``changed`` of them (retried
+    or cancelled), ``skipped`` (a live job holds the key, or another process held the row),
+    in ``batches`` statements. With ``dry_run`` nothing changed."""
+
+    verb: str
+    matched: int
+    changed: int = 0
+    skipped: int = 0
+    batches: int = 0
+    dry_run: bool = False
+
+    def describe(self) -> str:
+        if self.dry_run:
+            return f"{self.matched} job(s) match; nothing {self.verb} (--dry-run)"
+        text = f"{self.changed} job(s) {self.verb} in {self.batches} batch(es)"
+        if self.skipped:
+            text += f"; {self.skipped} skipped (a live job holds its key, or it changed meanwhile)"
+        return text
+
+
+def _checked(where: ListFilter, states: tuple[str, ...], verb: str) -> ListFilter:
+    if where.state is not None and where.state not in states:
+        raise InvalidOption("state", f"{verb} takes jobs in {', '.join(states)}, not {where.state!r}")
+    return replace(where, before_id=None, after_id=None)
+
+
+def retry_jobs(driver: JobDriver, where: ListFilter, *, by: str, dry_run: bool = False,
+               batch: int = DEFAULT_BATCH) -> BulkResult:
+    """Put every dead or cancelled job matching ``where`` back to ready, attempt 0."""
+    where = _checked(where, REQUEUABLE, "retry")
+    batch = finite_count(batch, "batch", minimum=1, maximum=10_000)
+    matched = driver.job_count(where, REQUEUABLE if where.state is None else (where.state,))
+    if dry_run:
+        return BulkResult("retried", matched, dry_run=True)
+    changed = batches = 0
+    after = 0
+    while True:
+        picked = driver.job_requeue_batch(where, after, batch, f"retried by {by}")
+        if not picked:
+            break
+        batches += 1
+        changed += sum(1 for _, queue in picked if queue is not None)
+        after = picked[-1][0]
+    return BulkResult("retried", matched, changed, max(0, matched - changed), batches)
+
+
+def cancel_jobs(driver: JobDriver, where: ListFilter, *, by: str, reason: str | None = None,
+                dry_run: bool = False, batch: int = DEFAULT_BATCH) -> BulkResult:
+    """Cancel every ready, running or suspended job matching ``where`` (a running one is
+    told at its worker's next lease renewal)."""
+    where = _checked(where, LIVE_STATES, "cancel")
+    batch = finite_count(batch, "batch", minimum=1, maximum=10_000)
+    matched = driver.job_count(where, LIVE_STATES if where.state is None else (where.state,))
+    if dry_run:
+        return BulkResult("cancelled", matched, dry_run=True)
+    text = f"cancelled by {by}" + (f": {reason}" if reason else "")
+    changed = batches = 0
+    after = 0
+    while True:
+        ids = driver.job_cancel_batch(where, after, batch, text)
+        if not ids:
+            break
+        batches += 1
+        changed += len(ids)
+        after = ids[-1]
+    return BulkResult("cancelled", matched, changed, max(0, matched - changed), batches)
+
+
+def pause_queue(driver: JobDriver, queue: str, *, by: str) -> None:
+    """No worker anywhere claims from ``queue`` until it is resumed; running jobs finish."""
+    driver.queue_pause(plain_name(queue, "queue"), True, by)
+
+
+def resume_queue(driver: JobDriver, queue: str, *, by: str) -> None:
+    driver.queue_pause(plain_name(queue, "queue"), False, by)
+
+
+def queues(driver: JobDriver, known: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Every queue with jobs, a switch or a declaration: paused or not, depth, oldest ready
+    age and live counts (read through the partial indexes, never the finished bulk)."""
+    counts = driver.queue_counts()
+    summary = driver.queue_summary()
+    control = {c.name: c for c in driver.queue_control()}
+    rows = []
+    for name in sorted(set(counts) | set(summary) | set(control) | set(known)):
+        switch = control.get(name)
+        states = counts.get(name, {})
+        ready = summary.get(name)
+        rows.append({
+            "name": name, "paused": bool(switch and switch.paused),
+            "paused_by": switch.changed_by if switch and switch.paused else None,
+            "changed_at": switch.changed_at if switch else None,
+            "depth": ready.depth if ready else 0,
+            "oldest_ready_seconds": ready.oldest_ready_ms / 1000.0 if ready else 0.0,
+            **{state: states.get(state, 0) for state in ("ready", "running", "suspended", "dead",
+                                                         "quarantined")},
+        })
+    return rows

@@ -1,0 +1,62 @@
+"""``xjobsd queues ls|pause|resume``: queue control, fleet-wide, stored in the database.
+
+    xjobsd queues ls [--json]      every queue: paused, depth, oldest ready, live counts
+    xjobsd queues pause NAME       no worker on any machine claims from NAME (running jobs finish)
+    xjobsd queues resume NAME      claims start again at once (idle workers are woken)
+
+A pause takes effect at each worker's next claim (within one poll interval at most); it is a
+row in the database, so it holds across restarts and deploys until somebody resumes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+
+from .. import admin
+from .common import add_database_flags, driver_from, iso, print_json, print_table, settings_from
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("queues", help="list, pause and resume queues, fleet-wide",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=type(parser))
+    ls = verbs.add_parser("ls", help="every queue with its state and depth")
+    ls.set_defaults(handler=list_queues)
+    pause = verbs.add_parser("pause", help="stop every worker claiming from a queue")
+    pause.add_argument("name")
+    pause.set_defaults(handler=lambda args: _switch(args, paused=True))
+    resume = verbs.add_parser("resume", help="let workers claim from a paused queue again")
+    resume.add_argument("name")
+    resume.set_defaults(handler=lambda args: _switch(args, paused=False))
+    for verb in (ls, pause, resume):
+        verb.add_argument("--json", action="store_true", help="print JSON")
+        add_database_flags(verb)
+
+
+def list_queues(args: argparse.Namespace) -> int:
+    rows = admin.queues(driver_from(settings_from(args)))
+    if args.json:
+        print_json(rows)
+        return 0
+    print_table(["queue", "state", "depth", "oldest ready", "running", "suspended", "dead", "quarantined"],
+                [[r["name"], f"paused by {r['paused_by']}" if r["paused"] else "active", r["depth"],
+                  f"{r['oldest_ready_seconds']:.1f}s", r["running"], r["suspended"], r["dead"],
+                  r["quarantined"]] for r in rows])
+    return 0
+
+
+def _switch(args: argparse.Namespace, *, paused: bool) -> int:
+    driver = driver_from(settings_from(args))
+    by = f"cli:{getpass.getuser()}"
+    (admin.pause_queue if paused else admin.resume_queue)(driver, args.name, by=by)
+    row = next(r for r in admin.queues(driver, (args.name,)) if r["name"] == args.name)
+    if args.json:
+        print_json(row)
+    elif paused:
+        print(f"queue {args.name} paused fleet-wide by {by}: no worker claims from it; "
+              f"running jobs finish ({row['depth']} ready, {row['running']} running)")
+    else:
+        print(f"queue {args.name} resumed at {iso(row['changed_at'])}: workers claim from it again "
+              f"({row['depth']} ready)")
+    return 0
