@@ -187,10 +187,10 @@ class ControlServer:
                                                 f"known: {', '.join(sorted(self.handlers))}"}
             else:
                 answer = handler(message)
+        except XJobsError as exc:   # first: InvalidOption is a ValueError too, and keeps its code
+            answer = {"ok": False, "error": str(exc), "code": exc.code}
         except (orjson.JSONDecodeError, ValueError) as exc:
             answer = {"ok": False, "error": f"bad request: {exc}"}
-        except XJobsError as exc:
-            answer = {"ok": False, "error": str(exc), "code": exc.code}
         except Exception as exc:   # a failing command must not take the supervisor down
             log.exception("control command failed")
             answer = {"ok": False, "error": f"internal error: {exc!r}"}
