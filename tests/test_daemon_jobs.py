@@ -94,7 +94,7 @@ def test_sigttin_and_sigttou_add_and_remove_a_worker_process(daemon_env):
     daemon.signal(signal.SIGTTOU)   # never below one process per queue
     from xjobs.supervisor.control import request
     answer = request(daemon.control, "scale", queue="beta", delta=2)
-    assert answer == {"ok": True, "processes": {"beta": 3}}
+    assert answer == {"ok": True, "processes": {"beta": 3}, "processes_before": {"beta": 1}}
     wait_for(lambda: len([c for c in daemon.children("beta") if c["state"] == "ready"]) == 3, 10,
              "three ready beta processes")
     assert len(daemon.children("alpha")) == 1

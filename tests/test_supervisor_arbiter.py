@@ -16,6 +16,7 @@ import pytest
 from tests.supervisor_roles import maker
 from xjobs.config import Settings
 from xjobs.supervisor.arbiter import Arbiter, ArbiterOptions
+from xjobs.errors import InvalidOption
 from xjobs.supervisor.backoff import Backoff
 from xjobs.supervisor.slots import RoleSpec
 
@@ -203,13 +204,46 @@ def test_a_worker_is_recycled_after_n_jobs_without_a_gap(make_arbiter):
 def test_scale_a_queue_to_zero_and_back_over_the_control_command(make_arbiter):
     arbiter = make_arbiter([spec("a", 1), spec("b", 1)])
     drive(arbiter, lambda: all_ready(arbiter))
-    assert arbiter.cmd_scale({"queue": "a", "processes": 0}) == {"ok": True, "processes": {"a": 0}}
+    assert arbiter.cmd_scale({"queue": "a", "processes": 0, "allow_zero": True}) == {
+        "ok": True, "processes": {"a": 0}, "processes_before": {"a": 1}}
     drive(arbiter, lambda: not rows(arbiter, "a") and not arbiter.retired, what="queue a paused")
     assert arbiter.cmd_status({})["queues"]["a"]["processes"] == 0
-    assert arbiter.cmd_scale({"queue": "a", "delta": 2}) == {"ok": True, "processes": {"a": 2}}
+    assert arbiter.cmd_scale({"queue": "a", "delta": 2}) == {
+        "ok": True, "processes": {"a": 2}, "processes_before": {"a": 0}}
     drive(arbiter, lambda: len([c for c in rows(arbiter, "a") if c["state"] == "ready"]) == 2)
     with pytest.raises(Exception, match="delta"):
         arbiter.cmd_scale({"queue": "a", "delta": 1.5})
+
+
+@pytest.mark.parametrize("message, option", [
+    ({"queue": "a", "delta": -100}, "delta"),                        # clamping made this zero
+    ({"queue": "a", "delta": -2}, "delta"),                          # exactly zero, not allowed
+    ({"queue": "a", "processes": 0}, "processes"),                   # =0 needs allow_zero
+    ({"queue": "a", "delta": -100, "allow_zero": True}, "delta"),    # below zero: never
+    ({"queue": "a", "delta": 100_000}, "delta"),                     # clamping made this 256
+    ({"queue": "a", "processes": 257}, "processes"),
+    ({"queue": None, "delta": -2}, "delta"),                         # 'all': b would reach 0
+    ({"queue": "a", "processes": 0, "allow_zero": "yes"}, "allow_zero"),
+])
+def test_a_scale_out_of_range_is_refused_and_changes_nothing(make_arbiter, message, option):
+    arbiter = make_arbiter([spec("a", 2), spec("b", 1)])
+    drive(arbiter, lambda: all_ready(arbiter))
+    with pytest.raises(InvalidOption) as refused:
+        arbiter.cmd_scale(message)
+    assert refused.value.option == option
+    for _ in range(5):
+        arbiter.step(timeout=0.01)
+    assert [len(rows(arbiter, q)) for q in ("a", "b")] == [2, 1] and not arbiter.retired
+    assert {s.spec.queue: s.spec.processes for s in arbiter.slots} == {"a": 2, "b": 1}
+
+
+def test_sigttou_never_revives_a_queue_scaled_to_zero(make_arbiter):
+    arbiter = make_arbiter([spec("a", 1), spec("b", 2)])
+    drive(arbiter, lambda: all_ready(arbiter))
+    assert arbiter.scale("a", processes=0, allow_zero=True)["ok"]
+    os.kill(os.getpid(), signal.SIGTTOU)
+    drive(arbiter, lambda: len(rows(arbiter, "b")) == 1 and not arbiter.retired, what="b down to one")
+    assert rows(arbiter, "a") == [] and arbiter.cmd_status({})["queues"]["a"]["processes"] == 0
 
 
 def test_a_failing_reload_keeps_the_running_children(make_arbiter):

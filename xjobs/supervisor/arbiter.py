@@ -245,10 +245,17 @@ class Arbiter(Supervision, Reshape, Draining):
         self.reload()
 
     def handle_ttin(self) -> None:
-        self.scale(None, delta=1)
+        self._scale_signal("SIGTTIN", +1)
 
     def handle_ttou(self) -> None:
-        self.scale(None, delta=-1, floor=1)
+        self._scale_signal("SIGTTOU", -1)
+
+    def _scale_signal(self, name: str, delta: int) -> None:
+        # a signal has nobody to answer: it clamps (1..MAX_PROCESSES) where a command refuses
+        try:
+            self.scale(None, delta=delta, clamp=True)
+        except InvalidOption as exc:   # no worker queue at all: nothing to scale
+            log.warning("%s ignored: %s", name, exc)
 
     def handle_chld(self) -> None:
         self._reap(time.monotonic())
@@ -271,12 +278,16 @@ class Arbiter(Supervision, Reshape, Draining):
         queue = message.get("queue")
         if queue is not None and not isinstance(queue, str):
             raise InvalidOption("queue", "must be a queue name")
+        allow_zero = message.get("allow_zero", False)
+        if not isinstance(allow_zero, bool):
+            raise InvalidOption("allow_zero", f"must be true or false, got {allow_zero!r}")
         if message.get("processes") is not None:
-            return self.scale(queue, processes=finite_count(message["processes"], "processes", maximum=256))
+            processes = finite_count(message["processes"], "processes")
+            return self.scale(queue, processes=processes, allow_zero=allow_zero)
         delta = message.get("delta", 1)
         if isinstance(delta, bool) or not isinstance(delta, int):
             raise InvalidOption("delta", f"must be a whole number, got {delta!r}")
-        return self.scale(queue, delta=delta)
+        return self.scale(queue, delta=delta, allow_zero=allow_zero)
 
     # -- the probe, publishing, teardown -------------------------------------------------------------
 

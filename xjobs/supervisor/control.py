@@ -11,8 +11,13 @@ status     ``{"command": "status"}``               ``xjobsd status [--json]``
 drain      ``{"command": "drain"}``                ``xjobsd drain``    (same as SIGTERM)
 reload     ``{"command": "reload"}``               ``xjobsd reload``   (same as SIGHUP)
 scale      ``{"command": "scale", "queue": Q,      ``xjobsd scale Q +1`` / ``-1`` / ``=3``
-           "delta": N}`` or ``"processes": N``     (signals: SIGTTIN/SIGTTOU, every queue)
+           "delta": N}`` or ``"processes": N``,    ``[--allow-zero]`` (signals: SIGTTIN/SIGTTOU,
+           optional ``"allow_zero": true``         every queue, clamped to 1..256)
 =========  ======================================  ==============================================
+
+A refusal answers ``{"ok": false, "error": TEXT}`` and, when it is a coded error, ``"code"``
+(``X_INVALID_OPTION`` names the field: a scale leaving a queue with no process, or more than
+256, is refused, not clamped).
 
 The server side lives in the arbiter's selector loop: accepting and reading never block it
 (a client gets ``_CLIENT_TIMEOUT_S`` to send its line), and the answer is written with a

@@ -3,7 +3,8 @@
 * reload re-reads the configuration and replaces children one role group at a time: each
   slot of the group gets a successor, and the old child is retired once the successor is
   ready (``supervision``), so a queue keeps its claimers throughout;
-* scale adds or removes worker slots of a queue; a removed slot's child is retired.
+* scale adds or removes worker slots of a queue; a removed slot's child is retired. A command
+  out of range is refused; a signal clamps.
 
 A child retired here is NOT interrupted: it stops claiming, and its running jobs go on until
 the close deadline. Only a real drain (a stop signal, ``xjobsd drain``) interrupts jobs.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 
+from ..config import MAX_PROCESSES
 from ..errors import InvalidOption
 from .slots import Slot
 
@@ -79,7 +81,16 @@ class Reshape:
             self._retire(child, reason, interrupt=False)
 
     def scale(self, queue: str | None, *, delta: int | None = None, processes: int | None = None,
-              floor: int = 0) -> dict:
+              allow_zero: bool = False, clamp: bool = False) -> dict:
+        """Set (``processes``) or shift (``delta``) the processes of one worker queue, or of every
+        one (``queue=None``).
+
+        A command out of range is refused as a whole, before any queue changes: more than
+        ``MAX_PROCESSES``, or no process left, unless ``allow_zero`` (stopping a queue's
+        processes is a deliberate act; ``-100`` is more likely a typo). The signals ``clamp``
+        instead, since there is nobody to answer: never above the maximum, and a decrease
+        never below one (a queue already at zero stays there).
+        """
         if self.state != "running":
             return {"ok": False, "error": f"cannot scale while {self.state}"}
         specs = {key: spec for key, spec in self.specs.items() if spec.role == "worker"}
@@ -87,17 +98,34 @@ class Reshape:
         if not chosen:
             raise InvalidOption("queue", f"no worker queue named {queue!r}; running: "
                                          f"{', '.join(sorted(k[1] for k in specs)) or 'none'}")
-        result = {}
+        plan = []
         for spec in chosen:
             slots = sorted((s for s in self.slots if s.spec.key == spec.key), key=lambda s: s.index)
             target = processes if processes is not None else len(slots) + (delta or 0)
-            target = max(floor, min(256, target))
+            if clamp:
+                target = min(MAX_PROCESSES, max(target, min(len(slots), 1)))
+            else:
+                _check_target(spec.queue, len(slots), target, allow_zero,
+                              "processes" if processes is not None else "delta")
+            plan.append((spec, slots, target))
+        before, after = {}, {}
+        for spec, slots, target in plan:
             if target > len(slots):
                 self._add_slots(spec, target - len(slots))
             for slot in reversed(slots[target:]):
                 self._remove_slot(slot, "scaled down")
             spec.processes = target
-            result[spec.queue] = target
+            before[spec.queue], after[spec.queue] = len(slots), target
             if target != len(slots):
                 log.info("queue %s scaled from %d to %d process(es)", spec.queue, len(slots), target)
-        return {"ok": True, "processes": result}
+        return {"ok": True, "processes": after, "processes_before": before}
+
+
+def _check_target(queue: str, current: int, target: int, allow_zero: bool, option: str) -> None:
+    least = 0 if allow_zero else 1
+    if least <= target <= MAX_PROCESSES:
+        return
+    hint = ("; to stop every process of the queue on purpose, scale it to =0 with --allow-zero"
+            if target == 0 else "")
+    raise InvalidOption(option, f"queue {queue} has {current} process(es) and would have {target}; "
+                                f"it may have {least} to {MAX_PROCESSES}{hint}")
