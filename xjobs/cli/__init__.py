@@ -13,17 +13,13 @@ import sys
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from ..errors import (IdempotencyKeyRequired, InvalidOption, PayloadInvalid, PayloadTooLarge,
-                      TenantRequired, UnknownJob, XJobsError)
-
-# refusals of what the user typed or configured: exit 2, like argparse's own
-_USAGE_ERRORS = (InvalidOption, UnknownJob, PayloadInvalid, PayloadTooLarge, TenantRequired,
-                 IdempotencyKeyRequired)
+from ..errors import XJobsError
+from .common import USAGE_ERRORS
 
 # modules under xjobs.cli, each exposing add_parser(subparsers) that registers its
-# subcommand(s) with a handler(args) -> exit code; ``status`` also registers the other
-# control-socket verbs (drain, reload, scale)
-SUBCOMMAND_MODULES = ("run", "status", "migrate", "enqueue", "jobs")
+# subcommand(s) with a handler(args) -> exit code; ``control`` registers the verbs that change
+# what a running daemon does (drain, reload, scale)
+SUBCOMMAND_MODULES = ("run", "status", "control", "migrate", "enqueue", "jobs")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except _USAGE_ERRORS as exc:
+    except USAGE_ERRORS as exc:
         print(f"xjobsd: {exc}", file=sys.stderr)
         return 2
     except psycopg.ProgrammingError as exc:   # a DSN that cannot be parsed is bad usage
