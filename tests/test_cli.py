@@ -105,3 +105,10 @@ def test_bad_usage_exits_with_a_clear_code(xjobsd, args, code):
     xjobsd("migrate")
     proc = xjobsd(*args, expect=code)
     assert proc.stderr.strip(), "a refusal says why"
+
+
+def test_version_prints_the_package_version():
+    import xjobs
+    proc = subprocess.run([sys.executable, "-m", "xjobs.cli", "--version"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == f"xjobsd {xjobs.__version__}\n", proc

@@ -13,6 +13,7 @@ import sys
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from .. import __version__
 from ..errors import XJobsError
 from .common import USAGE_ERRORS
 
@@ -31,6 +32,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="xjobsd", description="Durable background jobs on PostgreSQL.")
+    parser.add_argument("--version", action="version", version=f"xjobsd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module_name in SUBCOMMAND_MODULES:
         module = importlib.import_module(f"{__name__}.{module_name}")
