@@ -1,6 +1,7 @@
 """``xjobsd``: one console script, one subcommand module each.
 
-Exit codes: 0 success, 2 bad usage or refused configuration, 1 runtime failure.
+Exit codes: 0 success, 2 bad usage or refused configuration, 1 runtime failure, 141 when the
+reader of stdout went away first (``xjobsd status | head -1``).
 Every read takes ``--json`` and prints plain JSON objects (times as ISO-8601 strings).
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 import psycopg
@@ -21,6 +23,9 @@ from .common import USAGE_ERRORS
 # subcommand(s) with a handler(args) -> exit code; ``control`` registers the verbs that change
 # what a running daemon does (drain, reload, scale)
 SUBCOMMAND_MODULES = ("run", "status", "control", "migrate", "enqueue", "jobs")
+
+# what a shell reports for a process that SIGPIPE ended (128 + 13)
+_EXIT_PIPE_CLOSED = 141
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,6 +46,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            # here, not at interpreter exit: a reader that left before the last write is
+            # only noticed when the buffer goes out, and then it must land in the except below
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout's reader has gone (``| head -1``): stop quietly. Later writes, and the
+        # interpreter's own flush at exit, go to /dev/null instead of printing "Exception
+        # ignored". The exit code is 141, what the shell reports for any tool a closed pipe
+        # stopped: ``set -o pipefail`` scripts see xjobsd as they see ``cat``, and output cut
+        # short never passes for complete.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return _EXIT_PIPE_CLOSED
+
+
+def _dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
