@@ -59,6 +59,11 @@ def test_scale_refuses_what_would_empty_or_overfill_a_queue(daemon_env):
     assert as_json == {"ok": True, "processes": {"beta": 2}, "processes_before": {"beta": 1}}
     daemon.ready()
 
+    table = cli(daemon, "status")
+    assert table.returncode == 0, table
+    assert any(line.startswith("queue figures as of ") and line.endswith("s ago")
+               for line in table.stdout.splitlines()), table.stdout
+
     drained = cli(daemon, "drain")
     assert (drained.returncode, drained.stdout) == (0, "draining; deadline 25s\n"), drained
     assert daemon.wait(15) == 0

@@ -4,7 +4,8 @@ It talks to a running daemon (``--control PATH``; default the same path ``xjobsd
 or ``XJOBS_CONTROL``), never to the database. With no daemon answering it says so and exits 1.
 
     xjobsd status [--json]      children (role, queue, pid, state, uptime, in flight,
-                                completed, restarts) and queues (depth, oldest ready)
+                                completed, restarts) and queues (depth, oldest ready, and how old
+                                those figures are)
 
 The verbs that change what the daemon does (drain, reload, scale) are in ``control.py``.
 """
@@ -48,10 +49,19 @@ def status(args: argparse.Namespace) -> int:
                q["in_flight"], f"{q['processes']}x{q['concurrency']}"]
               for name, q in answer["queues"].items()]
     print_table(["queue", "depth", "oldest ready", "in flight", "processes"], queues)
+    print(_figures_age(answer["queues"]))
     for c in answer["children"]:
         if c.get("last_exit"):
             print(f"\n{c['role']} {c['queue'] or ''} #{c['index']}: last exit {c['last_exit']}")
     return 0
+
+
+def _figures_age(queues: dict) -> str:
+    """Depth and age come from the supervisor's last statistics round, not from this request."""
+    ages = [q["as_of_seconds"] for q in queues.values() if q.get("as_of_seconds") is not None]
+    if not ages:
+        return "queue figures not read from the database yet"
+    return f"queue figures as of {_age(max(ages))} ago"
 
 
 def _dash(value: object) -> object:
