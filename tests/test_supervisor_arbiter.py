@@ -18,6 +18,7 @@ from xjobs.config import Settings
 from xjobs.supervisor.arbiter import Arbiter, ArbiterOptions
 from xjobs.errors import InvalidOption
 from xjobs.supervisor.backoff import Backoff
+from xjobs.supervisor.draining import REPEAT_WINDOW_S
 from xjobs.supervisor.slots import RoleSpec
 
 FAST = ArbiterOptions(heartbeat_ms=100, silence_s=1.0, startup_s=5.0, kill_grace_s=0.3,
@@ -244,6 +245,28 @@ def test_sigttou_never_revives_a_queue_scaled_to_zero(make_arbiter):
     os.kill(os.getpid(), signal.SIGTTOU)
     drive(arbiter, lambda: len(rows(arbiter, "b")) == 1 and not arbiter.retired, what="b down to one")
     assert rows(arbiter, "a") == [] and arbiter.cmd_status({})["queues"]["a"]["processes"] == 0
+
+
+def test_the_same_stop_signal_twice_within_the_window_counts_once(make_arbiter):
+    arbiter = make_arbiter([spec("q", 1, "deaf")], settings=Settings(drain_deadline_ms=60_000))
+    drive(arbiter, lambda: all_ready(arbiter))
+    now = time.monotonic()
+    arbiter._stop_signal("SIGTERM", now)
+    arbiter._stop_signal("SIGTERM", now + 0.000_05)   # coreutils timeout: the pid, then its group
+    assert arbiter.state == "draining" and arbiter._stop_signals == 1
+    arbiter._stop_signal("SIGTERM", now + REPEAT_WINDOW_S + 0.1)   # a later one still escalates
+    assert arbiter.state == "killing"
+    drive(arbiter, lambda: arbiter.state == "stopped", timeout=3, what="the kill")
+
+
+def test_a_different_stop_signal_within_the_window_still_escalates(make_arbiter):
+    arbiter = make_arbiter([spec("q", 1, "deaf")], settings=Settings(drain_deadline_ms=60_000))
+    drive(arbiter, lambda: all_ready(arbiter))
+    now = time.monotonic()
+    arbiter._stop_signal("SIGTERM", now)
+    arbiter._stop_signal("SIGINT", now + 0.01)
+    assert arbiter.state == "killing"
+    drive(arbiter, lambda: arbiter.state == "stopped", timeout=3, what="the kill")
 
 
 def test_a_failing_reload_keeps_the_running_children(make_arbiter):

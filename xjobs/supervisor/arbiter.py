@@ -123,6 +123,7 @@ class Arbiter(Supervision, Reshape, Draining):
         self.drain_reason: str | None = None
         self._signals: deque[int] = deque()
         self._stop_signals = 0
+        self._last_stop_signal: tuple[str, float] | None = None   # (name, when), to count repeats once
         self._previous_handlers: dict[int, Any] = {}
         self._previous_wakeup_fd = -1
         self._released_in_drain = 0
@@ -236,10 +237,10 @@ class Arbiter(Supervision, Reshape, Draining):
             self._signals.extend(n for n in data if n in _SIGNAL_NAMES)
 
     def handle_term(self) -> None:
-        self._stop_signal("SIGTERM")
+        self._stop_signal("SIGTERM", time.monotonic())
 
     def handle_int(self) -> None:
-        self._stop_signal("SIGINT")
+        self._stop_signal("SIGINT", time.monotonic())
 
     def handle_hup(self) -> None:
         self.reload()

@@ -7,7 +7,8 @@
 * once no child is left, pending hand-backs get ``release_flush_s`` and the loop stops.
 
 Only a second stop SIGNAL skips to the kill: ``xjobsd drain`` followed by the first SIGTERM
-(``systemctl stop`` after a drain asked over the control socket) goes on draining.
+(``systemctl stop`` after a drain asked over the control socket) goes on draining. A repeat of
+the same signal within ``REPEAT_WINDOW_S`` is the same stop delivered twice and counts once.
 Mixed into ``Arbiter``; every method runs on the loop thread.
 """
 
@@ -18,9 +19,21 @@ import time
 
 log = logging.getLogger("xjobs.supervisor")
 
+# coreutils ``timeout`` sends its signal to the supervisor and then to the supervisor's process
+# group, so one stop arrives twice, microseconds apart (the kernel merges the two only when the
+# first is still pending). A second stop meant as "kill now" comes from someone who saw the
+# drain begin and judged it too slow: that takes seconds. One second sits far from both.
+REPEAT_WINDOW_S = 1.0
+
 
 class Draining:
-    def _stop_signal(self, name: str) -> None:
+    def _stop_signal(self, name: str, now: float) -> None:
+        last = self._last_stop_signal
+        if last is not None and last[0] == name and now - last[1] < REPEAT_WINDOW_S:
+            log.debug("%s again %.3fs after the last one: the same stop delivered twice (to the "
+                      "process and to its group), counted once", name, now - last[1])
+            return
+        self._last_stop_signal = (name, now)
         self._stop_signals += 1
         if self.state in ("starting", "running"):
             self.begin_drain(f"{name} to the supervisor")
