@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -19,6 +20,7 @@ from xjobs.supervisor.arbiter import Arbiter, ArbiterOptions
 from xjobs.errors import InvalidOption
 from xjobs.supervisor.backoff import Backoff
 from xjobs.supervisor.draining import REPEAT_WINDOW_S
+from xjobs.supervisor.notify import Notifier
 from xjobs.supervisor.slots import RoleSpec
 
 FAST = ArbiterOptions(heartbeat_ms=100, silence_s=1.0, startup_s=5.0, kill_grace_s=0.3,
@@ -191,6 +193,42 @@ def test_reload_replaces_children_one_group_at_a_time(make_arbiter):
           what="the new configuration")
     assert not old & {c["pid"] for c in rows(arbiter)}
     assert all(s.restarts == 0 for s in arbiter.slots)
+
+
+def test_a_reload_is_reloading_until_its_last_group_is_replaced_and_tells_systemd(make_arbiter, tmp_path):
+    path = str(tmp_path / "notify")
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(path)
+    receiver.settimeout(5)
+
+    def heard(word: str) -> dict:
+        while True:
+            lines = receiver.recv(4096).decode().splitlines()
+            if f"{word}=1" in lines:
+                return dict(line.split("=", 1) for line in lines)
+    try:
+        specs = [spec("a", 1), spec("b", 1)]
+        arbiter = make_arbiter(specs, configure=lambda: (SETTINGS, [spec("a", 1), spec("b", 1)]),
+                               notifier=Notifier(path))
+        drive(arbiter, lambda: all_ready(arbiter) and arbiter._ready_sent)
+        heard("READY")
+        old = {c["pid"] for c in rows(arbiter)}
+        assert arbiter.cmd_status({})["reload"] == {"state": "idle", "generation": 0, "replacing": None}
+        answer = arbiter.cmd_reload({})
+        assert answer == {"ok": True, "groups": ["worker a", "worker b"], "generation": 1}
+        assert arbiter.cmd_status({})["reload"]["state"] == "reloading"
+        reloading = heard("RELOADING")
+        assert int(reloading["MONOTONIC_USEC"]) <= time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        drive(arbiter, lambda: arbiter.cmd_status({})["reload"]["replacing"] == "worker b",
+              what="the second group's turn")
+        assert rows(arbiter, "a")[0]["pid"] not in old   # the first group is done before it
+        drive(arbiter, lambda: arbiter.reload_state()["state"] == "idle", what="the reload to complete")
+        assert arbiter.reload_state() == {"state": "idle", "generation": 1, "replacing": None}
+        kids = [c for c in rows(arbiter) if c["state"] == "ready" and not c["retiring"]]
+        assert len(kids) == 2 and not old & {c["pid"] for c in kids}
+        heard("READY")   # systemd leaves its "reloading" state
+    finally:
+        receiver.close()
 
 
 def test_a_worker_is_recycled_after_n_jobs_without_a_gap(make_arbiter):

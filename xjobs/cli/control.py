@@ -6,8 +6,9 @@ refusal is said on stderr and exits 2 when it refuses what was typed (``X_INVALI
 1 otherwise, as does a daemon that does not answer.
 
     xjobsd drain                          the two-phase drain, as SIGTERM
-    xjobsd reload                         re-read the configuration and replace children one
-                                          group at a time, as SIGHUP
+    xjobsd reload [--wait [--timeout D]]  re-read the configuration and replace children one
+                                          group at a time, as SIGHUP; --wait returns once the
+                                          last group's new children are ready
     xjobsd scale QUEUE +N|-N|=N [--allow-zero]
                                           worker processes of a queue ('all': every queue),
                                           1 to 256; 0 only with --allow-zero
@@ -17,12 +18,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Callable
 
 import orjson
 
 from ..errors import InvalidOption
+from ..options import duration_ms
 from .common import add_control_flags, ask_daemon, refusal_exit_code
+
+_POLL_S = 0.2   # how often reload --wait asks for the status: cheap for the daemon, prompt enough
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_control_flags(p)
     p.set_defaults(handler=drain)
     p = sub.add_parser("reload", help="ask the running daemon to re-read its configuration (like SIGHUP)")
+    p.add_argument("--wait", action="store_true",
+                   help="return once every group runs the new configuration (for ExecReload=)")
+    p.add_argument("--timeout", metavar="DURATION", default="60s",
+                   help="with --wait: give up (exit 1) after this long (default 60s)")
     add_control_flags(p)
     p.set_defaults(handler=reload)
     p = sub.add_parser("scale", help="add or remove worker processes of a queue")
@@ -93,4 +102,38 @@ def _reload_words(answer: dict) -> list[str]:
 
 
 def reload(args: argparse.Namespace) -> int:
-    return _finish(args, ask_daemon(args, "reload"), _reload_words)
+    timeout_s = duration_ms(args.timeout, "timeout", exclusive_minimum=True) / 1000.0
+    started = time.monotonic()
+    answer = ask_daemon(args, "reload")
+    if not args.wait or not answer.get("ok"):
+        return _finish(args, answer, _reload_words)
+    if not args.json:
+        print(_reload_words(answer)[0], flush=True)
+    generation = answer["generation"]
+    while True:
+        status = ask_daemon(args, "status")
+        state = status.get("reload") or {}
+        if status.get("state") != "running":
+            return _gave_up(args, answer, f"the reload was cut short: the daemon is {status.get('state')}")
+        # a newer reload (someone else's) takes over what this one had left: its end is ours
+        if state.get("state") == "idle" and state.get("generation", 0) >= generation:
+            break
+        waited = time.monotonic() - started
+        if waited >= timeout_s:
+            return _gave_up(args, answer, f"the reload is not complete after {waited:.0f}s; still "
+                                          f"replacing {state.get('replacing') or 'children'} "
+                                          "(see xjobsd status)")
+        time.sleep(_POLL_S)
+    waited = time.monotonic() - started
+    if args.json:
+        _print_json({**answer, "complete": True, "waited_seconds": round(waited, 3)})
+    else:
+        print(f"reload complete after {waited:.1f}s")
+    return 0
+
+
+def _gave_up(args: argparse.Namespace, answer: dict, why: str) -> int:
+    if args.json:
+        _print_json({**answer, "ok": False, "complete": False, "error": why})
+    print(f"xjobsd: {why}", file=sys.stderr)
+    return 1

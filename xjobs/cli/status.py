@@ -4,8 +4,8 @@ It talks to a running daemon (``--control PATH``; default the same path ``xjobsd
 or ``XJOBS_CONTROL``), never to the database. With no daemon answering it says so and exits 1.
 
     xjobsd status [--json]      children (role, queue, pid, state, uptime, in flight,
-                                completed, restarts) and queues (depth, oldest ready, and how old
-                                those figures are)
+                                completed, restarts), queues (depth, oldest ready, and how old
+                                those figures are) and a reload in progress
 
 The verbs that change what the daemon does (drain, reload, scale) are in ``control.py``.
 """
@@ -38,6 +38,9 @@ def status(args: argparse.Namespace) -> int:
           f"{answer['schema']}, database {'up' if answer.get('database_up') else 'DOWN' if answer.get('database_up') is False else '?'}")
     if answer.get("drain_deadline_in") is not None:
         print(f"drain deadline in {answer['drain_deadline_in']:.1f}s")
+    reload = answer.get("reload") or {}
+    if reload.get("state") == "reloading":
+        print(f"reloading (generation {reload['generation']}): replacing {reload.get('replacing') or 'children'}")
     print()
     rows = [[c["role"], c["queue"] or "-", c["index"], c["pid"] or "-",
              c["state"] + (" (crash loop)" if c.get("crash_loop") and c["state"] != "crash-loop" else ""),

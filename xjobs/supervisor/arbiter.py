@@ -131,6 +131,8 @@ class Arbiter(Supervision, Reshape, Draining):
         self._reload_groups: deque[tuple] = deque()
         self._reload_current: tuple | None = None
         self._reload_specs: dict[tuple, RoleSpec] = {}
+        self._reloading = False
+        self.reload_generation = 0
         self._spawn_deferred = False
         self._ready_sent = False
         self._next_publish = 0.0

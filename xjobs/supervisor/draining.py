@@ -53,6 +53,7 @@ class Draining:
         self.drain_deadline = now + self.settings.drain_deadline_ms / 1000.0
         self._reload_groups.clear()
         self._reload_current = None
+        self._reloading = False
         self._interrupted_base = sum(v for k, v in self.tally.items("counter") if k[3] == "interrupted")
         self._released_in_drain = 0
         children = [c for c in self._children() if c.exit_code is None]

@@ -2,7 +2,11 @@
 
 * reload re-reads the configuration and replaces children one role group at a time: each
   slot of the group gets a successor, and the old child is retired once the successor is
-  ready (``supervision``), so a queue keeps its claimers throughout;
+  ready (``supervision``), so a queue keeps its claimers throughout. Each reload has a
+  generation number and is ``reloading`` until the last group's successors are ready, then
+  ``idle`` (``reload_state``: ``xjobsd status`` shows it, ``xjobsd reload --wait`` polls it);
+  sd_notify hears ``RELOADING=1`` at the start and ``READY=1`` at the end. A newer reload
+  takes over the groups still to do; a drain ends it where it stands;
 * scale adds or removes worker slots of a queue; a removed slot's child is retired. A command
   out of range is refused; a signal clamps.
 
@@ -17,7 +21,8 @@ import logging
 from collections import deque
 
 from ..config import MAX_PROCESSES
-from ..errors import InvalidOption
+from ..errors import InvalidOption, XJobsError
+from . import report
 from .slots import Slot
 
 log = logging.getLogger("xjobs.supervisor")
@@ -35,7 +40,10 @@ class Reshape:
             settings, specs = self.configure()
         except Exception as exc:   # a bad file must never take the running daemon down
             log.error("reload refused, keeping the running configuration: %s", exc)
-            return {"ok": False, "error": str(exc)}
+            refusal = {"ok": False, "error": str(exc)}
+            if isinstance(exc, XJobsError):   # a refused knob exits 2 from xjobsd reload
+                refusal["code"] = exc.code
+            return refusal
         if (settings.metrics, settings.control) != (self.settings.metrics, self.settings.control):
             log.warning("reload: the metrics and control addresses change only at the next start")
         self.settings = settings
@@ -43,18 +51,30 @@ class Reshape:
         keys = {s.spec.key for s in self.slots} | set(self._reload_specs)
         self._reload_groups = deque(sorted(keys, key=lambda k: (k[0], k[1] or "")))
         self._reload_current = None
-        log.info("reloading configuration: replacing %d role group(s) one at a time", len(keys))
-        return {"ok": True, "groups": [f"{role} {queue or ''}".strip() for role, queue in self._reload_groups]}
+        self._reloading = True
+        self.reload_generation += 1
+        groups = [_group_label(key) for key in self._reload_groups]
+        log.info("reloading configuration (generation %d): replacing %d role group(s) one at a time",
+                 self.reload_generation, len(keys))
+        self.notifier.reloading(f"reloading: replacing {', '.join(groups)} one group at a time")
+        return {"ok": True, "groups": groups, "generation": self.reload_generation}
+
+    def reload_state(self) -> dict:
+        """What ``xjobsd reload --wait`` polls: idle once the last group's successors are ready."""
+        current = self._reload_current if self._reloading else None
+        return {"state": "reloading" if self._reloading else "idle", "generation": self.reload_generation,
+                "replacing": _group_label(current) if current is not None else None}
 
     def _advance_reload(self) -> None:
-        while True:
+        while self._reloading:
             current = self._reload_current
             if current is not None and any(s.want_replace for s in self.slots if s.spec.key == current):
                 return
             if not self._reload_groups:
-                if current is not None:
-                    log.info("reload complete")
-                    self._reload_current = None
+                self._reload_current = None
+                self._reloading = False
+                log.info("reload complete (generation %d)", self.reload_generation)
+                self.notifier.ready(report.status_line(self))   # ends systemd's "reloading" state
                 return
             key = self._reload_current = self._reload_groups.popleft()
             spec = self._reload_specs.get(key)
@@ -129,3 +149,8 @@ def _check_target(queue: str, current: int, target: int, allow_zero: bool, optio
             if target == 0 else "")
     raise InvalidOption(option, f"queue {queue} has {current} process(es) and would have {target}; "
                                 f"it may have {least} to {MAX_PROCESSES}{hint}")
+
+
+def _group_label(key: tuple) -> str:
+    role, queue = key
+    return f"{role} {queue}" if queue else role
