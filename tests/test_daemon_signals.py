@@ -95,7 +95,10 @@ def test_sigterm_with_a_job_deaf_to_its_signal_exits_after_deadline_and_grace(da
     assert daemon.wait(10) == 0
     elapsed = time.monotonic() - sent
     assert 3.0 <= elapsed < 3.0 + 2.0 + 1.0, (elapsed, daemon.output())
-    assert "abandoned" in daemon.output()
+    # the worker's words and the supervisor's agree: abandoned at the deadline, not interrupted
+    assert "drain abandoned 1 job(s)" in daemon.output()
+    assert "0 run(s) interrupted and back to ready, 1 run(s) abandoned (1 handed back by their worker" \
+        in daemon.output(), daemon.output()
 
     # delivered again: after the lease at the latest (the supervisor may hand it back sooner)
     second = env.start("--queue", "slow=1x4")
@@ -145,6 +148,7 @@ def test_a_second_sigterm_skips_to_the_kill(daemon_env):
     assert not alive(child)
     # its job was handed back at once: no lease window to wait out
     wait_for(lambda: env.job(job_id)["state"] == "ready", 2, "the job to be back to ready")
+    assert "1 handed back by the supervisor for children that died" in daemon.output(), daemon.output()
 
 
 def test_a_sigterm_to_the_process_then_to_its_group_drains_once(daemon_env):
@@ -165,7 +169,7 @@ def test_a_sigterm_to_the_process_then_to_its_group_drains_once(daemon_env):
     assert daemon.wait(10) == 0
     output = daemon.output()
     assert "SIGKILL" not in output and "a second SIGTERM" not in output, output
-    assert "1 run(s) interrupted" in output, output
+    assert "1 run(s) interrupted" in output and "0 run(s) abandoned" in output, output
     assert not alive(child)
     job = env.job(job_id)
     assert job["state"] == "ready" and job["attempt"] == 0, job   # interrupted: no attempt burned

@@ -128,6 +128,7 @@ class Arbiter(Supervision, Reshape, Draining):
         self._previous_wakeup_fd = -1
         self._released_in_drain = 0
         self._interrupted_base = 0.0
+        self._abandoned_base = 0.0
         self._reload_groups: deque[tuple] = deque()
         self._reload_current: tuple | None = None
         self._reload_specs: dict[tuple, RoleSpec] = {}
