@@ -123,7 +123,11 @@ class Reshape:
             slots = sorted((s for s in self.slots if s.spec.key == spec.key), key=lambda s: s.index)
             target = processes if processes is not None else len(slots) + (delta or 0)
             if clamp:
-                target = min(MAX_PROCESSES, max(target, min(len(slots), 1)))
+                clamped = min(MAX_PROCESSES, max(target, min(len(slots), 1)))
+                if clamped != target:   # the signal's sender has no answer to read: say it here
+                    log.info("queue %s stays at %d process(es): a signal takes no queue below one "
+                             "process or above %d", spec.queue, clamped, MAX_PROCESSES)
+                target = clamped
             else:
                 _check_target(spec.queue, len(slots), target, allow_zero,
                               "processes" if processes is not None else "delta")
