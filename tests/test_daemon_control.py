@@ -51,10 +51,10 @@ def test_scale_refuses_what_would_empty_or_overfill_a_queue(daemon_env):
     assert paused.stdout == "queue alpha: 2 -> 0 processes\n"
     wait_for(lambda: not daemon.children("alpha"), 10, "alpha's processes to go")
     back = cli(daemon, "scale", "alpha", "+1")
-    assert (back.returncode, back.stdout) == (0, "queue alpha: 0 -> 1 processes\n"), back
+    assert (back.returncode, back.stdout) == (0, "queue alpha: 0 -> 1 process\n"), back
     both = cli(daemon, "scale", "all", "+0")
-    assert both.stdout.splitlines() == ["queue alpha: 1 processes (unchanged)",
-                                        "queue beta: 1 processes (unchanged)"]
+    assert both.stdout.splitlines() == ["queue alpha: 1 process (unchanged)",
+                                        "queue beta: 1 process (unchanged)"]
     as_json = json.loads(cli(daemon, "scale", "beta", "+1", "--json").stdout)
     assert as_json == {"ok": True, "processes": {"beta": 2}, "processes_before": {"beta": 1}}
     daemon.ready()

@@ -92,8 +92,9 @@ def _scale_words(answer: dict) -> list[str]:
     lines = []
     for queue, after in sorted(answer["processes"].items()):
         was = before.get(queue, after)
-        lines.append(f"queue {queue}: {after} processes (unchanged)" if was == after
-                     else f"queue {queue}: {was} -> {after} processes")
+        noun = "process" if after == 1 else "processes"
+        lines.append(f"queue {queue}: {after} {noun} (unchanged)" if was == after
+                     else f"queue {queue}: {was} -> {after} {noun}")
     return lines
 
 
