@@ -64,7 +64,8 @@ def alive(pid: int) -> bool:
 
 
 class Daemon:
-    def __init__(self, env: "DaemonEnv", args: list[str], extra_env: dict[str, str]) -> None:
+    def __init__(self, env: "DaemonEnv", args: list[str], extra_env: dict[str, str],
+                 new_session: bool = False) -> None:
         self.env = env
         self.control = str(env.tmp / f"control-{len(env.daemons)}.sock")
         self.port = free_port()
@@ -72,8 +73,11 @@ class Daemon:
         argv = CLI + ["run", "--app", APP, "--control", self.control,
                       "--metrics", f"127.0.0.1:{self.port}", "--stats-interval", "250ms", *args]
         self.log = open(self.log_path, "wb")
+        # new_session: the daemon leads its own process group, as under coreutils ``timeout``
+        # or a terminal, so a test can signal the whole group with os.killpg(daemon.pid, ...)
         self.proc = subprocess.Popen(argv, cwd=env.tmp, env={**env.process_env, **extra_env},
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=new_session)
         self.pid = self.proc.pid
         self.child_pids: set[int] = set()
 
@@ -167,8 +171,8 @@ class DaemonEnv:
                             "XDG_RUNTIME_DIR": str(tmp)}
         self.process_env.pop("NOTIFY_SOCKET", None)
 
-    def start(self, *args: str, **extra_env: str) -> Daemon:
-        daemon = Daemon(self, list(args), extra_env)
+    def start(self, *args: str, new_session: bool = False, **extra_env: str) -> Daemon:
+        daemon = Daemon(self, list(args), extra_env, new_session)
         self.daemons.append(daemon)
         return daemon
 

@@ -105,3 +105,36 @@ def test_bad_usage_exits_with_a_clear_code(xjobsd, args, code):
     xjobsd("migrate")
     proc = xjobsd(*args, expect=code)
     assert proc.stderr.strip(), "a refusal says why"
+
+
+def test_version_prints_the_package_version():
+    import xjobs
+    proc = subprocess.run([sys.executable, "-m", "xjobs.cli", "--version"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == f"xjobsd {xjobs.__version__}\n", proc
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(pg_dsn, pg_schema):
+    # a table of 1,000 rows is far more than a pipe holds, printed row by row: the writer is
+    # still writing when the reader goes away after one line
+    driver = PostgresDriver(pg_dsn, schema=pg_schema)
+    driver.migrate()
+    from xjobs.drivers.base import NewJob
+    driver.job_enqueue([NewJob(name="greet", queue="mail", payload=b"{}", idempotency_key=f"key-{n:0>100}")
+                        for n in range(1000)])
+    driver.close()
+    env = {**os.environ, "XJOBS_DATABASE_URL": pg_dsn, "XJOBS_SCHEMA": pg_schema}
+    proc = subprocess.Popen([sys.executable, "-m", "xjobs.cli", "jobs", "ls", "--limit", "1000"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().split()[:2] == [b"ID", b"NAME"]
+        proc.stdout.close()   # as `| head -1` does once it has its line
+        code = proc.wait(60)
+        stderr = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert stderr == ""   # neither a BrokenPipeError traceback nor "Exception ignored"
+    assert code == 141    # what the shell reports for any tool a closed pipe stopped

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
 from tests.daemon_fixtures import daemon_env, wait_for  # noqa: F401 (fixture)
+from xjobs.supervisor.draining import REPEAT_WINDOW_S
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 
@@ -46,6 +48,7 @@ def test_a_second_sigterm_gives_a_last_attempt_back_instead_of_dead_lettering_it
     wait_for(lambda: effects(env, job_id), 10, "the job to start")
     daemon.signal(signal.SIGTERM)
     wait_for(lambda: "draining" in daemon.output(), 5, "the drain to begin")
+    time.sleep(REPEAT_WINDOW_S + 0.5)   # a time, not a synchronisation: sooner is the same stop twice
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(10) == 0
     wait_for(lambda: env.job(job_id)["state"] != "running", 5, "the hand-back")

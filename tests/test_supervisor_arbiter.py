@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -16,7 +17,10 @@ import pytest
 from tests.supervisor_roles import maker
 from xjobs.config import Settings
 from xjobs.supervisor.arbiter import Arbiter, ArbiterOptions
+from xjobs.errors import InvalidOption
 from xjobs.supervisor.backoff import Backoff
+from xjobs.supervisor.draining import REPEAT_WINDOW_S
+from xjobs.supervisor.notify import Notifier
 from xjobs.supervisor.slots import RoleSpec
 
 FAST = ArbiterOptions(heartbeat_ms=100, silence_s=1.0, startup_s=5.0, kill_grace_s=0.3,
@@ -192,6 +196,42 @@ def test_reload_replaces_children_one_group_at_a_time(make_arbiter):
     assert all(s.restarts == 0 for s in arbiter.slots)
 
 
+def test_a_reload_is_reloading_until_its_last_group_is_replaced_and_tells_systemd(make_arbiter, tmp_path):
+    path = str(tmp_path / "notify")
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(path)
+    receiver.settimeout(5)
+
+    def heard(word: str) -> dict:
+        while True:
+            lines = receiver.recv(4096).decode().splitlines()
+            if f"{word}=1" in lines:
+                return dict(line.split("=", 1) for line in lines)
+    try:
+        specs = [spec("a", 1), spec("b", 1)]
+        arbiter = make_arbiter(specs, configure=lambda: (SETTINGS, [spec("a", 1), spec("b", 1)]),
+                               notifier=Notifier(path))
+        drive(arbiter, lambda: all_ready(arbiter) and arbiter._ready_sent)
+        heard("READY")
+        old = {c["pid"] for c in rows(arbiter)}
+        assert arbiter.cmd_status({})["reload"] == {"state": "idle", "generation": 0, "replacing": None}
+        answer = arbiter.cmd_reload({})
+        assert answer == {"ok": True, "groups": ["worker a", "worker b"], "generation": 1}
+        assert arbiter.cmd_status({})["reload"]["state"] == "reloading"
+        reloading = heard("RELOADING")
+        assert int(reloading["MONOTONIC_USEC"]) <= time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        drive(arbiter, lambda: arbiter.cmd_status({})["reload"]["replacing"] == "worker b",
+              what="the second group's turn")
+        assert rows(arbiter, "a")[0]["pid"] not in old   # the first group is done before it
+        drive(arbiter, lambda: arbiter.reload_state()["state"] == "idle", what="the reload to complete")
+        assert arbiter.reload_state() == {"state": "idle", "generation": 1, "replacing": None}
+        kids = [c for c in rows(arbiter) if c["state"] == "ready" and not c["retiring"]]
+        assert len(kids) == 2 and not old & {c["pid"] for c in kids}
+        heard("READY")   # systemd leaves its "reloading" state
+    finally:
+        receiver.close()
+
+
 def test_a_worker_is_recycled_after_n_jobs_without_a_gap(make_arbiter):
     options = ArbiterOptions(**{**FAST.__dict__, "recycle_jobs": 20})
     arbiter = make_arbiter([spec("q", 1, "work")], options=options)
@@ -204,13 +244,68 @@ def test_a_worker_is_recycled_after_n_jobs_without_a_gap(make_arbiter):
 def test_scale_a_queue_to_zero_and_back_over_the_control_command(make_arbiter):
     arbiter = make_arbiter([spec("a", 1), spec("b", 1)])
     drive(arbiter, lambda: all_ready(arbiter))
-    assert arbiter.cmd_scale({"queue": "a", "processes": 0}) == {"ok": True, "processes": {"a": 0}}
+    assert arbiter.cmd_scale({"queue": "a", "processes": 0, "allow_zero": True}) == {
+        "ok": True, "processes": {"a": 0}, "processes_before": {"a": 1}}
     drive(arbiter, lambda: not rows(arbiter, "a") and not arbiter.retired, what="queue a paused")
     assert arbiter.cmd_status({})["queues"]["a"]["processes"] == 0
-    assert arbiter.cmd_scale({"queue": "a", "delta": 2}) == {"ok": True, "processes": {"a": 2}}
+    assert arbiter.cmd_scale({"queue": "a", "delta": 2}) == {
+        "ok": True, "processes": {"a": 2}, "processes_before": {"a": 0}}
     drive(arbiter, lambda: len([c for c in rows(arbiter, "a") if c["state"] == "ready"]) == 2)
     with pytest.raises(Exception, match="delta"):
         arbiter.cmd_scale({"queue": "a", "delta": 1.5})
+
+
+@pytest.mark.parametrize("message, option", [
+    ({"queue": "a", "delta": -100}, "delta"),                        # clamping made this zero
+    ({"queue": "a", "delta": -2}, "delta"),                          # exactly zero, not allowed
+    ({"queue": "a", "processes": 0}, "processes"),                   # =0 needs allow_zero
+    ({"queue": "a", "delta": -100, "allow_zero": True}, "delta"),    # below zero: never
+    ({"queue": "a", "delta": 100_000}, "delta"),                     # clamping made this 256
+    ({"queue": "a", "processes": 257}, "processes"),
+    ({"queue": None, "delta": -2}, "delta"),                         # 'all': b would reach 0
+    ({"queue": "a", "processes": 0, "allow_zero": "yes"}, "allow_zero"),
+])
+def test_a_scale_out_of_range_is_refused_and_changes_nothing(make_arbiter, message, option):
+    arbiter = make_arbiter([spec("a", 2), spec("b", 1)])
+    drive(arbiter, lambda: all_ready(arbiter))
+    with pytest.raises(InvalidOption) as refused:
+        arbiter.cmd_scale(message)
+    assert refused.value.option == option
+    for _ in range(5):
+        arbiter.step(timeout=0.01)
+    assert [len(rows(arbiter, q)) for q in ("a", "b")] == [2, 1] and not arbiter.retired
+    assert {s.spec.queue: s.spec.processes for s in arbiter.slots} == {"a": 2, "b": 1}
+
+
+def test_sigttou_never_revives_a_queue_scaled_to_zero(make_arbiter):
+    arbiter = make_arbiter([spec("a", 1), spec("b", 2)])
+    drive(arbiter, lambda: all_ready(arbiter))
+    assert arbiter.scale("a", processes=0, allow_zero=True)["ok"]
+    os.kill(os.getpid(), signal.SIGTTOU)
+    drive(arbiter, lambda: len(rows(arbiter, "b")) == 1 and not arbiter.retired, what="b down to one")
+    assert rows(arbiter, "a") == [] and arbiter.cmd_status({})["queues"]["a"]["processes"] == 0
+
+
+def test_the_same_stop_signal_twice_within_the_window_counts_once(make_arbiter):
+    arbiter = make_arbiter([spec("q", 1, "deaf")], settings=Settings(drain_deadline_ms=60_000))
+    drive(arbiter, lambda: all_ready(arbiter))
+    now = time.monotonic()
+    arbiter._stop_signal("SIGTERM", now)
+    arbiter._stop_signal("SIGTERM", now + 0.000_05)   # coreutils timeout: the pid, then its group
+    assert arbiter.state == "draining" and arbiter._stop_signals == 1
+    arbiter._stop_signal("SIGTERM", now + REPEAT_WINDOW_S + 0.1)   # a later one still escalates
+    assert arbiter.state == "killing"
+    drive(arbiter, lambda: arbiter.state == "stopped", timeout=3, what="the kill")
+
+
+def test_a_different_stop_signal_within_the_window_still_escalates(make_arbiter):
+    arbiter = make_arbiter([spec("q", 1, "deaf")], settings=Settings(drain_deadline_ms=60_000))
+    drive(arbiter, lambda: all_ready(arbiter))
+    now = time.monotonic()
+    arbiter._stop_signal("SIGTERM", now)
+    arbiter._stop_signal("SIGINT", now + 0.01)
+    assert arbiter.state == "killing"
+    drive(arbiter, lambda: arbiter.state == "stopped", timeout=3, what="the kill")
 
 
 def test_a_failing_reload_keeps_the_running_children(make_arbiter):

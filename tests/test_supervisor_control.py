@@ -48,6 +48,19 @@ def test_commands_are_answered_and_unknown_ones_named(tmp_path):
     assert not os.path.exists(path)
 
 
+def test_a_coded_refusal_keeps_its_code_over_the_socket(tmp_path):
+    def scale(message):
+        raise InvalidOption("delta", "queue q has 2 process(es) and would have -98")
+    path = str(tmp_path / "c.sock")
+    server = ControlServer(path, bind(path), {"scale": scale})
+    serve_once(server)
+    # InvalidOption is also a ValueError: it must not pass for a malformed request
+    assert request(path, "scale", queue="q", delta=-100) == {
+        "ok": False, "code": "X_INVALID_OPTION",
+        "error": "X_INVALID_OPTION: delta: queue q has 2 process(es) and would have -98"}
+    server.close()
+
+
 def test_a_stale_socket_is_replaced_and_a_live_one_refused(tmp_path):
     path = str(tmp_path / "c.sock")
     stale = socket.socket(socket.AF_UNIX)

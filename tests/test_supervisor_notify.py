@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 from xjobs.supervisor.notify import Notifier
 
@@ -25,6 +26,12 @@ def test_messages_reach_the_notify_socket(tmp_path, monkeypatch):
     assert receiver.recv(4096).decode() == "EXTEND_TIMEOUT_USEC=12500000"
     notifier.watchdog()
     assert receiver.recv(4096).decode() == "WATCHDOG=1"
+    before = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+    notifier.reloading("reloading: replacing worker a")
+    fields = dict(line.split("=", 1) for line in receiver.recv(4096).decode().splitlines())
+    after = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+    assert fields["RELOADING"] == "1" and fields["STATUS"] == "reloading: replacing worker a"
+    assert before <= int(fields["MONOTONIC_USEC"]) <= after   # what systemd asks to come with it
     notifier.close()
     receiver.close()
 

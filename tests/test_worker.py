@@ -107,6 +107,7 @@ def test_drain_interrupts_without_burning_an_attempt(driver, registry):
     assert "X_DRAINING" in view.last_error or "interrupted" in view.last_error
     worker.close(None)
     assert worker.state == "stopped"
+    assert pacer.totals()["abandoned"] == 0   # it stopped at the signal: interrupted, not abandoned
 
 
 def test_a_drained_worker_claims_nothing(driver, registry):

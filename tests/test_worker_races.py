@@ -133,6 +133,9 @@ def test_a_run_abandoned_at_the_deadline_comes_back_after_a_lease_without_burnin
     assert (view.state, view.attempt) == ("ready", 0)              # not dead on its only attempt
     assert view.run_at == pytest.approx(clock.now_ms() + 5000, abs=1)
     assert "abandoned at the drain deadline" in view.last_error
+    # abandoned, not interrupted: its own counter, and no jobs_total outcome (it did not settle)
+    totals = pacer.totals()
+    assert (totals["abandoned"], totals["interrupted"], totals["jobs"]) == (1, 0, {})
     release.set()
 
 

@@ -18,6 +18,8 @@ from .errors import InvalidOption, NotConfigured
 from .options import duration_ms, finite_count, plain_name
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES
 
+MAX_PROCESSES = 256   # per queue, from the configuration or from ``xjobsd scale``
+
 
 @dataclass(frozen=True)
 class QueueSpec:
@@ -43,7 +45,7 @@ class QueueSpec:
 
     @classmethod
     def checked(cls, processes: object, concurrency: object, option: str = "queue") -> "QueueSpec":
-        return cls(finite_count(processes, f"{option}.processes", minimum=1, maximum=256),
+        return cls(finite_count(processes, f"{option}.processes", minimum=1, maximum=MAX_PROCESSES),
                    finite_count(concurrency, f"{option}.concurrency", minimum=1, maximum=10_000))
 
 

@@ -1,6 +1,7 @@
 """``xjobsd``: one console script, one subcommand module each.
 
-Exit codes: 0 success, 2 bad usage or refused configuration, 1 runtime failure.
+Exit codes: 0 success, 2 bad usage or refused configuration, 1 runtime failure, 141 when the
+reader of stdout went away first (``xjobsd status | head -1``).
 Every read takes ``--json`` and prints plain JSON objects (times as ISO-8601 strings).
 """
 
@@ -8,22 +9,23 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from ..errors import (IdempotencyKeyRequired, InvalidOption, PayloadInvalid, PayloadTooLarge,
-                      TenantRequired, UnknownJob, XJobsError)
-
-# refusals of what the user typed or configured: exit 2, like argparse's own
-_USAGE_ERRORS = (InvalidOption, UnknownJob, PayloadInvalid, PayloadTooLarge, TenantRequired,
-                 IdempotencyKeyRequired)
+from .. import __version__
+from ..errors import XJobsError
+from .common import USAGE_ERRORS
 
 # modules under xjobs.cli, each exposing add_parser(subparsers) that registers its
-# subcommand(s) with a handler(args) -> exit code; ``status`` also registers the other
-# control-socket verbs (drain, reload, scale)
-SUBCOMMAND_MODULES = ("run", "status", "migrate", "enqueue", "jobs", "queues")
+# subcommand(s) with a handler(args) -> exit code; ``control`` registers the verbs that change
+# what a running daemon does (drain, reload, scale)
+SUBCOMMAND_MODULES = ("run", "status", "control", "migrate", "enqueue", "jobs", "queues")
+
+# what a shell reports for a process that SIGPIPE ended (128 + 13)
+_EXIT_PIPE_CLOSED = 141
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,6 +37,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="xjobsd", description="Durable background jobs on PostgreSQL.")
+    parser.add_argument("--version", action="version", version=f"xjobsd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module_name in SUBCOMMAND_MODULES:
         module = importlib.import_module(f"{__name__}.{module_name}")
@@ -43,11 +46,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            # here, not at interpreter exit: a reader that left before the last write is
+            # only noticed when the buffer goes out, and then it must land in the except below
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout's reader has gone (``| head -1``): stop quietly. Later writes, and the
+        # interpreter's own flush at exit, go to /dev/null instead of printing "Exception
+        # ignored". The exit code is 141, what the shell reports for any tool a closed pipe
+        # stopped: ``set -o pipefail`` scripts see xjobsd as they see ``cat``, and output cut
+        # short never passes for complete.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return _EXIT_PIPE_CLOSED
+
+
+def _dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except _USAGE_ERRORS as exc:
+    except USAGE_ERRORS as exc:
         print(f"xjobsd: {exc}", file=sys.stderr)
         return 2
     except psycopg.ProgrammingError as exc:   # a DSN that cannot be parsed is bad usage

@@ -1,4 +1,5 @@
-"""What the subcommands share: database flags, settings, app import, JSON rendering."""
+"""What the subcommands share: database and control-socket flags, settings, app import, exit
+codes, JSON rendering."""
 
 from __future__ import annotations
 
@@ -15,15 +16,42 @@ from typing import Any
 import orjson
 
 from ..config import Settings, load_settings
-from ..errors import InvalidOption
+from ..errors import (IdempotencyKeyRequired, InvalidOption, PayloadInvalid, PayloadTooLarge,
+                      TenantRequired, UnknownJob)
 
 _TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at")
+
+# refusals of what the user typed or configured: exit 2, like argparse's own
+USAGE_ERRORS = (InvalidOption, UnknownJob, PayloadInvalid, PayloadTooLarge, TenantRequired,
+                IdempotencyKeyRequired)
+_USAGE_CODES = frozenset(cls.code for cls in USAGE_ERRORS)
+
+
+def refusal_exit_code(code: str | None) -> int:
+    """2 when a refusal's code says the input was wrong, else 1: the same split ``main``
+    makes for exceptions, for refusals that come back over the control socket as codes."""
+    return 2 if code in _USAGE_CODES else 1
 
 
 def add_database_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dsn", help="PostgreSQL URL (default: XJOBS_DATABASE_URL)")
     parser.add_argument("--schema", help="schema holding the queue tables (default: xjobs)")
     parser.add_argument("--config", help="a TOML file with an [xjobs] table (default: ./xjobs.toml)")
+
+
+def add_control_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--control", metavar="PATH",
+                        help="the daemon's control socket (default: XJOBS_CONTROL, else "
+                             "$XDG_RUNTIME_DIR/xjobsd.sock or ./.xjobs/xjobsd.sock)")
+    parser.add_argument("--json", action="store_true", help="print the answer as JSON")
+
+
+def ask_daemon(args: argparse.Namespace, command: str, **fields: Any) -> dict:
+    """One request over the control socket; ``ControlUnavailable`` (exit 1) when none answers."""
+    import os
+    from ..supervisor.control import client_path, request
+    path = args.control or os.environ.get("XJOBS_CONTROL") or client_path()
+    return request(path, command, **fields)
 
 
 def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:

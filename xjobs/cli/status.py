@@ -1,104 +1,36 @@
-"""``xjobsd status`` and the other control-socket commands: ``drain``, ``reload``, ``scale``.
+"""``xjobsd status``: what the running daemon is doing, over its control socket.
 
-They talk to a running daemon over its control socket (``--control PATH``; default the same
-path ``xjobsd run`` uses), never to the database. With no daemon answering they say so and
-exit 1.
+It talks to a running daemon (``--control PATH``; default the same path ``xjobsd run`` uses,
+or ``XJOBS_CONTROL``), never to the database. With no daemon answering it says so and exits 1.
 
     xjobsd status [--json]      children (role, queue, pid, state, uptime, in flight,
-                                completed, restarts) and queues (depth, oldest ready)
-    xjobsd drain                the two-phase drain, as SIGTERM
-    xjobsd reload               re-read configuration and replace children, as SIGHUP
-    xjobsd scale QUEUE +1|-1|=N add or remove worker processes of a queue ('all': every queue)
+                                completed, restarts), queues (depth, oldest ready, and how old
+                                those figures are) and a reload in progress
+
+The verbs that change what the daemon does (drain, reload, scale) are in ``control.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import orjson
 
-from ..errors import InvalidOption
-from .common import print_table
-
-
-def _control_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--control", metavar="PATH",
-                        help="the daemon's control socket (default: XJOBS_CONTROL, else "
-                             "$XDG_RUNTIME_DIR/xjobsd.sock or ./.xjobs/xjobsd.sock)")
-    parser.add_argument("--json", action="store_true", help="print the answer as JSON")
+from .common import add_control_flags, ask_daemon, print_table, refusal_exit_code
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="what the running daemon is doing (over its control socket)")
-    _control_flag(p)
+    add_control_flags(p)
     p.set_defaults(handler=status)
-    p = sub.add_parser("drain", help="ask the running daemon to drain and exit (like SIGTERM)")
-    _control_flag(p)
-    p.set_defaults(handler=lambda args: _simple(args, "drain"))
-    p = sub.add_parser("reload", help="ask the running daemon to re-read its configuration (like SIGHUP)")
-    _control_flag(p)
-    p.set_defaults(handler=lambda args: _simple(args, "reload"))
-    p = sub.add_parser("scale", help="add or remove worker processes of a queue")
-    p.add_argument("queue", help="queue name, or 'all'")
-    p.add_argument("change", help="+N, -N or =N processes")
-    _control_flag(p)
-    p.set_defaults(handler=scale)
-
-
-def _path(args: argparse.Namespace) -> str:
-    from ..supervisor.control import client_path
-    return args.control or os.environ.get("XJOBS_CONTROL") or client_path()
-
-
-def _ask(args: argparse.Namespace, command: str, **fields) -> dict | None:
-    from ..supervisor.control import ControlUnavailable, request
-    try:
-        return request(_path(args), command, **fields)
-    except ControlUnavailable as exc:
-        print(f"xjobsd: {exc.args[0]}", file=sys.stderr)
-        return None
-
-
-def _finish(args: argparse.Namespace, answer: dict | None) -> int:
-    if answer is None:
-        return 1
-    if args.json:
-        sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
-    elif answer.get("ok"):
-        print(" ".join(f"{k}={v}" for k, v in answer.items() if k != "ok") or "ok")
-    if not answer.get("ok"):
-        if not args.json:
-            print(f"xjobsd: {answer.get('error', 'refused')}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _simple(args: argparse.Namespace, command: str) -> int:
-    return _finish(args, _ask(args, command))
-
-
-def scale(args: argparse.Namespace) -> int:
-    change = args.change.strip()
-    queue = None if args.queue == "all" else args.queue
-    try:
-        if change.startswith("="):
-            fields = {"processes": int(change[1:])}
-        else:
-            fields = {"delta": int(change)}
-    except ValueError:
-        raise InvalidOption("change", f"expected +N, -N or =N, got {args.change!r}") from None
-    return _finish(args, _ask(args, "scale", queue=queue, **fields))
 
 
 def status(args: argparse.Namespace) -> int:
-    answer = _ask(args, "status")
-    if answer is None:
-        return 1
+    answer = ask_daemon(args, "status")
     if not answer.pop("ok", False):
         print(f"xjobsd: {answer.get('error', 'status refused')}", file=sys.stderr)
-        return 1
+        return refusal_exit_code(answer.get("code"))
     if args.json:
         sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
@@ -106,6 +38,9 @@ def status(args: argparse.Namespace) -> int:
           f"{answer['schema']}, database {'up' if answer.get('database_up') else 'DOWN' if answer.get('database_up') is False else '?'}")
     if answer.get("drain_deadline_in") is not None:
         print(f"drain deadline in {answer['drain_deadline_in']:.1f}s")
+    reload = answer.get("reload") or {}
+    if reload.get("state") == "reloading":
+        print(f"reloading (generation {reload['generation']}): replacing {reload.get('replacing') or 'children'}")
     print()
     rows = [[c["role"], c["queue"] or "-", c["index"], c["pid"] or "-",
              c["state"] + (" (crash loop)" if c.get("crash_loop") and c["state"] != "crash-loop" else ""),
@@ -117,6 +52,7 @@ def status(args: argparse.Namespace) -> int:
                q["in_flight"], f"{q['processes']}x{q['concurrency']}"]
               for name, q in answer["queues"].items()]
     print_table(["queue", "depth", "oldest ready", "in flight", "processes"], queues)
+    print(_figures_age(answer["queues"]))
     for c in answer["children"]:
         if c.get("last_exit"):
             print(f"\n{c['role']} {c['queue'] or ''} #{c['index']}: last exit {c['last_exit']}")
@@ -124,6 +60,14 @@ def status(args: argparse.Namespace) -> int:
         print(f"\nwarning: no process of this daemon serves queue {queue}: jobs {', '.join(names)} "
               f"wait for a daemon that does (xjobsd scale {queue} =1)")
     return 0
+
+
+def _figures_age(queues: dict) -> str:
+    """Depth and age come from the supervisor's last statistics round, not from this request."""
+    ages = [q["as_of_seconds"] for q in queues.values() if q.get("as_of_seconds") is not None]
+    if not ages:
+        return "queue figures not read from the database yet"
+    return f"queue figures as of {_age(max(ages))} ago"
 
 
 def _dash(value: object) -> object:

@@ -125,13 +125,17 @@ class Arbiter(Supervision, Reshape, Draining):
         self.drain_reason: str | None = None
         self._signals: deque[int] = deque()
         self._stop_signals = 0
+        self._last_stop_signal: tuple[str, float] | None = None   # (name, when), to count repeats once
         self._previous_handlers: dict[int, Any] = {}
         self._previous_wakeup_fd = -1
         self._released_in_drain = 0
         self._interrupted_base = 0.0
+        self._abandoned_base = 0.0
         self._reload_groups: deque[tuple] = deque()
         self._reload_current: tuple | None = None
         self._reload_specs: dict[tuple, RoleSpec] = {}
+        self._reloading = False
+        self.reload_generation = 0
         self._spawn_deferred = False
         self._ready_sent = False
         self._next_publish = 0.0
@@ -243,19 +247,26 @@ class Arbiter(Supervision, Reshape, Draining):
             self._signals.extend(n for n in data if n in _SIGNAL_NAMES)
 
     def handle_term(self) -> None:
-        self._stop_signal("SIGTERM")
+        self._stop_signal("SIGTERM", time.monotonic())
 
     def handle_int(self) -> None:
-        self._stop_signal("SIGINT")
+        self._stop_signal("SIGINT", time.monotonic())
 
     def handle_hup(self) -> None:
         self.reload()
 
     def handle_ttin(self) -> None:
-        self.scale(None, delta=1)
+        self._scale_signal("SIGTTIN", +1)
 
     def handle_ttou(self) -> None:
-        self.scale(None, delta=-1, floor=1)
+        self._scale_signal("SIGTTOU", -1)
+
+    def _scale_signal(self, name: str, delta: int) -> None:
+        # a signal has nobody to answer: it clamps (1..MAX_PROCESSES) where a command refuses
+        try:
+            self.scale(None, delta=delta, clamp=True)
+        except InvalidOption as exc:   # no worker queue at all: nothing to scale
+            log.warning("%s ignored: %s", name, exc)
 
     def handle_chld(self) -> None:
         self._reap(time.monotonic())
@@ -278,12 +289,16 @@ class Arbiter(Supervision, Reshape, Draining):
         queue = message.get("queue")
         if queue is not None and not isinstance(queue, str):
             raise InvalidOption("queue", "must be a queue name")
+        allow_zero = message.get("allow_zero", False)
+        if not isinstance(allow_zero, bool):
+            raise InvalidOption("allow_zero", f"must be true or false, got {allow_zero!r}")
         if message.get("processes") is not None:
-            return self.scale(queue, processes=finite_count(message["processes"], "processes", maximum=256))
+            processes = finite_count(message["processes"], "processes")
+            return self.scale(queue, processes=processes, allow_zero=allow_zero)
         delta = message.get("delta", 1)
         if isinstance(delta, bool) or not isinstance(delta, int):
             raise InvalidOption("delta", f"must be a whole number, got {delta!r}")
-        return self.scale(queue, delta=delta)
+        return self.scale(queue, delta=delta, allow_zero=allow_zero)
 
     # -- the probe, publishing, teardown -------------------------------------------------------------
 

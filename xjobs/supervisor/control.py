@@ -9,10 +9,18 @@ command    request                                 CLI
 =========  ======================================  ==============================================
 status     ``{"command": "status"}``               ``xjobsd status [--json]``
 drain      ``{"command": "drain"}``                ``xjobsd drain``    (same as SIGTERM)
-reload     ``{"command": "reload"}``               ``xjobsd reload``   (same as SIGHUP)
+reload     ``{"command": "reload"}``               ``xjobsd reload [--wait]`` (as SIGHUP)
 scale      ``{"command": "scale", "queue": Q,      ``xjobsd scale Q +1`` / ``-1`` / ``=3``
-           "delta": N}`` or ``"processes": N``     (signals: SIGTTIN/SIGTTOU, every queue)
+           "delta": N}`` or ``"processes": N``,    ``[--allow-zero]`` (signals: SIGTTIN/SIGTTOU,
+           optional ``"allow_zero": true``         every queue, clamped to 1..256)
 =========  ======================================  ==============================================
+
+A refusal answers ``{"ok": false, "error": TEXT}`` and, when it is a coded error, ``"code"``
+(``X_INVALID_OPTION`` names the field: a scale leaving a queue with no process, or more than
+256, is refused, not clamped).
+
+``status`` also answers ``"reload": {"state": "idle"|"reloading", "generation": N,
+"replacing": GROUP}``, which ``xjobsd reload --wait`` polls until the state is idle again.
 
 The server side lives in the arbiter's selector loop: accepting and reading never block it
 (a client gets ``_CLIENT_TIMEOUT_S`` to send its line), and the answer is written with a
@@ -197,10 +205,10 @@ class ControlServer:
                                                 f"known: {', '.join(sorted(self.handlers))}"}
             else:
                 answer = handler(message)
+        except XJobsError as exc:   # first: InvalidOption is a ValueError too, and keeps its code
+            answer = {"ok": False, "error": str(exc), "code": exc.code}
         except (orjson.JSONDecodeError, ValueError) as exc:
             answer = {"ok": False, "error": f"bad request: {exc}"}
-        except XJobsError as exc:
-            answer = {"ok": False, "error": str(exc), "code": exc.code}
         except Exception as exc:   # a failing command must not take the supervisor down
             log.exception("control command failed")
             answer = {"ok": False, "error": f"internal error: {exc!r}"}

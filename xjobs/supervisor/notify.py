@@ -1,6 +1,7 @@
 """``sd_notify`` without libsystemd: one datagram to ``$NOTIFY_SOCKET`` per state change.
 
 The supervisor says ``READY=1`` once its children are up, ``STATUS=`` with a one-line summary,
+``RELOADING=1`` when a reload starts and ``READY=1`` again once it is complete,
 ``STOPPING=1`` at the accept phase, ``EXTEND_TIMEOUT_USEC=`` while a long close runs, and
 ``WATCHDOG=1`` only while its loop and children are healthy (``WatchdogSec=`` in the unit).
 With no ``NOTIFY_SOCKET`` every call is a no-op, so the same code runs under a terminal.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 
 class Notifier:
@@ -44,6 +46,12 @@ class Notifier:
 
     def ready(self, status: str) -> bool:
         return self.send(READY=1, STATUS=status, MAINPID=os.getpid())
+
+    def reloading(self, status: str) -> bool:
+        """A reload began; ``ready`` ends it. systemd asks for the monotonic clock's reading
+        (CLOCK_MONOTONIC, in microseconds) with it, to order it against the reload request."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        return self.send(RELOADING=1, STATUS=status, MONOTONIC_USEC=usec)
 
     def status(self, status: str) -> bool:
         return self.send(STATUS=status)

@@ -110,6 +110,7 @@ def status(arbiter: "Arbiter", now: float) -> dict:
         "control": arbiter.control.path if arbiter.control is not None else None,
         "drain_deadline_in": (round(max(0.0, arbiter.drain_deadline - now), 3)
                               if arbiter.drain_deadline is not None else None),
+        "reload": arbiter.reload_state(),
         "children": children(arbiter, now),
         "queues": queues(arbiter, now),
         "unserved_jobs": arbiter.unserved(),

@@ -2,8 +2,13 @@
 
 * reload re-reads the configuration and replaces children one role group at a time: each
   slot of the group gets a successor, and the old child is retired once the successor is
-  ready (``supervision``), so a queue keeps its claimers throughout;
-* scale adds or removes worker slots of a queue; a removed slot's child is retired.
+  ready (``supervision``), so a queue keeps its claimers throughout. Each reload has a
+  generation number and is ``reloading`` until the last group's successors are ready, then
+  ``idle`` (``reload_state``: ``xjobsd status`` shows it, ``xjobsd reload --wait`` polls it);
+  sd_notify hears ``RELOADING=1`` at the start and ``READY=1`` at the end. A newer reload
+  takes over the groups still to do; a drain ends it where it stands;
+* scale adds or removes worker slots of a queue; a removed slot's child is retired. A command
+  out of range is refused; a signal clamps.
 
 A child retired here is NOT interrupted: it stops claiming, and its running jobs go on until
 the close deadline. Only a real drain (a stop signal, ``xjobsd drain``) interrupts jobs.
@@ -15,7 +20,9 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from ..errors import InvalidOption
+from ..config import MAX_PROCESSES
+from ..errors import InvalidOption, XJobsError
+from . import report
 from .slots import Slot
 
 log = logging.getLogger("xjobs.supervisor")
@@ -33,7 +40,10 @@ class Reshape:
             settings, specs = self.configure()
         except Exception as exc:   # a bad file must never take the running daemon down
             log.error("reload refused, keeping the running configuration: %s", exc)
-            return {"ok": False, "error": str(exc)}
+            refusal = {"ok": False, "error": str(exc)}
+            if isinstance(exc, XJobsError):   # a refused knob exits 2 from xjobsd reload
+                refusal["code"] = exc.code
+            return refusal
         if (settings.metrics, settings.control) != (self.settings.metrics, self.settings.control):
             log.warning("reload: the metrics and control addresses change only at the next start")
         self.settings = settings
@@ -41,18 +51,30 @@ class Reshape:
         keys = {s.spec.key for s in self.slots} | set(self._reload_specs)
         self._reload_groups = deque(sorted(keys, key=lambda k: (k[0], k[1] or "")))
         self._reload_current = None
-        log.info("reloading configuration: replacing %d role group(s) one at a time", len(keys))
-        return {"ok": True, "groups": [f"{role} {queue or ''}".strip() for role, queue in self._reload_groups]}
+        self._reloading = True
+        self.reload_generation += 1
+        groups = [_group_label(key) for key in self._reload_groups]
+        log.info("reloading configuration (generation %d): replacing %d role group(s) one at a time",
+                 self.reload_generation, len(keys))
+        self.notifier.reloading(f"reloading: replacing {', '.join(groups)} one group at a time")
+        return {"ok": True, "groups": groups, "generation": self.reload_generation}
+
+    def reload_state(self) -> dict:
+        """What ``xjobsd reload --wait`` polls: idle once the last group's successors are ready."""
+        current = self._reload_current if self._reloading else None
+        return {"state": "reloading" if self._reloading else "idle", "generation": self.reload_generation,
+                "replacing": _group_label(current) if current is not None else None}
 
     def _advance_reload(self) -> None:
-        while True:
+        while self._reloading:
             current = self._reload_current
             if current is not None and any(s.want_replace for s in self.slots if s.spec.key == current):
                 return
             if not self._reload_groups:
-                if current is not None:
-                    log.info("reload complete")
-                    self._reload_current = None
+                self._reload_current = None
+                self._reloading = False
+                log.info("reload complete (generation %d)", self.reload_generation)
+                self.notifier.ready(report.status_line(self))   # ends systemd's "reloading" state
                 return
             key = self._reload_current = self._reload_groups.popleft()
             spec = self._reload_specs.get(key)
@@ -79,7 +101,16 @@ class Reshape:
             self._retire(child, reason, interrupt=False)
 
     def scale(self, queue: str | None, *, delta: int | None = None, processes: int | None = None,
-              floor: int = 0) -> dict:
+              allow_zero: bool = False, clamp: bool = False) -> dict:
+        """Set (``processes``) or shift (``delta``) the processes of one worker queue, or of every
+        one (``queue=None``).
+
+        A command out of range is refused as a whole, before any queue changes: more than
+        ``MAX_PROCESSES``, or no process left, unless ``allow_zero`` (stopping a queue's
+        processes is a deliberate act; ``-100`` is more likely a typo). The signals ``clamp``
+        instead, since there is nobody to answer: never above the maximum, and a decrease
+        never below one (a queue already at zero stays there).
+        """
         if self.state != "running":
             return {"ok": False, "error": f"cannot scale while {self.state}"}
         specs = {key: spec for key, spec in self.specs.items() if spec.role == "worker"}
@@ -87,17 +118,43 @@ class Reshape:
         if not chosen:
             raise InvalidOption("queue", f"no worker queue named {queue!r}; running: "
                                          f"{', '.join(sorted(k[1] for k in specs)) or 'none'}")
-        result = {}
+        plan = []
         for spec in chosen:
             slots = sorted((s for s in self.slots if s.spec.key == spec.key), key=lambda s: s.index)
             target = processes if processes is not None else len(slots) + (delta or 0)
-            target = max(floor, min(256, target))
+            if clamp:
+                clamped = min(MAX_PROCESSES, max(target, min(len(slots), 1)))
+                if clamped != target:   # the signal's sender has no answer to read: say it here
+                    log.info("queue %s stays at %d process(es): a signal takes no queue below one "
+                             "process or above %d", spec.queue, clamped, MAX_PROCESSES)
+                target = clamped
+            else:
+                _check_target(spec.queue, len(slots), target, allow_zero,
+                              "processes" if processes is not None else "delta")
+            plan.append((spec, slots, target))
+        before, after = {}, {}
+        for spec, slots, target in plan:
             if target > len(slots):
                 self._add_slots(spec, target - len(slots))
             for slot in reversed(slots[target:]):
                 self._remove_slot(slot, "scaled down")
             spec.processes = target
-            result[spec.queue] = target
+            before[spec.queue], after[spec.queue] = len(slots), target
             if target != len(slots):
                 log.info("queue %s scaled from %d to %d process(es)", spec.queue, len(slots), target)
-        return {"ok": True, "processes": result}
+        return {"ok": True, "processes": after, "processes_before": before}
+
+
+def _check_target(queue: str, current: int, target: int, allow_zero: bool, option: str) -> None:
+    least = 0 if allow_zero else 1
+    if least <= target <= MAX_PROCESSES:
+        return
+    hint = ("; to stop every process of the queue on purpose, scale it to =0 with --allow-zero"
+            if target == 0 else "")
+    raise InvalidOption(option, f"queue {queue} has {current} process(es) and would have {target}; "
+                                f"it may have {least} to {MAX_PROCESSES}{hint}")
+
+
+def _group_label(key: tuple) -> str:
+    role, queue = key
+    return f"{role} {queue}" if queue else role

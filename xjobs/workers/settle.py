@@ -70,7 +70,7 @@ class SettleMixin:
         if lost:
             self.stats_.bump("lease_lost", lost)
 
-    def _write_nack(self, run: "Run", outcome: Settlement, now_ms: float) -> None:
+    def _write_nack(self, run: "Run", outcome: Settlement, now_ms: float, *, abandoned: bool = False) -> None:
         try:
             held = self.driver.job_nack(outcome.nack)
         except Exception as exc:
@@ -78,7 +78,9 @@ class SettleMixin:
                       run.job.id, outcome.outcome, exc)
             self.stats_.bump("settle_failed")
             return
-        if held:
+        if held and abandoned:
+            self.stats_.bump("abandoned")
+        elif held:
             self.stats_.outcome(run.job.name, outcome.outcome, run.seconds(now_ms))
             if outcome.outcome == "dead":
                 log.warning("job %s#%s dead: %s", run.job.name, run.job.id, outcome.nack.error)
@@ -131,7 +133,9 @@ class SettleMixin:
         """At the close deadline: hand back what still runs, one lease window from now.
 
         Not at once (the body may still be running in this process until it exits) and
-        without burning the attempt: the job did not fail, the process went away.
+        without burning the attempt: the job did not fail, the process went away. Counted as
+        ``abandoned``, not as the ``interrupted`` outcome: interrupted runs stopped at the
+        drain's signal and are back to ready now (the supervisor's drain line tells them apart).
         """
         abandoned = [r for r in self.held.values() if not r.settled]
         if not abandoned:
@@ -147,5 +151,5 @@ class SettleMixin:
                      "delivered again after one lease window, attempt not counted")
             self._write_nack(run, Settlement("interrupted", nack=Nack(
                 run.job.id, run.job.token, error, self.settings.lease_ms, counts_as_attempt=False,
-                outcome="interrupted")), now_ms)
+                outcome="interrupted")), now_ms, abandoned=True)
 

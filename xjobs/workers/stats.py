@@ -18,8 +18,10 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 class WorkerStats:
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # "abandoned": runs still going at the close deadline, handed back one lease later. A
+        # counter, not an outcome: such a run has not settled, it is delivered again.
         self.totals = {name: 0 for name in ("claimed", *OUTCOMES, "lease_lost", "settle_failed",
-                                            "timed_out")}
+                                            "timed_out", "abandoned")}
         self.jobs: dict[str, dict[str, int]] = {}
         self.durations: dict[str, list] = {}   # name -> [bucket counts..., sum, count]
 

@@ -1,0 +1,140 @@
+"""``xjobsd drain``, ``reload`` and ``scale``: asking the running daemon to change course.
+
+Each is one request over the control socket (``supervisor/control.py`` lists the messages);
+the answer is printed in plain words, or as the JSON the daemon sent with ``--json``. A
+refusal is said on stderr and exits 2 when it refuses what was typed (``X_INVALID_OPTION``),
+1 otherwise, as does a daemon that does not answer.
+
+    xjobsd drain                          the two-phase drain, as SIGTERM
+    xjobsd reload [--wait [--timeout D]]  re-read the configuration and replace children one
+                                          group at a time, as SIGHUP; --wait returns once the
+                                          last group's new children are ready
+    xjobsd scale QUEUE +N|-N|=N [--allow-zero]
+                                          worker processes of a queue ('all': every queue),
+                                          1 to 256; 0 only with --allow-zero
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Callable
+
+import orjson
+
+from ..errors import InvalidOption
+from ..options import duration_ms
+from .common import add_control_flags, ask_daemon, refusal_exit_code
+
+_POLL_S = 0.2   # how often reload --wait asks for the status: cheap for the daemon, prompt enough
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("drain", help="ask the running daemon to drain and exit (like SIGTERM)")
+    add_control_flags(p)
+    p.set_defaults(handler=drain)
+    p = sub.add_parser("reload", help="ask the running daemon to re-read its configuration (like SIGHUP)")
+    p.add_argument("--wait", action="store_true",
+                   help="return once every group runs the new configuration (for ExecReload=)")
+    p.add_argument("--timeout", metavar="DURATION", default="60s",
+                   help="with --wait: give up (exit 1) after this long (default 60s)")
+    add_control_flags(p)
+    p.set_defaults(handler=reload)
+    p = sub.add_parser("scale", help="add or remove worker processes of a queue")
+    p.add_argument("queue", help="queue name, or 'all'")
+    p.add_argument("change", help="+N, -N or =N processes")
+    p.add_argument("--allow-zero", action="store_true",
+                   help="allow a queue to be left with no process (it then claims nothing)")
+    add_control_flags(p)
+    p.set_defaults(handler=scale)
+
+
+def _print_json(answer: dict) -> None:
+    sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _finish(args: argparse.Namespace, answer: dict, words: Callable[[dict], list[str]]) -> int:
+    if args.json:
+        _print_json(answer)
+    if not answer.get("ok"):
+        if not args.json:
+            print(f"xjobsd: {answer.get('error') or 'refused'}", file=sys.stderr)
+        return refusal_exit_code(answer.get("code"))
+    if not args.json:
+        for line in words(answer):
+            print(line)
+    return 0
+
+
+def drain(args: argparse.Namespace) -> int:
+    return _finish(args, ask_daemon(args, "drain"),
+                   lambda a: [f"{a['state']}; deadline {a['deadline_seconds']:g}s"])
+
+
+def scale(args: argparse.Namespace) -> int:
+    change = args.change.strip()
+    queue = None if args.queue == "all" else args.queue
+    try:
+        if change.startswith("="):
+            fields = {"processes": int(change[1:])}
+        else:
+            fields = {"delta": int(change)}
+    except ValueError:
+        raise InvalidOption("change", f"expected +N, -N or =N, got {args.change!r}") from None
+    if args.allow_zero:
+        fields["allow_zero"] = True
+    return _finish(args, ask_daemon(args, "scale", queue=queue, **fields), _scale_words)
+
+
+def _scale_words(answer: dict) -> list[str]:
+    before = answer.get("processes_before", {})
+    lines = []
+    for queue, after in sorted(answer["processes"].items()):
+        was = before.get(queue, after)
+        noun = "process" if after == 1 else "processes"
+        lines.append(f"queue {queue}: {after} {noun} (unchanged)" if was == after
+                     else f"queue {queue}: {was} -> {after} {noun}")
+    return lines
+
+
+def _reload_words(answer: dict) -> list[str]:
+    return [f"reloading: replacing {', '.join(answer['groups'])} one group at a time"]
+
+
+def reload(args: argparse.Namespace) -> int:
+    timeout_s = duration_ms(args.timeout, "timeout", exclusive_minimum=True) / 1000.0
+    started = time.monotonic()
+    answer = ask_daemon(args, "reload")
+    if not args.wait or not answer.get("ok"):
+        return _finish(args, answer, _reload_words)
+    if not args.json:
+        print(_reload_words(answer)[0], flush=True)
+    generation = answer["generation"]
+    while True:
+        status = ask_daemon(args, "status")
+        state = status.get("reload") or {}
+        if status.get("state") != "running":
+            return _gave_up(args, answer, f"the reload was cut short: the daemon is {status.get('state')}")
+        # a newer reload (someone else's) takes over what this one had left: its end is ours
+        if state.get("state") == "idle" and state.get("generation", 0) >= generation:
+            break
+        waited = time.monotonic() - started
+        if waited >= timeout_s:
+            return _gave_up(args, answer, f"the reload is not complete after {waited:.0f}s; still "
+                                          f"replacing {state.get('replacing') or 'children'} "
+                                          "(see xjobsd status)")
+        time.sleep(_POLL_S)
+    waited = time.monotonic() - started
+    if args.json:
+        _print_json({**answer, "complete": True, "waited_seconds": round(waited, 3)})
+    else:
+        print(f"reload complete after {waited:.1f}s")
+    return 0
+
+
+def _gave_up(args: argparse.Namespace, answer: dict, why: str) -> int:
+    if args.json:
+        _print_json({**answer, "ok": False, "complete": False, "error": why})
+    print(f"xjobsd: {why}", file=sys.stderr)
+    return 1
