@@ -48,7 +48,6 @@ def add_control_flags(parser: argparse.ArgumentParser) -> None:
 
 def ask_daemon(args: argparse.Namespace, command: str, **fields: Any) -> dict:
     """One request over the control socket; ``ControlUnavailable`` (exit 1) when none answers."""
-    import os
     from ..supervisor.control import client_path, request
     path = args.control or os.environ.get("XJOBS_CONTROL") or client_path()
     return request(path, command, **fields)
