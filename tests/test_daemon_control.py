@@ -69,3 +69,39 @@ def test_scale_refuses_what_would_empty_or_overfill_a_queue(daemon_env):
     assert daemon.wait(15) == 0
     refused = cli(daemon, "drain")   # nobody answers any more
     assert refused.returncode == 1 and "no xjobsd is running" in refused.stderr
+
+
+def test_a_declared_queue_nobody_serves_is_warned_about_and_scale_adds_it(daemon_env):
+    env = daemon_env
+    daemon = env.start("--queue", "alpha=1x2")
+    daemon.ready()
+    assert "no process serves these registered jobs" in daemon.output()
+    status = daemon.status()
+    assert status["unserved_jobs"]["beta"] == ["touch_beta"]
+    assert "no process of this daemon serves queue beta" in cli(daemon, "status").stdout
+    [job_id] = env.enqueue("touch_beta", "beta", [{"n": 1}], key=lambda i: f"b:{i['n']}")
+
+    added = cli(daemon, "scale", "beta", "=1", "--concurrency", "3")
+    assert added.returncode == 0, added
+    assert added.stdout.strip() == "queue beta added: 1 process x 3 slot(s), until the next reload"
+    wait_for(lambda: env.job(job_id)["state"] == "completed", 15, "the job of the added queue to run")
+    assert "beta" not in daemon.status()["unserved_jobs"]
+    assert cli(daemon, "scale", "nope", "=1").returncode == 2          # not declared by the app
+
+
+def test_reload_says_exactly_what_changed(daemon_env):
+    env = daemon_env
+    config = env.tmp / "xjobs.toml"
+    config.write_text('[xjobs]\nqueues = ["alpha=1x2"]\n')
+    daemon = env.start("--config", str(config))
+    daemon.ready()
+    config.write_text('[xjobs]\nqueues = ["alpha=2x2", "beta=1x4"]\nlease = "45s"\n')
+    answer = cli(daemon, "reload", "--wait")
+    assert answer.returncode == 0, answer
+    lines = answer.stdout.splitlines()
+    assert "  worker alpha: 1x2 -> 2x2" in lines
+    assert "  worker beta added: 1x4" in lines
+    assert "  lease_ms: 30000.0 -> 45000.0" in lines
+    assert lines[-1].startswith("reload complete after")
+    wait_for(lambda: len(daemon.children()) == 3 and all(c["state"] == "ready" for c in daemon.children()),
+             15, "the reloaded shape")

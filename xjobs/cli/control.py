@@ -46,6 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("change", help="+N, -N or =N processes")
     p.add_argument("--allow-zero", action="store_true",
                    help="allow a queue to be left with no process (it then claims nothing)")
+    p.add_argument("--concurrency", type=int, metavar="N",
+                   help="slots per process of a queue scale adds (one the app declares and the "
+                        "daemon does not serve yet; default 16)")
     add_control_flags(p)
     p.set_defaults(handler=scale)
 
@@ -84,6 +87,8 @@ def scale(args: argparse.Namespace) -> int:
         raise InvalidOption("change", f"expected +N, -N or =N, got {args.change!r}") from None
     if args.allow_zero:
         fields["allow_zero"] = True
+    if args.concurrency is not None:
+        fields["concurrency"] = args.concurrency
     return _finish(args, ask_daemon(args, "scale", queue=queue, **fields), _scale_words)
 
 
@@ -93,13 +98,18 @@ def _scale_words(answer: dict) -> list[str]:
     for queue, after in sorted(answer["processes"].items()):
         was = before.get(queue, after)
         noun = "process" if after == 1 else "processes"
+        if queue in answer.get("added", ()):
+            lines.append(f"queue {queue} added: {after} {noun} x {answer['concurrency'][queue]} slot(s), "
+                         "until the next reload")
+            continue
         lines.append(f"queue {queue}: {after} {noun} (unchanged)" if was == after
                      else f"queue {queue}: {was} -> {after} {noun}")
     return lines
 
 
 def _reload_words(answer: dict) -> list[str]:
-    return [f"reloading: replacing {', '.join(answer['groups'])} one group at a time"]
+    return [f"reloading: replacing {', '.join(answer['groups'])} one group at a time",
+            *(f"  {change}" for change in answer.get("changes", ()))]
 
 
 def reload(args: argparse.Namespace) -> int:
@@ -109,7 +119,7 @@ def reload(args: argparse.Namespace) -> int:
     if not args.wait or not answer.get("ok"):
         return _finish(args, answer, _reload_words)
     if not args.json:
-        print(_reload_words(answer)[0], flush=True)
+        print("\n".join(_reload_words(answer)), flush=True)
     generation = answer["generation"]
     while True:
         status = ask_daemon(args, "status")

@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     from ..supervisor.arbiter import Arbiter
     from ..supervisor.metrics import MetricsEndpoint
     from ..supervisor.probe import DatabaseProbe, default_driver_factory
-    from ..supervisor.roles import registered_queues, role_specs, unserved_jobs
+    from ..supervisor.roles import registered_queues, role_specs, unserved_jobs, worker_maker
+    from ..supervisor.slots import RoleSpec
 
     settings = _load(args)
     options = _options(settings)
@@ -131,7 +132,10 @@ def run(args: argparse.Namespace) -> int:
                           make_probe=lambda **kw: DatabaseProbe(
                               lambda: default_driver_factory(arbiter.settings)(), **kw),
                           metrics=metrics, control=(control_path, listener),
-                          registered=registered_queues(REGISTRY))
+                          registered=registered_queues(REGISTRY),
+                          make_worker_spec=lambda queue, processes, concurrency: RoleSpec(
+                              "worker", queue, processes, concurrency,
+                              worker_maker(arbiter.settings, REGISTRY, queue, concurrency)))
         if pgdata is not None:
             embedded_mod.record_daemon({"pid": os.getpid(), "dsn": settings.dsn, "schema": settings.schema,
                                         "control": control_path, "pgdata": str(pgdata),

@@ -89,11 +89,13 @@ class Arbiter(Supervision, Reshape, Draining):
                  metrics: MetricsEndpoint | None = None,
                  control: tuple[str, socket.socket] | None = None,
                  notifier: Notifier | None = None,
-                 registered: dict[str, list[str]] | None = None) -> None:
+                 registered: dict[str, list[str]] | None = None,
+                 make_worker_spec: Callable[[str, int, int], RoleSpec] | None = None) -> None:
         self.settings = settings
         self.options = options
         self.configure = configure
         self.registered = registered or {}   # queue -> job names the app declares
+        self.make_worker_spec = make_worker_spec   # how scale adds a declared queue at runtime
         self.fork_lock = threading.Lock()
         self.selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -292,13 +294,16 @@ class Arbiter(Supervision, Reshape, Draining):
         allow_zero = message.get("allow_zero", False)
         if not isinstance(allow_zero, bool):
             raise InvalidOption("allow_zero", f"must be true or false, got {allow_zero!r}")
+        concurrency = message.get("concurrency")
+        if concurrency is not None:
+            concurrency = finite_count(concurrency, "concurrency", minimum=1, maximum=10_000)
         if message.get("processes") is not None:
             processes = finite_count(message["processes"], "processes")
-            return self.scale(queue, processes=processes, allow_zero=allow_zero)
+            return self.scale(queue, processes=processes, allow_zero=allow_zero, concurrency=concurrency)
         delta = message.get("delta", 1)
         if isinstance(delta, bool) or not isinstance(delta, int):
             raise InvalidOption("delta", f"must be a whole number, got {delta!r}")
-        return self.scale(queue, delta=delta, allow_zero=allow_zero)
+        return self.scale(queue, delta=delta, allow_zero=allow_zero, concurrency=concurrency)
 
     # -- the probe, publishing, teardown -------------------------------------------------------------
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from dataclasses import fields
+from typing import Any
 
-from ..config import MAX_PROCESSES
+from ..config import MAX_PROCESSES, QueueSpec
 from ..errors import InvalidOption, XJobsError
 from . import report
 from .slots import Slot
@@ -46,6 +48,9 @@ class Reshape:
             return refusal
         if (settings.metrics, settings.control) != (self.settings.metrics, self.settings.control):
             log.warning("reload: the metrics and control addresses change only at the next start")
+        changes = _changes(self.settings, settings, self.specs, {spec.key: spec for spec in specs})
+        for change in changes:
+            log.info("reload: %s", change)
         self.settings = settings
         self._reload_specs = {spec.key: spec for spec in specs}
         keys = {s.spec.key for s in self.slots} | set(self._reload_specs)
@@ -57,7 +62,7 @@ class Reshape:
         log.info("reloading configuration (generation %d): replacing %d role group(s) one at a time",
                  self.reload_generation, len(keys))
         self.notifier.reloading(f"reloading: replacing {', '.join(groups)} one group at a time")
-        return {"ok": True, "groups": groups, "generation": self.reload_generation}
+        return {"ok": True, "groups": groups, "generation": self.reload_generation, "changes": changes}
 
     def reload_state(self) -> dict:
         """What ``xjobsd reload --wait`` polls: idle once the last group's successors are ready."""
@@ -100,8 +105,22 @@ class Reshape:
         for child in slot.children():
             self._retire(child, reason, interrupt=False)
 
+    def _add_queue(self, queue: str, delta: int | None, processes: int | None,
+                   concurrency: int | None) -> dict:
+        """Serve a queue the app declares that no process of this daemon serves yet. It lasts
+        until the next reload or restart, which go by the configuration again."""
+        target = processes if processes is not None else (delta or 0)
+        _check_target(queue, 0, target, False, "processes" if processes is not None else "delta")
+        spec = self.make_worker_spec(queue, target, concurrency or QueueSpec().concurrency)
+        self.specs[spec.key] = spec
+        self._add_slots(spec, target)
+        log.info("queue %s added: %d process(es) x %d slot(s) (until the next reload)",
+                 queue, target, spec.concurrency)
+        return {"ok": True, "processes": {queue: target}, "processes_before": {queue: 0},
+                "added": [queue], "concurrency": {queue: spec.concurrency}}
+
     def scale(self, queue: str | None, *, delta: int | None = None, processes: int | None = None,
-              allow_zero: bool = False, clamp: bool = False) -> dict:
+              allow_zero: bool = False, clamp: bool = False, concurrency: int | None = None) -> dict:
         """Set (``processes``) or shift (``delta``) the processes of one worker queue, or of every
         one (``queue=None``).
 
@@ -115,9 +134,15 @@ class Reshape:
             return {"ok": False, "error": f"cannot scale while {self.state}"}
         specs = {key: spec for key, spec in self.specs.items() if spec.role == "worker"}
         chosen = [spec for key, spec in specs.items() if queue is None or key[1] == queue]
+        if not chosen and queue is not None and queue in self.registered and self.make_worker_spec:
+            return self._add_queue(queue, delta, processes, concurrency)
         if not chosen:
             raise InvalidOption("queue", f"no worker queue named {queue!r}; running: "
-                                         f"{', '.join(sorted(k[1] for k in specs)) or 'none'}")
+                                         f"{', '.join(sorted(k[1] for k in specs)) or 'none'}; "
+                                         f"declared by the app: {', '.join(sorted(self.registered)) or 'none'}")
+        if concurrency is not None:
+            raise InvalidOption("concurrency", "a running queue's slots change with reload (the "
+                                               "configuration); --concurrency applies to a queue scale adds")
         plan = []
         for spec in chosen:
             slots = sorted((s for s in self.slots if s.spec.key == spec.key), key=lambda s: s.index)
@@ -158,3 +183,26 @@ def _check_target(queue: str, current: int, target: int, allow_zero: bool, optio
 def _group_label(key: tuple) -> str:
     role, queue = key
     return f"{role} {queue}" if queue else role
+
+
+def _changes(old: Any, new: Any, old_specs: dict, new_specs: dict) -> list[str]:
+    """What a reload changes, in words: groups added, removed or reshaped, and knobs."""
+    said = []
+    for key in sorted(set(old_specs) | set(new_specs), key=lambda k: (k[0], k[1] or "")):
+        was, now = old_specs.get(key), new_specs.get(key)
+        label = _group_label(key)
+        if was is None:
+            said.append(f"{label} added: {now.processes}x{now.concurrency}")
+        elif now is None:
+            said.append(f"{label} removed")
+        elif (was.processes, was.concurrency) != (now.processes, now.concurrency):
+            said.append(f"{label}: {was.processes}x{was.concurrency} -> {now.processes}x{now.concurrency}")
+    for field in fields(new):
+        if field.name in ("queues", "dsn"):
+            continue
+        before, after = getattr(old, field.name), getattr(new, field.name)
+        if before != after:
+            said.append(f"{field.name}: {before!r} -> {after!r}")
+    if old.dsn != new.dsn:
+        said.append("database URL changed: it applies to the new children")
+    return said or ["no configuration changed; every group is replaced all the same"]
