@@ -114,3 +114,13 @@ def soak_b(ctx, input):
     record(ctx, "soak_b")
     if ctx.signal.wait(input.get("ms", 0) / 1000.0):
         ctx.signal.raise_if_set()
+
+
+@job(queue="slow", idempotency_key=lambda i: f"paged:{i['n']}", tenant="none")
+def paged(ctx, input):
+    """Reports its progress page by page, then waits for its signal (a drain or a cancel)."""
+    record(ctx, "paged")
+    pages = int(input.get("pages", 5))
+    for page in range(1, pages + 1):
+        ctx.progress(page, pages, f"page {page}")
+    ctx.signal.wait(float(input.get("seconds", 30)))

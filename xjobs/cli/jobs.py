@@ -203,7 +203,7 @@ def _print_one(view, as_json: bool) -> None:
         total = progress.get("total")
         done = f"{progress['done']:g}" + (f"/{total:g}" if total is not None else "")
         note = f"  {progress['note']}" if progress.get("note") else ""
-        print(f"{'progress'.ljust(width)}  {done}{note}  (at {iso(progress.get('at'))})")
+        print(f"{'progress'.ljust(width)}  {done}{note}  (at {progress.get('at')})")   # plain() made it ISO
     if history:
         print("\nhistory:")
         print_table(["at", "attempt", "outcome", "error"],

@@ -42,6 +42,7 @@ def _child_row(arbiter: "Arbiter", child: "Child", now: float, state: str | None
         "last_exit": slot.last_exit,
         "retiring": child.retiring,
         "concurrency": slot.spec.concurrency if role == "worker" else None,
+        "running": child.stats.get("running", []),
     }
 
 

@@ -54,6 +54,7 @@ from .stats import WorkerStats
 log = logging.getLogger("xjobs.worker")
 _PRUNE_EVERY_MS = 60_000.0
 _PROGRESS_EVERY_MS = 1_000.0   # progress reports are written at most this often, in one batch
+_REPORTED_RUNS = 20
 _SWEEP_LIMIT = 1000
 
 
@@ -146,7 +147,24 @@ class QueueWorker(SettleMixin, LeaseMixin):
         return sum(self.busy.values())
 
     def stats(self) -> dict:
-        return self.stats_.snapshot(self.in_flight())
+        return {**self.stats_.snapshot(self.in_flight()), "running": self._reported_runs()}
+
+    def _reported_runs(self) -> list[dict]:
+        """Runs worth naming in ``xjobsd status``: those that report progress, and a suspect
+        running alone (at most ``_REPORTED_RUNS``; the heartbeat stays small)."""
+        now = self.clock()
+        out = []
+        for run in list(self.held.values()):
+            report = run.ctx.last_progress
+            if report is None and run is not self._alone:
+                continue
+            out.append({"id": run.job.id, "name": run.job.name, "attempt": run.job.attempt,
+                        "seconds": round(max(0.0, now - run.started_ms) / 1000.0, 3),
+                        "alone": run is self._alone,
+                        "progress": report.as_json() if report is not None else None})
+            if len(out) >= _REPORTED_RUNS:
+                break
+        return out
 
     def stop_accepting(self, reason: str = "drain", interrupt: bool = True) -> None:
         """Accept phase: stop claiming and, for a drain, tell every running body; returns at once.

@@ -34,3 +34,29 @@ def test_pause_stops_claims_fleet_wide_and_resume_restarts_them(daemon_env):
     for daemon in (first, second):
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(15) == 0
+
+
+def test_progress_shows_in_status_and_jobs_show(daemon_env):
+    import subprocess
+    from tests.daemon_fixtures import CLI
+    env = daemon_env
+    daemon = env.start("--queue", "slow=1x2")
+    daemon.ready()
+    job_id = env.enqueue_one("paged", "slow", {"n": 1, "pages": 7}, "paged:1")
+
+    def reported():
+        for child in daemon.status()["children"]:
+            for run in child["running"]:
+                if run["id"] == job_id and run["progress"]:
+                    return run
+        return None
+    run = wait_for(reported, 10, "status to show the run's progress")
+    assert (run["progress"]["done"], run["progress"]["total"], run["progress"]["note"]) == (7, 7, "page 7")
+    shown = wait_for(lambda: env.driver.job_get(job_id).progress, 10, "the progress to be written")
+    assert shown["note"] == "page 7"
+    shown = subprocess.run(CLI + ["jobs", "show", str(job_id)], cwd=env.tmp, env=env.process_env,
+                           capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    assert "progress          7/7  page 7  (at 20" in shown.stdout
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(15) == 0
