@@ -162,3 +162,29 @@ def test_bulk_cancel_takes_live_jobs_matching_the_filters(driver):
     assert driver.job_ack(running.id, running.token) is False   # a running job loses its lease
     assert driver.job_get(b).state == "ready"
     assert at(driver.job_get(a).finished_at) is not None
+
+
+def test_a_job_declared_with_a_window_dedupes_after_completion(driver, clock):
+    import xjobs
+    from xjobs.enqueue import enqueue_many
+    registry = xjobs.Registry()
+    handle = xjobs.job(queue="default", idempotency_key=lambda i: f"charge:{i['order']}",
+                       tenant=lambda i: i["org"], dedupe_window="1h", registry=registry)(lambda ctx, i: None)
+    [first] = enqueue_many(handle, [{"order": 7, "org": "acme"}], driver=driver)
+    job = claim_one(driver)
+    driver.job_ack(job.id, job.token)
+    clock.advance(1000)
+    assert enqueue_many(handle, [{"order": 7, "org": "acme"}], driver=driver) == [Enqueued(first.id, True)]
+    clock.advance(HOUR)
+    [later] = enqueue_many(handle, [{"order": 7, "org": "acme"}], driver=driver)
+    assert not later.deduped and later.id != first.id
+
+
+@pytest.mark.parametrize("window", [float("nan"), float("inf"), -1, 0, "soon", True])
+def test_a_bad_dedupe_window_is_refused_at_declaration(window):
+    import xjobs
+    from xjobs.errors import InvalidOption
+    with pytest.raises(InvalidOption) as refused:
+        xjobs.job(idempotency_key=lambda i: "k", tenant="none", dedupe_window=window,
+                  registry=xjobs.Registry())
+    assert refused.value.option == "dedupe_window"
