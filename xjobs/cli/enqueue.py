@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidOption("input", f"not valid JSON: {exc}") from None
     handle = REGISTRY.get(args.name)
     driver = driver_from(settings)
+    driver.migrate()   # one read when the schema is current; a first enqueue needs no daemon
     from .. import config
     config.configure(settings=settings, driver=driver)
     result = enqueue_many(handle, [payload], delay=args.delay, priority=args.priority,

@@ -14,20 +14,49 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import orjson
 
+from ..options import duration_ms
 from .common import add_control_flags, ask_daemon, print_table, refusal_exit_code
+
+_WAIT_POLL_S = 0.2
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="what the running daemon is doing (over its control socket)")
+    p.add_argument("--wait", nargs="?", const="30s", metavar="DURATION",
+                   help="wait (default up to 30s) until a daemon answers with every child ready; "
+                        "for scripts that start one in the background")
     add_control_flags(p)
     p.set_defaults(handler=status)
 
 
+def _ready(args: argparse.Namespace, timeout_s: float) -> dict:
+    """Ask until the daemon answers running with every child ready, or the time is up (then
+    the last answer, or the last ``ControlUnavailable``)."""
+    from ..supervisor.control import ControlUnavailable
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            answer = ask_daemon(args, "status")
+            done = answer.get("state") == "running" and all(
+                c.get("state") == "ready" for c in answer.get("children", ()))
+        except ControlUnavailable:
+            if time.monotonic() >= end:
+                raise
+            done, answer = False, {}
+        if done or (answer and time.monotonic() >= end):
+            return answer
+        time.sleep(_WAIT_POLL_S)
+
+
 def status(args: argparse.Namespace) -> int:
-    answer = ask_daemon(args, "status")
+    if args.wait is not None:
+        answer = _ready(args, duration_ms(args.wait, "wait", exclusive_minimum=True) / 1000.0)
+    else:
+        answer = ask_daemon(args, "status")
     if not answer.pop("ok", False):
         print(f"xjobsd: {answer.get('error', 'status refused')}", file=sys.stderr)
         return refusal_exit_code(answer.get("code"))

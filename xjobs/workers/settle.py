@@ -51,6 +51,9 @@ class SettleMixin:
                 self.stats_.bump("lease_lost")
                 log.warning("worker %s: lost the lease on %s#%s: %s", self.identity, run.job.name,
                             run.job.id, run.signal.reason)
+        # a report made just before the run ended lands before its settlement (still fenced on
+        # the lease), so a finished job shows how far it got
+        self._write_progress(acks + [run for run, _ in nacks])
         if acks:
             self._write_acks(acks, now_ms)
         for run, outcome in nacks:
@@ -92,11 +95,12 @@ class SettleMixin:
         return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, why, 0.0,
                                                    counts_as_attempt=False, outcome="interrupted"))
 
-    def _write_progress(self) -> None:
-        """Write the runs' latest ``ctx.progress()`` reports in one statement, fenced on their
-        leases; a report that fails to land is kept for the next round."""
-        reports = [(run, report) for run in self.held.values()
-                   if not run.settled and (report := run.ctx.pending_progress()) is not None]
+    def _write_progress(self, runs: "list[Run] | None" = None) -> None:
+        """Write the latest ``ctx.progress()`` reports of ``runs`` (default: every held run
+        still going) in one statement, fenced on their leases; a report that fails to land is
+        kept for the next round."""
+        candidates = [r for r in self.held.values() if not r.settled] if runs is None else runs
+        reports = [(run, report) for run in candidates if (report := run.ctx.pending_progress()) is not None]
         if not reports:
             return
         try:
