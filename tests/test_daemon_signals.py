@@ -53,7 +53,7 @@ def test_sigkill_of_a_worker_child_restarts_it_and_redelivers_its_job_at_once(da
              3.0, "the restart to show on /metrics")
     wait_for(lambda: daemon.sample("xjobs_jobs_released", "xjobs_jobs_released_total", queue="slow") == 1,
              3.0, "the hand-back to show on /metrics")
-    wait_for(lambda: daemon.sample("xjobs_jobs", "xjobs_jobs_total", queue="slow", job="hold",
+    wait_for(lambda: daemon.sample("xjobs_jobs", "xjobs_jobs_total", queue="slow", job_name="hold",
                                    outcome="completed") == 1, 3.0, "the completion to show on /metrics")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(10) == 0

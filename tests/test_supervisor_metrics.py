@@ -52,14 +52,15 @@ def test_metrics_render_every_family_from_the_snapshot(endpoint):
     assert samples[("xjobs_queue_oldest_ready_seconds", (("queue", "emails"),))] == 12.5
     assert samples[("xjobs_queue_jobs", (("queue", "emails"), ("state", "running")))] == 2
     assert samples[("xjobs_queue_jobs", (("queue", "emails"), ("state", "dead")))] == 0
-    assert samples[("xjobs_jobs_total", (("job", "send"), ("outcome", "completed"), ("queue", "emails")))] == 100
-    assert samples[("xjobs_job_duration_seconds_count", (("job", "send"), ("queue", "emails")))] == 103
-    assert samples[("xjobs_job_duration_seconds_bucket", (("job", "send"), ("le", "+Inf"), ("queue", "emails")))] == 103
+    assert samples[("xjobs_jobs_total", (("job_name", "send"), ("outcome", "completed"), ("queue", "emails")))] == 100
+    assert samples[("xjobs_job_duration_seconds_count", (("job_name", "send"), ("queue", "emails")))] == 103
+    assert samples[("xjobs_job_duration_seconds_bucket", (("job_name", "send"), ("le", "+Inf"), ("queue", "emails")))] == 103
     assert samples[("xjobs_lease_lost_total", (("queue", "emails"),))] == 1
     assert samples[("xjobs_child_restarts_total", (("role", "worker"),))] == 4
     assert samples[("xjobs_in_flight", (("queue", "emails"),))] == 2
     assert samples[("xjobs_scheduler_leader", ())] == 0
     assert samples[("xjobs_outbox_pending", ())] == 0
+    assert all("job" not in dict(labels) for (_, labels) in samples), "job is the scrape target's label"
 
 
 def test_health_and_readiness(endpoint):

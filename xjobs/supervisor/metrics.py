@@ -77,14 +77,15 @@ class SnapshotCollector:
                 per_state.add_metric([q, state], counts.get(state, 0))
         yield per_state
 
+        # job_name, not job: Prometheus owns job (the scrape target) and would rename ours exported_job
         jobs = CounterMetricFamily("xjobs_jobs", "Job runs settled, per queue, job and outcome.",
-                                   labels=["queue", "job", "outcome"])
+                                   labels=["queue", "job_name", "outcome"])
         for (q, job, outcome), n in sorted(snap.get("jobs", {}).items()):
             jobs.add_metric([q, job, outcome], n)
         yield jobs
 
         histogram = HistogramMetricFamily("xjobs_job_duration_seconds", "Job run durations.",
-                                          labels=["queue", "job"])
+                                          labels=["queue", "job_name"])
         bounds = snap.get("bounds", ())
         for (q, job), (buckets, total, count) in sorted(snap.get("durations", {}).items()):
             pairs = [(_bound(b), buckets[i] if i < len(buckets) else 0) for i, b in enumerate(bounds)]
