@@ -17,7 +17,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 
 DESIGN_METRICS = ["xjobs_queue_depth", "xjobs_queue_jobs", "xjobs_queue_oldest_ready_seconds",
                   "xjobs_jobs", "xjobs_job_duration_seconds", "xjobs_lease_lost", "xjobs_in_flight",
-                  "xjobs_child_restarts", "xjobs_scheduler_leader", "xjobs_outbox_pending"]
+                  "xjobs_child_restarts"]
+# documented for roles that do not exist yet (scheduler, outbox relay): served once they do
+NOT_YET = ["xjobs_scheduler_leader", "xjobs_outbox_pending", "xjobs_outbox_oldest_seconds"]
 CHILD_FIELDS = {"role", "queue", "pid", "state", "in_flight", "completed", "restarts", "uptime"}
 
 
@@ -81,6 +83,7 @@ def test_metrics_parse_hold_every_design_name_and_depth_matches_sql(daemon_env):
     families = daemon.metrics()
     missing = [name for name in DESIGN_METRICS if name not in families]
     assert not missing, missing
+    assert not [name for name in NOT_YET if name in families]
     assert families["xjobs_jobs"].type == "counter"
     assert families["xjobs_job_duration_seconds"].type == "histogram"
 

@@ -16,12 +16,13 @@ import pytest
 
 from tests.supervisor_roles import maker
 from xjobs.config import Settings
+from xjobs.supervisor import report
 from xjobs.supervisor.arbiter import Arbiter, ArbiterOptions
 from xjobs.errors import InvalidOption
 from xjobs.supervisor.backoff import Backoff
 from xjobs.supervisor.draining import REPEAT_WINDOW_S
 from xjobs.supervisor.notify import Notifier
-from xjobs.supervisor.slots import RoleSpec
+from xjobs.supervisor.slots import RoleGauge, RoleSpec
 
 FAST = ArbiterOptions(heartbeat_ms=100, silence_s=1.0, startup_s=5.0, kill_grace_s=0.3,
                       release_flush_s=0.1, backoff=Backoff(base_s=0.05, cap_s=0.2, stable_s=5.0))
@@ -128,7 +129,6 @@ def test_a_crash_loop_is_visible_and_keeps_retrying(make_arbiter):
     assert "initialize failed" in (row["last_exit"] or "")
     restarts = row["restarts"]
     drive(arbiter, lambda: rows(arbiter)[0]["restarts"] > restarts, what="another attempt")
-    from xjobs.supervisor import report
     assert report.loop_healthy(arbiter)   # reported, not fatal: the watchdog keeps flowing
     assert report.snapshot(arbiter, time.monotonic())["crash_loop"] == {("worker", "bad"): 1}
 
@@ -319,3 +319,24 @@ def test_a_failing_reload_keeps_the_running_children(make_arbiter):
     for _ in range(10):
         arbiter.step(timeout=0.01)
     assert rows(arbiter)[0]["pid"] == pid and arbiter.state == "running"
+
+
+def test_a_role_gauge_is_in_the_snapshot_only_while_a_child_of_its_role_reports_it(make_arbiter):
+    gauge = RoleGauge("xjobs_fake_claimed", "claimed", "Passes that claimed, in the busiest child.")
+    counted = RoleSpec("worker", "a", 2, 4, maker("a", "work"), gauges=(gauge,))
+    arbiter = make_arbiter([counted, spec("b", 1, "work")])
+    drive(arbiter, lambda: all(c["completed"] > 0 for c in rows(arbiter, "a")), what="claims to arrive")
+    # stats change only inside step(): the snapshot and the children agree here
+    claimed = [c.stats["claimed"] for s in arbiter.slots if s.spec is counted for c in s.children()]
+    gauges = report.snapshot(arbiter, time.monotonic())["role_gauges"]
+    assert gauges == {"xjobs_fake_claimed": (gauge.help, float(max(claimed)))}   # b declares none
+    arbiter.begin_drain("test")
+    drive(arbiter, lambda: arbiter.state == "stopped", what="the drain to finish")
+    assert report.snapshot(arbiter, time.monotonic())["role_gauges"] == {}   # no child: not exported
+
+
+def test_the_snapshot_has_no_gauge_for_a_role_that_does_not_run(make_arbiter):
+    arbiter = make_arbiter([spec("a", 1, "work")])
+    drive(arbiter, lambda: rows(arbiter)[0]["completed"] > 0, what="stats to arrive")
+    snap = report.snapshot(arbiter, time.monotonic())
+    assert snap["role_gauges"] == {} and "leader" not in snap and "outbox_pending" not in snap

@@ -17,6 +17,10 @@ idle client delays nobody but itself. A fork that happens while a connection is 
 its fd into the child, which drops it at once (``close_in_child``); closing a duplicate fd
 sends nothing, and the parent ends the connection with ``shutdown`` (which acts on the socket,
 whatever process still holds a copy), so a client never waits on a child.
+
+Only what exists is exported: a role that has a gauge of its own (the scheduler's leadership,
+the relay's pending rows) declares it on its ``RoleSpec`` and it is served while a child of
+that role reports it, never as a constant for a role this daemon does not run.
 """
 
 from __future__ import annotations
@@ -118,10 +122,8 @@ class SnapshotCollector:
             children.add_metric([role, state], n)
         yield children
 
-        yield GaugeMetricFamily("xjobs_scheduler_leader", "1 while this daemon's scheduler leads.",
-                                value=snap.get("leader", 0))
-        yield GaugeMetricFamily("xjobs_outbox_pending", "Outbox rows waiting to be relayed.",
-                                value=snap.get("outbox_pending", 0))
+        for name, (help_text, value) in sorted(snap.get("role_gauges", {}).items()):
+            yield GaugeMetricFamily(name, help_text, value=value)
         yield GaugeMetricFamily("xjobs_database_up", "1 while the supervisor's last statistics "
                                 "round reached the database.", value=1 if snap.get("database_up") else 0)
 

@@ -168,8 +168,7 @@ def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
         durations.setdefault((q, job), [[], 0.0, 0])[2] = count
     in_flight: dict[str, int] = {}
     children_by_state: dict[tuple[str, str], int] = {}
-    leader = 0
-    pending = 0
+    role_gauges: dict[str, tuple[str, float]] = {}   # family -> (help, largest value reported)
     live = [c for s in arbiter.slots for c in s.children()] + list(arbiter.retired)
     for child in live:
         if child.exit_code is not None:
@@ -178,10 +177,11 @@ def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
             in_flight[child.queue] = in_flight.get(child.queue, 0) + child.in_flight
         key = (child.role, child.state)
         children_by_state[key] = children_by_state.get(key, 0) + 1
-        if child.role == "scheduler" and child.stats.get("leader"):
-            leader = 1
-        if child.role == "outbox-relay":
-            pending = max(pending, int(child.stats.get("pending", 0) or 0))
+        for gauge in child.slot.spec.gauges:
+            value = child.stats.get(gauge.stat)
+            if isinstance(value, (int, float)):   # bool too; a child that has not said yet adds nothing
+                known = role_gauges.get(gauge.family)
+                role_gauges[gauge.family] = (gauge.help, max(float(value), known[1]) if known else float(value))
     restarts = {"worker": 0}
     restarts.update({k[1]: v for k, v in tally.items("restarts")})
     summary = arbiter.summary
@@ -200,7 +200,6 @@ def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
         "restarts": restarts,
         "crash_loop": {(s.spec.role, s.spec.queue or ""): int(s.crash_loop) for s in arbiter.slots},
         "children": children_by_state,
-        "leader": leader,
-        "outbox_pending": pending,
+        "role_gauges": role_gauges,
         "database_up": bool(arbiter.database_up),
     }

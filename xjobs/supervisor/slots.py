@@ -34,6 +34,17 @@ def new_identity(role: str) -> str:
     return f"{role}:{_HOST}:{uuid.uuid4().hex[:16]}"
 
 
+@dataclass(frozen=True)
+class RoleGauge:
+    """A gauge a role exports from its children's heartbeat ``stats[stat]``, e.g. the
+    scheduler's ``RoleGauge("xjobs_scheduler_leader", "leader", "1 while ... leads.")``. It is
+    served only while a live child of the role has reported it, as the largest value reported,
+    so a daemon that does not run the role never exports it."""
+    family: str
+    stat: str
+    help: str
+
+
 @dataclass
 class RoleSpec:
     role: str
@@ -41,6 +52,7 @@ class RoleSpec:
     processes: int
     concurrency: int
     make: Callable[[str], Role] = field(repr=False, compare=False)
+    gauges: tuple[RoleGauge, ...] = ()
 
     @property
     def key(self) -> tuple[str, str | None]:
