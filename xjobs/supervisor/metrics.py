@@ -12,11 +12,10 @@ statistics round per interval, never from a query per scrape.
   503 with the reason otherwise (starting, draining, a child down, the database away).
 
 The listening socket is bound before the children are forked (so a port in use is refused at
-start). Requests are served without any lock shared with the loop or the forks: a slow or
-idle client delays nobody but itself. A fork that happens while a connection is open copies
-its fd into the child, which drops it at once (``close_in_child``); closing a duplicate fd
-sends nothing, and the parent ends the connection with ``shutdown`` (which acts on the socket,
-whatever process still holds a copy), so a client never waits on a child.
+start). Requests are served concurrently by ``httpd.BoundedHTTPServer``, without any lock
+shared with the loop: a slow or idle client delays nobody but itself, and is cut off after
+``request_timeout_s``. A fork that happens while a connection is open copies its fd into the
+child, which drops it at once (``close_in_child``).
 
 Only what exists is exported: a role that has a gauge of its own (the scheduler's leadership,
 the relay's pending rows) declares it on its ``RoleSpec`` and it is served while a child of
@@ -26,7 +25,7 @@ that role reports it, never as a constant for a role this daemon does not run.
 from __future__ import annotations
 
 import http.server
-import os
+import math
 import socket
 import threading
 import time
@@ -37,9 +36,14 @@ from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, Gaug
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import InvalidOption
+from .httpd import BoundedHTTPServer
 
 STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
 _ALIVE_WINDOW_S = 5.0
+# Prometheus's default scrape timeout: no honest client needs longer for one request, and a
+# slow one holds one of MAX_CONNECTIONS threads that long at most
+REQUEST_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 128
 
 
 def duration_bounds() -> tuple[float, ...]:
@@ -142,8 +146,7 @@ def _bound(value: float) -> str:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: "MetricsServer"
-    timeout = 2.0
-    protocol_version = "HTTP/1.0"
+    protocol_version = "HTTP/1.0"   # one request per connection: the deadline is the request's
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0]
@@ -174,35 +177,31 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass   # scrapes every few seconds would drown the log
 
 
-class MetricsServer(http.server.HTTPServer):
-    def __init__(self, address: tuple[str, int], owner: "MetricsEndpoint") -> None:
+class MetricsServer(BoundedHTTPServer):
+    def __init__(self, address: tuple[str, int], owner: "MetricsEndpoint", *,
+                 request_timeout_s: float, max_connections: int) -> None:
         self.owner = owner
-        self.connections: set[socket.socket] = set()   # accepted and not yet closed
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _Handler)
-        # a client that resets between select and accept must not block the thread in accept
-        self.socket.setblocking(False)
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        conn, address = self.socket.accept()
-        conn.setblocking(True)
-        self.connections.add(conn)
-        return conn, address
-
-    def shutdown_request(self, request: Any) -> None:
-        self.connections.discard(request)
-        super().shutdown_request(request)
+        super().__init__(address, _Handler, request_timeout_s=request_timeout_s,
+                         max_connections=max_connections)
 
 
 class MetricsEndpoint:
-    def __init__(self, address: str) -> None:
+    """The metrics listener; ``start``/``stop`` run it on a thread, ``stop`` is idempotent and
+    safe before ``start``, and returns promptly whatever clients are connected."""
+
+    def __init__(self, address: str, *, request_timeout_s: float = REQUEST_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         host, port = parse_address(address)
+        if not (math.isfinite(request_timeout_s) and 0 < request_timeout_s <= 3600):
+            raise InvalidOption("metrics", f"request timeout must be in (0, 3600] s, got {request_timeout_s!r}")
+        if not 1 <= max_connections <= 10_000:
+            raise InvalidOption("metrics", f"max connections must be 1..10000, got {max_connections!r}")
         self._snapshot: dict = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(self.snapshot))
         try:
-            self.server = MetricsServer((host, port), self)
+            self.server = MetricsServer((host, port), self, request_timeout_s=request_timeout_s,
+                                        max_connections=max_connections)
         except OSError as exc:
             raise InvalidOption("metrics", f"cannot listen on {address}: {exc.strerror or exc}") from None
         self.address = "%s:%d" % self.server.server_address[:2]
@@ -214,6 +213,9 @@ class MetricsEndpoint:
     def publish(self, snapshot: dict) -> None:
         self._snapshot = snapshot
 
+    def open_connections(self) -> int:
+        return len(self.server.connections)
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5},
                                         name="xjobsd-metrics", daemon=True)
@@ -221,19 +223,15 @@ class MetricsEndpoint:
 
     def stop(self) -> None:
         if self._thread is not None:
-            self.server.shutdown()
+            self.server.shutdown()   # the accept loop notices within its poll interval
             self._thread.join(2.0)
+            self._thread = None
+        self.server.connections.shutdown()   # slow clients: their threads wake up and close
         self.server.server_close()
 
     def close_in_child(self) -> None:
-        """In a fresh child: drop the listener and every connection the fork copied. Detached
-        first, so no copy of a socket object can later close a reused fd number."""
-        for sock in [self.server.socket, *list(self.server.connections)]:
-            try:
-                os.close(sock.detach())
-            except OSError:
-                pass
-        self.server.connections.clear()
+        """In a fresh child: drop the listener and every connection the fork copied."""
+        self.server.close_in_child()
 
 
 def parse_address(address: str) -> tuple[str, int]:
