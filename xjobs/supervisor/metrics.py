@@ -35,10 +35,10 @@ from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, Gaug
                                     HistogramMetricFamily)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from ..drivers.base import COUNTED_STATES
 from ..errors import InvalidOption
 from .httpd import BoundedHTTPServer
 
-STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
 _ALIVE_WINDOW_S = 5.0
 # Prometheus's default scrape timeout: no honest client needs longer for one request, and a
 # slow one holds one of MAX_CONNECTIONS threads that long at most
@@ -81,7 +81,7 @@ class SnapshotCollector:
         states = snap.get("states", {})
         for q in sorted(set(queues) | set(states)):
             counts = states.get(q, {})
-            for state in STATES:
+            for state in COUNTED_STATES:   # completed and cancelled are never counted: no 0 stands in
                 per_state.add_metric([q, state], counts.get(state, 0))
         yield per_state
 
