@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 
 DESIGN_METRICS = ["xjobs_queue_depth", "xjobs_queue_jobs", "xjobs_queue_oldest_ready_seconds",
                   "xjobs_jobs", "xjobs_job_duration_seconds", "xjobs_lease_lost", "xjobs_in_flight",
-                  "xjobs_child_restarts"]
+                  "xjobs_child_restarts", "xjobs_queue_paused"]
 # documented for roles that do not exist yet (scheduler, outbox relay): served once they do
 NOT_YET = ["xjobs_scheduler_leader", "xjobs_outbox_pending", "xjobs_outbox_oldest_seconds"]
 CHILD_FIELDS = {"role", "queue", "pid", "state", "in_flight", "completed", "restarts", "uptime"}

@@ -107,6 +107,9 @@ class SnapshotCollector:
                          "child handed back at once, per queue.", queues, snap.get("released", {}))
         yield _per_queue(GaugeMetricFamily, "xjobs_in_flight", "Jobs running now, per queue.",
                          queues, snap.get("in_flight", {}))
+        yield _per_queue(GaugeMetricFamily, "xjobs_queue_paused", "1 while the queue is paused "
+                         "fleet-wide (xjobsd queues pause), as of the last statistics round.",
+                         queues, {q: 1 for q in snap.get("paused", ())})
 
         restarts = CounterMetricFamily("xjobs_child_restarts", "Child processes started again after "
                                        "an unexpected exit, per role.", labels=["role"])

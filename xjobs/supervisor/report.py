@@ -191,6 +191,7 @@ def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
         "queues": sorted(queue for (role, queue) in arbiter.specs if role == "worker" and queue),
         "summary": summary.queues if summary is not None else {},
         "states": summary.states if summary is not None else {},
+        "paused": sorted(summary.paused) if summary is not None else [],
         "jobs": jobs,
         "bounds": duration_bounds(),
         "durations": {k: (v[0], v[1], v[2]) for k, v in durations.items()},
