@@ -55,6 +55,7 @@ def test_poison_jobs_die_of_their_own_crashes_and_never_take_a_neighbour(daemon_
             [child] = daemon.status()["children"]
             assert child["crash_loop"] and child["restarts"] >= 6, child
             assert daemon.sample("xjobs_child_crash_loop", role="worker", queue="poison") == 1
+            assert "xjobs_queue_quarantined" in daemon.metrics()
     [child] = daemon.status()["children"]
     assert child["restarts"] >= 30
     assert daemon.sample("xjobs_jobs", "xjobs_jobs_total", queue="poison", outcome="dead") == 10

@@ -216,7 +216,8 @@ def test_a_reload_is_reloading_until_its_last_group_is_replaced_and_tells_system
         old = {c["pid"] for c in rows(arbiter)}
         assert arbiter.cmd_status({})["reload"] == {"state": "idle", "generation": 0, "replacing": None}
         answer = arbiter.cmd_reload({})
-        assert answer == {"ok": True, "groups": ["worker a", "worker b"], "generation": 1}
+        assert answer == {"ok": True, "groups": ["worker a", "worker b"], "generation": 1,
+                          "changes": ["no configuration changed; every group is replaced all the same"]}
         assert arbiter.cmd_status({})["reload"]["state"] == "reloading"
         reloading = heard("RELOADING")
         assert int(reloading["MONOTONIC_USEC"]) <= time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000

@@ -16,7 +16,7 @@ from xjobs.workers.stats import DURATION_BUCKETS
 SNAPSHOT = {
     "alive_at": 0.0, "not_ready": None, "queues": ["emails"],
     "summary": {"emails": {"depth": 7, "oldest_ready_seconds": 12.5}},
-    "states": {"emails": {"ready": 7, "running": 2, "completed": 100}}, "paused": ["reports"],
+    "states": {"emails": {"ready": 7, "running": 2, "completed": 100, "quarantined": 3}}, "paused": ["reports"],
     "jobs": {("emails", "send", "completed"): 100, ("emails", "send", "retried"): 3},
     "bounds": DURATION_BUCKETS,
     "durations": {("emails", "send"): ([10] * len(DURATION_BUCKETS), 4.5, 103)},
@@ -30,7 +30,7 @@ SNAPSHOT = {
 # list should name the same. No scheduler or outbox relay exists yet: their gauges are not here.
 SERVED = {"xjobs_queue_depth", "xjobs_queue_oldest_ready_seconds", "xjobs_queue_jobs", "xjobs_jobs",
           "xjobs_job_duration_seconds", "xjobs_lease_lost", "xjobs_jobs_released", "xjobs_in_flight",
-          "xjobs_queue_paused", "xjobs_child_restarts", "xjobs_child_crash_loop", "xjobs_children",
+          "xjobs_queue_paused", "xjobs_queue_quarantined", "xjobs_child_restarts", "xjobs_child_crash_loop", "xjobs_children",
           "xjobs_database_up"}
 
 
@@ -71,6 +71,7 @@ def test_metrics_render_every_family_from_the_snapshot(endpoint):
     assert samples[("xjobs_in_flight", (("queue", "emails"),))] == 2
     # fleet-wide: a paused queue this daemon does not serve shows too
     assert samples[("xjobs_queue_paused", (("queue", "emails"),))] == 0
+    assert samples[("xjobs_queue_quarantined", (("queue", "emails"),))] == 3
     assert samples[("xjobs_queue_paused", (("queue", "reports"),))] == 1
     assert all("job" not in dict(labels) for (_, labels) in samples), "job is the scrape target's label"
     assert set(families) == SERVED

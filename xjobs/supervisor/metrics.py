@@ -110,6 +110,9 @@ class SnapshotCollector:
         yield _per_queue(GaugeMetricFamily, "xjobs_queue_paused", "1 while the queue is paused "
                          "fleet-wide (xjobsd queues pause), as of the last statistics round.",
                          queues, {q: 1 for q in snap.get("paused", ())})
+        yield _per_queue(GaugeMetricFamily, "xjobs_queue_quarantined", "Ready jobs that were "
+                         "running when a worker process crashed, waiting to run alone.",
+                         queues, {q: c.get("quarantined", 0) for q, c in snap.get("states", {}).items()})
 
         restarts = CounterMetricFamily("xjobs_child_restarts", "Child processes started again after "
                                        "an unexpected exit, per role.", labels=["role"])
