@@ -88,3 +88,31 @@ def test_no_app_and_an_unimportable_app_are_refused(daemon_env):
     assert result.returncode == 2 and "app" in result.stderr
     result = run(daemon_env, app="tests.apps.does_not_exist")
     assert result.returncode == 2 and "app" in result.stderr
+
+
+def test_an_app_that_fails_at_import_is_one_line_exit_2_and_its_traceback_at_debug(daemon_env):
+    result = run(daemon_env, app="tests.apps.broken_app")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == ["xjobsd: X_INVALID_OPTION: app: cannot import 'tests.apps.broken_app': "
+                     "RuntimeError: the settings module is missing BROKER_URL"], result.stderr
+    verbose = run(daemon_env, "--log-level", "debug", app="tests.apps.broken_app")
+    assert verbose.returncode == 2 and "Traceback (most recent call last)" in verbose.stderr
+
+
+def test_strict_refuses_a_declared_queue_no_process_serves(daemon_env):
+    result = run(daemon_env, "--queue", "alpha=1x1", "--strict")
+    assert result.returncode == 2
+    assert "no process serves these registered jobs (--strict)" in result.stderr
+    assert "touch_beta on queue 'beta'" in result.stderr
+
+
+def test_under_systemd_a_missing_database_is_refused_unless_embedded_is_asked_for(daemon_env):
+    env = {k: v for k, v in daemon_env.process_env.items() if k != "XJOBS_DATABASE_URL"}
+    result = subprocess.run(CLI + ["run", "--app", APP, "--metrics", "off", "--control",
+                                   str(daemon_env.tmp / "c.sock")], cwd=daemon_env.tmp,
+                            env={**env, "NOTIFY_SOCKET": str(daemon_env.tmp / "notify.sock")},
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert "no database configured under systemd" in result.stderr and "--embedded" in result.stderr
+    assert not (daemon_env.tmp / ".xjobs" / "pgdata").exists()
