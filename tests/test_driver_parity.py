@@ -464,7 +464,7 @@ def test_release_worker_returns_only_that_workers_jobs(driver):
                                                                (b.id, "ready", "quarantined")]
     assert driver.job_release_worker("w1") == []
     va, vb = driver.job_get(a.id), driver.job_get(b.id)
-    error = "worker process crashed (killed by SIGKILL, w1) running 2 jobs; attempt not counted, runs alone next"
+    error = "worker process killed by SIGKILL (w1) running 2 job(s); attempt not counted, runs alone next"
     # two jobs ran together: neither is charged, not even b on its last attempt; both are suspects
     assert (va.state, va.last_error, va.attempt, va.crashes) == ("ready", error, 0, 1)
     assert (vb.state, vb.attempt, vb.crashes) == ("ready", 0, 1)
@@ -525,6 +525,51 @@ def test_a_release_that_does_not_count_gives_the_attempt_back_and_never_kills(dr
     assert view.last_error == "worker stopped by its supervisor, attempt not counted, w1"
     assert [(h["attempt"], h["outcome"]) for h in view.history] == [(1, "interrupted")]
     assert driver.job_ack(job.id, job.token) is False
+
+
+def test_a_silent_or_busy_process_charges_only_as_its_charge_allows(driver):
+    for key in "abc":
+        enqueue(driver, key)
+    a = claim_one(driver, worker="silent")
+    [released] = driver.job_release_worker("silent", how="killed (silent)", charge="suspect")
+    assert (released.outcome, driver.job_get(a.id).attempt) == ("quarantined", 0)   # not yet a suspect
+    again = driver.job_claim_alone("default", LEASE, "silent-2")[0]
+    [released] = driver.job_release_worker("silent-2", how="killed (silent)", charge="suspect")
+    assert (released.id, released.outcome, driver.job_get(a.id).attempt) == (again.id, "crashed", 1)
+    b = claim_one(driver, worker="busy")
+    [released] = driver.job_release_worker("busy", charge="never")     # other bodies ran in it
+    assert (released.id, released.outcome) == (b.id, "quarantined")
+    with pytest.raises(InvalidOption):
+        driver.job_release_worker("w", charge="maybe")
+
+
+def test_a_worker_seen_dying_beside_others_never_charges_a_later_lapse(driver, clock):
+    for key in "abcd":
+        enqueue(driver, key, max_attempts=1)
+    a, b, c = claim(driver, limit=3, worker="w1", lease=1000)
+    clock.advance(500)
+    d = claim_one(driver, worker="w1", lease=1000)           # claimed after the others' renewal
+    clock.advance(600)                                       # a, b, c lapse; d still holds
+    assert driver.job_rescue() == 3
+    assert [driver.job_get(j.id).state for j in (a, b, c)] == ["ready"] * 3
+    clock.advance(500)                                       # now d lapses, alone in the table
+    assert driver.job_rescue() == 1
+    view = driver.job_get(d.id)
+    assert (view.state, view.attempt, view.crashes) == ("ready", 0, 1)   # never charged: w1 died beside others
+    assert [h["outcome"] for h in view.history] == ["quarantined"]
+
+
+def test_a_rescue_split_by_its_limit_judges_the_holder_once(driver, clock):
+    for key in "ab":
+        enqueue(driver, key, max_attempts=1)
+    a, b = claim(driver, limit=2, worker="w1", lease=1000)
+    clock.advance(1001)
+    assert driver.job_rescue(1) == 1 and driver.job_rescue(1) == 1
+    assert [driver.job_get(j.id).state for j in (a, b)] == ["ready", "ready"]
+    c = enqueue(driver, "c", max_attempts=1)
+    claim_one(driver, worker="w1-successor")
+    assert [r.outcome for r in driver.job_release_worker("w1")] == []   # nothing left to hand back
+    assert driver.job_get(c).state == "running"
 
 
 def test_leases_that_lapse_together_charge_nobody(driver, clock):

@@ -149,9 +149,10 @@ class DriverPair(RuleBasedStateMachine):
     def rescue(self, limit):
         self.both(lambda d: d.job_rescue(limit))
 
-    @rule(worker=st.sampled_from(WORKERS), crashed=st.booleans())
-    def release_worker(self, worker, crashed):
-        self.both(lambda d: d.job_release_worker(worker, crashed=crashed, how="killed"))
+    @rule(worker=st.sampled_from(WORKERS), crashed=st.booleans(),
+          charge=st.sampled_from(["alone", "suspect", "never"]))
+    def release_worker(self, worker, crashed, charge):
+        self.both(lambda d: d.job_release_worker(worker, crashed=crashed, how="killed", charge=charge))
 
     @rule(target=leases, queue=st.sampled_from(QUEUES), lease_ms=st.sampled_from([500, 3000]),
           worker=st.sampled_from(WORKERS), waited=st.sampled_from([0, 1000]))
@@ -217,7 +218,7 @@ def test_memory_and_postgres_drivers_agree(pg_driver, pg_dsn, clock):
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         def fresh_pair() -> DriverPair:
             conn.execute(f"truncate {pg_driver.schema}.jobs, {pg_driver.schema}.job_history, "
-                         f"{pg_driver.schema}.queues restart identity")
+                         f"{pg_driver.schema}.queues, {pg_driver.schema}.crashed_workers restart identity")
             return DriverPair(pg_driver, clock)
 
         run_state_machine_as_test(fresh_pair, settings=settings(

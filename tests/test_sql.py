@@ -53,6 +53,7 @@ PARAMS: dict[str, tuple[str, object]] = {
     "park": ("bool", False),
     "counts": ("bool", True),
     "crashed": ("bool", True),
+    "charge": ("text", "alone"),
     "how": ("text", "killed by SIGKILL"),
     "wait": ("float8", 0.0),
     "paused": ("bool", True),

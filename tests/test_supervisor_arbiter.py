@@ -45,7 +45,7 @@ class RecordingProbe:
     def results(self) -> list: return []
 
     def request_release(self, identity: str, queue: str | None, within_s: float, *,
-                        crashed: bool = True, how: str = "died") -> None:
+                        crashed: bool = True, how: str = "died", charge: str = "alone") -> None:
         self.released.append((identity, queue))
         self.counted[identity] = crashed
 

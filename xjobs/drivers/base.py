@@ -226,6 +226,15 @@ def check_new_jobs(jobs: Sequence[NewJob]) -> None:
             finite_option(job.delay_ms, "delay", maximum=MAX_DELAY_MS)
 
 
+CHARGES = ("alone", "suspect", "never")   # which lone job a crash's hand-back may charge
+
+
+def check_charge(charge: object) -> str:
+    if charge not in CHARGES:
+        raise InvalidOption("charge", f"must be one of {', '.join(CHARGES)}, got {charge!r}")
+    return str(charge)
+
+
 def check_row_limit(limit: object, option: str = "limit") -> int:
     return finite_count(limit, option, minimum=0, maximum=100_000)
 
@@ -243,6 +252,8 @@ def check_filter(where: ListFilter) -> ListFilter:
         value = getattr(where, option)
         if value is not None and not is_bigint(value):
             raise InvalidOption(option.removesuffix("_id"), f"must be a job id, got {value!r}")
+    if where.before_id is not None and where.after_id is not None:
+        raise InvalidOption("after", "page backwards (before) or forwards (after), not both")
     return where
 
 
@@ -260,8 +271,8 @@ class JobDriver(Protocol):
     def job_nack(self, nack: Nack) -> bool: ...
     def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]: ...
     def job_rescue(self, limit: int) -> int: ...
-    def job_release_worker(self, worker_id: str, *, crashed: bool = True,
-                           how: str = "died") -> list[Released]: ...
+    def job_release_worker(self, worker_id: str, *, crashed: bool = True, how: str = "died",
+                           charge: str = "alone") -> list[Released]: ...
     def job_prune(self, completed_for_ms: float, finished_for_ms: float, limit: int) -> int: ...
     def job_progress_many(self, reports: Sequence[Progress]) -> set[int]: ...
     def close(self) -> None: ...

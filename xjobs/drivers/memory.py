@@ -38,7 +38,7 @@ from ..errors import (DuplicateJob, InvalidOption, JobNotFound, LeaseLost, NotCa
                       NotRetryable)
 from ..options import duration_ms, finite_option
 from .base import (LIVE_STATES, ClaimedJob, Enqueued, JobView, Lease, Nack, NewJob, Progress,
-                   Released, check_claim, check_new_jobs, check_row_limit, is_bigint)
+                   Released, check_charge, check_claim, check_new_jobs, check_row_limit, is_bigint)
 from .jsonb import as_stored
 from .memory_inspect import MemoryInspectMixin
 from .memory_table import Row, plus, ts
@@ -66,6 +66,7 @@ class MemoryDriver(MemoryInspectMixin):
         self._live: dict[tuple[str, str, str], int] = {}
         self._windowed: dict[tuple[str, str, str], list[int]] = {}
         self._paused: dict[str, tuple[bool, float, str | None]] = {}   # the queues table
+        self._crashed_workers: dict[str, float] = {}   # worker -> when seen dying beside others
         self._next_id = 1
 
     def close(self) -> None:
@@ -290,9 +291,14 @@ class MemoryDriver(MemoryInspectMixin):
             for r in self._jobs.values():
                 if r.state == "running" and r.claimed_by in holders:
                     company[r.claimed_by] = company.get(r.claimed_by, 0) + 1
+            judged = {r.id: company.get(r.claimed_by, 1) == 1 and r.claimed_by not in self._crashed_workers
+                      for r in lapsed}
+            for row in lapsed:
+                if not judged[row.id] and row.claimed_by is not None:
+                    self._crashed_workers.setdefault(row.claimed_by, at)
             for row in lapsed:
                 holder = row.claimed_by if row.claimed_by is not None else "?"
-                alone = row.claimed_by is None or company.get(row.claimed_by, 1) == 1
+                alone = judged[row.id]
                 self._hand_back(
                     row, at, charged=alone, suspect=not alone,
                     dead_error=f"dead: lease expired on the last attempt, held by {holder}",
@@ -306,25 +312,28 @@ class MemoryDriver(MemoryInspectMixin):
                 self._move(row, "ready")
             return len(lapsed) + len(due)
 
-    def job_release_worker(self, worker_id: str, *, crashed: bool = True,
-                           how: str = "died") -> list[Released]:
+    def job_release_worker(self, worker_id: str, *, crashed: bool = True, how: str = "died",
+                           charge: str = "alone") -> list[Released]:
         """``job_release_worker``: every job a dead worker held goes back; a crash charges only
-        a job that ran alone, and makes suspects of the jobs that ran together."""
+        a job that ran alone (as ``charge`` allows), and makes suspects of the others."""
+        charge = check_charge(charge)
         with self._lock:
             at = self._now()
             held = [r for r in self._jobs.values() if r.state == "running" and r.claimed_by == worker_id]
-            alone = crashed and len(held) == 1
-            if not crashed:
-                error, outcome = f"worker stopped by its supervisor, attempt not counted, {worker_id}", "interrupted"
-            elif alone:
-                error, outcome = f"crashed its worker process ({how}, {worker_id}); attempt counted, runs alone next", "crashed"
-            else:
-                error = (f"worker process crashed ({how}, {worker_id}) running {len(held)} jobs; "
-                         "attempt not counted, runs alone next")
-                outcome = "quarantined"
+            alone = crashed and len(held) == 1 and worker_id not in self._crashed_workers
             released = []
             for row in held:
-                self._hand_back(row, at, charged=alone, suspect=crashed, error=error, outcome=outcome,
+                charged = alone and (charge == "alone" or (charge == "suspect" and row.crashes > 0))
+                if not crashed:
+                    error, outcome = f"worker stopped by its supervisor, attempt not counted, {worker_id}", "interrupted"
+                elif charged:
+                    error, outcome = f"crashed its worker process ({how}, {worker_id}); attempt counted, runs alone next", "crashed"
+                else:
+                    error = (f"worker process {how} ({worker_id}) running {len(held)} job(s); "
+                             "attempt not counted, runs alone next")
+                    outcome = "quarantined"
+                    self._crashed_workers.setdefault(worker_id, at)
+                self._hand_back(row, at, charged=charged, suspect=crashed, error=error, outcome=outcome,
                                 dead_error=f"dead: crashed its worker process on the last attempt ({how}, {worker_id})")
                 released.append(Released(row.id, row.name, row.queue, row.state,
                                          "dead" if row.state == "dead" else outcome))
@@ -344,11 +353,14 @@ class MemoryDriver(MemoryInspectMixin):
             completed_before, finished_before = ts(at - ts(completed_for)), ts(at - ts(finished_for))
             doomed = heapq.nsmallest(limit, (
                 r for r in self._jobs.values() if r.finished_at is not None and (
-                    (r.state == "completed" and r.finished_at < completed_before)
+                    (r.state == "completed" and r.finished_at < completed_before
+                     and (r.dedupe_window_ms is None or plus(r.finished_at, r.dedupe_window_ms) < at))
                     or (r.state in ("dead", "cancelled") and r.finished_at < finished_before))),
                 key=lambda r: (r.finished_at, r.id))
             for row in doomed:
                 self._forget(row)
+            for worker in [w for w, seen in self._crashed_workers.items() if seen < finished_before]:
+                del self._crashed_workers[worker]
             return len(doomed)
 
     def job_progress_many(self, reports: Sequence[Progress]) -> set[int]:

@@ -35,8 +35,8 @@ from psycopg_pool import ConnectionPool
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import LeaseLost, XJobsError
 from ..options import duration_ms, finite_count, finite_option
-from .base import (ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress, Released, check_claim,
-                   check_new_jobs, check_row_limit, is_bigint)
+from .base import (ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress, Released, check_charge,
+                   check_claim, check_new_jobs, check_row_limit, is_bigint)
 from .pg_inspect import InspectMixin
 from .pg_install import install
 from .sql import check_schema_name, notify_channel, statements
@@ -290,11 +290,13 @@ class PostgresDriver(InspectMixin):
         if queues:
             cur.execute(self._sql["queue_notify"], {"channel": self.channel, "queues": queues})
 
-    def job_release_worker(self, worker_id: str, *, crashed: bool = True,
-                           how: str = "died") -> list[Released]:
+    def job_release_worker(self, worker_id: str, *, crashed: bool = True, how: str = "died",
+                           charge: str = "alone") -> list[Released]:
+        charge = check_charge(charge)
         with self._cursor() as cur:
             cur.execute(self._sql["job_release_worker"], {**self._now(), "worker": worker_id,
-                                                          "crashed": bool(crashed), "how": how})
+                                                          "crashed": bool(crashed), "how": how,
+                                                          "charge": charge})
             released = [Released(*row) for row in cur.fetchall()]
             self._wake(cur, [(r.id, r.queue, r.state) for r in released])
             return released

@@ -132,10 +132,12 @@ where j.id = a.id and j.lease_token = a.token and j.state = 'running'
 returning j.id
 
 -- name: job_rescue_lapsed
--- A lapsed job is charged its attempt only when it was its holder's ONLY running job: one
--- that lapsed beside others (their process died with all of them) gets the attempt back and
--- becomes a suspect, run alone next, like a crash the supervisor saw (job_release_worker).
--- The attempt that lapsed is written to the history like any other, in the same statement.
+-- A lapsed job is charged its attempt only when it was its holder's ONLY running job and that
+-- holder was never seen dying beside others (crashed_workers): a job that lapsed beside others
+-- (their process died with all of them) gets the attempt back and becomes a suspect, run alone
+-- next, as for a crash the supervisor saw (job_release_worker); the holder is remembered, so
+-- its jobs whose leases end later are judged the same. The attempt that lapsed is written to
+-- the history like any other, in the same statement.
 with lapsed as (
     select id, claimed_by from {schema}.jobs
     where state = 'running' and lease_expires_at < {now}
@@ -148,8 +150,15 @@ with lapsed as (
     where r.state = 'running' and r.claimed_by in (select claimed_by from lapsed)
     group by r.claimed_by
 ), judged as (
-    select l.id, coalesce(c.running, 1) = 1 as alone
+    select l.id, l.claimed_by,
+           coalesce(c.running, 1) = 1
+           and not exists (select 1 from {schema}.crashed_workers w where w.worker = l.claimed_by) as alone
     from lapsed l left join company c on c.claimed_by = l.claimed_by
+), noted as (
+    insert into {schema}.crashed_workers (worker, at)
+    select distinct judged.claimed_by, {now} from judged
+    where not judged.alone and judged.claimed_by is not null
+    on conflict (worker) do nothing
 ), rescued as (
     update {schema}.jobs j
     set state = case when judged.alone and j.attempt >= j.max_attempts then 'dead' else 'ready' end,
@@ -180,44 +189,56 @@ select rescued.id, rescued.queue, rescued.state from rescued
 -- name: job_release_worker
 -- A worker process that died: its running jobs go back now, fenced on its identity.
 -- * it crashed (%(crashed)s) holding ONE job: that job is the suspect and its attempt counts
---   (dead on the last one, with a verdict that says it crashed its process);
--- * it crashed holding several: nobody can tell which one did it, so each gets its attempt
---   back and becomes a suspect (crashes + 1), which workers run alone: a poison job is then
---   caught alone and charged, its innocent neighbours never are;
+--   (dead on the last one, with a verdict that says it crashed its process), as %(charge)s
+--   allows: 'alone' (it died on its own), 'suspect' (it went silent: only a job already under
+--   suspicion is charged, as a stalled database can silence a process too) or 'never' (its
+--   own count says other work still ran in it, which the database cannot see);
+-- * it crashed holding several, or was seen dying beside others before (crashed_workers):
+--   nobody can tell which one did it, so each gets its attempt back and becomes a suspect
+--   (crashes + 1), which workers run alone: a poison job is then caught alone and charged,
+--   its innocent neighbours never are;
 -- * its supervisor stopped it (not crashed): the attempt is given back, like a drain.
 -- %(how)s says how it ended ("killed by SIGKILL", "exited with code 1").
 with held as (
-    select id from {schema}.jobs
+    select id, crashes from {schema}.jobs
     where state = 'running' and claimed_by = %(worker)s
     for update
 ), verdict as (
-    select count(*) as running from held
+    select count(*) as running,
+           exists (select 1 from {schema}.crashed_workers w where w.worker = %(worker)s) as seen_beside
+    from held
+), judged as (
+    select held.id, v.running,
+           %(crashed)s and v.running = 1 and not v.seen_beside
+           and (%(charge)s = 'alone' or (%(charge)s = 'suspect' and held.crashes > 0)) as charged
+    from held, verdict v
+), noted as (
+    insert into {schema}.crashed_workers (worker, at)
+    select %(worker)s, {now}
+    where %(crashed)s and exists (select 1 from judged where not judged.charged)
+    on conflict (worker) do nothing
 ), released as (
     update {schema}.jobs j
-    set state = case when %(crashed)s and v.running = 1 and j.attempt >= j.max_attempts
-                     then 'dead' else 'ready' end,
-        attempt = case when %(crashed)s and v.running = 1 then j.attempt
-                       else greatest(j.attempt - 1, 0) end,
+    set state = case when judged.charged and j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+        attempt = case when judged.charged then j.attempt else greatest(j.attempt - 1, 0) end,
         crashes = case when %(crashed)s then j.crashes + 1 else j.crashes end,
         run_at = {now},
-        finished_at = case when %(crashed)s and v.running = 1 and j.attempt >= j.max_attempts
-                           then {now} end,
+        finished_at = case when judged.charged and j.attempt >= j.max_attempts then {now} end,
         last_error = case
             when not %(crashed)s
                 then 'worker stopped by its supervisor, attempt not counted, ' || %(worker)s
-            when v.running = 1 and j.attempt >= j.max_attempts
+            when judged.charged and j.attempt >= j.max_attempts
                 then 'dead: crashed its worker process on the last attempt (' || %(how)s || ', '
                      || %(worker)s || ')'
-            when v.running = 1
+            when judged.charged
                 then 'crashed its worker process (' || %(how)s || ', ' || %(worker)s
                      || '); attempt counted, runs alone next'
-            else 'worker process crashed (' || %(how)s || ', ' || %(worker)s || ') running '
-                 || v.running || ' jobs; attempt not counted, runs alone next' end,
+            else 'worker process ' || %(how)s || ' (' || %(worker)s || ') running ' || judged.running
+                 || ' job(s); attempt not counted, runs alone next' end,
         lease_token = null, lease_expires_at = null
-    from held, verdict v
-    where j.id = held.id
-    returning j.id, j.name, j.queue, j.attempt, j.state, j.last_error,
-              %(crashed)s and v.running = 1 as charged
+    from judged
+    where j.id = judged.id
+    returning j.id, j.name, j.queue, j.attempt, j.state, j.last_error, judged.charged
 ), logged as (
     insert into {schema}.job_history (job_id, at, attempt, outcome, error)
     select released.id, {now},
@@ -248,11 +269,13 @@ returning j.id, j.queue, j.state
 
 -- name: job_prune
 -- the cutoffs are taken on {now}, the database's clock: a worker whose clock runs days ahead
--- must not delete rows that are still inside their retention window
+-- must not delete rows that are still inside their retention window. A completed job inside
+-- its dedupe window is kept (it holds its key) whatever the retention says
 with doomed as (
     select id from {schema}.jobs
     where (state = 'completed'
-           and finished_at < {now} - %(completed_for)s * interval '1 millisecond')
+           and finished_at < {now} - %(completed_for)s * interval '1 millisecond'
+           and (dedupe_window is null or finished_at + dedupe_window < {now}))
        or (state in ('dead', 'cancelled')
            and finished_at < {now} - %(finished_for)s * interval '1 millisecond')
     order by finished_at, id
@@ -262,6 +285,9 @@ with doomed as (
     delete from {schema}.jobs j using doomed where j.id = doomed.id returning j.id
 ), history as (
     delete from {schema}.job_history h using gone where h.job_id = gone.id
+), forgotten as (
+    delete from {schema}.crashed_workers w
+    where w.at < {now} - %(finished_for)s * interval '1 millisecond'
 )
 select count(*) from gone
 

@@ -83,6 +83,14 @@ create index if not exists jobs_dedupe_idx
 -- ctx.progress(done, total, note): the latest report of a running job, as JSON.
 alter table {schema}.jobs add column if not exists progress jsonb;
 
+-- Worker processes seen to crash (or lapse) with more than one job running. The jobs of one
+-- dead process may be handed back in several statements (a sweep's limit, leases that end at
+-- different times): once its death was judged "beside others", none of its jobs is charged.
+create table if not exists {schema}.crashed_workers (
+    worker text primary key,
+    at     timestamptz not null
+);
+
 -- Queue control, fleet-wide: a paused queue is claimed by no worker anywhere.
 create table if not exists {schema}.queues (
     name       text primary key,

@@ -58,6 +58,7 @@ class _Release:
     give_up_at: float
     crashed: bool = True
     how: str = "died"
+    charge: str = "alone"
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,8 @@ class DatabaseProbe:
         self._thread.start()
 
     def request_release(self, identity: str, queue: str | None, within_s: float, *,
-                        crashed: bool = True, how: str = "died") -> None:
-        self._releases.append(_Release(identity, queue, time.monotonic() + within_s, crashed, how))
+                        crashed: bool = True, how: str = "died", charge: str = "alone") -> None:
+        self._releases.append(_Release(identity, queue, time.monotonic() + within_s, crashed, how, charge))
         self._event.set()
 
     def refresh(self) -> None:
@@ -196,7 +197,8 @@ class DatabaseProbe:
                     self._releases.remove(item)
                     self._emit("abandoned", item.identity, item.queue)
                 continue   # its backend is still finishing a statement: next round
-            released = driver.job_release_worker(item.identity, crashed=item.crashed, how=item.how)
+            released = driver.job_release_worker(item.identity, crashed=item.crashed, how=item.how,
+                                                 charge=item.charge)
             self._releases.remove(item)
             self._emit("released", item.identity, item.queue, released)
 
@@ -227,7 +229,7 @@ class _NullProbe:
     def start(self) -> None: ...
     def stop(self, timeout_s: float = 0) -> None: ...
     def request_release(self, identity: str, queue: str | None, within_s: float, *,
-                        crashed: bool = True, how: str = "died") -> None: ...
+                        crashed: bool = True, how: str = "died", charge: str = "alone") -> None: ...
     def refresh(self) -> None: ...
     def flush_releases(self, timeout_s: float) -> None: ...
     def results(self) -> list: return []

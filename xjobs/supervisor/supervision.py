@@ -254,12 +254,10 @@ class Supervision:
         self.tally.forget(child.identity)
         how = _describe_exit(code, child.killed)
         if child.role == "worker":
-            # a death the supervisor did not decide on may be a job's doing: a crash, or a
-            # process gone silent (a body holding the GIL or deadlocked); a retirement, a
-            # second stop signal or a drain deadline gives every attempt back
-            crashed = child.retiring is None and (child.killed is None or child.at_fault)
+            crashed, charge = _verdict(child, code)
             self.probe.request_release(child.identity, child.queue, self.settings.lease_ms / 1000.0,
-                                       crashed=crashed, how=("killed " if code < 0 else "exited ") + how)
+                                       crashed=crashed, how=("killed " if code < 0 else "exited ") + how,
+                                       charge=charge)
         slot = child.slot
         if child in self.retired:
             self.retired.remove(child)
@@ -349,6 +347,24 @@ class Supervision:
             rss = report.rss_bytes(child.pid)
             if rss is not None and rss > opts.recycle_rss_bytes:
                 slot.want_replace = f"recycled at {rss // (1024 * 1024)} MiB resident"
+
+
+def _verdict(child: Child, code: int) -> tuple[bool, str]:
+    """Whether a worker's death may be one of its jobs' doing, and which lone job its hand-back
+    may charge (``job_release_worker``).
+
+    The supervisor's own decisions (a drain deadline, a second stop signal, a retirement that
+    ended cleanly) are nobody's fault. A process that died on its own, even while retiring, may
+    have been killed by a job: the one job it ran alone is charged, unless its last report
+    counted other bodies still running in it (a timed-out ``def`` body's thread, which the
+    database no longer shows). A process killed for going silent is charged only for a job
+    already under suspicion: a stalled database can silence a loop too.
+    """
+    if child.at_fault:
+        return True, "suspect"
+    if child.killed is not None or (child.retiring is not None and code == 0):
+        return False, "never"
+    return True, "alone" if child.in_flight <= 1 else "never"
 
 
 def _describe_exit(code: int, killed: str | None) -> str:

@@ -352,7 +352,7 @@ class QueueWorker(SettleMixin, LeaseMixin):
             self._finish(run, now_ms)
             self._write_nack(run, self._given_back(run, "the worker stopped before running it alone"), now_ms)
         elif self.in_flight() == 1:
-            run.started_ms = run.renewed_ms = now_ms
+            run.started_ms = now_ms     # its lease was renewed all along; only the body starts now
             timeout = run.handle.timeout_ms
             run.deadline_ms = None if timeout is None else now_ms + timeout
             self._alone_started = True
