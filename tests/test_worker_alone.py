@@ -61,12 +61,12 @@ def test_a_busy_worker_reserves_a_suspect_that_waited_and_gives_it_back_if_it_st
     driver.job_claim(["q"], 2, 30_000, "dead")
     driver.job_release_worker("dead")
     pacer.pass_(advance_ms=60)
-    assert worker._alone is None                                # busy: it leaves fresh suspects to idle workers
+    assert not worker.quarantine.holding                                # busy: it leaves fresh suspects to idle workers
     clock.advance(200)                                          # ... for two polls
-    pacer.until(lambda: worker._alone is not None, advance_ms=60)
-    reserved = worker._alone.job.id
+    pacer.until(lambda: worker.quarantine.holding, advance_ms=60)
+    reserved = worker.quarantine.run.job.id
     assert reserved == suspects[0] and driver.job_get(reserved).state == "running"
-    assert not worker._alone_started                            # it waits for the busy run to end
+    assert not worker.quarantine.started                            # it waits for the busy run to end
     assert driver.job_get(suspects[1]).state == "ready"         # and claims nothing more meanwhile
     worker.stop_accepting("test", interrupt=False)
     pacer.pass_()
@@ -118,3 +118,47 @@ def test_a_lease_window_closes_on_time_while_the_loop_is_stuck(registry):
         host.stop(deadline_s=5)
     assert worker.stats()["lease_lost"] == 1
     assert driver.job_get(job_id).state == "running"   # it wrote nothing: the lease is left to lapse
+
+
+def test_no_suspect_is_reserved_beside_a_body_the_worker_gave_up_on(driver, registry, clock):
+    release = threading.Event()
+    deaf = declare(registry, lambda ctx, i: release.wait(10), name="deaf", timeout="100ms")
+    quick = declare(registry, lambda ctx, i: None, name="quick")
+    [stuck] = enqueue(deaf, driver, {"n": 0})
+    worker = make_worker(driver, registry, concurrency=2, poll_ms=50)
+    pacer = Pacer(worker)
+    pacer.until(lambda: driver.job_get(stuck).state == "running")
+    pacer.until(lambda: pacer.totals()["timed_out"] == 1, advance_ms=60)   # its thread runs on
+    [suspect] = enqueue(quick, driver, {"n": 1})
+    driver.job_claim(["q"], 1, 30_000, "dead")
+    driver.job_release_worker("dead", charge="never")
+    for _ in range(5):
+        clock.advance(100)
+        pacer.pass_(advance_ms=100)
+    assert not worker.quarantine.holding and driver.job_get(suspect).state == "ready"
+    release.set()                                               # the abandoned thread ends
+    pacer.until(lambda: driver.job_get(suspect).state == "completed", advance_ms=100)
+
+
+def test_a_reserved_suspect_is_given_back_when_the_other_runs_outlast_a_lease(driver, registry, clock):
+    release = threading.Event()
+    long = declare(registry, lambda ctx, i: release.wait(10), name="long")
+    [busy] = enqueue(long, driver, {"n": 0})
+    worker = make_worker(driver, registry, concurrency=2, poll_ms=50, lease_ms=2000, heartbeat_ms=500)
+    pacer = Pacer(worker)
+    pacer.until(lambda: driver.job_get(busy).state == "running")
+    [suspect] = enqueue(long, driver, {"n": 1})
+    driver.job_claim(["q"], 1, 30_000, "dead")
+    driver.job_release_worker("dead", charge="never")
+    clock.advance(200)
+    pacer.until(lambda: worker.quarantine.holding, advance_ms=60)
+    pacer.until(lambda: not worker.quarantine.holding, advance_ms=250)     # 2 s later: let go
+    view = driver.job_get(suspect)
+    assert (view.state, view.attempt, view.crashes) == ("ready", 0, 1)
+    assert "did not end within a lease window" in view.last_error
+    clock.advance(200)
+    for _ in range(8):                                          # it holds off while still busy
+        pacer.pass_(advance_ms=250)
+        assert not worker.quarantine.holding
+    release.set()
+    worker.close(now=lambda: pacer.now)

@@ -16,10 +16,7 @@ One pass (``run_once``), all on the loop thread:
 5. sweep lapsed leases and due suspensions, and prune old finished rows, on their timers.
 
 Suspects (jobs that were running when a worker process crashed, see ``drivers/base.py``) run
-ALONE: on the poll timer the worker asks for one (an idle worker at once, a busy one only for
-a suspect that waited two polls), claims nothing else while it holds it, starts it once its
-other runs are done, and looks for the next suspect as soon as it settles. A crash while it
-runs is then the suspect's own, and charges its attempt only.
+ALONE, steered by ``quarantine.py``: while one is reserved or running, nothing else is claimed.
 
 A lease watch thread (``leases.py``) aborts the signal of any run whose lease window closed,
 even while this loop is blocked in a database call.
@@ -48,6 +45,7 @@ from ..registry import Registry
 from ..retry import DEFAULT_RETRY
 from .execute import Executor, Run
 from .leases import LeaseMixin, LeaseWatch
+from .quarantine import Quarantine
 from .settle import SettleMixin
 from .stats import WorkerStats
 
@@ -103,9 +101,7 @@ class QueueWorker(SettleMixin, LeaseMixin):
         self._more: set[str] = set()
         self._next_poll = self._next_heartbeat = self._next_rescue = self._next_prune = 0.0
         self._next_progress = 0.0
-        self._alone: Run | None = None     # a suspect reserved or running with nothing beside it
-        self._alone_started = False
-        self._alone_due = False            # look for the next suspect now, not at the next poll
+        self.quarantine = Quarantine(self)   # suspects of a crash, run with nothing beside them
         self._watch: LeaseWatch | None = None
         self._executor: Executor | None = None
         self._listener: Any = None
@@ -156,11 +152,12 @@ class QueueWorker(SettleMixin, LeaseMixin):
         out = []
         for run in list(self.held.values()):
             report = run.ctx.last_progress
-            if report is None and run is not self._alone:
+            alone = run is self.quarantine.run
+            if report is None and not alone:
                 continue
             out.append({"id": run.job.id, "name": run.job.name, "attempt": run.job.attempt,
                         "seconds": round(max(0.0, now - run.started_ms) / 1000.0, 3),
-                        "alone": run is self._alone,
+                        "alone": alone,
                         "progress": report.as_json() if report is not None else None})
             if len(out) >= _REPORTED_RUNS:
                 break
@@ -239,7 +236,7 @@ class QueueWorker(SettleMixin, LeaseMixin):
         if now_ms >= self._next_progress:
             self._next_progress = now_ms + _PROGRESS_EVERY_MS
             self._write_progress()
-        self._run_alone(now_ms)
+        self.quarantine.advance(now_ms)
         if self.accepting:
             self._claim(now_ms, notified)
         if now_ms >= self._next_rescue:
@@ -248,10 +245,10 @@ class QueueWorker(SettleMixin, LeaseMixin):
         return self._sleep_ms(now_ms)
 
     def _sleep_ms(self, now_ms: float) -> float:
-        if self._done or (self.accepting and self._alone is None
+        if self._done or (self.accepting and not self.quarantine.holding
                           and any(self.busy[q] < self.slots[q] for q in self._more)):
             return 0.0
-        if self._alone_due and self.accepting:
+        if self.quarantine.due and self.accepting:
             return 0.0
         due = [self._next_heartbeat, self._next_rescue]
         if self.accepting:
@@ -286,12 +283,12 @@ class QueueWorker(SettleMixin, LeaseMixin):
         poll_due = now_ms >= self._next_poll
         if poll_due:
             self._next_poll = now_ms + self.settings.poll_ms
-        if self._alone is not None:
+        if self.quarantine.holding:
             return   # a suspect runs with nothing beside it, or waits to
         queues = list(self.slots)
         self._rotation = (self._rotation + 1) % len(queues)
         order = queues[self._rotation:] + queues[:self._rotation]
-        if (poll_due or self._alone_due) and self._reserve_alone(now_ms, order):
+        if (poll_due or self.quarantine.due) and self.quarantine.reserve(now_ms, order):
             return
         for queue in order:
             free = self.slots[queue] - self.busy[queue]
@@ -311,52 +308,6 @@ class QueueWorker(SettleMixin, LeaseMixin):
             runs = [run for run in (self._start(job, now_ms) for job in jobs) if run is not None]
             if runs:
                 self._executor.submit_many(runs)
-
-    # -- suspects, run alone ---------------------------------------------------------------------
-
-    def _reserve_alone(self, now_ms: float, queues: list[str]) -> bool:
-        """Claim one suspect; answers whether one is now held. An idle worker takes any; a
-        busy one only a suspect that has waited two polls (no idle worker came for it)."""
-        self._alone_due = False
-        waited = 0.0 if self.in_flight() == 0 else 2.0 * self.settings.poll_ms
-        for queue in queues:
-            try:
-                jobs = self.driver.job_claim_alone(queue, self.settings.lease_ms, self.identity, waited)
-            except Exception as exc:
-                log.warning("worker %s: claiming a suspect on %r failed: %s", self.identity, queue, exc)
-                continue
-            if jobs:
-                self.stats_.bump("claimed")
-                run = self._start(jobs[0], now_ms)
-                if run is not None:
-                    run.deadline_ms = None   # its timeout starts when its body does
-                    self._alone, self._alone_started = run, False
-                    log.info("worker %s: running %s#%s alone (its last run was caught in a crash)",
-                             self.identity, run.job.name, run.job.id)
-                    self._run_alone(now_ms)   # at once when nothing else runs
-                    return True
-        return False
-
-    def _run_alone(self, now_ms: float) -> None:
-        """Start the reserved suspect once nothing else runs; give it back if the worker
-        stopped accepting first, or forget it if its lease was lost while it waited."""
-        run = self._alone
-        if run is None or self._alone_started:
-            return
-        if run.settled:                       # lost before it ever started
-            self.busy[run.job.queue] -= 1
-            self._alone = None
-        elif not self.accepting:
-            self.busy[run.job.queue] -= 1
-            self._alone = None
-            self._finish(run, now_ms)
-            self._write_nack(run, self._given_back(run, "the worker stopped before running it alone"), now_ms)
-        elif self.in_flight() == 1:
-            run.started_ms = now_ms     # its lease was renewed all along; only the body starts now
-            timeout = run.handle.timeout_ms
-            run.deadline_ms = None if timeout is None else now_ms + timeout
-            self._alone_started = True
-            self._executor.submit_many([run])
 
     def _start(self, job: ClaimedJob, now_ms: float) -> Run | None:
         """Hold the job and answer its run, or settle it at once when nothing here can run it."""

@@ -31,8 +31,7 @@ class SettleMixin:
         while done:
             run, error = done.popleft()
             self.busy[run.job.queue] -= 1
-            if run is self._alone:   # the suspect ran alone and is over: look for the next one now
-                self._alone, self._alone_due = None, True
+            self.quarantine.body_ended(run)
             if run.settled:
                 continue  # a timeout or a lost lease already decided this run
             try:
