@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from xjobs.drivers.base import Enqueued, Lease, ListFilter, Nack, Progress
+from xjobs.drivers.base import Enqueued, Lease, ListFilter, Matching, Nack, Progress
 from xjobs.errors import DuplicateJob
 
 from .test_driver_parity import LEASE, at, claim, claim_one, enqueue, new_job
@@ -127,6 +127,8 @@ def test_list_filters_by_tenant_time_and_error_text_and_pages_by_id(driver, cloc
     start = clock.now_ms() - 2000
     assert ids(since_ms=start + 500) == [c, b]
     assert ids(until_ms=start + 500) == [a]
+    assert ids(since_ago_ms=1500) == [c, b]              # ages are taken on the driver's clock
+    assert ids(until_ago_ms=1500) == [a]
     assert ids(limit=1) == [c] and ids(limit=1, before_id=c) == [b]
     assert ids(after_id=a) == [b, c]                     # forwards: what --follow prints next
 
@@ -135,12 +137,12 @@ def test_bulk_requeue_goes_in_batches_and_skips_keys_a_live_job_holds(driver):
     dead = [_dead(driver, k, "boom") for k in "abcd"]
     holder = enqueue(driver, "b")                        # b's key is live again
     where = ListFilter(state="dead")
-    assert driver.job_count(where, ["dead"]) == 4
-    first = driver.job_requeue_batch(where, 0, 2, "bulk retry")
+    assert driver.job_count(where, ["dead"]) == Matching(4, dead[3])
+    first = driver.job_requeue_batch(where, 0, dead[3], 2, "bulk retry")
     assert first == [(dead[0], "default"), (dead[1], None)]
-    second = driver.job_requeue_batch(where, dead[1], 2, "bulk retry")
+    second = driver.job_requeue_batch(where, dead[1], dead[3], 2, "bulk retry")
     assert second == [(dead[2], "default"), (dead[3], "default")]
-    assert driver.job_requeue_batch(where, dead[3], 2, None) == []
+    assert driver.job_requeue_batch(where, dead[3], holder, 2, None) == []
     assert [driver.job_get(i).state for i in dead] == ["ready", "dead", "ready", "ready"]
     assert driver.job_get(dead[0]).history[-1]["outcome"] == "requeued"
     assert driver.job_get(holder).state == "ready"
@@ -149,15 +151,16 @@ def test_bulk_requeue_goes_in_batches_and_skips_keys_a_live_job_holds(driver):
 def test_bulk_requeue_of_two_dead_jobs_with_one_key_requeues_the_newest(driver):
     older = _dead(driver, "k", "boom")
     newer = _dead(driver, "k", "boom")
-    assert driver.job_requeue_batch(ListFilter(), 0, 10, None) == [(older, None), (newer, "default")]
+    assert driver.job_requeue_batch(ListFilter(), 0, newer, 10, None) == [(older, None), (newer, "default")]
 
 
 def test_bulk_cancel_takes_live_jobs_matching_the_filters(driver):
     a = enqueue(driver, "a", name="x")
     b = enqueue(driver, "b", name="y")
     running = claim_one(driver)
-    assert driver.job_count(ListFilter(name="x"), ["ready", "running", "suspended"]) == 1
-    assert driver.job_cancel_batch(ListFilter(name="x"), 0, 10, "bulk") == [a]
+    assert driver.job_count(ListFilter(name="x"), ["ready", "running", "suspended"]) == Matching(1, a)
+    assert driver.job_cancel_batch(ListFilter(name="x"), 0, b, 10, "bulk") == [a]
+    assert driver.job_cancel_batch(ListFilter(), 0, a, 10, "bulk") == []   # b is past the bound
     assert driver.job_get(a).state == "cancelled" and driver.job_get(a).last_error == "bulk"
     assert driver.job_ack(running.id, running.token) is False   # a running job loses its lease
     assert driver.job_get(b).state == "ready"

@@ -169,15 +169,22 @@ class DriverPair(RuleBasedStateMachine):
         assert mem == pg
 
     @rule(state=st.sampled_from([None, "dead", "cancelled"]), after=st.integers(0, 3),
-          limit=st.integers(0, 3), error=st.sampled_from([None, "lease", "boom"]))
-    def requeue_batch(self, state, after, limit, error):
-        where = ListFilter(state=state, error=error)
-        self.both(lambda d: d.job_requeue_batch(where, after, limit, "bulk"))
+          upto=st.sampled_from([2, 6, 100]), limit=st.integers(0, 3),
+          error=st.sampled_from([None, "lease", "boom"]), ago=st.sampled_from([None, 1000]))
+    def requeue_batch(self, state, after, upto, limit, error, ago):
+        where = ListFilter(state=state, error=error, since_ago_ms=ago)
+        self.both(lambda d: d.job_requeue_batch(where, after, upto, limit, "bulk"))
 
-    @rule(queue=st.sampled_from([None, *QUEUES]), after=st.integers(0, 3), limit=st.integers(0, 3))
-    def cancel_batch(self, queue, after, limit):
-        where = ListFilter(queue=queue)
-        self.both(lambda d: d.job_cancel_batch(where, after, limit, "bulk"))
+    @rule(queue=st.sampled_from([None, *QUEUES]), after=st.integers(0, 3), upto=st.sampled_from([3, 100]),
+          limit=st.integers(0, 3), ago=st.sampled_from([None, 500]))
+    def cancel_batch(self, queue, after, upto, limit, ago):
+        where = ListFilter(queue=queue, until_ago_ms=ago)
+        self.both(lambda d: d.job_cancel_batch(where, after, upto, limit, "bulk"))
+
+    @rule(states=st.sampled_from([["dead"], ["ready", "running"], ["cancelled", "dead"]]),
+          ago=st.sampled_from([None, 700]))
+    def count(self, states, ago):
+        self.both(lambda d: d.job_count(ListFilter(since_ago_ms=ago), states))
 
     @rule(queue=st.sampled_from(QUEUES), paused=st.booleans())
     def pause(self, queue, paused):

@@ -2,8 +2,9 @@
 offers it (``xjobsd jobs`` and ``xjobsd queues`` today; a dashboard calls the same functions).
 
 Bulk verbs walk the matching jobs in id order, one bounded batch per statement (a batch
-locks at most ``batch`` rows, and a table of millions is never held at once), and record who
-asked in each job's history. ``dry_run`` only counts. A retry skips a job whose idempotency
+locks at most ``batch`` rows, and a table of millions is never held at once), up to the newest
+job that matched when the verb began (a producer that keeps enqueueing cannot keep it going),
+and record who asked in each job's history. ``dry_run`` only counts. A retry skips a job whose idempotency
 key a live job holds again (requeueing it would break the key's promise) and says how many.
 """
 
@@ -53,13 +54,14 @@ def retry_jobs(driver: JobDriver, where: ListFilter, *, by: str, dry_run: bool =
     """Put every dead or cancelled job matching ``where`` back to ready, attempt 0."""
     where = _checked(where, REQUEUABLE, "retry")
     batch = finite_count(batch, "batch", minimum=1, maximum=10_000)
-    matched = driver.job_count(where, REQUEUABLE if where.state is None else (where.state,))
+    matching = driver.job_count(where, REQUEUABLE if where.state is None else (where.state,))
+    matched = matching.count
     if dry_run:
         return BulkResult("retried", matched, dry_run=True)
     changed = batches = 0
     after = 0
     while True:
-        picked = driver.job_requeue_batch(where, after, batch, f"retried by {by}")
+        picked = driver.job_requeue_batch(where, after, matching.newest_id, batch, f"retried by {by}")
         if not picked:
             break
         batches += 1
@@ -74,14 +76,15 @@ def cancel_jobs(driver: JobDriver, where: ListFilter, *, by: str, reason: str | 
     told at its worker's next lease renewal)."""
     where = _checked(where, LIVE_STATES, "cancel")
     batch = finite_count(batch, "batch", minimum=1, maximum=10_000)
-    matched = driver.job_count(where, LIVE_STATES if where.state is None else (where.state,))
+    matching = driver.job_count(where, LIVE_STATES if where.state is None else (where.state,))
+    matched = matching.count
     if dry_run:
         return BulkResult("cancelled", matched, dry_run=True)
     text = f"cancelled by {by}" + (f": {reason}" if reason else "")
     changed = batches = 0
     after = 0
     while True:
-        ids = driver.job_cancel_batch(where, after, batch, text)
+        ids = driver.job_cancel_batch(where, after, matching.newest_id, batch, text)
         if not ids:
             break
         batches += 1

@@ -7,7 +7,9 @@ import argparse
 import getpass
 
 import orjson
+import psycopg
 
+from ..drivers.base import Enqueued
 from ..enqueue import enqueue_many
 from ..errors import InvalidOption
 from ..registry import REGISTRY
@@ -35,14 +37,24 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidOption("input", f"not valid JSON: {exc}") from None
     handle = REGISTRY.get(args.name)
     driver = driver_from(settings)
-    driver.migrate()   # one read when the schema is current; a first enqueue needs no daemon
     from .. import config
     config.configure(settings=settings, driver=driver)
-    result = enqueue_many(handle, [payload], delay=args.delay, priority=args.priority,
-                          enqueued_by=f"cli:{getpass.getuser()}", driver=driver)[0]
+
+    def enqueue() -> Enqueued:
+        return enqueue_many(handle, [payload], delay=args.delay, priority=args.priority,
+                            enqueued_by=f"cli:{getpass.getuser()}", driver=driver)[0]
+    try:
+        result = enqueue()
+    except psycopg.errors.UndefinedTable:
+        # a database no daemon has started on yet: install the schema, as a daemon's boot
+        # would. Only then: an older schema is upgraded by the daemon or `xjobsd migrate`,
+        # never as a side effect of one enqueue
+        driver.migrate()
+        result = enqueue()
     if args.json:
         print_json({"id": result.id, "deduped": result.deduped, "name": handle.name, "queue": handle.queue})
     else:
-        note = " (deduped: a live job already holds this key)" if result.deduped else ""
+        note = (" (deduped: another job holds this key: a live one, or one completed within "
+                "its dedupe window)" if result.deduped else "")
         print(f"{handle.name} #{result.id} on queue {handle.queue!r}{note}")
     return 0

@@ -8,8 +8,9 @@ Each verb is one small handler over ``xjobs.admin`` (the same functions every su
     xjobsd jobs retry ID | --all | FILTERS [--dry-run]     dead or cancelled jobs back to ready
     xjobsd jobs cancel ID | --all | FILTERS [--dry-run]    ready, running or suspended jobs
 
-WHEN is an ISO-8601 time (``2026-12-01T10:00Z``) or an age (``15m``, ``2h``: that long ago).
-The time filters read when a job finished, or when it was created if it has not finished.
+WHEN is an ISO-8601 time (``2026-12-01T10:00Z``) or an age (``15m``, ``2h``: that long ago,
+on the database's clock). The time filters read when a job finished, or when it was created
+if it has not finished.
 A bulk verb needs a filter or ``--all``, so a slip of the keyboard cannot retry every job.
 """
 
@@ -93,22 +94,25 @@ def _bulk_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=admin.DEFAULT_BATCH, help="rows per statement (1000)")
 
 
-def when_ms(text: str | None, option: str) -> float | None:
-    """An ISO-8601 time, or an age (``15m``: fifteen minutes ago), as epoch milliseconds."""
+def when(text: str | None, option: str) -> tuple[float | None, float | None]:
+    """An ISO-8601 time as epoch milliseconds, or an age (``15m``: fifteen minutes ago) as a
+    duration the database subtracts from its own now: ``(at_ms, ago_ms)``, one of them None."""
     if text is None:
-        return None
+        return None, None
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        return time.time() * 1000.0 - duration_ms(text, option)
+        return None, duration_ms(text, option)
     if moment.tzinfo is None:
         raise InvalidOption(option, f"give a time zone (e.g. {text}Z or {text}+01:00)")
-    return moment.timestamp() * 1000.0
+    return moment.timestamp() * 1000.0, None
 
 
 def _where(args: argparse.Namespace, limit: int = 50) -> ListFilter:
+    since, since_ago = when(args.since, "since")
+    until, until_ago = when(args.until, "until")
     return ListFilter(queue=args.queue, name=args.name, state=args.state, tenant=args.tenant,
-                      since_ms=when_ms(args.since, "since"), until_ms=when_ms(args.until, "until"),
+                      since_ms=since, until_ms=until, since_ago_ms=since_ago, until_ago_ms=until_ago,
                       error=args.error_contains, limit=limit)
 
 
@@ -220,6 +224,8 @@ def _bulk(args: argparse.Namespace, one, many) -> int:
     if args.id is not None:
         if _has_filter(args) or args.all:
             raise InvalidOption("id", "give a job id or filters, not both")
+        if args.dry_run:
+            raise InvalidOption("dry-run", "counts what filters would touch; `xjobsd jobs show ID` shows one job")
         _print_one(one(_driver(args), args.id), args.json)
         return 0
     if not _has_filter(args) and not args.all:

@@ -41,8 +41,7 @@ def _ready(args: argparse.Namespace, timeout_s: float) -> dict:
     while True:
         try:
             answer = ask_daemon(args, "status")
-            done = answer.get("state") == "running" and all(
-                c.get("state") == "ready" for c in answer.get("children", ()))
+            done = _is_ready(answer)
         except ControlUnavailable:
             if time.monotonic() >= end:
                 raise
@@ -52,17 +51,26 @@ def _ready(args: argparse.Namespace, timeout_s: float) -> dict:
         time.sleep(_WAIT_POLL_S)
 
 
+def _is_ready(answer: dict) -> bool:
+    return answer.get("state") == "running" and all(
+        c.get("state") == "ready" for c in answer.get("children", ()))
+
+
 def status(args: argparse.Namespace) -> int:
+    not_ready = False
     if args.wait is not None:
         answer = _ready(args, duration_ms(args.wait, "wait", exclusive_minimum=True) / 1000.0)
+        not_ready = not _is_ready(answer)
     else:
         answer = ask_daemon(args, "status")
     if not answer.pop("ok", False):
         print(f"xjobsd: {answer.get('error', 'status refused')}", file=sys.stderr)
         return refusal_exit_code(answer.get("code"))
+    if not_ready:
+        print(f"xjobsd: not every child is ready after {args.wait}", file=sys.stderr)
     if args.json:
         sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
+        return 1 if not_ready else 0
     print(f"xjobsd pid {answer['pid']}: {answer['state']}, up {_age(answer['uptime'])}, schema "
           f"{answer['schema']}, database {'up' if answer.get('database_up') else 'DOWN' if answer.get('database_up') is False else '?'}")
     if answer.get("drain_deadline_in") is not None:
@@ -78,9 +86,10 @@ def status(args: argparse.Namespace) -> int:
     print_table(["role", "queue", "#", "pid", "state", "uptime", "in flight", "completed", "restarts"], rows)
     print()
     queues = [[name, _dash(q["depth"]), _age(q["oldest_ready_seconds"]) if q["oldest_ready_seconds"] is not None else "-",
-               q["in_flight"], f"{q['processes']}x{q['concurrency']}"]
+               q["in_flight"], f"{q['processes']}x{q['concurrency']}", "paused" if q.get("paused") else "",
+               q.get("quarantined") or ""]
               for name, q in answer["queues"].items()]
-    print_table(["queue", "depth", "oldest ready", "in flight", "processes"], queues)
+    print_table(["queue", "depth", "oldest ready", "in flight", "processes", "paused", "quarantined"], queues)
     print(_figures_age(answer["queues"]))
     for c in answer["children"]:
         if c.get("last_exit"):
@@ -88,7 +97,20 @@ def status(args: argparse.Namespace) -> int:
     for queue, names in sorted((answer.get("unserved_jobs") or {}).items()):
         print(f"\nwarning: no process of this daemon serves queue {queue}: jobs {', '.join(names)} "
               f"wait for a daemon that does (xjobsd scale {queue} =1)")
-    return 0
+    running = [(c, run) for c in answer["children"] for run in c.get("running") or ()]
+    if running:
+        print()
+        print_table(["job", "queue", "attempt", "running for", "alone", "progress"],
+                    [[f"{run['name']}#{run['id']}", c["queue"] or "-", run["attempt"], _age(run["seconds"]),
+                      "yes" if run.get("alone") else "", _progress(run.get("progress"))] for c, run in running])
+    return 1 if not_ready else 0
+
+
+def _progress(report: dict | None) -> str:
+    if not report:
+        return ""
+    total = f"/{report['total']:g}" if report.get("total") is not None else ""
+    return f"{report['done']:g}{total}" + (f" {report['note']}" if report.get("note") else "")
 
 
 def _figures_age(queues: dict) -> str:

@@ -136,9 +136,11 @@ class JobView:
 
 @dataclass(frozen=True, slots=True)
 class ListFilter:
-    """Which jobs an operator verb reads or touches. ``since_ms``/``until_ms`` bound when a job
-    finished, or was created if it has not; ``error`` is a case-insensitive substring of
-    ``last_error``; ``before_id`` pages backwards (newest first), ``after_id`` forwards."""
+    """Which jobs an operator verb reads or touches. ``since_ms``/``until_ms`` (absolute) or
+    ``since_ago_ms``/``until_ago_ms`` (ages, taken back from the driver's now: the database's
+    clock) bound when a job finished, or was created if it has not; ``error`` is a
+    case-insensitive substring of ``last_error``; ``before_id`` pages backwards (newest
+    first), ``after_id`` forwards."""
 
     queue: str | None = None
     name: str | None = None
@@ -150,6 +152,16 @@ class ListFilter:
     error: str | None = None
     before_id: int | None = None
     after_id: int | None = None
+    since_ago_ms: float | None = None
+    until_ago_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Matching:
+    """How many jobs match a filter, and the newest id among them (0 when none)."""
+
+    count: int
+    newest_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +260,14 @@ def check_filter(where: ListFilter) -> ListFilter:
         value = getattr(where, option)
         if value is not None:
             finite_option(value, option.removesuffix("_ms"), maximum=LATEST_MS)
+    for option in ("since_ago_ms", "until_ago_ms"):
+        value = getattr(where, option)
+        if value is not None:
+            duration_ms(value, option.removesuffix("_ago_ms"))
+    if where.since_ms is not None and where.since_ago_ms is not None:
+        raise InvalidOption("since", "give a time or an age, not both")
+    if where.until_ms is not None and where.until_ago_ms is not None:
+        raise InvalidOption("until", "give a time or an age, not both")
     for option in ("before_id", "after_id"):
         value = getattr(where, option)
         if value is not None and not is_bigint(value):
@@ -283,11 +303,11 @@ class JobDriver(Protocol):
     def job_dead(self, limit: int) -> list[JobView]: ...
     def job_cancel(self, job_id: int, reason: str | None = None) -> JobView: ...
     def job_requeue(self, job_id: int) -> JobView: ...
-    def job_requeue_batch(self, where: ListFilter, after_id: int, limit: int,
+    def job_requeue_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
                           reason: str | None) -> list[tuple[int, str | None]]: ...
-    def job_cancel_batch(self, where: ListFilter, after_id: int, limit: int,
+    def job_cancel_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
                          reason: str) -> list[int]: ...
-    def job_count(self, where: ListFilter, states: Sequence[str]) -> int: ...
+    def job_count(self, where: ListFilter, states: Sequence[str]) -> Matching: ...
     def queue_pause(self, queue: str, paused: bool, by: str | None = None) -> None: ...
     def queue_control(self) -> list[QueueControl]: ...
     def job_stats(self) -> dict[str, dict[str, int]]: ...

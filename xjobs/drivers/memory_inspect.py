@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import orjson
 
 from ..errors import InvalidOption, JobNotFound, NotCancellable, NotRetryable
-from .base import (COUNTED_STATES, LIVE_STATES, JobView, ListFilter, QueueControl, QueueSummary,
-                   check_filter, check_row_limit, is_bigint)
+from .base import (COUNTED_STATES, LIVE_STATES, JobView, ListFilter, Matching, QueueControl,
+                   QueueSummary, check_filter, check_row_limit, is_bigint)
 from .memory_table import Row, ts
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 _REQUEUABLE = ("dead", "cancelled")
 
 
-def _matches(row: Row, where: ListFilter) -> bool:
+def _matches(row: Row, where: ListFilter, at: float) -> bool:
     """The filters of ``job_list`` and the batch verbs, as the SQL spells them."""
     if where.queue is not None and row.queue != where.queue:
         return False
@@ -36,6 +36,10 @@ def _matches(row: Row, where: ListFilter) -> bool:
     if where.since_ms is not None and when < ts(where.since_ms):
         return False
     if where.until_ms is not None and when >= ts(where.until_ms):
+        return False
+    if where.since_ago_ms is not None and when < ts(at - ts(where.since_ago_ms)):
+        return False
+    if where.until_ago_ms is not None and when >= ts(at - ts(where.until_ago_ms)):
         return False
     if where.error is not None and (row.last_error is None
                                     or where.error.lower() not in row.last_error.lower()):
@@ -64,6 +68,7 @@ class MemoryInspectMixin:
         where = check_filter(where)
         views: list[JobView] = []
         with self._lock:
+            at = self._now()
             rows: Iterator[Row] = iter(self._jobs.values()) if where.after_id is not None \
                 else reversed(self._jobs.values())
             for row in rows:
@@ -73,7 +78,7 @@ class MemoryInspectMixin:
                     continue
                 if where.before_id is not None and row.id >= where.before_id:
                     continue
-                if _matches(row, where):
+                if _matches(row, where, at):
                     views.append(self._view(row))
         return views
 
@@ -124,27 +129,28 @@ class MemoryInspectMixin:
 
     # -- bulk verbs: one bounded batch per call, in id order after ``after_id`` -----------------
 
-    def _batch(self: "MemoryDriver", where: ListFilter, after_id: int, limit: int,
-               states: Sequence[str]) -> list[Row]:
+    def _batch(self: "MemoryDriver", where: ListFilter, after_id: int, upto_id: int, limit: int,
+               states: Sequence[str], at: float) -> list[Row]:
         where = check_filter(where)
-        if not is_bigint(after_id):
-            raise InvalidOption("after", f"must be a job id, got {after_id!r}")
+        for option, value in (("after", after_id), ("upto", upto_id)):
+            if not is_bigint(value):
+                raise InvalidOption(option, f"must be a job id, got {value!r}")
         limit = check_row_limit(limit, "batch")
         picked: list[Row] = []
         for row in self._jobs.values():   # id order, like the statement's "order by id"
             if len(picked) >= limit:
                 break
-            if row.id > after_id and row.state in states and _matches(row, where):
+            if after_id < row.id <= upto_id and row.state in states and _matches(row, where, at):
                 picked.append(row)
         return picked
 
-    def job_requeue_batch(self: "MemoryDriver", where: ListFilter, after_id: int, limit: int,
-                          reason: str | None) -> list[tuple[int, str | None]]:
+    def job_requeue_batch(self: "MemoryDriver", where: ListFilter, after_id: int, upto_id: int,
+                          limit: int, reason: str | None) -> list[tuple[int, str | None]]:
         """``job_requeue_batch``: per namespace the newest picked row goes back, unless a live
         job holds its key; answers every picked id with its queue when requeued."""
         with self._lock:
             at = self._now()
-            picked = self._batch(where, after_id, limit, _REQUEUABLE)
+            picked = self._batch(where, after_id, upto_id, limit, _REQUEUABLE, at)
             chosen: dict[tuple[str, str, str], Row] = {}
             for row in picked:
                 if row.namespace not in self._live:
@@ -155,21 +161,23 @@ class MemoryInspectMixin:
             done = {row.id for row in chosen.values()}
             return [(row.id, row.queue if row.id in done else None) for row in picked]
 
-    def job_cancel_batch(self: "MemoryDriver", where: ListFilter, after_id: int, limit: int,
-                         reason: str) -> list[int]:
+    def job_cancel_batch(self: "MemoryDriver", where: ListFilter, after_id: int, upto_id: int,
+                         limit: int, reason: str) -> list[int]:
         """``job_cancel_batch``: every picked live job is cancelled."""
         with self._lock:
             at = self._now()
-            picked = self._batch(where, after_id, limit, LIVE_STATES)
+            picked = self._batch(where, after_id, upto_id, limit, LIVE_STATES, at)
             for row in picked:
                 self._cancel(row, at, reason)
             return [row.id for row in picked]
 
-    def job_count(self: "MemoryDriver", where: ListFilter, states: Sequence[str]) -> int:
-        """``job_count_matching``."""
+    def job_count(self: "MemoryDriver", where: ListFilter, states: Sequence[str]) -> Matching:
+        """``job_count_matching``: how many, and the newest id among them."""
         where = check_filter(where)
         with self._lock:
-            return sum(1 for row in self._jobs.values() if row.state in states and _matches(row, where))
+            at = self._now()
+            ids = [row.id for row in self._jobs.values() if row.state in states and _matches(row, where, at)]
+        return Matching(len(ids), max(ids, default=0))
 
     # -- statistics and queue control -----------------------------------------------------------
 

@@ -12,8 +12,8 @@ from typing import Any, Sequence
 from psycopg import errors as pg_errors
 
 from ..errors import DuplicateJob, InvalidOption, JobNotFound, NotCancellable, NotRetryable
-from .base import (JobView, ListFilter, QueueControl, QueueSummary, check_filter, check_row_limit,
-                   is_bigint)
+from .base import (JobView, ListFilter, Matching, QueueControl, QueueSummary, check_filter,
+                   check_row_limit, is_bigint)
 
 
 def _view(row: Sequence[Any], payload: Any = None, history: tuple = ()) -> JobView:
@@ -26,13 +26,14 @@ def _view(row: Sequence[Any], payload: Any = None, history: tuple = ()) -> JobVi
 
 def _filters(where: ListFilter) -> dict[str, Any]:
     return {"queue": where.queue, "name": where.name, "state": where.state, "tenant": where.tenant,
-            "since": where.since_ms, "until": where.until_ms, "error": where.error}
+            "since": where.since_ms, "until": where.until_ms, "error": where.error,
+            "since_ago": where.since_ago_ms, "until_ago": where.until_ago_ms}
 
 
 class InspectMixin:
     def job_list(self, where: ListFilter) -> list[JobView]:
         where = check_filter(where)
-        params = {**_filters(where), "limit": where.limit}
+        params = {**self._now(), **_filters(where), "limit": where.limit}
         if where.after_id is not None:
             statement, params["after"] = "job_list_after", where.after_id
         else:
@@ -41,11 +42,11 @@ class InspectMixin:
             cur.execute(self._sql[statement], params)
             return [_view(r) for r in cur.fetchall()]
 
-    def job_requeue_batch(self, where: ListFilter, after_id: int, limit: int,
+    def job_requeue_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
                           reason: str | None) -> list[tuple[int, str | None]]:
         """One batch of a bulk retry: every picked id, with its queue when it was requeued
         (None: its key is held by a live job, so it stays as it is)."""
-        params = self._batch_params(where, after_id, limit)
+        params = self._batch_params(where, after_id, upto_id, limit)
         try:
             with self._cursor() as cur:
                 cur.execute(self._sql["job_requeue_batch"], {**params, "reason": reason})
@@ -56,23 +57,26 @@ class InspectMixin:
             raise DuplicateJob("a live job took a key of this batch meanwhile; run the verb again") from None
         return picked
 
-    def job_cancel_batch(self, where: ListFilter, after_id: int, limit: int, reason: str) -> list[int]:
-        params = self._batch_params(where, after_id, limit)
+    def job_cancel_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
+                         reason: str) -> list[int]:
+        params = self._batch_params(where, after_id, upto_id, limit)
         with self._cursor() as cur:
             cur.execute(self._sql["job_cancel_batch"], {**params, "reason": reason})
             return [r[0] for r in cur.fetchall()]
 
-    def job_count(self, where: ListFilter, states: Sequence[str]) -> int:
+    def job_count(self, where: ListFilter, states: Sequence[str]) -> Matching:
         where = check_filter(where)
         with self._cursor() as cur:
-            cur.execute(self._sql["job_count_matching"], {**_filters(where), "states": list(states)})
-            return cur.fetchone()[0]
+            cur.execute(self._sql["job_count_matching"], {**self._now(), **_filters(where),
+                                                          "states": list(states)})
+            return Matching(*cur.fetchone())
 
-    def _batch_params(self, where: ListFilter, after_id: int, limit: int) -> dict[str, Any]:
+    def _batch_params(self, where: ListFilter, after_id: int, upto_id: int, limit: int) -> dict[str, Any]:
         where = check_filter(where)
-        if not is_bigint(after_id):
-            raise InvalidOption("after", f"must be a job id, got {after_id!r}")
-        return {**self._now(), **_filters(where), "after": after_id,
+        for option, value in (("after", after_id), ("upto", upto_id)):
+            if not is_bigint(value):
+                raise InvalidOption(option, f"must be a job id, got {value!r}")
+        return {**self._now(), **_filters(where), "after": after_id, "upto": upto_id,
                 "limit": check_row_limit(limit, "batch")}
 
     def queue_pause(self, queue: str, paused: bool, by: str | None = None) -> None:

@@ -293,7 +293,9 @@ select count(*) from gone
 
 -- name: job_list
 -- operator filters, newest first; the time range reads when a job finished, or was created
--- if it has not; %(before)s pages backwards by id (keyset: no offset over millions of rows)
+-- if it has not: absolute times, or ages taken back from the database's now (so "the last 2h"
+-- means the same on every machine); %(before)s pages backwards by id (keyset: no offset over
+-- millions of rows)
 select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, priority,
        extract(epoch from run_at)::float8 * 1000, last_error,
        extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
@@ -305,6 +307,10 @@ where (%(queue)s::text is null or queue = %(queue)s::text)
   and (%(tenant)s::text is null or tenant = %(tenant)s::text)
   and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
   and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
+  and (%(since_ago)s::float8 is null
+       or coalesce(finished_at, created_at) >= {now} - %(since_ago)s::float8 * interval '1 millisecond')
+  and (%(until_ago)s::float8 is null
+       or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
   and (%(before)s::int8 is null or id < %(before)s::int8)
 order by id desc
@@ -323,6 +329,10 @@ where (%(queue)s::text is null or queue = %(queue)s::text)
   and (%(tenant)s::text is null or tenant = %(tenant)s::text)
   and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
   and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
+  and (%(since_ago)s::float8 is null
+       or coalesce(finished_at, created_at) >= {now} - %(since_ago)s::float8 * interval '1 millisecond')
+  and (%(until_ago)s::float8 is null
+       or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
   and id > %(after)s::int8
 order by id
@@ -374,12 +384,16 @@ returning job_id
 with picked as (
     select id, name, coalesce(tenant, '') as space, idempotency_key
     from {schema}.jobs
-    where state in ('dead', 'cancelled') and id > %(after)s::int8 and (%(queue)s::text is null or queue = %(queue)s::text)
+    where state in ('dead', 'cancelled') and id > %(after)s::int8 and id <= %(upto)s::int8 and (%(queue)s::text is null or queue = %(queue)s::text)
   and (%(name)s::text is null or name = %(name)s::text)
   and (%(state)s::text is null or state = %(state)s::text)
   and (%(tenant)s::text is null or tenant = %(tenant)s::text)
   and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
   and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
+  and (%(since_ago)s::float8 is null
+       or coalesce(finished_at, created_at) >= {now} - %(since_ago)s::float8 * interval '1 millisecond')
+  and (%(until_ago)s::float8 is null
+       or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
     order by id
     limit %(limit)s
@@ -409,12 +423,16 @@ order by p.id
 -- one bounded batch of a bulk cancel, after id %(after)s: live jobs matching the filters
 with picked as (
     select id from {schema}.jobs
-    where state in ('ready', 'running', 'suspended') and id > %(after)s::int8 and (%(queue)s::text is null or queue = %(queue)s::text)
+    where state in ('ready', 'running', 'suspended') and id > %(after)s::int8 and id <= %(upto)s::int8 and (%(queue)s::text is null or queue = %(queue)s::text)
   and (%(name)s::text is null or name = %(name)s::text)
   and (%(state)s::text is null or state = %(state)s::text)
   and (%(tenant)s::text is null or tenant = %(tenant)s::text)
   and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
   and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
+  and (%(since_ago)s::float8 is null
+       or coalesce(finished_at, created_at) >= {now} - %(since_ago)s::float8 * interval '1 millisecond')
+  and (%(until_ago)s::float8 is null
+       or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
     order by id
     limit %(limit)s
@@ -432,8 +450,9 @@ with picked as (
 select cancelled.id from cancelled order by cancelled.id
 
 -- name: job_count_matching
--- what a bulk verb would touch (--dry-run): jobs in %(states)s matching the filters
-select count(*)
+-- what a bulk verb would touch (--dry-run): jobs in %(states)s matching the filters, and the
+-- newest id among them (a bulk verb stops there: jobs enqueued after it began are not its)
+select count(*), coalesce(max(id), 0)
 from {schema}.jobs
 where state = any(%(states)s::text[]) and (%(queue)s::text is null or queue = %(queue)s::text)
   and (%(name)s::text is null or name = %(name)s::text)
@@ -441,6 +460,10 @@ where state = any(%(states)s::text[]) and (%(queue)s::text is null or queue = %(
   and (%(tenant)s::text is null or tenant = %(tenant)s::text)
   and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
   and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
+  and (%(since_ago)s::float8 is null
+       or coalesce(finished_at, created_at) >= {now} - %(since_ago)s::float8 * interval '1 millisecond')
+  and (%(until_ago)s::float8 is null
+       or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
 
 -- name: job_progress_many

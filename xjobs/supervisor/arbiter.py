@@ -340,8 +340,6 @@ class Arbiter(Supervision, Reshape, Draining):
             outcomes[job.outcome] = outcomes.get(job.outcome, 0) + 1
             if job.outcome == "dead":
                 self.tally.add(("jobs", job.queue, job.name, "dead"))
-            elif job.outcome == "quarantined":
-                self.tally.add(("quarantined", job.queue))
             if job.outcome in ("dead", "crashed"):
                 log.warning("job %s#%s crashed its worker process %s alone%s", job.name, job.id,
                             identity, "; dead-lettered on its last attempt" if job.outcome == "dead"

@@ -63,11 +63,6 @@ class Backoff:
         death of its slot within ``burst_window_s`` (this one included)."""
         return _wait(self._burst, recent_exits, rand)
 
-    def failures_after(self, previous: int, uptime_s: float) -> int:
-        """The failed-start count once a child that never got ready (or served only
-        ``uptime_s``) has died; serving ``stable_s`` starts the count again."""
-        return 1 if uptime_s >= self.stable_s else previous + 1
-
     def in_crash_loop(self, failures: int, recent_exits: int = 0) -> bool:
         return failures >= self.crash_loop_after or recent_exits >= self.crash_loop_after
 

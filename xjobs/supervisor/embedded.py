@@ -17,6 +17,7 @@ private database, so ``xjobsd run`` refuses unless ``--embedded`` asks for one.
 from __future__ import annotations
 
 import os
+import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -61,11 +62,16 @@ def start_embedded(root: Path = ROOT) -> tuple[str, Any, Path]:
 
 
 def record_daemon(info: dict[str, Any], root: Path = ROOT) -> Path:
-    """Write ``daemon.json`` (0600: the URL is a way into the database) atomically."""
+    """Write ``daemon.json`` (0600: the URL is a way into the database) atomically, never
+    through a link somebody planted."""
     root.mkdir(mode=0o700, exist_ok=True)
     path = (root / STATE_FILE).resolve()
     temporary = path.with_suffix(".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        temporary.unlink()
+    except FileNotFoundError:
+        pass
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(orjson.dumps(info, option=orjson.OPT_INDENT_2))
     os.replace(temporary, path)
@@ -83,9 +89,15 @@ def forget_daemon(pid: int, root: Path = ROOT) -> None:
 
 
 def recorded_daemon(root: Path = ROOT, *, alive_only: bool = True) -> dict[str, Any] | None:
-    """What ``daemon.json`` says, if it exists (and, by default, its daemon still runs)."""
+    """What ``daemon.json`` says, if it exists, belongs to this user and nobody else can
+    write it (a command would otherwise connect where a stranger's file points it), and, by
+    default, its daemon still runs."""
+    path = root / STATE_FILE
     try:
-        info = orjson.loads((root / STATE_FILE).read_bytes())
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
+        info = orjson.loads(path.read_bytes())
     except (FileNotFoundError, orjson.JSONDecodeError, OSError):
         return None
     if not isinstance(info, dict):

@@ -277,7 +277,7 @@ class Supervision:
         self.tally.add(("restarts", child.role))
         if child.ready_at is None:
             # it never got ready: it cannot start, and restarting at once would only spin
-            slot.failures = backoff.failures_after(slot.failures, 0.0)
+            slot.failures += 1
             delay = backoff.delay(slot.failures)
         else:
             # it served and was killed, from outside or by a job (which pays per job): the

@@ -83,7 +83,7 @@ class LeaseWatch:
     """A thread that aborts runs whose lease window closed, whatever the loop is doing.
 
     It reads the loop's runs (a snapshot list) and their ``renewed_ms`` on the loop's clock,
-    and sleeps until the earliest window closes (at most ``_IDLE_S``; ``poke`` wakes it).
+    and sleeps until the earliest window closes (at most ``_IDLE_S``).
     Aborting a signal and cancelling an async body are both safe from any thread; everything
     that writes or changes the worker's state stays on the loop thread.
     """
@@ -102,9 +102,6 @@ class LeaseWatch:
 
     def start(self) -> None:
         self._thread.start()
-
-    def poke(self) -> None:
-        self._wake.set()
 
     def stop(self) -> None:
         self._stopped = True

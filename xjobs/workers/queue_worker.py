@@ -253,6 +253,8 @@ class QueueWorker(SettleMixin, LeaseMixin):
         due = [self._next_heartbeat, self._next_rescue]
         if self.accepting:
             due.append(self._next_poll)
+        if any(run.ctx.pending_progress() is not None for run in self.held.values()):
+            due.append(self._next_progress)
         due.extend(run.deadline_ms for run in self.held.values() if run.deadline_ms is not None)
         if (window := self._window_due()) is not None:
             due.append(window)

@@ -46,10 +46,15 @@ class SettleMixin:
                 nacks.append((run, outcome))
             elif outcome.outcome is not None:
                 self.stats_.outcome(run.job.name, outcome.outcome, run.seconds(now_ms))
-            elif run.code_at_return == LEASE_LOST:   # the lease watch stopped it before the loop could
-                self.stats_.bump("lease_lost")
+            elif run.code_at_return == LEASE_LOST:
+                # the lease watch stopped it before the loop could look: the database may still
+                # honour the lease (a renewal slower than the window). Give the job back now,
+                # fenced on the token, rather than leave it a lease window; if the lease really
+                # is gone the nack matches nothing and counts the loss
                 log.warning("worker %s: lost the lease on %s#%s: %s", self.identity, run.job.name,
                             run.job.id, run.signal.reason)
+                nacks.append((run, self._given_back(
+                    run, "no lease renewal landed for a whole window; attempt not counted")))
         # a report made just before the run ended lands before its settlement (still fenced on
         # the lease), so a finished job shows how far it got
         self._write_progress(acks + [run for run, _ in nacks])
