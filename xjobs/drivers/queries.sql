@@ -532,3 +532,167 @@ select count(*)
 from pg_stat_activity
 where application_name = %(application_name)s and datname = current_database()
   and pid <> pg_backend_pid()
+
+-- name: clock_now
+-- the database's now, for decisions made in Python on the one clock (cron occurrences)
+select (extract(epoch from {now}) * 1000)::float8
+
+-- name: leader_elect
+-- take the lease if it is free or expired, or renew it if this holder has it; answers the
+-- holder only when that is this one. Fenced on the database's clock
+insert into {schema}.scheduler_leader as l (name, holder, expires_at, elected_at)
+values (%(election)s, %(holder)s, {now} + %(lease)s * interval '1 millisecond', {now})
+on conflict (name) do update
+    set holder = excluded.holder, expires_at = excluded.expires_at,
+        elected_at = case when l.holder = excluded.holder then l.elected_at else excluded.elected_at end
+    where l.holder = excluded.holder or l.expires_at <= {now}
+returning holder
+
+-- name: leader_resign
+-- hand the lease back: expired now, so the next candidate need not wait it out
+update {schema}.scheduler_leader set expires_at = {now}
+where name = %(election)s and holder = %(holder)s and expires_at > {now}
+returning name
+
+-- name: leader_get
+select holder, extract(epoch from expires_at)::float8 * 1000, extract(epoch from elected_at)::float8 * 1000,
+       expires_at > {now}
+from {schema}.scheduler_leader
+where name = %(election)s
+
+-- name: leader_fence
+-- inside a dispatch transaction: the lease is still this holder's, and stays so until commit
+-- (the row lock makes a rival's election wait for this transaction)
+select 1 from {schema}.scheduler_leader
+where name = %(election)s and holder = %(holder)s and expires_at > {now}
+for update
+
+-- name: schedule_state
+select task, watermark_ms, extract(epoch from updated_at)::float8 * 1000, dispatched
+from {schema}.scheduler_state
+order by task
+
+-- name: schedule_advance
+-- move a task's watermark from what the dispatcher read (%(expected)s, null for a task never
+-- dispatched) to %(watermark)s: compare-and-set, so two dispatchers of one occurrence cannot
+-- both advance it
+insert into {schema}.scheduler_state as s (task, watermark_ms, updated_at, dispatched)
+values (%(task)s, %(watermark)s, {now}, %(dispatched)s)
+on conflict (task) do update
+    set watermark_ms = excluded.watermark_ms, updated_at = excluded.updated_at,
+        dispatched = s.dispatched + excluded.dispatched
+    where s.watermark_ms is not distinct from %(expected)s::bigint
+returning task
+
+-- name: outbox_stage
+-- in the application's transaction: the rows exist only if it commits
+insert into {schema}.outbox (staged_at, job)
+select {now}, value from jsonb_array_elements(%(rows)s::jsonb)
+returning id
+
+-- name: outbox_claim
+-- a batch as a LEASE, in one statement: stamped where the rows are locked, in (staged_at, id)
+-- order; a claim older than %(lease)s is free again (its relay died mid-batch)
+with picked as (
+    select id from {schema}.outbox
+    where published_at is null
+      and (claimed_at is null or claimed_at < {now} - %(lease)s * interval '1 millisecond')
+    order by staged_at, id
+    limit %(limit)s
+    for update skip locked
+), claimed as (
+    update {schema}.outbox o
+    set claim_token = %(token)s, claimed_by = %(holder)s, claimed_at = {now}
+    from picked where o.id = picked.id
+    returning o.id, o.staged_at, o.job
+)
+select id, job from claimed order by staged_at, id
+
+-- name: outbox_publish
+-- in the relay's enqueue transaction: only rows this claim still holds and nobody published
+update {schema}.outbox o
+set published_at = {now}, job_id = u.job_id, claim_token = null
+from unnest(%(ids)s::bigint[], %(job_ids)s::bigint[]) as u(id, job_id)
+where o.id = u.id and o.claim_token = %(token)s and o.published_at is null
+returning o.id
+
+-- name: outbox_release
+-- a failed publish hands its batch back, fenced the same way
+update {schema}.outbox
+set claim_token = null, claimed_by = null, claimed_at = null
+where id = any(%(ids)s::bigint[]) and claim_token = %(token)s and published_at is null
+returning id
+
+-- name: outbox_prune
+with doomed as (
+    select id from {schema}.outbox
+    where published_at < {now} - %(retention)s * interval '1 millisecond'
+    order by published_at, id
+    limit %(limit)s
+    for update skip locked
+), gone as (
+    delete from {schema}.outbox o using doomed where o.id = doomed.id returning o.id
+)
+select count(*) from gone
+
+-- name: outbox_summary
+-- what /metrics reads: rows not yet published and the age of the oldest (outbox_pending_idx)
+select count(*), coalesce(((extract(epoch from {now}) - extract(epoch from min(staged_at))) * 1000)::float8, 0)
+from {schema}.outbox
+where published_at is null
+
+-- name: slot_acquire
+-- one free slot of a capped job, or none: the lowest slot nobody holds (or whose holder's
+-- expiry passed) is inserted or taken over; the primary key settles a race, the loser gets
+-- no row and tries again
+with free as (
+    select s from generate_series(0, %(cap)s - 1) as s
+    where not exists (select 1 from {schema}.job_slots l
+                      where l.job = %(job)s and l.slot = s and l.expires_at > {now})
+    order by s
+    limit 1
+)
+insert into {schema}.job_slots as l (job, slot, holder, expires_at)
+select %(job)s, free.s, %(holder)s, {now} + %(lease)s * interval '1 millisecond' from free
+on conflict (job, slot) do update
+    set holder = excluded.holder, expires_at = excluded.expires_at
+    where l.expires_at <= {now}
+returning slot
+
+-- name: slot_renew
+-- fenced on the holder AND on the slot not having expired: an expired slot may already be
+-- somebody else's
+update {schema}.job_slots set expires_at = {now} + %(lease)s * interval '1 millisecond'
+where job = %(job)s and slot = %(slot)s and holder = %(holder)s and expires_at > {now}
+returning slot
+
+-- name: slot_release
+delete from {schema}.job_slots
+where job = %(job)s and slot = %(slot)s and holder = %(holder)s
+returning slot
+
+-- name: slot_held
+select job, count(*) from {schema}.job_slots where expires_at > {now} group by job
+
+-- name: job_claim_capped
+-- job_claim_one for a queue with capped jobs (job(concurrency=N), %(caps)s = [{n, c}]): a job
+-- whose every slot is held is not claimed, so a shed does not come straight back. Only a
+-- filter: the slot itself is granted by slot_acquire's primary key, never by this count
+with picked as (
+    select id from {schema}.jobs j
+    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0
+      and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
+      and not exists (
+          select 1 from jsonb_to_recordset(%(caps)s::jsonb) as c(n text, c int)
+          where c.n = j.name
+            and (select count(*) from {schema}.job_slots l where l.job = c.n and l.expires_at > {now}) >= c.c)
+    order by priority, run_at, id
+    limit %(limit)s
+    for update skip locked
+)
+update {schema}.jobs j
+set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
+    claimed_by = %(worker)s, started_at = {now}, progress = null,
+    lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
+from picked where j.id = picked.id
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
