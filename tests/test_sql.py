@@ -201,7 +201,7 @@ def test_two_installers_at_once_both_succeed(pg_dsn):
         with psycopg.connect(pg_dsn) as conn:
             columns, indexes, triggers = _catalog(conn, schema)
         assert {"jobs", "job_history", "meta"} <= {c[0] for c in columns}
-        assert triggers == [("jobs_notify_ready",)]
+        assert triggers == [("jobs_notify_ready",), ("outbox_notify",)]
     finally:
         drop_schema(pg_dsn, schema)
 
@@ -241,7 +241,7 @@ def test_an_older_schema_is_upgraded_and_gives_up_on_a_held_table(pg_driver, pg_
     with pg_driver.connect() as conn:
         _, _, triggers = _catalog(conn, pg_driver.schema)
         version = conn.execute(f"select value from {pg_driver.schema}.meta").fetchall()
-    assert (triggers, version) == ([("jobs_notify_ready",)], [(str(SCHEMA_VERSION),)])
+    assert (triggers, version) == ([("jobs_notify_ready",), ("outbox_notify",)], [(str(SCHEMA_VERSION),)])
 
 
 @pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf])
