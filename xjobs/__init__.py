@@ -5,7 +5,9 @@ from .drivers.base import Enqueued
 from .errors import RetryAfter, Terminal, XJobsError
 from .registry import REGISTRY, JobHandle, Registry, job
 from .retry import Retry
+from .tasks import TaskHandle, task
 
 __all__ = ["Enqueued", "JobHandle", "REGISTRY", "Registry", "Retry", "RetryAfter", "Settings",
-           "Terminal", "XJobsError", "configure", "current_driver", "job", "load_settings"]
+           "TaskHandle", "Terminal", "XJobsError", "configure", "current_driver", "job", "load_settings",
+           "task"]
 __version__ = "0.1.0"

@@ -47,7 +47,10 @@ def _run_at_ms(run_at: object) -> float | None:
 
 def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
                run_at: object = None, priority: int | None = None,
-               enqueued_by: str | None = None, max_payload_bytes: int) -> list[NewJob]:
+               enqueued_by: str | None = None, max_payload_bytes: int,
+               keys: Sequence[str] | None = None) -> list[NewJob]:
+    """The jobs ``inputs`` make, every rule checked. ``keys`` replaces the idempotency key of
+    each input (the scheduler's occurrence-scoped keys); everything else is the job's own."""
     if len(inputs) > MAX_BATCH:
         raise InvalidOption("inputs", f"at most {MAX_BATCH} jobs per call, got {len(inputs)}")
     at, delay_ms = _timing(delay, run_at)
@@ -55,12 +58,15 @@ def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = No
     if enqueued_by is not None and (not isinstance(enqueued_by, str) or "\x00" in enqueued_by):
         raise InvalidOption("enqueued_by", "must be a string without NUL characters")
     max_attempts = handle.retry.attempts
+    if keys is not None and len(keys) != len(inputs):
+        raise InvalidOption("keys", "one key per input")
     jobs = [NewJob(name=handle.name, queue=handle.queue,
                    payload=encode_payload(item, max_payload_bytes),
-                   idempotency_key=handle.key_for(item), tenant=handle.tenant_for(item),
+                   idempotency_key=handle.key_for(item) if keys is None else keys[i],
+                   tenant=handle.tenant_for(item),
                    enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at,
                    delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms)
-            for item in inputs]
+            for i, item in enumerate(inputs)]
     total = sum(len(job.payload) for job in jobs)
     if total > MAX_BATCH_BYTES:
         raise PayloadTooLarge(f"one call carries {total} payload bytes, over {MAX_BATCH_BYTES}; "

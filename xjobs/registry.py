@@ -96,6 +96,7 @@ class JobHandle:
 class Registry:
     def __init__(self) -> None:
         self._jobs: dict[str, JobHandle] = {}
+        self._tasks: dict[str, Any] = {}     # name -> TaskHandle (tasks.py)
         self._lock = threading.Lock()
 
     def add(self, handle: JobHandle) -> JobHandle:
@@ -120,9 +121,31 @@ class Registry:
     def queues(self) -> list[str]:
         return sorted({h.queue for h in self._jobs.values()})
 
+    def add_task(self, handle: Any) -> Any:
+        """Register a ``TaskHandle``; the same declaration twice (a module imported twice) is
+        one task, two different ones under one name are refused."""
+        with self._lock:
+            existing = self._tasks.get(handle.name)
+            if existing is not None and existing.spec != handle.spec:
+                raise DuplicateJob(f"two different declarations of the task {handle.name!r}",
+                                   code="X_TASK_DUPLICATE")
+            self._tasks[handle.name] = handle
+            return handle
+
+    def tasks(self) -> list[Any]:
+        """Sorted by code point, like ``jobs()``."""
+        return [self._tasks[name] for name in sorted(self._tasks)]
+
+    def get_task(self, name: str) -> Any:
+        try:
+            return self._tasks[name]
+        except KeyError:
+            raise UnknownJob(f"no task named {name!r} is registered", code="X_TASK_UNKNOWN") from None
+
     def clear(self) -> None:
         with self._lock:
             self._jobs.clear()
+            self._tasks.clear()
 
 
 def _same_body(a: Callable, b: Callable) -> bool:
