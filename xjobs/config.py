@@ -60,7 +60,9 @@ _DURATIONS = (("lease_ms", "lease", 100), ("heartbeat_ms", "heartbeat", 10),
               ("poll_ms", "poll", 10), ("rescue_ms", "rescue", 10),
               ("retention_completed_ms", "retention_completed", 0),
               ("retention_finished_ms", "retention_finished", 0),
-              ("drain_deadline_ms", "drain_deadline", 0), ("stats_interval_ms", "stats_interval", 100))
+              ("drain_deadline_ms", "drain_deadline", 0), ("stats_interval_ms", "stats_interval", 100),
+              ("leader_lease_ms", "leader_lease", 100), ("outbox_lease_ms", "outbox_lease", 100),
+              ("outbox_retention_ms", "outbox_retention", 0))
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,9 @@ class Settings:
     control: str | None = None
     apps: tuple[str, ...] = ()
     stats_interval_ms: float = 5_000.0   # how often the supervisor reads depth and age
+    leader_lease_ms: float = 15_000.0    # the scheduler leader's lease; renewed every round
+    outbox_lease_ms: float = 30_000.0    # an outbox claim held this long is free again
+    outbox_retention_ms: float = 86_400_000.0   # published outbox rows are kept this long
     recycle_after_jobs: int | None = None  # replace a worker process after this many claims
     recycle_above_rss_mib: int | None = None  # ... or once its resident memory passes this
 
@@ -165,7 +170,8 @@ _ENV = {"XJOBS_DATABASE_URL": "dsn", "XJOBS_SCHEMA": "schema", "XJOBS_LEASE": "l
         "XJOBS_RETENTION_COMPLETED": "retention_completed",
         "XJOBS_RETENTION_FINISHED": "retention_finished", "XJOBS_STATS_INTERVAL": "stats_interval",
         "XJOBS_RECYCLE_AFTER_JOBS": "recycle_after_jobs",
-        "XJOBS_RECYCLE_ABOVE_RSS": "recycle_above_rss"}
+        "XJOBS_RECYCLE_ABOVE_RSS": "recycle_above_rss", "XJOBS_LEADER_LEASE": "leader_lease",
+        "XJOBS_OUTBOX_LEASE": "outbox_lease", "XJOBS_OUTBOX_RETENTION": "outbox_retention"}
 
 
 def _file_values(config_path: str | None) -> tuple[dict[str, Any], str]:

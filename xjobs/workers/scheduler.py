@@ -1,0 +1,276 @@
+"""The scheduler: a leader-elected cron dispatcher, and the fleet's maintenance.
+
+One ``scheduler`` child runs per daemon; the daemons of a fleet elect ONE leader through a
+lease ROW (``scheduler_leader``) with an expiry on the database's clock. ``holder`` is the
+daemon's identity, not the child's: a scheduler child that crashed and was restarted by its
+supervisor takes its lease straight back instead of leaving the fleet leaderless for a lease.
+
+::
+
+    accepting ──round: elect (or renew) the lease──> leader? ──no──> follower (ask again next round)
+        │                                               │yes
+        │                 for each task, re-reading the drain state first:
+        │                   one transaction: fence on the lease row, enqueue the occurrences
+        │                   due since the task's watermark, advance the watermark
+        │                   (compare-and-set); fenced out -> no longer leader, stop the round
+        │               then, on their own timers: rescue lapsed leases and wake due
+        │               suspensions, prune retention (jobs, outbox)
+        └─ stop_accepting ──> draining (no new round) ──close──> rounds joined, lease handed
+                                                                 back (unless a round was
+                                                                 abandoned at the deadline)
+
+Exactly once per occurrence across failover comes from the transaction, not from the job's
+key: the watermark advances in the same commit as the enqueue of what it covers, and only
+while this daemon still holds the lease, so a paused ex-leader that wakes up after another
+daemon took over commits nothing. The occurrence-scoped key only folds two dispatches of one
+occurrence while its job is live.
+
+One round at a time: a ``tick()`` from another thread while a round is in flight waits for
+that round and answers its report (it joins); the next round is armed when the last ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..clock import monotonic_ms
+from ..config import Settings
+from ..cron import DEFAULT_RESOLVER, CronResolver
+from ..drivers.coordination import Dispatch
+from ..registry import Registry
+
+log = logging.getLogger("xjobs.scheduler")
+
+ELECTION = "scheduler"
+_PRUNE_EVERY_MS = 60_000.0
+_SWEEP_LIMIT = 1000
+_ROUND_AT_LEAST_MS = 50.0     # never spin: a round is at least this far from the last one
+
+
+@dataclass
+class RoundReport:
+    """What one round did. ``dispatched`` counts jobs enqueued, ``deduped`` occurrences whose
+    job already existed (another dispatcher got there first)."""
+
+    leader: bool = False
+    dispatched: int = 0
+    deduped: int = 0
+    dropped: int = 0
+    tasks: dict[str, int] = field(default_factory=dict)
+
+
+class Scheduler:
+    role = "scheduler"
+    queue = None
+
+    def __init__(self, *, driver: Any, registry: Registry, settings: Settings | None = None,
+                 identity: str, holder: str | None = None, resolver: CronResolver = DEFAULT_RESOLVER,
+                 maintain: bool = True, clock: Callable[[], float] = monotonic_ms) -> None:
+        self.driver = driver
+        self.registry = registry
+        self.settings = settings or Settings()
+        self.identity = identity
+        self.holder = holder or identity
+        self.resolver = resolver
+        self.maintain = maintain
+        self.clock = clock
+        self.state = "new"
+        self.accepting = False
+        self.is_leader = False
+        self.tasks: list[Any] = []
+        self.totals = {"rounds": 0, "dispatched": 0, "deduped": 0, "dropped": 0, "rescued": 0,
+                       "pruned": 0, "elections_won": 0}
+        self._round_lock = threading.Lock()
+        self._round_done = threading.Condition(self._round_lock)
+        self._in_round = False
+        self._last_report = RoundReport()
+        self._next_round = 0.0
+        self._next_rescue = 0.0
+        self._next_prune = 0.0
+        self.abandoned = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def initialize(self) -> None:
+        if self.state != "new":
+            return
+        self.tasks = self.registry.tasks()
+        self.accepting = True
+        self.state = "accepting"
+
+    def wakeup_fds(self) -> Sequence[int]:
+        return ()
+
+    def in_flight(self) -> int:
+        return 1 if self._in_round else 0
+
+    def stats(self) -> dict:
+        return {**self.totals, "leader": 1 if self.is_leader else 0, "tasks": len(self.tasks),
+                "in_flight": self.in_flight()}
+
+    def stop_accepting(self, reason: str = "drain", interrupt: bool = True) -> None:
+        """Accept phase: no round starts from now on; a round in flight stops before its
+        next task."""
+        if self.accepting:
+            self.accepting = False
+            self.state = "draining"
+
+    def close(self, deadline_ms: float | None = None) -> None:
+        """Close phase: wait out a round in flight (up to the deadline), then hand the lease
+        back. A round still running at the deadline is abandoned: its lease is left to expire,
+        because handing it back while that round may still commit would let a second leader
+        dispatch beside it."""
+        if self.state in ("stopped", "closing"):
+            return
+        self.accepting = False
+        self.state = "closing"
+        try:
+            with self._round_lock:
+                while self._in_round:
+                    left = None if deadline_ms is None else (deadline_ms - self.clock()) / 1000.0
+                    if left is not None and left <= 0:
+                        break
+                    self._round_done.wait(left)
+                self.abandoned = self._in_round
+            if self.abandoned:
+                log.warning("scheduler %s: drain abandoned a dispatch round still running at the "
+                            "deadline; its leader lease is left to expire", self.identity)
+            elif self.is_leader:
+                try:
+                    self.driver.leader_resign(ELECTION, self.holder)
+                except Exception as exc:
+                    log.warning("scheduler %s: handing the leader lease back failed (it expires on "
+                                "its own): %s", self.identity, exc)
+        finally:
+            self.is_leader = False    # a lease not handed back is never assumed held
+            self.state = "stopped"
+            self.driver.close()
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def run_once(self, now_ms: float) -> float:
+        if self.accepting and now_ms >= self._next_round:
+            wait = self._round_wait(self.tick())
+            self._next_round = self.clock() + max(_ROUND_AT_LEAST_MS, wait)
+        if self.is_leader and self.maintain and self.accepting:
+            self._maintain(now_ms)
+        due = [self._next_round]
+        if self.is_leader and self.maintain:
+            due += [self._next_rescue, self._next_prune]
+        return max(0.0, min(due) - self.clock())
+
+    def tick(self) -> RoundReport:
+        """One dispatch round; joins the round in flight instead of starting a second one."""
+        with self._round_lock:
+            if self._in_round:
+                while self._in_round:
+                    self._round_done.wait()
+                return self._last_report
+            self._in_round = True
+        try:
+            report = self._round()
+        finally:
+            with self._round_lock:
+                self._in_round = False
+                self._round_done.notify_all()
+        self._last_report = report
+        return report
+
+    def _round(self) -> RoundReport:
+        report = RoundReport()
+        self.totals["rounds"] += 1
+        try:
+            leader = self.driver.leader_elect(ELECTION, self.holder, self._lease_ms())
+        except Exception as exc:
+            log.warning("scheduler %s: the leader election failed: %s", self.identity, exc)
+            self.is_leader = False
+            return report
+        if leader and not self.is_leader:
+            self.totals["elections_won"] += 1
+            log.info("scheduler %s: leading (holder %s)", self.identity, self.holder)
+        elif self.is_leader and not leader:
+            log.warning("scheduler %s: no longer the leader", self.identity)
+        self.is_leader = report.leader = leader
+        if not leader or not self.tasks:
+            return report
+        try:
+            now = self.driver.clock_now_ms()
+            watermarks = {w.task: w.watermark_ms for w in self.driver.schedule_state()}
+        except Exception as exc:
+            log.warning("scheduler %s: reading the schedule failed: %s", self.identity, exc)
+            return report
+        for task in self.tasks:
+            if not self.accepting:      # the drain is re-read before every task
+                break
+            if not self._dispatch(task, watermarks.get(task.name), now, report):
+                break
+        self.totals["dispatched"] += report.dispatched
+        self.totals["deduped"] += report.deduped
+        self.totals["dropped"] += report.dropped
+        return report
+
+    def _dispatch(self, task: Any, watermark: int | None, now: float, report: RoundReport) -> bool:
+        """Dispatch one task's due occurrences; answers False when the round must stop."""
+        if watermark is None:    # a new task starts from now: nothing it never knew is "missed"
+            occurrences, dropped = [], 0
+        else:
+            occurrences, dropped = task.plan(watermark, now, self.resolver)
+            if not occurrences:
+                return True
+        try:
+            jobs = task.jobs_for(occurrences, max_payload_bytes=self.settings.max_payload_bytes)
+            result = self.driver.schedule_dispatch(Dispatch(
+                election=ELECTION, holder=self.holder, task=task.name, expected_ms=watermark,
+                watermark_ms=int(now), jobs=tuple(jobs)))
+        except Exception as exc:
+            log.error("scheduler %s: dispatching %s failed: %s", self.identity, task.name, exc)
+            return True
+        if result is None:
+            log.warning("scheduler %s: fenced out while dispatching %s: another daemon leads now",
+                        self.identity, task.name)
+            self.is_leader = report.leader = False
+            return False
+        new = sum(1 for r in result if not r.deduped)
+        report.dispatched += new
+        report.deduped += len(result) - new
+        report.dropped += dropped
+        report.tasks[task.name] = new
+        if dropped:
+            log.warning("scheduler %s: task %s missed %d more occurrence(s) than max_catch_up=%d; "
+                        "they are skipped", self.identity, task.name, dropped, task.max_catch_up)
+        return True
+
+    def _round_wait(self, report: RoundReport) -> float:
+        """How long until the next round: the next occurrence of any task, and at most a third
+        of the lease (the leader renews it every round; a follower asks again)."""
+        wait = self._lease_ms() / 3.0
+        if report.leader and self.tasks:
+            try:
+                now = self.driver.clock_now_ms()
+                upcoming = min(self.resolver.after(t.cron, t.tz, now) for t in self.tasks)
+                wait = min(wait, max(0.0, upcoming - now))
+            except Exception as exc:
+                log.warning("scheduler %s: computing the next round failed: %s", self.identity, exc)
+        return wait
+
+    def _lease_ms(self) -> float:
+        return self.settings.leader_lease_ms
+
+    def _maintain(self, now_ms: float) -> None:
+        """The fleet's maintenance, on the leader only: its cost does not grow with the number
+        of worker processes."""
+        try:
+            if now_ms >= self._next_rescue:
+                self._next_rescue = now_ms + self.settings.rescue_ms
+                self.totals["rescued"] += self.driver.job_rescue(_SWEEP_LIMIT)
+            if now_ms >= self._next_prune:
+                self._next_prune = now_ms + _PRUNE_EVERY_MS
+                self.totals["pruned"] += self.driver.job_prune(self.settings.retention_completed_ms,
+                                                               self.settings.retention_finished_ms,
+                                                               _SWEEP_LIMIT)
+                self.driver.outbox_prune(self.settings.outbox_retention_ms, _SWEEP_LIMIT)
+        except Exception as exc:
+            log.warning("scheduler %s: maintenance failed: %s", self.identity, exc)
