@@ -1,0 +1,97 @@
+"""The per-process limiter: 0 blocks, omission allows, state stays bounded under a stream of
+random tenants, and the least throttled tenant is evicted first."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xjobs.errors import InvalidOption
+from xjobs.workers.limiter import Limiter, Limits
+
+
+def test_zero_is_a_hard_stop_and_omission_is_unlimited():
+    for ceiling in ("global_", "queue", "tenant", "tenant_rate"):
+        limiter = Limiter(Limits(**{ceiling: 0}))
+        decision = limiter.admit("t", "q", 0.0, retry_ms=50)
+        assert not decision.admitted and decision.reason == ceiling.rstrip("_")
+    open_ = Limiter(Limits())
+    assert all(open_.admit(f"t{i}", "q", 0.0, retry_ms=50).admitted for i in range(10_000))
+    assert Limits().unlimited and not Limits(tenant=3).unlimited
+
+
+@pytest.mark.parametrize("kw", [{"tenant": math.nan}, {"global_": math.inf}, {"queue": -1},
+                                {"tenant_rate": 2.5}, {"tenant_rate_window_ms": 0},
+                                {"tenant_rate_window_ms": "soon"}, {"max_tenants": 0}, {"tenant": True}])
+def test_bad_numbers_are_refused_at_construction(kw):
+    with pytest.raises(InvalidOption):
+        Limits(**kw)
+
+
+def test_from_mapping_names_unknown_limits():
+    assert Limits.from_mapping({"global": 5, "tenant_rate_window": "2s"}).tenant_rate_window_ms == 2000
+    with pytest.raises(InvalidOption) as refused:
+        Limits.from_mapping({"fleet": 3})
+    assert "fleet" in str(refused.value)
+
+
+def test_in_flight_ceilings_count_and_release():
+    limiter = Limiter(Limits(tenant=2, queue=3))
+    assert limiter.admit("a", "q", 0, retry_ms=50).admitted
+    assert limiter.admit("a", "q", 0, retry_ms=50).admitted
+    refused = limiter.admit("a", "q", 0, retry_ms=50)
+    assert (refused.admitted, refused.retry_after_ms, refused.reason) == (False, 50, "tenant")
+    assert limiter.admit("b", "q", 0, retry_ms=50).admitted
+    assert limiter.admit("c", "q", 0, retry_ms=50).reason == "queue"
+    limiter.release("a", "q")
+    assert limiter.admit("c", "q", 0, retry_ms=50).admitted
+    for tenant in ("a", "b", "c"):
+        limiter.release(tenant, "q")
+    assert limiter.snapshot()["tracked"]["tenants_in_flight"] == 0    # zero counters are deleted
+    assert limiter.snapshot()["in_flight"] == {"global": 0, "queues": {}}
+
+
+def test_a_rate_refusal_waits_until_the_window_admits_again():
+    limiter = Limiter(Limits(tenant_rate=2, tenant_rate_window_ms=1000))
+    assert limiter.admit("t", "q", 0, retry_ms=50).admitted
+    assert limiter.admit("t", "q", 300, retry_ms=50).admitted
+    refused = limiter.admit("t", "q", 400, retry_ms=50)
+    assert (refused.admitted, refused.retry_after_ms) == (False, 600)   # the first start leaves the window at 1000
+    assert limiter.admit("t", "q", 1000, retry_ms=50).admitted
+
+
+def test_the_least_throttled_tenant_is_evicted_first():
+    limiter = Limiter(Limits(tenant_rate=1, tenant_rate_window_ms=10_000, max_tenants=2))
+    assert limiter.admit("busy", "q", 0, retry_ms=50).admitted
+    assert not limiter.admit("busy", "q", 1, retry_ms=50).admitted      # busy has been throttled
+    assert limiter.admit("calm", "q", 2, retry_ms=50).admitted
+    assert limiter.admit("new", "q", 3, retry_ms=50).admitted           # evicts calm, not busy
+    assert not limiter.admit("busy", "q", 4, retry_ms=50).admitted
+    assert limiter.admit("calm", "q", 5, retry_ms=50).admitted          # its window was forgotten
+
+
+@settings(max_examples=80, deadline=None)
+@given(events=st.lists(st.tuples(st.integers(0, 500), st.sampled_from(["admit", "release"]),
+                                 st.integers(0, 50)), max_size=400),
+       max_tenants=st.integers(1, 20))
+def test_tracked_state_stays_bounded_under_random_tenants(events, max_tenants):
+    limiter = Limiter(Limits(tenant=3, tenant_rate=5, tenant_rate_window_ms=100, max_tenants=max_tenants))
+    held: dict[str, int] = {}
+    now = 0.0
+    for tenant_no, action, step in events:
+        now += step
+        tenant = f"t{tenant_no}"
+        if action == "admit":
+            if limiter.admit(tenant, "q", now, retry_ms=10).admitted:
+                held[tenant] = held.get(tenant, 0) + 1
+        elif held.get(tenant):
+            limiter.release(tenant, "q")
+            held[tenant] -= 1
+        snap = limiter.snapshot()
+        assert snap["tracked"]["tenants_rated"] <= max_tenants
+        assert snap["tracked"]["refusals"] <= max_tenants
+        assert snap["tracked"]["tenants_in_flight"] == sum(1 for n in held.values() if n)
+        assert snap["in_flight"]["global"] == sum(held.values())

@@ -1,0 +1,165 @@
+"""Per-process limits on what a worker process runs at once: a fast local gate, NOT a fleet
+ceiling (``job(concurrency=N)`` is the fleet-wide one, enforced by slot rows in the database).
+
+Ceilings, each for ONE worker process (two processes with ``tenant=2`` may run four of a
+tenant's jobs between them): jobs in flight in all (``global``), per queue (``queue``), per
+tenant (``tenant``), and job starts per tenant within a sliding window (``tenant_rate`` per
+``tenant_rate_window``). Every number is checked finite and at least 0 when the limits are
+built; 0 is a hard stop, an omitted ceiling is unlimited.
+
+A claimed job over a ceiling is SHED by the worker: back to ready, no attempt burned, no
+``last_error``, counted as ``outcome="shed"``, and not due again before the limit could admit
+it (``retry_after_ms``). Per-tenant state stays bounded: a tenant whose counters fall to zero
+is forgotten, and at most ``max_tenants`` tenants are tracked for the rate window; past that
+the LEAST throttled is evicted first (the one with the fewest refusals: losing its window
+costs the least fairness). ``snapshot()`` shows the configured ceilings and current sizes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+from ..errors import InvalidOption
+from ..options import duration_ms, finite_count
+
+_COUNT_MAX = 1_000_000
+
+
+@dataclass(frozen=True)
+class Limits:
+    global_: int | None = None
+    queue: int | None = None
+    tenant: int | None = None
+    tenant_rate: int | None = None
+    tenant_rate_window_ms: float = 1_000.0
+    max_tenants: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name, option in (("global_", "limits.global"), ("queue", "limits.queue"),
+                             ("tenant", "limits.tenant"), ("tenant_rate", "limits.tenant_rate")):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, finite_count(value, option, minimum=0, maximum=_COUNT_MAX))
+        object.__setattr__(self, "tenant_rate_window_ms", duration_ms(
+            self.tenant_rate_window_ms, "limits.tenant_rate_window", exclusive_minimum=True))
+        object.__setattr__(self, "max_tenants", finite_count(self.max_tenants, "limits.max_tenants",
+                                                             minimum=1, maximum=_COUNT_MAX))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "Limits":
+        """From ``[xjobs.limits]`` / flags: ``global``, ``queue``, ``tenant``, ``tenant_rate``,
+        ``tenant_rate_window`` (a duration), ``max_tenants``."""
+        known = {"global": "global_", "queue": "queue", "tenant": "tenant", "tenant_rate": "tenant_rate",
+                 "tenant_rate_window": "tenant_rate_window_ms", "max_tenants": "max_tenants"}
+        unknown = set(values) - set(known)
+        if unknown:
+            raise InvalidOption("limits", f"unknown limit(s): {', '.join(sorted(unknown))}; "
+                                          f"known: {', '.join(known)}")
+        return cls(**{known[k]: v for k, v in values.items()})
+
+    @property
+    def unlimited(self) -> bool:
+        return self.global_ is None and self.queue is None and self.tenant is None and self.tenant_rate is None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    admitted: bool
+    retry_after_ms: float = 0.0
+    reason: str | None = None
+
+
+ADMITTED = Decision(True)
+
+
+class Limiter:
+    """One worker process's gate. Not thread-safe: the worker's loop thread owns it."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._global = 0
+        self._queues: dict[str, int] = {}
+        self._tenants: dict[str, int] = {}              # in flight, zero entries deleted
+        self._starts: dict[str, deque[float]] = {}       # start times within the rate window
+        self._refusals: dict[str, int] = {}              # how throttled each tracked tenant is
+
+    def admit(self, tenant: str | None, queue: str, now_ms: float, *, retry_ms: float) -> Decision:
+        """Admit a claimed job (and count it in flight) or say when to try again. ``retry_ms``
+        is how long an in-flight ceiling's refusal waits (those free up as runs end)."""
+        limits = self.limits
+        if limits.global_ is not None and self._global >= limits.global_:
+            return self._refuse(tenant, retry_ms, "global")
+        if limits.queue is not None and self._queues.get(queue, 0) >= limits.queue:
+            return self._refuse(tenant, retry_ms, "queue")
+        key = tenant or ""
+        if limits.tenant is not None and self._tenants.get(key, 0) >= limits.tenant:
+            return self._refuse(tenant, retry_ms, "tenant")
+        if limits.tenant_rate is not None:
+            starts = self._window(key, now_ms)
+            if len(starts) >= limits.tenant_rate:
+                wait = (starts[0] + limits.tenant_rate_window_ms - now_ms) if starts else retry_ms
+                return self._refuse(tenant, max(wait, 1.0), "tenant_rate")
+            self._track(key).append(now_ms)
+        self._global += 1
+        self._queues[queue] = self._queues.get(queue, 0) + 1
+        self._tenants[key] = self._tenants.get(key, 0) + 1
+        return ADMITTED
+
+    def release(self, tenant: str | None, queue: str) -> None:
+        """A run admitted by ``admit`` ended (however it ended)."""
+        key = tenant or ""
+        self._global = max(0, self._global - 1)
+        left = self._queues.get(queue, 0) - 1
+        if left > 0:
+            self._queues[queue] = left
+        else:
+            self._queues.pop(queue, None)
+        left = self._tenants.get(key, 0) - 1
+        if left > 0:
+            self._tenants[key] = left
+        else:
+            self._tenants.pop(key, None)
+
+    def _window(self, key: str, now_ms: float) -> deque[float]:
+        starts = self._starts.get(key)
+        if starts is None:
+            return deque()
+        horizon = now_ms - self.limits.tenant_rate_window_ms
+        while starts and starts[0] <= horizon:
+            starts.popleft()
+        if not starts:        # a zero counter is deleted, not kept
+            del self._starts[key]
+            self._refusals.pop(key, None)
+        return starts
+
+    def _track(self, key: str) -> deque[float]:
+        starts = self._starts.get(key)
+        if starts is None:
+            if len(self._starts) >= self.limits.max_tenants:
+                self._evict()
+            starts = self._starts[key] = deque()
+        return starts
+
+    def _evict(self) -> None:
+        """Forget the least throttled tracked tenant (fewest refusals, then the oldest start)."""
+        victim = min(self._starts, key=lambda k: (self._refusals.get(k, 0), self._starts[k][0] if self._starts[k] else 0.0))
+        del self._starts[victim]
+        self._refusals.pop(victim, None)
+
+    def _refuse(self, tenant: str | None, retry_after_ms: float, ceiling: str) -> Decision:
+        key = tenant or ""
+        if key in self._starts:
+            self._refusals[key] = self._refusals.get(key, 0) + 1
+        return Decision(False, retry_after_ms, ceiling)
+
+    def snapshot(self) -> dict:
+        """What ``xjobsd status --json`` shows: ceilings as configured (None: unlimited), and
+        the current sizes of every piece of state (all bounded)."""
+        config = asdict(self.limits)
+        config["global"] = config.pop("global_")
+        return {"scope": "per worker process", "config": config,
+                "in_flight": {"global": self._global, "queues": dict(self._queues)},
+                "tracked": {"tenants_in_flight": len(self._tenants), "tenants_rated": len(self._starts),
+                            "refusals": len(self._refusals)}}
