@@ -31,7 +31,7 @@ from .runs import RunTable
 from .stats import WorkerStats
 
 log = logging.getLogger("xjobs.worker")
-PROGRESS_EVERY_MS = 1_000.0   # progress reports are written at most this often, in one batch
+_PROGRESS_EVERY_MS = 1_000.0   # progress reports are written at most this often, in one batch
 
 
 class Settler:
@@ -111,7 +111,7 @@ class Settler:
         """Once a second: write the latest report of every run still going."""
         if now_ms < self._next_progress:
             return
-        self._next_progress = now_ms + PROGRESS_EVERY_MS
+        self._next_progress = now_ms + _PROGRESS_EVERY_MS
         self._write_progress(self._runs.live())
 
     def give_back(self, run: Run, why: str, now_ms: float) -> None:
@@ -190,4 +190,4 @@ class Settler:
             run.ctx.progress_written(report)
 
 
-__all__ = ["Settler", "PROGRESS_EVERY_MS"]
+__all__ = ["Settler"]
