@@ -149,7 +149,7 @@ def test_a_job_completed_by_its_transaction_is_not_a_lost_lease(pg_dsn, pg_schem
     pacer = Pacer(worker)
     pacer.until(committed.is_set)
     pacer.pass_(advance_ms=2000)    # a heartbeat and a whole window pass after the commit
-    assert pacer.totals()["lease_lost"] == 0 and not worker.held[job.id].signal.is_set()
+    assert pacer.totals()["lease_lost"] == 0 and not worker.runs.held[job.id].signal.is_set()
     release.set()
     pacer.until(lambda: worker.in_flight() == 0)
     assert (pacer.totals()["completed"], pacer.totals()["lease_lost"]) == (1, 0)

@@ -99,7 +99,7 @@ def test_drain_interrupts_without_burning_an_attempt(driver, registry):
     pacer = Pacer(worker)
     pacer.until(started.is_set)
     worker.stop_accepting("SIGTERM")
-    run = next(iter(worker.held.values()))
+    run = next(iter(worker.runs.held.values()))
     assert run.signal.code == DRAINED
     pacer.until(lambda: pacer.totals()["interrupted"] == 1)
     view = driver.job_get(job_id)
@@ -131,7 +131,7 @@ def test_cancel_reaches_a_running_job_and_it_writes_nothing(driver, registry):
     worker = make_worker(driver, registry, heartbeat_ms=100)
     pacer = Pacer(worker)
     pacer.until(started.is_set)
-    run = worker.held[job_id]
+    run = worker.runs.held[job_id]
     driver.job_cancel(job_id, "operator said so")
     pacer.until(lambda: run.signal.is_set(), advance_ms=200)
     assert run.signal.code == CANCELLED
@@ -155,7 +155,7 @@ def test_a_lost_lease_aborts_the_run_and_its_result_is_not_written(driver, regis
     pacer.until(started.is_set)
     clock.advance(6000)                      # the lease lapses on the database clock
     assert driver.job_rescue(10) == 1        # somebody else's sweep hands it back
-    run = worker.held[job_id]
+    run = worker.runs.held[job_id]
     pacer.until(lambda: run.signal.is_set(), advance_ms=1000)
     assert pacer.totals()["lease_lost"] == 1
     release.set()
@@ -221,7 +221,7 @@ def test_a_slow_queue_never_starves_another(driver, registry):
                          settings=Settings(poll_ms=20))
     pacer = Pacer(worker)
     pacer.until(lambda: pacer.totals()["jobs"].get("fast", {}).get("completed") == 10, advance_ms=20)
-    assert worker.busy["slow"] == 2
+    assert worker.runs.busy["slow"] == 2
     release.set()
     pacer.until(lambda: pacer.totals()["completed"] == 20, advance_ms=20)
 

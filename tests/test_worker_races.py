@@ -41,15 +41,15 @@ def test_a_run_handed_out_again_displaces_the_stale_one(driver):
     worker = make_worker(driver, registry, heartbeat_ms=50_000, lease_ms=60_000)
     pacer = Pacer(worker)
     pacer.until(started[0].is_set)
-    first = worker.held[job_id]
+    first = worker.runs.held[job_id]
     driver.job_cancel(job_id, "stop")
     driver.job_requeue(job_id)                       # ready again before any heartbeat noticed
     pacer.until(started[1].is_set, advance_ms=100)   # this worker claims it again
-    second = worker.held[job_id]
+    second = worker.runs.held[job_id]
     assert second is not first and first.signal.is_set()
     gates[0].set()                                   # the stale body returns: nothing is written
     pacer.until(lambda: worker.in_flight() == 1)
-    assert worker.held[job_id] is second
+    assert worker.runs.held[job_id] is second
     gates[1].set()
     pacer.until(lambda: pacer.totals()["completed"] == 1)
     assert driver.job_get(job_id).state == "completed"
@@ -80,7 +80,7 @@ def test_a_lease_with_no_renewal_for_a_whole_window_is_lost_on_time(driver):
     worker = make_worker(FailingHeartbeats(driver), registry, heartbeat_ms=1000, lease_ms=5000)
     pacer = Pacer(worker)
     pacer.until(started.is_set)
-    run = next(iter(worker.held.values()))
+    run = next(iter(worker.runs.held.values()))
     assert pacer.pass_(advance_ms=4900) <= 100 + 1   # the next pass is due when the window closes
     assert not run.signal.is_set()
     pacer.pass_(advance_ms=100)                       # exactly one window: lost, between heartbeats
@@ -106,7 +106,7 @@ def test_a_failure_before_the_drain_is_not_an_interruption(driver):
     assert returned.wait(10)
     # the body's thread hands its result over just after `returned` is set
     deadline = time.monotonic() + 10
-    while not worker._done:
+    while not worker.results.waiting():
         assert time.monotonic() < deadline, "the body's result never reached the worker"
         select.select(list(worker.wakeup_fds()), [], [], 0.05)
     worker.stop_accepting("SIGTERM")        # the drain lands before the failure is settled
@@ -198,7 +198,7 @@ def test_a_replacement_stops_claiming_without_interrupting_running_jobs(driver):
     worker = make_worker(driver, registry, concurrency=1)
     pacer = Pacer(worker)
     pacer.until(started.is_set)
-    run = next(iter(worker.held.values()))
+    run = next(iter(worker.runs.held.values()))
     worker.stop_accepting("recycled", interrupt=False)
     pacer.pass_(advance_ms=1000)
     assert not run.signal.is_set() and pacer.totals()["claimed"] == 1

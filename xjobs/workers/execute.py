@@ -1,9 +1,10 @@
 """The one execution path of a claimed job.
 
 ``Executor.submit_many(runs)`` runs the bodies: a ``def`` on a bounded pool of threads, an
-``async def`` on one event-loop thread. When a body returns or raises, the worker's loop
-thread calls ``settlement_for(run, error)``, which reads the outcome and returns what to write
-(``workers/settle.py`` writes it).
+``async def`` on one event-loop thread. When a body returns or raises, its thread hands
+``(run, error)`` to ``Results``, which wakes the worker's loop; there the ``Settler``
+(``workers/settle.py``) calls ``settlement_for(run, error)``, which reads the outcome and
+returns what to write.
 Settlement is therefore never part of the ``try`` around the body: a failing ack is a
 settle failure (the lease lapses and the job is delivered again), never a retry.
 
@@ -23,19 +24,46 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import queue
 import threading
 import traceback
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Protocol
 
 from ..context import CANCELLED, DRAINED, LEASE_LOST, Ctx, RunSignal
 from ..drivers.base import ClaimedJob, Lease, Nack
 from ..errors import JobTimeout
-from ..retry import decide
+from ..retry import Retry, decide
 
 log = logging.getLogger("xjobs.worker")
 _MAX_ERROR = 4000
+
+
+class Handle(Protocol):
+    """What a run needs of its job's declaration (``registry.JobHandle``, or ``UnknownJob``)."""
+
+    is_async: bool
+    timeout_ms: float | None
+    retry: Retry
+
+    def fn(self, ctx: Ctx, payload: Any) -> Any: ...
+
+
+class UnknownJob:
+    """Stands in for a handle when a claimed job's name has no handler in this process: the
+    run is settled as a failure at once, its body is never called."""
+
+    is_async = False
+    timeout_ms: float | None = None
+
+    def __init__(self, name: str, retry: Retry) -> None:
+        self.name = name
+        self.retry = retry
+
+    def fn(self, ctx: Ctx, payload: Any) -> Any:
+        raise LookupError(f"no handler for job {self.name!r}")
 
 
 class Run:
@@ -44,7 +72,7 @@ class Run:
     __slots__ = ("job", "handle", "lease", "signal", "ctx", "started_ms", "deadline_ms",
                  "settled", "future", "renewed_ms", "code_at_return")
 
-    def __init__(self, job: ClaimedJob, handle: Any, driver: Any, now_ms: float) -> None:
+    def __init__(self, job: ClaimedJob, handle: Handle, driver: Any, now_ms: float) -> None:
         self.job = job
         self.handle = handle
         self.lease = Lease(job.id, job.token)
@@ -54,9 +82,9 @@ class Run:
         self.started_ms = now_ms
         self.renewed_ms = now_ms
         timeout = handle.timeout_ms
-        self.deadline_ms = None if timeout is None else now_ms + timeout
+        self.deadline_ms: float | None = None if timeout is None else now_ms + timeout
         self.settled = False
-        self.future: Any = None
+        self.future: asyncio.Task[BaseException | None] | None = None
         # the signal as the body left it: a drain that arrives after a body already failed
         # must not turn that failure into an "interrupted" run
         self.code_at_return: str | None = None
@@ -79,7 +107,7 @@ def describe(error: BaseException) -> str:
     except Exception:  # an exception whose __str__ raises still gets recorded
         message = f"<unprintable {type(error).__name__}>"
     try:
-        frames = traceback.extract_tb(error.__traceback__)
+        frames: list[traceback.FrameSummary] = traceback.extract_tb(error.__traceback__)
     except Exception:
         frames = []
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
@@ -108,6 +136,11 @@ def settlement_for(run: Run, error: BaseException | None, timed_out: bool = Fals
     outcome = "dead" if verdict.dead else "retried"
     return Settlement(outcome, nack=Nack(run.job.id, run.job.token, text, verdict.delay_ms,
                                          dead=verdict.dead, outcome=outcome))
+
+
+def given_back(run: Run, why: str) -> Nack:
+    """Back to ready now, the attempt not counted: the job did not fail, this worker let go."""
+    return Nack(run.job.id, run.job.token, why, 0.0, counts_as_attempt=False, outcome="interrupted")
 
 
 def _call_sync(run: Run) -> BaseException | None:
@@ -195,7 +228,7 @@ class Executor:
 
     def _start_tasks(self, runs: list[Run]) -> None:
         """On the loop thread: one task per async body."""
-        create = self._loop.create_task
+        create = asyncio.get_running_loop().create_task
         for run in runs:
             if run.signal.code is not None:  # timed out (or lost) before it ever started
                 self._done(run, JobTimeout("stopped before it started"))
@@ -204,7 +237,7 @@ class Executor:
             task.add_done_callback(functools.partial(self._task_done, run))
             run.future = task
 
-    def _task_done(self, run: Run, task: "asyncio.Task") -> None:
+    def _task_done(self, run: Run, task: "asyncio.Task[BaseException | None]") -> None:
         if task.cancelled():
             self._done(run, JobTimeout("cancelled by its timeout"))
         else:
@@ -228,3 +261,66 @@ class Executor:
             self._queue.put(None)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+class Results:
+    """Finished bodies, handed from their threads to the worker's loop thread.
+
+    ``put`` may be called from any thread (it is the executor's ``done``); a byte on a pipe
+    wakes the loop (``fileno()`` is one of the worker's wake-up fds), written once per batch
+    of results, not once per result. ``drain`` runs on the loop thread.
+    """
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[Run, BaseException | None]] = deque()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._poked = False
+        self._lock = threading.Lock()   # a poke never writes to a closed (maybe reused) fd
+        self._closed = False
+
+    def fileno(self) -> int:
+        return self._wake_r
+
+    def put(self, run: Run, error: BaseException | None) -> None:
+        # the signal as the body left it: a drain after the body returned does not change it
+        run.code_at_return = run.signal.code
+        self._queue.append((run, error))
+        if not self._poked:
+            self._poked = True
+            with self._lock:
+                if self._closed:
+                    return
+                try:
+                    os.write(self._wake_w, b"!")
+                except (BlockingIOError, OSError):
+                    pass
+
+    def waiting(self) -> bool:
+        """Whether results wait to be drained."""
+        return bool(self._queue)
+
+    def drain(self) -> Iterator[tuple[Run, BaseException | None]]:
+        """Every result handed over so far, and any that arrive while this is consumed."""
+        # read first, then clear: a body that pokes between the two leaves a byte behind (a
+        # spurious wake-up), never a raised flag over an empty pipe (a lost one)
+        try:
+            while not self._closed and os.read(self._wake_r, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+        self._poked = False
+        while self._queue:
+            yield self._queue.popleft()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for fd in (self._wake_r, self._wake_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass

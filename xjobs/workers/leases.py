@@ -1,14 +1,16 @@
-"""Lease keeping for the queue worker: renewal, and deciding a lease is lost.
+"""The queue worker's lease keeper: renewal, and deciding a lease is lost.
 
 A lease is HELD, not owned. It is lost when the database no longer matches it (an operator
 cancelled the job, a sweep rescued it, a supervisor handed it back) or when no renewal has
-landed for a whole lease window, measured on this process's clock. The window is checked on
-EVERY pass (before and after a renewal), and the pass is scheduled for the moment a window
-would close, so a worker whose renewals keep failing stops a run no later than the database
-gives its job away. A pass cannot happen while the loop thread is stuck in a database call
-(a network stall holds it for up to the pool's timeout), so ``LeaseWatch`` enforces the same
-window from a thread of its own: it aborts the run's signal (and cancels an ``async def``
-body) on time; the loop settles the run (writes nothing) once it is free again.
+landed for a whole lease window, measured on this process's clock. ``keep`` renews every
+held lease in ONE statement when the heartbeat is due, and checks the window on EVERY pass
+(before and after a renewal); ``next_due`` schedules the pass for the moment a window would
+close, so a worker whose renewals keep failing stops a run no later than the database gives
+its job away. A pass cannot happen while the loop thread is stuck in a database call (a
+network stall holds it for up to the pool's timeout), so the keeper's ``LeaseWatch`` enforces
+the same window from a thread of its own: it aborts the run's signal (and cancels an
+``async def`` body) on time; the loop settles the run (writes nothing, or gives the job back
+fenced on its lease, see ``settle.py``) once it is free again.
 
 A lost run's signal is aborted and the run is settled as "nothing to write": whatever the
 body does afterwards is somebody else's job now.
@@ -18,31 +20,76 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
+from ..config import Settings
 from ..context import CANCELLED, LEASE_LOST
-
-if TYPE_CHECKING:
-    from .execute import Run
+from .execute import Run
+from .runs import RunTable
+from .stats import WorkerStats
 
 log = logging.getLogger("xjobs.worker")
 
 
-class LeaseMixin:
-    """Mixed into ``QueueWorker``; uses its ``held``, ``driver``, ``settings`` and ``stats_``."""
+class LeaseKeeper:
+    def __init__(self, *, driver: Any, runs: RunTable, stats: WorkerStats, settings: Settings,
+                 identity: str) -> None:
+        self._driver = driver
+        self._runs = runs
+        self._stats = stats
+        self._settings = settings
+        self._identity = identity
+        self._next_renewal = 0.0
+        self._watch: LeaseWatch | None = None
 
-    def _renewable(self) -> list["Run"]:
-        # a run whose transaction already completed the job holds nothing left to renew
-        return [r for r in self.held.values() if not r.settled and not r.ctx.completed_in_transaction]
+    def start(self, clock: Callable[[], float], cancel: Callable[[Run], None]) -> None:
+        """Start the watch thread; ``clock`` is the loop's, ``cancel`` stops an async body."""
+        self._watch = LeaseWatch(self._runs.renewable, self._settings.lease_ms, clock, cancel)
+        self._watch.start()
 
-    def _heartbeat(self, now_ms: float) -> None:
-        runs = self._renewable()
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+
+    def keep(self, now_ms: float) -> None:
+        """Renew when the heartbeat is due; let go of every run whose lease is lost."""
+        if now_ms >= self._next_renewal:
+            self._check_windows(now_ms)   # asked before the renewal and after it
+            self._renew(now_ms)
+            self._next_renewal = now_ms + self._settings.heartbeat_ms
+        self._check_windows(now_ms)
+
+    def next_due(self) -> float:
+        """When a pass must run for the leases: the next renewal, or the oldest window's close."""
+        runs = self._runs.renewable()
+        if not runs:
+            return self._next_renewal
+        return min(self._next_renewal, min(r.renewed_ms for r in runs) + self._settings.lease_ms)
+
+    def lost(self, run: Run, now_ms: float, why: str) -> None:
+        """Settle ``run`` as lost: its signal is aborted and nothing it does is written."""
+        try:
+            cancelled = self._driver.job_get(run.job.id).state == "cancelled"
+        except Exception:
+            cancelled = False
+        self._runs.finish(run)
+        if cancelled:
+            run.signal.abort(CANCELLED, "cancelled by an operator")
+            self._stats.outcome(run.job.name, "cancelled", run.seconds(now_ms))
+        else:
+            run.signal.abort(LEASE_LOST, f"lease lost: {why}")
+            self._stats.bump("lease_lost")
+            log.warning("worker %s: lost the lease on %s#%s: %s", self._identity, run.job.name,
+                        run.job.id, why)
+
+    def _renew(self, now_ms: float) -> None:
+        runs = self._runs.renewable()
         if not runs:
             return
         try:
-            alive = self.driver.job_heartbeat_many([r.lease for r in runs], self.settings.lease_ms)
+            alive = self._driver.job_heartbeat_many([r.lease for r in runs], self._settings.lease_ms)
         except Exception as exc:
-            log.warning("worker %s: lease renewal failed: %s", self.identity, exc)
+            log.warning("worker %s: lease renewal failed: %s", self._identity, exc)
             return
         for run in runs:
             if run.settled or run.ctx.completed_in_transaction:
@@ -50,33 +97,13 @@ class LeaseMixin:
             if run.job.id in alive:
                 run.renewed_ms = now_ms
             else:
-                self._lost(run, now_ms, "the database no longer matches this lease")
+                self.lost(run, now_ms, "the database no longer matches this lease")
 
     def _check_windows(self, now_ms: float) -> None:
-        window = self.settings.lease_ms
-        for run in self._renewable():
+        window = self._settings.lease_ms
+        for run in self._runs.renewable():
             if now_ms - run.renewed_ms >= window:
-                self._lost(run, now_ms, "no renewal landed for a whole lease window")
-
-    def _window_due(self) -> float | None:
-        """When the oldest renewal's window closes (a pass must happen by then)."""
-        runs = self._renewable()
-        return min(r.renewed_ms for r in runs) + self.settings.lease_ms if runs else None
-
-    def _lost(self, run: "Run", now_ms: float, why: str) -> None:
-        try:
-            cancelled = self.driver.job_get(run.job.id).state == "cancelled"
-        except Exception:
-            cancelled = False
-        self._finish(run, now_ms)
-        if cancelled:
-            run.signal.abort(CANCELLED, "cancelled by an operator")
-            self.stats_.outcome(run.job.name, "cancelled", run.seconds(now_ms))
-        else:
-            run.signal.abort(LEASE_LOST, f"lease lost: {why}")
-            self.stats_.bump("lease_lost")
-            log.warning("worker %s: lost the lease on %s#%s: %s", self.identity, run.job.name,
-                        run.job.id, why)
+                self.lost(run, now_ms, "no renewal landed for a whole lease window")
 
 
 class LeaseWatch:
@@ -90,8 +117,8 @@ class LeaseWatch:
 
     _IDLE_S = 1.0
 
-    def __init__(self, runs: Callable[[], list["Run"]], lease_ms: float, clock: Callable[[], float],
-                 cancel: Callable[["Run"], None]) -> None:
+    def __init__(self, runs: Callable[[], list[Run]], lease_ms: float, clock: Callable[[], float],
+                 cancel: Callable[[Run], None]) -> None:
         self._runs = runs
         self._lease_ms = lease_ms
         self._clock = clock
@@ -122,7 +149,7 @@ class LeaseWatch:
                 due = closes
         return due
 
-    def _snapshot(self) -> list["Run"]:
+    def _snapshot(self) -> list[Run]:
         for _ in range(3):
             try:
                 return self._runs()
@@ -136,3 +163,6 @@ class LeaseWatch:
             wait = self._IDLE_S if due is None else min(self._IDLE_S, max(0.0, due - self._clock()) / 1000.0)
             self._wake.wait(max(wait, 0.005))
             self._wake.clear()
+
+
+__all__ = ["LeaseKeeper", "LeaseWatch"]

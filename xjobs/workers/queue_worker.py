@@ -1,8 +1,17 @@
-"""The queue worker: claims jobs, runs them through the executor, settles them in batches.
+"""The queue worker: claims jobs, runs them through the executor, has them settled in batches.
 
 States::
 
     new ──initialize()──> accepting ──stop_accepting()──> draining ──close()──> stopped
+
+The worker keeps the pass, the claiming, the executor and the lifecycle, and hands the rest
+to collaborators it owns, each in its own module:
+
+* ``runs``       (``runs.py``)       the runs it holds and each queue's busy slots;
+* ``results``    (``execute.py``)    finished bodies, handed over from their threads;
+* ``settler``    (``settle.py``)     what finished, timed-out and abandoned runs write;
+* ``leases``     (``leases.py``)     lease renewal, lost leases, and the lease watch thread;
+* ``quarantine`` (``quarantine.py``) suspects of a crash, run with nothing beside them.
 
 One pass (``run_once``), all on the loop thread:
 
@@ -11,15 +20,15 @@ One pass (``run_once``), all on the loop thread:
 3. renew every held lease in one statement when the heartbeat is due; a lease the database
    no longer matches, or one with no renewal landing for a whole window on this process's
    clock, is LOST: the run's signal is aborted and nothing it does is written;
-4. while accepting, claim per queue up to that queue's free slots, one queue per statement,
-   so a slow queue only ever fills its own slots and never starves another;
-5. sweep lapsed leases and due suspensions, and prune old finished rows, on their timers.
+4. write the latest progress reports, at most once a second;
+5. start a reserved suspect once it would run alone, or give it back;
+6. while accepting, claim per queue up to that queue's free slots, one queue per statement,
+   so a slow queue only ever fills its own slots and never starves another (a suspect, when
+   one is due, is reserved instead, and while one is held nothing else is claimed);
+7. sweep lapsed leases and due suspensions, and prune old finished rows, on their timers.
 
-Suspects (jobs that were running when a worker process crashed, see ``drivers/base.py``) run
-ALONE, steered by ``quarantine.py``: while one is reserved or running, nothing else is claimed.
-
-A lease watch thread (``leases.py``) aborts the signal of any run whose lease window closed,
-even while this loop is blocked in a database call.
+A lease watch thread aborts the signal of any run whose lease window closed, even while this
+loop is blocked in a database call.
 
 The claim timer re-arms on the pass, not on the jobs: a pass that found a full batch asks
 again at once, one that found less waits for a notification or the poll interval.
@@ -32,26 +41,25 @@ import os
 import select
 import socket
 import uuid
-from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..context import DRAINED
-from ..drivers.base import ClaimedJob, Nack
+from ..drivers.base import ClaimedJob
 from ..errors import ConcurrencyUnenforceable, InvalidOption
 from ..options import finite_count, plain_name
-from ..registry import Registry
+from ..registry import JobHandle, Registry
 from ..retry import DEFAULT_RETRY
-from .execute import Executor, Run
-from .leases import LeaseMixin, LeaseWatch
+from .execute import Executor, Results, Run, UnknownJob
+from .leases import LeaseKeeper
 from .quarantine import Quarantine
-from .settle import SettleMixin
+from .runs import RunTable
+from .settle import Settler
 from .stats import WorkerStats
 
 log = logging.getLogger("xjobs.worker")
 _PRUNE_EVERY_MS = 60_000.0
-_PROGRESS_EVERY_MS = 1_000.0   # progress reports are written at most this often, in one batch
 _REPORTED_RUNS = 20
 _SWEEP_LIMIT = 1000
 
@@ -66,7 +74,7 @@ def new_identity(role: str = "worker") -> str:
     return f"{role}:{host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
-class QueueWorker(SettleMixin, LeaseMixin):
+class QueueWorker:
     role = "worker"
 
     def __init__(self, *, driver: Any, registry: Registry, queue: str | None = None,
@@ -80,9 +88,9 @@ class QueueWorker(SettleMixin, LeaseMixin):
         if not queues:
             raise InvalidOption("queues", "a worker needs at least one queue")
         # slots are read by the queue's own key: a queue may be called "constructor"
-        self.slots = {plain_name(q, "queue"): finite_count(n, f"concurrency[{q}]", minimum=1, maximum=10_000)
-                      for q, n in dict(queues).items()}
-        self.queue = next(iter(self.slots)) if len(self.slots) == 1 else None
+        slots = {plain_name(q, "queue"): finite_count(n, f"concurrency[{q}]", minimum=1, maximum=10_000)
+                 for q, n in dict(queues).items()}
+        self.queue = next(iter(slots)) if len(slots) == 1 else None
         self.driver = driver
         self.registry = registry
         self.settings = settings or Settings()
@@ -91,21 +99,21 @@ class QueueWorker(SettleMixin, LeaseMixin):
         self.stats_ = WorkerStats()
         self.state = "new"
         self.accepting = False
-        self.held: dict[int, Run] = {}
-        self.busy = {q: 0 for q in self.slots}     # bodies still running, settled or not
-        self._done: deque[tuple[Run, BaseException | None]] = deque()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._poked = False
-        self._more: set[str] = set()
-        self._next_poll = self._next_heartbeat = self._next_rescue = self._next_prune = 0.0
-        self._next_progress = 0.0
-        self.quarantine = Quarantine(self)   # suspects of a crash, run with nothing beside them
-        self._watch: LeaseWatch | None = None
-        self._executor: Executor | None = None
+        self.runs = RunTable(slots)
+        self.results = Results()
+        self._executor = Executor(sum(slots.values()), self.results.put, name=f"xjobs-{next(iter(slots))}")
+        self.settler = Settler(driver=driver, runs=self.runs, results=self.results,
+                               executor=self._executor, stats=self.stats_, settings=self.settings,
+                               identity=self.identity)
+        self.leases = LeaseKeeper(driver=driver, runs=self.runs, stats=self.stats_,
+                                  settings=self.settings, identity=self.identity)
+        self.quarantine = Quarantine(driver=driver, runs=self.runs, settler=self.settler,
+                                     executor=self._executor, take=self.take, stats=self.stats_,
+                                     settings=self.settings, identity=self.identity)
         self._listener: Any = None
-        self._handles: dict[str, Any] = {}
+        self._handles: dict[str, JobHandle] = {}
+        self._more: set[str] = set()
+        self._next_poll = self._next_rescue = self._next_prune = 0.0
         self._rotation = 0
         self.passes = 0      # test hook: how many passes have completed
 
@@ -116,41 +124,39 @@ class QueueWorker(SettleMixin, LeaseMixin):
             return
         handles = {h.name: h for h in self.registry.jobs()}
         served = {h.queue for h in handles.values()}
-        idle = [q for q in self.slots if q not in served]
+        idle = [q for q in self.runs.slots if q not in served]
         if idle:
             raise InvalidOption("queue", f"no registered job uses queue(s) {', '.join(map(repr, idle))}")
-        capped = [h.name for h in handles.values() if h.concurrency is not None and h.queue in self.slots]
+        capped = [h.name for h in handles.values() if h.concurrency is not None and h.queue in self.runs.slots]
         if capped:
             raise ConcurrencyUnenforceable(
                 f"job(s) {', '.join(capped)} declare concurrency=, and this driver keeps no fleet "
                 "lease store to enforce it; refusing to run them unbounded")
         self._handles = handles
-        self._executor = Executor(sum(self.slots.values()), self._body_done, name=f"xjobs-{next(iter(self.slots))}")
         if hasattr(self.driver, "job_listen"):
             self._listener = self.driver.job_listen()
-        self._watch = LeaseWatch(self._renewable, self.settings.lease_ms, self.clock, self._executor.cancel)
-        self._watch.start()
+        self.leases.start(self.clock, self._executor.cancel)
         self.accepting = True
         self.state = "accepting"
 
     def wakeup_fds(self) -> Sequence[int]:
-        fds = [self._wake_r]
+        fds = [self.results.fileno()]
         if self._listener is not None and (fd := self._listener.fileno()) is not None:
             fds.append(fd)
         return fds
 
     def in_flight(self) -> int:
-        return sum(self.busy.values())
+        return self.runs.in_flight()
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         return {**self.stats_.snapshot(self.in_flight()), "running": self._reported_runs()}
 
-    def _reported_runs(self) -> list[dict]:
+    def _reported_runs(self) -> list[dict[str, Any]]:
         """Runs worth naming in ``xjobsd status``: those that report progress, and a suspect
         running alone (at most ``_REPORTED_RUNS``; the heartbeat stays small)."""
         now = self.clock()
         out = []
-        for run in list(self.held.values()):
+        for run in list(self.runs.held.values()):
             report = run.ctx.last_progress
             alone = run is self.quarantine.run
             if report is None and not alone:
@@ -170,17 +176,14 @@ class QueueWorker(SettleMixin, LeaseMixin):
         to the close deadline: interrupting them on every replacement would starve long jobs.
         """
         if interrupt:
-            self._interrupt(reason)
+            for run in list(self.runs.held.values()):
+                run.signal.abort(DRAINED, f"worker {self.identity} is draining ({reason})")
         if not self.accepting:
             return
         self.accepting = False
         self.state = "draining"
 
-    def _interrupt(self, reason: str) -> None:
-        for run in list(self.held.values()):
-            run.signal.abort(DRAINED, f"worker {self.identity} is draining ({reason})")
-
-    def close(self, deadline_ms: float | None = None, now: Any = None) -> None:
+    def close(self, deadline_ms: float | None = None, now: Callable[[], float] | None = None) -> None:
         """Close phase: wait for bodies up to the deadline, settle, abandon the rest, close."""
         if self.state in ("stopped", "closing"):
             return
@@ -199,44 +202,31 @@ class QueueWorker(SettleMixin, LeaseMixin):
                 wait = self.run_once(current)
                 if deadline_ms is not None:
                     wait = min(wait, deadline_ms - current)
-                if not self._done and self.in_flight() > 0:
-                    select.select([self._wake_r], [], [], max(0.0, wait) / 1000.0)
+                if not self.results.waiting() and self.in_flight() > 0:
+                    select.select([self.results.fileno()], [], [], max(0.0, wait) / 1000.0)
             self.run_once(clock())
-            self._abandon(clock())
+            self.settler.abandon(clock())
         finally:  # a close that failed half-way still gives back every resource it holds
             self._close_resources()
             self.state = "stopped"
 
     def _close_resources(self) -> None:
-        if self._watch is not None:
-            self._watch.stop()
-        if self._executor is not None:
-            self._executor.shutdown()
+        self.leases.stop()
+        self._executor.shutdown()
         if self._listener is not None:
             self._listener.close()
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self.results.close()
         self.driver.close()
 
     # -- one pass ------------------------------------------------------------------------------
 
     def run_once(self, now_ms: float) -> float:
-        self._drain_wakeups()
         notified = self._listener.poll() if self._listener is not None else set()
-        self._settle(now_ms)
-        self._expire(now_ms)
-        if now_ms >= self._next_heartbeat:
-            self._check_windows(now_ms)   # asked before the renewal and after it
-            self._heartbeat(now_ms)
-            self._next_heartbeat = now_ms + self.settings.heartbeat_ms
-        self._check_windows(now_ms)
-        if now_ms >= self._next_progress:
-            self._next_progress = now_ms + _PROGRESS_EVERY_MS
-            self._write_progress()
-        self.quarantine.advance(now_ms)
+        self.settler.settle(now_ms)
+        self.settler.expire(now_ms)
+        self.leases.keep(now_ms)
+        self.settler.report_progress(now_ms)
+        self.quarantine.advance(now_ms, self.accepting)
         if self.accepting:
             self._claim(now_ms, notified)
         if now_ms >= self._next_rescue:
@@ -245,41 +235,17 @@ class QueueWorker(SettleMixin, LeaseMixin):
         return self._sleep_ms(now_ms)
 
     def _sleep_ms(self, now_ms: float) -> float:
-        if self._done or (self.accepting and not self.quarantine.holding
-                          and any(self.busy[q] < self.slots[q] for q in self._more)):
+        if self.results.waiting() or (self.accepting and not self.quarantine.holding
+                                      and any(self.runs.free(q) > 0 for q in self._more)):
             return 0.0
         if self.quarantine.due and self.accepting:
             return 0.0
-        due = [self._next_heartbeat, self._next_rescue]
+        due = [self.leases.next_due(), self._next_rescue]
         if self.accepting:
             due.append(self._next_poll)
-        if any(run.ctx.pending_progress() is not None for run in self.held.values()):
-            due.append(self._next_progress)
-        due.extend(run.deadline_ms for run in self.held.values() if run.deadline_ms is not None)
-        if (window := self._window_due()) is not None:
-            due.append(window)
+        if (settle_at := self.settler.next_due()) is not None:
+            due.append(settle_at)
         return max(0.0, min(due) - now_ms)
-
-    def _drain_wakeups(self) -> None:
-        # read first, then clear: a body that pokes between the two leaves a byte behind (a
-        # spurious wake-up), never a raised flag over an empty pipe (a lost one)
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
-        self._poked = False
-
-    def _body_done(self, run: Run, error: BaseException | None) -> None:
-        """Called from a body's thread: hand the result to the loop thread and wake it."""
-        run.code_at_return = run.signal.code
-        self._done.append((run, error))
-        if not self._poked:
-            self._poked = True
-            try:
-                os.write(self._wake_w, b"!")
-            except (BlockingIOError, OSError):
-                pass
 
     def _claim(self, now_ms: float, notified: set[str]) -> None:
         poll_due = now_ms >= self._next_poll
@@ -287,13 +253,13 @@ class QueueWorker(SettleMixin, LeaseMixin):
             self._next_poll = now_ms + self.settings.poll_ms
         if self.quarantine.holding:
             return   # a suspect runs with nothing beside it, or waits to
-        queues = list(self.slots)
+        queues = list(self.runs.slots)
         self._rotation = (self._rotation + 1) % len(queues)
         order = queues[self._rotation:] + queues[:self._rotation]
         if (poll_due or self.quarantine.due) and self.quarantine.reserve(now_ms, order):
             return
         for queue in order:
-            free = self.slots[queue] - self.busy[queue]
+            free = self.runs.free(queue)
             if free <= 0 or not (poll_due or queue in notified or queue in self._more):
                 continue
             try:
@@ -307,21 +273,21 @@ class QueueWorker(SettleMixin, LeaseMixin):
             else:
                 self._more.discard(queue)
             self.stats_.bump("claimed", len(jobs))
-            runs = [run for run in (self._start(job, now_ms) for job in jobs) if run is not None]
+            runs = [run for run in (self.take(job, now_ms) for job in jobs) if run is not None]
             if runs:
                 self._executor.submit_many(runs)
 
-    def _start(self, job: ClaimedJob, now_ms: float) -> Run | None:
-        """Hold the job and answer its run, or settle it at once when nothing here can run it."""
-        stale = self.held.get(job.id)
+    def take(self, job: ClaimedJob, now_ms: float) -> Run | None:
+        """Hold a claimed job and answer its run, or settle it at once when nothing here can
+        run it (answers None). Its body is not started: the caller submits it."""
+        stale = self.runs.get(job.id)
         if stale is not None:  # cancelled and retried, or rescued, and handed to us again
-            self._lost(stale, now_ms, "the job was handed out again")
+            self.leases.lost(stale, now_ms, "the job was handed out again")
         handle = self._handles.get(job.name)
-        run = Run(job, handle or _Unknown(DEFAULT_RETRY), self.driver, now_ms)
-        self.held[job.id] = run
-        self.busy[job.queue] += 1
+        run = Run(job, handle or UnknownJob(job.name, DEFAULT_RETRY), self.driver, now_ms)
+        self.runs.hold(run)
         if handle is None:
-            self._body_done(run, LookupError(f"no handler for job {job.name!r} in worker {self.identity}"))
+            self.results.put(run, LookupError(f"no handler for job {job.name!r} in worker {self.identity}"))
             return None
         return run
 
@@ -337,16 +303,6 @@ class QueueWorker(SettleMixin, LeaseMixin):
                                       self.settings.retention_finished_ms, _SWEEP_LIMIT)
         except Exception as exc:
             log.warning("worker %s: maintenance sweep failed: %s", self.identity, exc)
-
-
-class _Unknown:
-    """Stands in for a handle when a claimed job's name has no handler in this process."""
-
-    is_async = False
-    timeout_ms = None
-
-    def __init__(self, retry: Any) -> None:
-        self.retry = retry
 
 
 __all__ = ["QueueWorker", "new_identity"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
+from typing import Any
 
 OUTCOMES = ("completed", "retried", "dead", "interrupted", "cancelled", "suspended", "shed")
 # seconds; the last bucket (+Inf) is implied by "count"
@@ -23,7 +24,7 @@ class WorkerStats:
         self.totals = {name: 0 for name in ("claimed", *OUTCOMES, "lease_lost", "settle_failed",
                                             "timed_out", "abandoned")}
         self.jobs: dict[str, dict[str, int]] = {}
-        self.durations: dict[str, list] = {}   # name -> [bucket counts..., sum, count]
+        self.durations: dict[str, list[float]] = {}   # name -> [bucket counts..., sum, count]
 
     def bump(self, key: str, n: int = 1) -> None:
         with self._lock:
@@ -54,11 +55,12 @@ class WorkerStats:
             hist[-2] += seconds
             hist[-1] += 1
 
-    def snapshot(self, in_flight: int) -> dict:
+    def snapshot(self, in_flight: int) -> dict[str, Any]:
         with self._lock:
             durations = {}
             for job, hist in self.durations.items():
-                cumulative, running = [], 0
+                cumulative: list[float] = []
+                running: float = 0
                 for count in hist[:len(DURATION_BUCKETS)]:
                     running += count
                     cumulative.append(running)

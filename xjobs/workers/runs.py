@@ -1,0 +1,69 @@
+"""The runs a queue worker holds, and how many bodies each of its queues has running.
+
+A run is HELD from its claim until it is settled; its queue's slot is BUSY from its claim
+until its body ends. The two are counted apart because they end apart: a run settled by a
+timeout or a lost lease is let go at once, while its body may run on in a thread that
+cannot be stopped, and that body keeps its slot until it returns::
+
+    claimed ──hold()──> held + busy ──finish()──> busy only (body runs on) ──vacate()──> gone
+                            │                                                     ^
+                            └──vacate() (body ended)──> held only ──finish()──────┘
+
+``in_flight()`` counts busy slots, so a worker never runs more bodies than its concurrency,
+and a drain waits for every body, settled or not.
+
+The table belongs to the worker's loop thread. The lease watch thread only reads snapshots
+of ``renewable()`` (and retries one taken while the loop changed the table).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .execute import Run
+
+
+class RunTable:
+    def __init__(self, slots: Mapping[str, int]) -> None:
+        self.slots = dict(slots)                    # queue -> bodies it may run at once
+        self.held: dict[int, Run] = {}              # job id -> its run, until settled
+        self.busy = {q: 0 for q in self.slots}      # queue -> bodies running, settled or not
+
+    def get(self, job_id: int) -> Run | None:
+        return self.held.get(job_id)
+
+    def hold(self, run: Run) -> None:
+        """A claimed job's run: held until settled, its slot busy until its body ends."""
+        self.held[run.job.id] = run
+        self.busy[run.job.queue] += 1
+
+    def finish(self, run: Run) -> None:
+        """The run is settled: nothing more is written or renewed for it."""
+        run.settled = True
+        if self.held.get(run.job.id) is run:  # a newer claim of the same job may hold the key
+            del self.held[run.job.id]
+
+    def vacate(self, run: Run) -> None:
+        """The run's body ended, or will never start: its slot is free again."""
+        self.busy[run.job.queue] -= 1
+
+    def free(self, queue: str) -> int:
+        return self.slots[queue] - self.busy[queue]
+
+    def in_flight(self) -> int:
+        return sum(self.busy.values())
+
+    def live(self) -> list[Run]:
+        """Held runs not yet settled."""
+        return [r for r in self.held.values() if not r.settled]
+
+    def renewable(self) -> list[Run]:
+        # a run whose transaction already completed the job holds nothing left to renew
+        return [r for r in self.held.values() if not r.settled and not r.ctx.completed_in_transaction]
+
+    def running_given_up(self) -> bool:
+        """Whether a body this worker gave up on (timed out, lease lost) still runs."""
+        return self.in_flight() > len(self.live())
+
+
+__all__ = ["RunTable"]
