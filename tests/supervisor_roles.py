@@ -6,12 +6,21 @@ until the drain signals it), ``deaf`` (that job ignores the drain: in flight for
 "completes" one job, so counters grow), ``lose`` (each pass loses a lease), ``odd`` (reports
 its in-flight count as a string, a broken contract). A busy job stops
 only when ``stop_accepting`` interrupts it: without ``interrupt`` it stays in flight.
+
+``Ticker`` is a role that is not a worker, built on ``RoleBase``: a singleton with a gauge.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Sequence
+
+from xjobs.supervisor.roles import RoleKind
+from xjobs.supervisor.slots import RoleSpec
+from xjobs.workers.role import RoleBase, RoleGauge, RolePolicy
+
+TICKING = RoleGauge("xjobs_ticker_ticking", "ticking", "1 while the ticker ticks.")
 
 
 class FakeRole:
@@ -73,3 +82,33 @@ class FakeRole:
 
 def maker(queue: str | None = "q", *behavior: str):
     return lambda identity: FakeRole(identity, queue, behavior)
+
+
+class Ticker(RoleBase):
+    """A singleton that is not a worker: it counts its passes while accepting, and reports
+    whether it ticks as a gauge. Its stats say what the host did to it (``interrupted``,
+    ``phase``), so a test in the parent can see it through the heartbeats."""
+
+    role = "ticker"
+    policy = RolePolicy(gauges=(TICKING,))
+
+    def __init__(self, identity: str, queue: str | None = None) -> None:
+        super().__init__(identity, queue)
+        self.passes = 0
+
+    def run_once(self, now_ms: float) -> float:
+        if self.accepting:
+            self.passes += 1
+        return 20.0
+
+    def stats(self) -> dict:
+        phase = "closed" if self.closed else "ticking" if self.accepting else "draining"
+        return {"passes": self.passes, "ticking": int(self.accepting), "phase": phase,
+                "interrupted": self.interrupted or ""}
+
+
+def ticker_spec(**policy: object) -> RoleSpec:
+    """The ticker's spec, as ``supervisor/roles.py`` would build it; ``policy`` overrides."""
+    kind = RoleKind.of(Ticker)
+    return RoleSpec(kind.role, None, 1, 1, lambda identity: Ticker(identity),
+                    replace(kind.policy, **policy))  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+from dataclasses import replace
 import socket
 import time
 
@@ -22,6 +23,7 @@ from xjobs.errors import InvalidOption
 from xjobs.supervisor.backoff import Backoff
 from xjobs.supervisor.draining import REPEAT_WINDOW_S
 from xjobs.supervisor.notify import Notifier
+from xjobs.supervisor.roles import WORKER
 from xjobs.supervisor.slots import RoleGauge, RoleSpec
 
 FAST = ArbiterOptions(heartbeat_ms=100, silence_s=1.0, startup_s=5.0, kill_grace_s=0.3,
@@ -51,7 +53,7 @@ class RecordingProbe:
 
 
 def spec(queue: str = "q", processes: int = 1, *behavior: str) -> RoleSpec:
-    return RoleSpec("worker", queue, processes, 4, maker(queue, *behavior))
+    return RoleSpec("worker", queue, processes, 4, maker(queue, *behavior), WORKER.policy)
 
 
 @pytest.fixture
@@ -100,7 +102,7 @@ def test_children_start_report_and_drain_cleanly(make_arbiter):
     drive(arbiter, lambda: arbiter.state == "stopped", what="the drain to finish")
     assert {q for _, q in arbiter.probe.released} == {"a", "b"}   # every worker's jobs are handed back
     assert set(arbiter.probe.counted.values()) == {False}   # retired, not crashed: no attempt spent
-    assert all(c.restarts == 0 for c in arbiter.slots)
+    assert all(c.restarts == 0 for c in arbiter.processes.slots)
 
 
 def test_a_killed_child_is_restarted_with_a_fresh_identity(make_arbiter):
@@ -123,7 +125,7 @@ def test_a_killed_child_is_restarted_with_a_fresh_identity(make_arbiter):
 
 def test_a_crash_loop_is_visible_and_keeps_retrying(make_arbiter):
     arbiter = make_arbiter([spec("bad", 1, "fail")])
-    drive(arbiter, lambda: arbiter.slots[0].crash_loop, what="a crash loop")
+    drive(arbiter, lambda: arbiter.processes.slots[0].crash_loop, what="a crash loop")
     row = rows(arbiter)[0]
     assert row["crash_loop"] and row["restarts"] >= 3
     assert "initialize failed" in (row["last_exit"] or "")
@@ -136,8 +138,8 @@ def test_a_crash_loop_is_visible_and_keeps_retrying(make_arbiter):
 def test_a_silent_child_is_killed_and_replaced(make_arbiter):
     arbiter = make_arbiter([spec("q", 1, "hang")])
     first = drive(arbiter, lambda: [c["pid"] for c in rows(arbiter) if c["pid"]], what="a child")[0]
-    drive(arbiter, lambda: arbiter.slots[0].restarts >= 1, timeout=8, what="the silent child to be killed")
-    assert "silent" in arbiter.slots[0].last_exit
+    drive(arbiter, lambda: arbiter.processes.slots[0].restarts >= 1, timeout=8, what="the silent child to be killed")
+    assert "silent" in arbiter.processes.slots[0].last_exit
     assert first not in [c["pid"] for c in rows(arbiter)]
     # silence is the child's own failing (a body holding the GIL, a deadlock): a crash
     assert list(arbiter.probe.counted.values())[0] is True
@@ -151,8 +153,8 @@ def test_ttin_and_ttou_scale_every_worker_queue_but_never_below_one(make_arbiter
     for _ in range(3):
         os.kill(os.getpid(), signal.SIGTTOU)
     drive(arbiter, lambda: len([c for c in rows(arbiter) if c["state"] == "ready"]) == 2
-          and not arbiter.retired, what="one process per queue")
-    assert [s.index for s in arbiter.slots] == [1, 1]
+          and not arbiter.processes.retired, what="one process per queue")
+    assert [s.index for s in arbiter.processes.slots] == [1, 1]
 
 
 def test_the_deadline_then_sigkill_ends_a_child_that_does_not_stop(make_arbiter):
@@ -161,9 +163,9 @@ def test_the_deadline_then_sigkill_ends_a_child_that_does_not_stop(make_arbiter)
     drive(arbiter, lambda: all_ready(arbiter))
     arbiter.begin_drain("test")
     start = time.monotonic()
-    kill_at = arbiter.retired[0].kill_at   # read now: the child may exit on its own at the deadline
-    drive(arbiter, lambda: time.monotonic() > arbiter.drain_deadline, what="the deadline to pass")
-    if arbiter.retired and time.monotonic() < kill_at - 0.1:   # the grace period: the loop sleeps until the kill
+    kill_at = arbiter.processes.retired[0].kill_at   # read now: the child may exit on its own at the deadline
+    drive(arbiter, lambda: time.monotonic() > arbiter.drain.deadline, what="the deadline to pass")
+    if arbiter.processes.retired and time.monotonic() < kill_at - 0.1:   # the grace period: the loop sleeps until the kill
         assert arbiter._next_wake() >= 0.05
     drive(arbiter, lambda: arbiter.state == "stopped", what="the drain")
     assert time.monotonic() - start < 0.3 + FAST.kill_grace_s + 1.0
@@ -190,10 +192,10 @@ def test_reload_replaces_children_one_group_at_a_time(make_arbiter):
     old = {c["pid"] for c in rows(arbiter)}
     os.kill(os.getpid(), signal.SIGHUP)
     drive(arbiter, lambda: sorted((c["queue"], c["index"]) for c in rows(arbiter) if c["state"] == "ready")
-          == [("a", 1), ("a", 2), ("c", 1)] and not arbiter.retired and arbiter._reload_current is None,
+          == [("a", 1), ("a", 2), ("c", 1)] and not arbiter.processes.retired and arbiter.reshaper.current is None,
           what="the new configuration")
     assert not old & {c["pid"] for c in rows(arbiter)}
-    assert all(s.restarts == 0 for s in arbiter.slots)
+    assert all(s.restarts == 0 for s in arbiter.processes.slots)
 
 
 def test_a_reload_is_reloading_until_its_last_group_is_replaced_and_tells_systemd(make_arbiter, tmp_path):
@@ -224,8 +226,8 @@ def test_a_reload_is_reloading_until_its_last_group_is_replaced_and_tells_system
         drive(arbiter, lambda: arbiter.cmd_status({})["reload"]["replacing"] == "worker b",
               what="the second group's turn")
         assert rows(arbiter, "a")[0]["pid"] not in old   # the first group is done before it
-        drive(arbiter, lambda: arbiter.reload_state()["state"] == "idle", what="the reload to complete")
-        assert arbiter.reload_state() == {"state": "idle", "generation": 1, "replacing": None}
+        drive(arbiter, lambda: arbiter.reshaper.state()["state"] == "idle", what="the reload to complete")
+        assert arbiter.reshaper.state() == {"state": "idle", "generation": 1, "replacing": None}
         kids = [c for c in rows(arbiter) if c["state"] == "ready" and not c["retiring"]]
         assert len(kids) == 2 and not old & {c["pid"] for c in kids}
         heard("READY")   # systemd leaves its "reloading" state
@@ -237,9 +239,9 @@ def test_a_worker_is_recycled_after_n_jobs_without_a_gap(make_arbiter):
     options = ArbiterOptions(**{**FAST.__dict__, "recycle_jobs": 20})
     arbiter = make_arbiter([spec("q", 1, "work")], options=options)
     first = drive(arbiter, lambda: all_ready(arbiter) and rows(arbiter)[0]["pid"])
-    drive(arbiter, lambda: rows(arbiter)[0]["pid"] != first and all_ready(arbiter) and not arbiter.retired,
+    drive(arbiter, lambda: rows(arbiter)[0]["pid"] != first and all_ready(arbiter) and not arbiter.processes.retired,
           what="the recycled child")
-    assert arbiter.slots[0].restarts == 0
+    assert arbiter.processes.slots[0].restarts == 0
 
 
 def test_scale_a_queue_to_zero_and_back_over_the_control_command(make_arbiter):
@@ -247,7 +249,7 @@ def test_scale_a_queue_to_zero_and_back_over_the_control_command(make_arbiter):
     drive(arbiter, lambda: all_ready(arbiter))
     assert arbiter.cmd_scale({"queue": "a", "processes": 0, "allow_zero": True}) == {
         "ok": True, "processes": {"a": 0}, "processes_before": {"a": 1}}
-    drive(arbiter, lambda: not rows(arbiter, "a") and not arbiter.retired, what="queue a paused")
+    drive(arbiter, lambda: not rows(arbiter, "a") and not arbiter.processes.retired, what="queue a paused")
     assert arbiter.cmd_status({})["queues"]["a"]["processes"] == 0
     assert arbiter.cmd_scale({"queue": "a", "delta": 2}) == {
         "ok": True, "processes": {"a": 2}, "processes_before": {"a": 0}}
@@ -274,8 +276,8 @@ def test_a_scale_out_of_range_is_refused_and_changes_nothing(make_arbiter, messa
     assert refused.value.option == option
     for _ in range(5):
         arbiter.step(timeout=0.01)
-    assert [len(rows(arbiter, q)) for q in ("a", "b")] == [2, 1] and not arbiter.retired
-    assert {s.spec.queue: s.spec.processes for s in arbiter.slots} == {"a": 2, "b": 1}
+    assert [len(rows(arbiter, q)) for q in ("a", "b")] == [2, 1] and not arbiter.processes.retired
+    assert {s.spec.queue: s.spec.processes for s in arbiter.processes.slots} == {"a": 2, "b": 1}
 
 
 def test_sigttou_never_revives_a_queue_scaled_to_zero(make_arbiter):
@@ -283,7 +285,7 @@ def test_sigttou_never_revives_a_queue_scaled_to_zero(make_arbiter):
     drive(arbiter, lambda: all_ready(arbiter))
     assert arbiter.scale("a", processes=0, allow_zero=True)["ok"]
     os.kill(os.getpid(), signal.SIGTTOU)
-    drive(arbiter, lambda: len(rows(arbiter, "b")) == 1 and not arbiter.retired, what="b down to one")
+    drive(arbiter, lambda: len(rows(arbiter, "b")) == 1 and not arbiter.processes.retired, what="b down to one")
     assert rows(arbiter, "a") == [] and arbiter.cmd_status({})["queues"]["a"]["processes"] == 0
 
 
@@ -293,7 +295,7 @@ def test_the_same_stop_signal_twice_within_the_window_counts_once(make_arbiter):
     now = time.monotonic()
     arbiter._stop_signal("SIGTERM", now)
     arbiter._stop_signal("SIGTERM", now + 0.000_05)   # coreutils timeout: the pid, then its group
-    assert arbiter.state == "draining" and arbiter._stop_signals == 1
+    assert arbiter.state == "draining" and arbiter.drain.stop_signals == 1
     arbiter._stop_signal("SIGTERM", now + REPEAT_WINDOW_S + 0.1)   # a later one still escalates
     assert arbiter.state == "killing"
     drive(arbiter, lambda: arbiter.state == "stopped", timeout=3, what="the kill")
@@ -324,11 +326,11 @@ def test_a_failing_reload_keeps_the_running_children(make_arbiter):
 
 def test_a_role_gauge_is_in_the_snapshot_only_while_a_child_of_its_role_reports_it(make_arbiter):
     gauge = RoleGauge("xjobs_fake_claimed", "claimed", "Passes that claimed, in the busiest child.")
-    counted = RoleSpec("worker", "a", 2, 4, maker("a", "work"), gauges=(gauge,))
+    counted = RoleSpec("worker", "a", 2, 4, maker("a", "work"), replace(WORKER.policy, gauges=(gauge,)))
     arbiter = make_arbiter([counted, spec("b", 1, "work")])
     drive(arbiter, lambda: all(c["completed"] > 0 for c in rows(arbiter, "a")), what="claims to arrive")
     # stats change only inside step(): the snapshot and the children agree here
-    claimed = [c.stats["claimed"] for s in arbiter.slots if s.spec is counted for c in s.children()]
+    claimed = [c.stats["claimed"] for s in arbiter.processes.slots if s.spec is counted for c in s.children()]
     gauges = report.snapshot(arbiter, time.monotonic())["role_gauges"]
     assert gauges == {"xjobs_fake_claimed": (gauge.help, float(max(claimed)))}   # b declares none
     arbiter.begin_drain("test")

@@ -17,7 +17,7 @@ import pytest
 from tests.test_supervisor_arbiter import FAST, all_ready, drive, make_arbiter, rows, spec  # noqa: F401 (fixture)
 from xjobs.config import Settings
 from xjobs.supervisor import child as child_module
-from xjobs.supervisor import supervision
+from xjobs.supervisor import spawn
 from xjobs.supervisor.arbiter import ArbiterOptions
 from xjobs.supervisor.notify import Notifier
 
@@ -33,20 +33,20 @@ def test_a_child_silent_for_less_than_a_lease_keeps_its_place(make_arbiter):
     arbiter = make_arbiter([spec("q", 1, "hang")], settings=settings)
     drive(arbiter, lambda: all_ready(arbiter), what="the child to be ready")
     pid = rows(arbiter)[0]["pid"]
-    ready_at = arbiter.slots[0].child.ready_at
+    ready_at = arbiter.processes.slots[0].child.ready_at
     while time.monotonic() < ready_at + 2.5:
         arbiter.step(timeout=0.02)
-        assert arbiter.slots[0].restarts == 0 and live(arbiter, pid), "killed inside its lease"
-    assert arbiter.silence_window_s() == pytest.approx(3.1)
-    drive(arbiter, lambda: arbiter.slots[0].restarts >= 1, timeout=5, what="the kill after a lease")
-    assert "silent" in arbiter.slots[0].last_exit
+        assert arbiter.processes.slots[0].restarts == 0 and live(arbiter, pid), "killed inside its lease"
+    assert arbiter.processes.silence_window_s() == pytest.approx(3.1)
+    drive(arbiter, lambda: arbiter.processes.slots[0].restarts >= 1, timeout=5, what="the kill after a lease")
+    assert "silent" in arbiter.processes.slots[0].last_exit
 
 
 def test_scaling_down_stops_claiming_but_lets_running_jobs_finish(make_arbiter):
     arbiter = make_arbiter([spec("a", 2, "busy")], settings=Settings(drain_deadline_ms=30_000))
     drive(arbiter, lambda: all_ready(arbiter))
     assert arbiter.scale("a", processes=1)["ok"]
-    retired = arbiter.retired[0]
+    retired = arbiter.processes.retired[0]
     drive(arbiter, lambda: retired.state == "draining", what="the retired child to drain")
     # not interrupted: its job is still running (an interrupted one would have stopped at once)
     drive(arbiter, lambda: retired.stats.get("in_flight") == 1 and retired.in_flight == 1,
@@ -66,12 +66,12 @@ def test_recycling_and_reloading_retire_without_interrupting(make_arbiter):
                            settings=Settings(drain_deadline_ms=30_000),
                            configure=lambda: (Settings(drain_deadline_ms=30_000), [spec("q", 1, "busy")]))
     first = drive(arbiter, lambda: all_ready(arbiter) and rows(arbiter)[0]["pid"])
-    recycled = drive(arbiter, lambda: arbiter.retired and arbiter.retired[0], what="a recycle")
+    recycled = drive(arbiter, lambda: arbiter.processes.retired and arbiter.processes.retired[0], what="a recycle")
     assert recycled.pid == first and recycled.interrupted is False
     drive(arbiter, lambda: recycled.state == "draining" and recycled.in_flight == 1,
           what="the recycled child draining with its job still running")
     assert arbiter.reload()["ok"]
-    replaced = drive(arbiter, lambda: [c for c in arbiter.retired if c is not recycled],
+    replaced = drive(arbiter, lambda: [c for c in arbiter.processes.retired if c is not recycled],
                      what="the reload's replacement")[0]
     assert replaced.interrupted is False
     drive(arbiter, lambda: replaced.state == "draining" and replaced.in_flight == 1,
@@ -84,7 +84,7 @@ def test_a_drain_over_the_control_socket_then_sigterm_keeps_draining(make_arbite
     pid = rows(arbiter)[0]["pid"]
     assert arbiter.cmd_drain({})["ok"]
     os.kill(os.getpid(), signal.SIGTERM)   # systemctl stop after xjobsd drain: the FIRST stop signal
-    drive(arbiter, lambda: arbiter._stop_signals == 1, what="the signal to be handled")
+    drive(arbiter, lambda: arbiter.drain.stop_signals == 1, what="the signal to be handled")
     for _ in range(10):
         arbiter.step(timeout=0.01)
     assert arbiter.state == "draining" and live(arbiter, pid)
@@ -98,7 +98,7 @@ def test_a_bad_field_closes_that_child_only(make_arbiter):
     arbiter = make_arbiter([spec("odd", 1, "odd"), spec("r", 1, "work")])
     drive(arbiter, lambda: any(c["queue"] == "r" and c["state"] == "ready" for c in rows(arbiter)))
     healthy = rows(arbiter, "r")[0]["pid"]
-    drive(arbiter, lambda: arbiter.slots[0].restarts >= 2, what="the odd child to be replaced")
+    drive(arbiter, lambda: arbiter.processes.slots[0].restarts >= 2, what="the odd child to be replaced")
     assert arbiter.state == "running"
     assert rows(arbiter, "r")[0]["pid"] == healthy and rows(arbiter, "r")[0]["state"] == "ready"
 
@@ -113,12 +113,12 @@ def test_a_signal_meant_for_a_new_child_never_reaches_the_supervisor(make_arbite
     monkeypatch.setattr(child_module, "set_parent_death_signal", signalled_at_birth)
     arbiter = make_arbiter([spec("q", 1)])
     # each child drains on its own SIGTERM and exits; the supervisor stays running and restarts it
-    drive(arbiter, lambda: arbiter.slots[0].restarts >= 2, what="children ending on their own SIGTERM")
-    assert arbiter.state == "running" and arbiter._stop_signals == 0
+    drive(arbiter, lambda: arbiter.processes.slots[0].restarts >= 2, what="children ending on their own SIGTERM")
+    assert arbiter.state == "running" and arbiter.drain.stop_signals == 0
 
 
 def test_no_fd_for_a_pipe_backs_off_instead_of_failing(make_arbiter, monkeypatch):
-    real = supervision.pair
+    real = spawn.pair
     failures = {"left": 3}
 
     def short_of_fds():
@@ -126,7 +126,7 @@ def test_no_fd_for_a_pipe_backs_off_instead_of_failing(make_arbiter, monkeypatch
             failures["left"] -= 1
             raise OSError(errno.EMFILE, "Too many open files")
         return real()
-    monkeypatch.setattr(supervision, "pair", short_of_fds)
+    monkeypatch.setattr(spawn, "pair", short_of_fds)
     arbiter = make_arbiter([spec("q", 1)])
     drive(arbiter, lambda: all_ready(arbiter), what="the child once fds are back")
     assert failures["left"] == 0 and arbiter.state == "running"
@@ -141,7 +141,7 @@ def test_the_watchdog_keeps_flowing_through_a_crash_loop(make_arbiter, tmp_path)
     notifier.watchdog_s = 0.2
     try:
         arbiter = make_arbiter([spec("bad", 1, "fail"), spec("ok", 1)], notifier=notifier)
-        drive(arbiter, lambda: arbiter.slots[0].crash_loop, what="a crash loop")
+        drive(arbiter, lambda: arbiter.processes.slots[0].crash_loop, what="a crash loop")
 
         def watchdog_pings() -> int:
             count = 0
@@ -157,6 +157,6 @@ def test_the_watchdog_keeps_flowing_through_a_crash_loop(make_arbiter, tmp_path)
             seen[0] += watchdog_pings()
             return seen[0] >= 3
         drive(arbiter, pinged, what="WATCHDOG=1 during the crash loop")
-        assert arbiter.slots[0].crash_loop
+        assert arbiter.processes.slots[0].crash_loop
     finally:
         receiver.close()

@@ -84,8 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from ..supervisor.arbiter import Arbiter
     from ..supervisor.metrics import MetricsEndpoint
     from ..supervisor.probe import DatabaseProbe, default_driver_factory
-    from ..supervisor.roles import registered_queues, role_specs, unserved_jobs, worker_maker
-    from ..supervisor.slots import RoleSpec
+    from ..supervisor.roles import queue_specs, registered_queues, role_specs, unserved_jobs
 
     settings = _load(args)
     options = _options(settings)
@@ -133,9 +132,8 @@ def run(args: argparse.Namespace) -> int:
                               lambda: default_driver_factory(arbiter.settings)(), **kw),
                           metrics=metrics, control=(control_path, listener),
                           registered=registered_queues(REGISTRY),
-                          make_worker_spec=lambda queue, processes, concurrency: RoleSpec(
-                              "worker", queue, processes, concurrency,
-                              worker_maker(arbiter.settings, REGISTRY, queue, concurrency)))
+                          make_queue_specs=lambda queue, processes, concurrency: queue_specs(
+                              arbiter.settings, REGISTRY, queue, processes, concurrency))
         if pgdata is not None:
             embedded_mod.record_daemon({"pid": os.getpid(), "dsn": settings.dsn, "schema": settings.schema,
                                         "control": control_path, "pgdata": str(pgdata),
@@ -162,12 +160,12 @@ def banner(settings: Settings, specs: list, registry: Any, control: str, metrics
     for handle in registry.jobs():
         jobs_by_queue.setdefault(handle.queue, []).append(handle.name)
     lines = [f"xjobsd {os.getpid()}: app {apps}"]
-    for spec in sorted(specs, key=lambda s: (s.role, s.queue or "")):
-        if spec.role == "worker":
+    for spec in sorted(specs, key=lambda s: (not s.policy.per_queue, s.role, s.queue or "")):
+        if spec.policy.per_queue and spec.queue is not None:
             lines.append(f"  queue {spec.queue}: {spec.processes} process(es) x {spec.concurrency} slot(s); "
                          f"jobs {', '.join(jobs_by_queue.get(spec.queue, [])) or '-'}")
         else:
-            lines.append(f"  {spec.role}")
+            lines.append(f"  {spec.role}: 1 process")
     for queue, names in sorted(stranded.items()):
         lines.append(f"  queue {queue}: NOT SERVED by this daemon; jobs {', '.join(names)}")
     if pgdata is not None:
@@ -177,7 +175,7 @@ def banner(settings: Settings, specs: list, registry: Any, control: str, metrics
                      + f", schema {settings.schema}")
         lines.append(f"            XJOBS_DATABASE_URL={settings.dsn}")
     else:
-        where = conninfo_to_dict(settings.dsn)
+        where = conninfo_to_dict(settings.dsn or "")
         lines.append(f"  database: {where.get('host') or 'local socket'}:{where.get('port') or 5432}/"
                      f"{where.get('dbname') or where.get('user') or ''}, schema {settings.schema}")
     lines.append(f"  control socket: {control}")
@@ -198,7 +196,7 @@ def _migrate(settings: Settings) -> None:
     import psycopg
     from ..drivers.postgres import PostgresDriver
     from ..errors import XJobsError
-    driver = PostgresDriver(settings.dsn, schema=settings.schema, application_name="xjobsd-migrate")
+    driver = PostgresDriver(settings.dsn or "", schema=settings.schema, application_name="xjobsd-migrate")
     try:
         driver.migrate()   # its own connection, closed on return: nothing crosses the fork
     except psycopg.Error as exc:

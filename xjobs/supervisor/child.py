@@ -10,7 +10,9 @@
                            stop_accepting(reason) ─> draining ─> run_once until in_flight()
                            is 0 or the deadline ─> close(deadline) ─> stopped ─> exit 0
 
-The loop waits only on the pipe, the role's wake-up fds, the signal fd and its timer.
+The phases are ``workers/host.Lifecycle``'s, the same for every role and for a role hosted in
+this process (``InProcessHost``). The loop waits only on the pipe, the role's wake-up fds, the
+signal fd and its timer.
 A pipe EOF means the supervisor is gone: the child stops claiming at once, gives running work
 ``ORPHAN_DEADLINE_MS`` to stop, closes and exits. ``PR_SET_PDEATHSIG`` delivers SIGTERM for the
 same event in case the loop is busy: the SIGTERM handler itself arms an ``alarm`` when the
@@ -22,8 +24,10 @@ instead: a child still connecting holds no work.
 A drain can arrive before the role is ready (the supervisor began draining while the child
 was still starting): right after ``initialize()`` the pipe and the signal fd are read without
 blocking, so such a child stops without claiming anything. ``accept`` carries ``interrupt``:
-false for a recycle, reload or scale-down (running jobs go on to the deadline), true for a
-drain; a later interrupting ``accept`` still reaches jobs the first one left running.
+false for a recycle, reload or scale-down (running jobs go on to the deadline); for a drain,
+what the role's policy says a drain means (``ChildSpec.drain``), which is also what a drain the
+child starts itself (its own SIGTERM, the supervisor gone) means. A later interrupting
+``accept``, or ``close``, still reaches work the first one left running.
 
 Right after the fork the child sets ``PGAPPNAME`` to its identity, so every libpq connection
 it opens without naming itself (the application's own, in job bodies) is labelled too, and the
@@ -42,17 +46,17 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..clock import monotonic_ms
-from ..workers.role import Role
+from ..workers.host import Lifecycle
+from ..workers.role import DrainMode, Role
 from .framing import Channel, FrameError
 from .messages import parent_message_problem
 
 log = logging.getLogger("xjobs.supervisor.child")
 
 ORPHAN_DEADLINE_MS = 500.0
-_DRAIN_POLL_MS = 50.0
 _PR_SET_PDEATHSIG = 1
 _ORPHAN_ALARM_S = 2
 _SIGNAL_SOCKETS: list[socket.socket] = []
@@ -73,6 +77,7 @@ class ChildSpec:
     parent_pid: int
     heartbeat_ms: float = 1000.0
     drain_deadline_ms: float = 25_000.0
+    drain: DrainMode = "interrupt"      # the role's policy: what a drain's accept means to it
 
     @property
     def title(self) -> str:
@@ -110,7 +115,9 @@ def set_title(title: str) -> None:
 
 
 class ChildHost:
-    """Drives one role over one channel; ``run()`` answers the process exit code."""
+    """Drives one role over one channel; ``run()`` answers the process exit code. The phases
+    are ``Lifecycle``'s, shared with ``InProcessHost``; this adds the pipe, the heartbeat and
+    the signals."""
 
     def __init__(self, channel: Channel, role: Role, spec: ChildSpec,
                  clock: Callable[[], float] = monotonic_ms, signal_fd: int | None = None,
@@ -123,10 +130,7 @@ class ChildHost:
         self.spec = spec
         self.clock = clock
         self.signal_fd = signal_fd
-        self.state = "starting"
-        self.deadline: float | None = None      # set once draining
-        self.interrupted = False                # whether the drain told running work to stop
-        self.force_close = False
+        self.lifecycle = Lifecycle(role, spec.drain)
         self.orphaned = False
         self._lease_lost_seen = 0
         self._next_heartbeat = 0.0
@@ -134,13 +138,13 @@ class ChildHost:
 
     # -- messages out ----------------------------------------------------------------------------
 
-    def _send(self, kind: str, **fields) -> None:
+    def _send(self, kind: str, **fields: Any) -> None:
         if not self.orphaned:
             self.channel.send({"type": kind, **fields})
 
     def _heartbeat(self, now: float) -> None:
         stats = self.role.stats()
-        self._send("heartbeat", state=self.state, in_flight=self.role.in_flight(), stats=stats)
+        self._send("heartbeat", state=self.lifecycle.state, in_flight=self.role.in_flight(), stats=stats)
         lost = stats.get("lease_lost", 0) if isinstance(stats, dict) else 0
         if isinstance(lost, int) and lost > self._lease_lost_seen:
             self._send("lease-lost", count=lost - self._lease_lost_seen, total=lost)
@@ -149,20 +153,10 @@ class ChildHost:
 
     # -- phases ----------------------------------------------------------------------------------
 
-    def drain(self, deadline: float, reason: str, interrupt: bool = True) -> None:
-        """Accept phase: stop taking work now; in-flight work has until ``deadline``, and is
-        told to stop early only with ``interrupt``."""
-        if self.deadline is None:
-            self.state = "draining"
-            self.deadline = deadline
-            self.interrupted = interrupt
-            self.role.stop_accepting(reason, interrupt=interrupt)
+    def drain(self, deadline: float, reason: str, interrupt: bool | None = None) -> None:
+        """Accept phase (``Lifecycle.drain``), told to the supervisor when it begins."""
+        if self.lifecycle.drain(deadline, reason, interrupt):
             self._send("draining", in_flight=self.role.in_flight(), deadline_at=deadline)
-        else:
-            self.deadline = min(self.deadline, deadline)
-            if interrupt and not self.interrupted:
-                self.interrupted = True
-                self.role.stop_accepting(reason, interrupt=True)
 
     def _orphan(self, now: float) -> None:
         if self.orphaned:
@@ -178,14 +172,17 @@ class ChildHost:
             self._heartbeat(now)
         elif kind == "accept":
             self.drain(float(message["deadline_at"]), message.get("reason", "supervisor drain"),
-                       interrupt=message.get("interrupt", True))
+                       interrupt=message.get("interrupt"))
         elif kind == "close":
-            self.drain(float(message["deadline_at"]), message.get("reason", "supervisor close"))
-            self.force_close = True
+            deadline = float(message["deadline_at"])
+            if self.lifecycle.close_now(deadline, message.get("reason", "supervisor close")):
+                self._send("draining", in_flight=self.role.in_flight(), deadline_at=deadline)
         else:
             log.warning("%s: unknown message %r from the supervisor", self.spec.title, kind)
 
     def _on_signals(self, now: float) -> None:
+        if self.signal_fd is None:
+            return
         try:
             data = os.read(self.signal_fd, 512)
         except (BlockingIOError, InterruptedError):
@@ -204,7 +201,7 @@ class ChildHost:
         self._send("hello", pid=os.getpid(), identity=spec.identity, role=spec.role,
                    queue=spec.queue, index=spec.index)
         try:
-            self.role.initialize()
+            self.lifecycle.initialize()
         except Exception as exc:
             log.error("%s: initialize failed: %s", spec.title, exc)
             self._send("stopped", error=f"initialize failed: {exc}", stats={})
@@ -214,7 +211,6 @@ class ChildHost:
             except Exception:
                 pass
             return 1
-        self.state = "ready"
         if self.on_ready is not None:
             self.on_ready()
         self._send("ready", pid=os.getpid(), stats=self.role.stats())
@@ -229,30 +225,28 @@ class ChildHost:
             except Exception:
                 log.exception("%s: the role failed; closing", spec.title)
                 try:
-                    self._close(self.clock())
+                    self._close(at_once=True)
                 except Exception:
                     log.exception("%s: close failed too", spec.title)
                 return 1
-        self._close(self.deadline if self.deadline is not None else self.clock())
+        self._close()
         return 0
 
     def _loop(self, selector: selectors.BaseSelector) -> None:
+        lifecycle = self.lifecycle
         while True:
             now = self.clock()
-            if self.deadline is not None and (self.force_close or now >= self.deadline
-                                              or self.role.in_flight() == 0):
+            if lifecycle.finished(now):
                 return
             wait = self.role.run_once(now)
             now = self.clock()
             if now >= self._next_heartbeat:
                 self._heartbeat(now)
-            wait = min(wait, self._next_heartbeat - now)
-            if self.deadline is not None:
-                wait = min(wait, self.deadline - now, _DRAIN_POLL_MS)
+            wait = lifecycle.bound_wait(min(wait, self._next_heartbeat - now), now)
             self._sync_role_fds(selector)
             if self.channel.wants_write and not self.orphaned:
                 selector.modify(self.channel.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, "pipe")
-            self._dispatch(selector, max(0.0, wait) / 1000.0, now)
+            self._dispatch(selector, wait / 1000.0, now)
 
     def _dispatch(self, selector: selectors.BaseSelector, timeout_s: float, now: float) -> None:
         for key, events in selector.select(timeout_s):
@@ -297,14 +291,10 @@ class ChildHost:
                 wanted.discard(fd)
         self._role_fds = wanted
 
-    def _close(self, deadline: float) -> None:
-        if self.deadline is None:
-            self.role.stop_accepting("closing")
-        self.state = "closing"
+    def _close(self, at_once: bool = False) -> None:
         try:
-            self.role.close(deadline)
+            self.lifecycle.close(self.clock(), at_once=at_once)
         finally:
-            self.state = "stopped"
             self._send("stopped", stats=self.role.stats(), in_flight=self.role.in_flight())
             if not self.orphaned:
                 self.channel.flush_blocking(1.0)

@@ -148,7 +148,7 @@ class ControlServer:
 
     def accept(self) -> list[socket.socket]:
         """New connections from this user, ready to be registered for reading."""
-        accepted = []
+        accepted: list[socket.socket] = []
         while True:
             try:
                 conn, _ = self.listener.accept()

@@ -22,9 +22,9 @@ Parent to child::
     close       deadline_at number, reason str (optional)
     ping        nothing
 
-Inside ``stats`` the values the supervisor reads directly (``claimed``, ``in_flight``,
-``pending``, ``leader``) must be numbers when present; everything else there goes through
-``Tally``, which takes numbers and skips the rest.
+Inside ``stats`` the values the supervisor reads directly (``claimed``, for recycling, and
+``in_flight``) must be numbers when present; everything else there goes through ``Tally`` or
+is a role's declared gauge, and both take numbers and skip the rest.
 """
 
 from __future__ import annotations
@@ -59,10 +59,7 @@ def _text_or_none(value: Any) -> bool:
 def _stats(value: Any) -> bool:
     if not isinstance(value, dict):
         return False
-    for name in ("claimed", "in_flight", "pending"):
-        if name in value and not _number(value[name]):
-            return False
-    return "leader" not in value or isinstance(value["leader"], (bool, int, float))
+    return all(_number(value[name]) for name in ("claimed", "in_flight") if name in value)
 
 
 def _flag(value: Any) -> bool:

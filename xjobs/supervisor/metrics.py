@@ -18,7 +18,7 @@ shared with the loop: a slow or idle client delays nobody but itself, and is cut
 child, which drops it at once (``close_in_child``).
 
 Only what exists is exported: a role that has a gauge of its own (the scheduler's leadership,
-the relay's pending rows) declares it on its ``RoleSpec`` and it is served while a child of
+the relay's pending rows) declares it in its ``RolePolicy`` and it is served while a child of
 that role reports it, never as a constant for a role this daemon does not run.
 """
 
@@ -116,7 +116,7 @@ class SnapshotCollector:
 
         restarts = CounterMetricFamily("xjobs_child_restarts", "Child processes started again after "
                                        "an unexpected exit, per role.", labels=["role"])
-        for role, n in sorted(snap.get("restarts", {"worker": 0}).items()):
+        for role, n in sorted(snap.get("restarts", {}).items()):
             restarts.add_metric([role], n)
         yield restarts
 
@@ -210,7 +210,10 @@ class MetricsEndpoint:
                                         max_connections=max_connections)
         except OSError as exc:
             raise InvalidOption("metrics", f"cannot listen on {address}: {exc.strerror or exc}") from None
-        self.address = "%s:%d" % self.server.server_address[:2]
+        bound_host, bound_port = self.server.server_address[:2]
+        if isinstance(bound_host, bytes):   # an AF_UNIX-style address in the types; never for TCP
+            bound_host = bound_host.decode()
+        self.address = f"{bound_host}:{bound_port}"
         self._thread: threading.Thread | None = None
 
     def snapshot(self) -> dict:

@@ -6,7 +6,8 @@ Two jobs share it:
   whole daemon (never one per child): queue depth, oldest-ready age and jobs per state for
   ``/metrics`` and ``xjobsd status``; a round that fails marks the database unreachable
   (``/readyz`` answers 503).
-* **hand-backs** — when a worker child died, its running jobs go back to ready at once
+* **hand-backs** — when a child whose role hands back jobs (``RolePolicy.hands_back_jobs``: the
+  workers) died, its running jobs go back to ready at once
   (``job_release_worker``, fenced on the dead child's identity) instead of waiting a lease
   window; but only after ``session_count(identity)`` is 0, so no statement of the dead child
   is still running on the server when its jobs change hands. A hand-back that cannot happen
@@ -38,7 +39,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from ..config import Settings
 
@@ -69,11 +70,28 @@ class Summary:
     paused: frozenset[str] = frozenset()        # queues paused fleet-wide (xjobsd queues pause)
 
 
+class Probe(Protocol):
+    """What the arbiter and its process table ask of a probe (``DatabaseProbe``, or a stand-in
+    for tests of the loop alone)."""
+
+    @property
+    def reachable(self) -> bool | None: ...
+    @property
+    def pending_releases(self) -> int: ...
+    def start(self) -> None: ...
+    def stop(self, timeout_s: float = ...) -> None: ...
+    def request_release(self, identity: str, queue: str | None, within_s: float, *,
+                        crashed: bool = True, how: str = "died", charge: str = "alone") -> None: ...
+    def refresh(self) -> None: ...
+    def flush_releases(self, timeout_s: float) -> None: ...
+    def results(self) -> list[tuple]: ...
+
+
 def default_driver_factory(settings: Settings) -> Callable[[], Any]:
     def make() -> Any:
         from psycopg.conninfo import make_conninfo
         from ..drivers.postgres import PostgresDriver
-        dsn = make_conninfo(settings.dsn, connect_timeout=_CONNECT_TIMEOUT_S)
+        dsn = make_conninfo(settings.dsn or "", connect_timeout=_CONNECT_TIMEOUT_S)
         return PostgresDriver(dsn, schema=settings.schema, pool_size=1,
                               pool_timeout=_CONNECT_TIMEOUT_S + 1.0,
                               statement_timeout_ms=_STATEMENT_TIMEOUT_MS,
@@ -116,7 +134,7 @@ class DatabaseProbe:
     def results(self) -> list[tuple]:
         """What finished since the last call: ``("summary", Summary)``, ``("released",
         identity, queue, [Released, ...])``, ``("abandoned", identity, queue)``, ``("error", text)``."""
-        out = []
+        out: list[tuple] = []
         while self._results:
             out.append(self._results.popleft())
         return out
@@ -223,7 +241,7 @@ class DatabaseProbe:
 class _NullProbe:
     """Stands in when a supervisor has no database to ask (tests of the loop alone)."""
 
-    reachable = None
+    reachable: bool | None = None
     pending_releases = 0
 
     def start(self) -> None: ...
@@ -232,8 +250,8 @@ class _NullProbe:
                         crashed: bool = True, how: str = "died", charge: str = "alone") -> None: ...
     def refresh(self) -> None: ...
     def flush_releases(self, timeout_s: float) -> None: ...
-    def results(self) -> list: return []
+    def results(self) -> list[tuple]: return []
 
 
-def no_probe(**_: Any) -> Any:
+def no_probe(**_: Any) -> Probe:
     return _NullProbe()

@@ -1,8 +1,13 @@
 """What the supervisor says about itself: ``xjobsd status``, the ``/metrics`` snapshot, the
 one-line sd_notify status, and whether its loop is healthy (watchdog) and it is ready (``/readyz``).
 
-All of it is read from the arbiter's own state on the loop thread; the metrics thread only
-ever sees the finished, immutable snapshot.
+All of it is read from the arbiter and its collaborators on the loop thread; the metrics
+thread only ever sees the finished, immutable snapshot, which ``Publisher`` hands it (and
+systemd its status line and watchdog) at most every ``PUBLISH_EVERY_S`` while running.
+
+Nothing here knows a role by its name: a per-queue role's children are counted per queue
+(processes, concurrency, in flight), a singleton's are not, and gauges are those the roles'
+policies declare.
 """
 
 from __future__ import annotations
@@ -11,7 +16,11 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from .arbiter import Arbiter
+    from .metrics import MetricsEndpoint
+    from .notify import Notifier
     from .slots import Child, Slot
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -41,7 +50,7 @@ def _child_row(arbiter: "Arbiter", child: "Child", now: float, state: str | None
         "crash_loop": slot.crash_loop,
         "last_exit": slot.last_exit,
         "retiring": child.retiring,
-        "concurrency": slot.spec.concurrency if role == "worker" else None,
+        "concurrency": slot.spec.concurrency if slot.spec.policy.per_queue else None,
         "running": child.stats.get("running", []),
     }
 
@@ -56,13 +65,14 @@ def _empty_row(arbiter: "Arbiter", slot: "Slot", now: float) -> dict:
         "restarts": slot.restarts, "uptime": 0.0, "heartbeat_age": None,
         "crash_loop": slot.crash_loop, "last_exit": slot.last_exit, "retiring": None,
         "restart_in": round(max(0.0, slot.next_start - now), 3),
-        "concurrency": slot.spec.concurrency if role == "worker" else None,
+        "concurrency": slot.spec.concurrency if slot.spec.policy.per_queue else None,
     }
 
 
 def children(arbiter: "Arbiter", now: float) -> list[dict]:
+    table = arbiter.processes
     rows = []
-    for slot in sorted(arbiter.slots, key=lambda s: (s.spec.role, s.spec.queue or "", s.index)):
+    for slot in sorted(table.slots, key=lambda s: (s.spec.role, s.spec.queue or "", s.index)):
         if slot.child is None and slot.successor is None:
             if arbiter.state == "running":
                 rows.append(_empty_row(arbiter, slot, now))
@@ -70,27 +80,34 @@ def children(arbiter: "Arbiter", now: float) -> list[dict]:
         for child in slot.children():
             rows.append(_child_row(arbiter, child, now,
                                    "starting" if child is slot.successor and child.state != "ready" else None))
-    for child in arbiter.retired:
+    for child in table.retired:
         if child.exit_code is None:
             rows.append(_child_row(arbiter, child, now, "draining" if child.state == "ready" else None))
     return rows
 
 
+def served_queues(arbiter: "Arbiter") -> list[str]:
+    """The queues a per-queue group of this daemon serves (even at 0 processes)."""
+    return sorted({spec.queue for spec in arbiter.processes.specs.values()
+                   if spec.policy.per_queue and spec.queue})
+
+
 def queues(arbiter: "Arbiter", now: float) -> dict[str, dict]:
     summary = arbiter.summary
-    names = {queue for (role, queue) in arbiter.specs if role == "worker" and queue}
+    table = arbiter.processes
+    names = set(served_queues(arbiter))
     if summary is not None:
         names |= set(summary.queues) | set(summary.states)
     out = {}
     for name in sorted(names):
-        slots = [s for s in arbiter.slots if s.spec.role == "worker" and s.spec.queue == name]
-        spec = arbiter.specs.get(("worker", name))
+        slots = [s for s in table.slots if s.spec.policy.per_queue and s.spec.queue == name]
+        specs = [spec for spec in table.specs.values() if spec.policy.per_queue and spec.queue == name]
         row = summary.queues.get(name, {"depth": 0, "oldest_ready_seconds": 0.0}) if summary else {}
         out[name] = {
             "depth": row.get("depth"),
             "oldest_ready_seconds": row.get("oldest_ready_seconds"),
             "processes": len(slots),
-            "concurrency": spec.concurrency if spec is not None else 0,
+            "concurrency": max((spec.concurrency for spec in specs), default=0),
             "in_flight": sum(c.in_flight for s in slots for c in s.children()),
             "states": dict(summary.states.get(name, {})) if summary else {},
             "quarantined": summary.states.get(name, {}).get("quarantined", 0) if summary else 0,
@@ -101,6 +118,7 @@ def queues(arbiter: "Arbiter", now: float) -> dict[str, dict]:
 
 
 def status(arbiter: "Arbiter", now: float) -> dict:
+    deadline = arbiter.drain.deadline
     return {
         "pid": arbiter.pid,
         "state": arbiter.state,
@@ -109,12 +127,11 @@ def status(arbiter: "Arbiter", now: float) -> dict:
         "database_up": arbiter.database_up,
         "metrics": arbiter.metrics.address if arbiter.metrics is not None else None,
         "control": arbiter.control.path if arbiter.control is not None else None,
-        "drain_deadline_in": (round(max(0.0, arbiter.drain_deadline - now), 3)
-                              if arbiter.drain_deadline is not None else None),
-        "reload": arbiter.reload_state(),
+        "drain_deadline_in": round(max(0.0, deadline - now), 3) if deadline is not None else None,
+        "reload": arbiter.reshaper.state(),
         "children": children(arbiter, now),
         "queues": queues(arbiter, now),
-        "unserved_jobs": arbiter.unserved(),
+        "unserved_jobs": arbiter.reshaper.unserved(),
     }
 
 
@@ -122,7 +139,7 @@ def not_ready(arbiter: "Arbiter") -> str | None:
     """Why ``/readyz`` answers 503, or None when ready."""
     if arbiter.state != "running":
         return arbiter.state
-    down = [s.label for s in arbiter.slots if s.child is None or s.child.state != "ready"]
+    down = [s.label for s in arbiter.processes.slots if s.child is None or s.child.state != "ready"]
     if down:
         return f"child not ready: {', '.join(down[:5])}"
     if not arbiter.database_up:
@@ -136,15 +153,22 @@ def loop_healthy(arbiter: "Arbiter") -> bool:
     return arbiter.state in ("starting", "running", "draining", "killing")
 
 
+def jobs_in_flight(children: "Iterable[Child]") -> int:
+    """Jobs running in these children: a per-queue role's ``in_flight`` counts runs of its
+    queue; a singleton's is its own work (a round, a batch), not jobs."""
+    return sum(c.in_flight for c in children if c.policy.per_queue)
+
+
 def status_line(arbiter: "Arbiter") -> str:
-    kids = [c for s in arbiter.slots for c in s.children()]
+    slots = arbiter.processes.slots
+    kids = [c for s in slots for c in s.children()]
     ready = sum(1 for c in kids if c.state == "ready")
-    in_flight = sum(c.in_flight for c in kids)
-    line = f"{arbiter.state}: {ready}/{len(arbiter.slots)} children ready, {in_flight} job(s) in flight"
+    in_flight = jobs_in_flight(kids)
+    line = f"{arbiter.state}: {ready}/{len(slots)} children ready, {in_flight} job(s) in flight"
     if arbiter.summary is not None and arbiter.summary.queues:
         depth = ", ".join(f"{q}={v['depth']}" for q, v in sorted(arbiter.summary.queues.items()))
         line += f", ready depth {depth}"
-    crash = [s.label for s in arbiter.slots if s.crash_loop]
+    crash = [s.label for s in slots if s.crash_loop]
     if crash:
         line += f"; CRASH LOOP: {', '.join(crash[:3])}"
     return line
@@ -154,6 +178,7 @@ def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
     """Everything ``/metrics``, ``/healthz`` and ``/readyz`` read, built on the loop thread."""
     from .metrics import duration_bounds
     tally = arbiter.tally
+    table = arbiter.processes
     jobs = {(k[1], k[2], k[3]): v for k, v in tally.items("jobs")}
     durations: dict[tuple[str, str], list] = {}
     for (_, q, job, i), n in tally.items("duration"):
@@ -169,26 +194,25 @@ def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
     in_flight: dict[str, int] = {}
     children_by_state: dict[tuple[str, str], int] = {}
     role_gauges: dict[str, tuple[str, float]] = {}   # family -> (help, largest value reported)
-    live = [c for s in arbiter.slots for c in s.children()] + list(arbiter.retired)
-    for child in live:
-        if child.exit_code is not None:
-            continue
-        if child.role == "worker" and child.queue is not None:
+    for child in table.live():
+        policy = child.policy
+        if policy.per_queue and child.queue is not None:
             in_flight[child.queue] = in_flight.get(child.queue, 0) + child.in_flight
         key = (child.role, child.state)
         children_by_state[key] = children_by_state.get(key, 0) + 1
-        for gauge in child.slot.spec.gauges:
+        for gauge in policy.gauges:
             value = child.stats.get(gauge.stat)
             if isinstance(value, (int, float)):   # bool too; a child that has not said yet adds nothing
                 known = role_gauges.get(gauge.family)
                 role_gauges[gauge.family] = (gauge.help, max(float(value), known[1]) if known else float(value))
-    restarts = {"worker": 0}
+    # every role this daemon runs has a restart count, 0 until it restarts
+    restarts: dict[str, float] = {spec.role: 0 for spec in table.specs.values()}
     restarts.update({k[1]: v for k, v in tally.items("restarts")})
     summary = arbiter.summary
     return {
         "alive_at": now,
         "not_ready": not_ready(arbiter),
-        "queues": sorted(queue for (role, queue) in arbiter.specs if role == "worker" and queue),
+        "queues": served_queues(arbiter),
         "summary": summary.queues if summary is not None else {},
         "states": summary.states if summary is not None else {},
         "paused": sorted(summary.paused) if summary is not None else [],
@@ -199,8 +223,45 @@ def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
         "released": {k[1]: v for k, v in tally.items("released")},
         "in_flight": in_flight,
         "restarts": restarts,
-        "crash_loop": {(s.spec.role, s.spec.queue or ""): int(s.crash_loop) for s in arbiter.slots},
+        "crash_loop": {(s.spec.role, s.spec.queue or ""): int(s.crash_loop) for s in table.slots},
         "children": children_by_state,
         "role_gauges": role_gauges,
         "database_up": bool(arbiter.database_up),
     }
+
+
+PUBLISH_EVERY_S = 0.25
+_STATUS_LINE_EVERY_S = 2.0
+
+
+class Publisher:
+    """Hands the snapshot to ``/metrics`` and the status line and watchdog to systemd, each at
+    its own pace; a daemon that is not running publishes on every pass (a drain is short)."""
+
+    def __init__(self, metrics: "MetricsEndpoint | None", notifier: "Notifier") -> None:
+        self.metrics = metrics
+        self.notifier = notifier
+        self._next_publish = 0.0
+        self._next_watchdog = 0.0
+        self._next_status_line = 0.0
+        self._last_status_line = ""
+
+    def publish(self, arbiter: "Arbiter", now: float) -> None:
+        if now < self._next_publish and arbiter.state == "running":
+            return
+        self._next_publish = now + PUBLISH_EVERY_S
+        if self.metrics is not None:
+            self.metrics.publish(snapshot(arbiter, now))
+        notifier = self.notifier
+        if not notifier.enabled:
+            return
+        if now >= self._next_status_line:
+            self._next_status_line = now + _STATUS_LINE_EVERY_S
+            line = status_line(arbiter)
+            if line != self._last_status_line:
+                self._last_status_line = line
+                notifier.status(line)
+        watchdog_s = notifier.watchdog_s
+        if watchdog_s and now >= self._next_watchdog and loop_healthy(arbiter):
+            self._next_watchdog = now + watchdog_s / 2.0
+            notifier.watchdog()

@@ -1,29 +1,71 @@
-"""From configuration to ``RoleSpec``s: which children to run and how each builds its role.
+"""From configuration to ``RoleSpec``s: the roles this daemon runs, listed once, in ``ROLES``.
 
-Every role is hosted the same way; this module only decides WHICH. Workers come from the
-queues (``--queue emails=2x16``; by default every queue of the registry at 1x16). The
-scheduler and the outbox relay join here when they exist, as specs of their own.
+Every role is hosted the same way; this module only says WHICH, and how each is built. A role
+is a ``RoleKind``: its name, its ``RolePolicy`` (what the supervisor does around it) and its
+``build(RoleContext) -> Role``. A per-queue role gets one group per served queue
+(``--queue emails=2x16``; by default every queue of the registry at 1x16); a singleton gets
+one process per daemon. A new role is a ``RoleBase`` subclass in its own module under
+``workers/`` and one line here: ``RoleKind.of(Scheduler)``.
 
 A spec's ``make(identity)`` runs in the CHILD after the fork, so the driver and its pool are
-created there: the driver announces the child's identity as its ``application_name``, which
-is how the supervisor later finds (and waits out) a dead child's sessions.
+created there: ``RoleContext.connect`` names every session by the child's identity (its
+``application_name``), which is how the supervisor later finds (and waits out) a dead child's
+sessions.
 
-A worker's own statements (claim, ack, heartbeat, sweeps; never a body's ``ctx.transaction()``)
-are capped server-side at ``WORKER_STATEMENT_TIMEOUT_MS``: a locked table or a stalled server
+A role's own statements (claim, ack, heartbeat, sweeps; never a body's ``ctx.transaction()``)
+are capped server-side at ``ROLE_STATEMENT_TIMEOUT_MS``: a locked table or a stalled server
 turns into an error the loop survives, so the child keeps reporting to the supervisor (which
 waits at least a lease before calling it silent), and an orphan blocked in a call gets out.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import QueueSpec, Settings
 from ..errors import ConcurrencyUnenforceable, InvalidOption
 from ..registry import Registry
+from ..workers.role import Role, RoleBase, RoleContext, RolePolicy, check_role_name
 from .slots import RoleSpec
 
-WORKER_STATEMENT_TIMEOUT_MS = 5000
+ROLE_STATEMENT_TIMEOUT_MS = 5000
+
+
+@dataclass(frozen=True)
+class RoleKind:
+    """One role this daemon can run: a line in ``ROLES``."""
+    role: str
+    policy: RolePolicy
+    build: Callable[[RoleContext], Role]
+
+    def __post_init__(self) -> None:
+        check_role_name(self.role)
+
+    @classmethod
+    def of(cls, role_class: type[RoleBase]) -> "RoleKind":
+        """A role that carries its name, policy and build on its class (``RoleBase``)."""
+        return cls(role_class.role, role_class.policy, role_class.build)
+
+
+def _build_worker(context: RoleContext) -> Role:
+    from ..workers.queue_worker import QueueWorker
+    # the loop's pool serves claim, ack, heartbeat and sweeps; bodies using
+    # ctx.transaction() draw from their own pool, one connection each at most
+    driver = context.connect(pool_size=2, transaction_pool_size=context.concurrency)
+    return QueueWorker(driver=driver, registry=context.registry, queue=context.queue,
+                       concurrency=context.concurrency, settings=context.settings,
+                       identity=context.identity)
+
+
+# The queue worker's policy is declared here rather than on its class while queue_worker.py is
+# being restructured; it moves there (``RoleKind.of(QueueWorker)``) with that work.
+WORKER = RoleKind("worker", RolePolicy(per_queue=True, scalable=True, recyclable=True,
+                                       hands_back_jobs=True, drain="interrupt"), _build_worker)
+
+ROLES: tuple[RoleKind, ...] = (
+    WORKER,
+)
 
 
 def check_registry(registry: Registry) -> None:
@@ -64,23 +106,44 @@ def unserved_jobs(settings: Settings, registry: Registry) -> dict[str, list[str]
     return {queue: names for queue, names in registered_queues(registry).items() if queue not in served}
 
 
-def worker_maker(settings: Settings, registry: Registry, queue: str,
-                 concurrency: int) -> Callable[[str], Any]:
-    def make(identity: str) -> Any:
+def connector(settings: Settings, identity: str) -> Callable[..., Any]:
+    """``connect(**pool_options)`` for a child: a driver whose sessions carry its identity."""
+    def connect(**pool_options: Any) -> Any:   # Any: the driver seam is being typed elsewhere
         from ..drivers.postgres import PostgresDriver
-        from ..workers.queue_worker import QueueWorker
-        # the loop's pool serves claim, ack, heartbeat and sweeps; bodies using
-        # ctx.transaction() draw from their own pool, one connection each at most
-        driver = PostgresDriver(settings.dsn, schema=settings.schema, application_name=identity,
-                                pool_size=2, transaction_pool_size=concurrency,
-                                statement_timeout_ms=WORKER_STATEMENT_TIMEOUT_MS)
-        return QueueWorker(driver=driver, registry=registry, queue=queue, concurrency=concurrency,
-                           settings=settings, identity=identity)
+        options: dict[str, Any] = {"statement_timeout_ms": ROLE_STATEMENT_TIMEOUT_MS, **pool_options}
+        return PostgresDriver(settings.dsn or "", schema=settings.schema, application_name=identity,
+                              **options)
+    return connect
+
+
+def maker(kind: RoleKind, settings: Settings, registry: Registry, queue: str | None,
+          concurrency: int) -> Callable[[str], Role]:
+    """What a child calls, once forked, to build its role."""
+    def make(identity: str) -> Role:
+        return kind.build(RoleContext(identity=identity, settings=settings, registry=registry,
+                                      connect=connector(settings, identity), queue=queue,
+                                      concurrency=concurrency))
     return make
 
 
-def role_specs(settings: Settings, registry: Registry) -> list[RoleSpec]:
+def kind_specs(kind: RoleKind, settings: Settings, registry: Registry,
+               queues: dict[str, QueueSpec]) -> list[RoleSpec]:
+    if not kind.policy.per_queue:
+        return [RoleSpec(kind.role, None, 1, 1, maker(kind, settings, registry, None, 1), kind.policy)]
+    return [RoleSpec(kind.role, name, spec.processes, spec.concurrency,
+                     maker(kind, settings, registry, name, spec.concurrency), kind.policy)
+            for name, spec in queues.items()]
+
+
+def role_specs(settings: Settings, registry: Registry, roles: tuple[RoleKind, ...] = ROLES) -> list[RoleSpec]:
     check_registry(registry)
-    return [RoleSpec("worker", name, spec.processes, spec.concurrency,
-                     worker_maker(settings, registry, name, spec.concurrency))
-            for name, spec in resolve_queues(settings, registry).items()]
+    queues = resolve_queues(settings, registry)
+    return [spec for kind in roles for spec in kind_specs(kind, settings, registry, queues)]
+
+
+def queue_specs(settings: Settings, registry: Registry, queue: str, processes: int, concurrency: int,
+                roles: tuple[RoleKind, ...] = ROLES) -> list[RoleSpec]:
+    """The groups serving one more queue (``xjobsd scale`` of a declared, unserved queue)."""
+    added = {queue: QueueSpec(processes=processes, concurrency=concurrency)}
+    return [spec for kind in roles if kind.policy.per_queue
+            for spec in kind_specs(kind, settings, registry, added)]

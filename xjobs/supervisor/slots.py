@@ -1,7 +1,8 @@
 """What the arbiter supervises: role specs, slots, and the child processes filling them.
 
-A ``RoleSpec`` says what to run (``worker`` for queue ``emails``, 2 processes of 16 jobs) and
-how to build it in a child (``make(identity) -> Role``). Each process of a spec is a ``Slot``
+A ``RoleSpec`` says what to run (``worker`` for queue ``emails``, 2 processes of 16 jobs), how
+to build it in a child (``make(identity) -> Role``) and what the supervisor does around it (its
+``RolePolicy``, declared by the role: ``workers/role.py``). Each process of a spec is a ``Slot``
 (``worker queue=emails #2``): it outlives the processes that fill it, and keeps their restart
 count, consecutive failures, backoff and crash-loop flag. A ``Child`` is one process start::
 
@@ -15,16 +16,24 @@ so replacing a child never leaves its queue without a claimer.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import signal
 import socket
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..workers.role import Role
+from ..errors import InvalidOption
+from ..workers.role import Role, RoleGauge, RolePolicy, check_role_name
+from .backoff import Backoff
 from .framing import Channel
 
+__all__ = ["Child", "RoleGauge", "RolePolicy", "RoleSpec", "Slot", "SpecKey", "new_identity"]
+
+SpecKey = tuple[str, str | None]   # (role, queue): one group of slots
+log = logging.getLogger("xjobs.supervisor")
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:24] or "host"
 
 
@@ -34,29 +43,38 @@ def new_identity(role: str) -> str:
     return f"{role}:{_HOST}:{uuid.uuid4().hex[:16]}"
 
 
-@dataclass(frozen=True)
-class RoleGauge:
-    """A gauge a role exports from its children's heartbeat ``stats[stat]``, e.g. the
-    scheduler's ``RoleGauge("xjobs_scheduler_leader", "leader", "1 while ... leads.")``. It is
-    served only while a live child of the role has reported it, as the largest value reported,
-    so a daemon that does not run the role never exports it."""
-    family: str
-    stat: str
-    help: str
-
-
 @dataclass
 class RoleSpec:
+    """One group of slots: ``role`` (for ``queue`` when its policy is per queue), how many
+    processes of how many jobs each, how a child builds it, and the role's policy. ``processes``
+    and ``concurrency`` are the operator's for a per-queue role; a singleton runs 1 process and
+    its concurrency means nothing (status shows none)."""
     role: str
     queue: str | None
     processes: int
     concurrency: int
     make: Callable[[str], Role] = field(repr=False, compare=False)
-    gauges: tuple[RoleGauge, ...] = ()
+    policy: RolePolicy = field(default_factory=RolePolicy)
+
+    def __post_init__(self) -> None:
+        check_role_name(self.role)
+        if self.policy.per_queue and not self.queue:
+            raise InvalidOption("queue", f"role {self.role} runs per queue and needs one")
+        if not self.policy.per_queue and (self.queue is not None or self.processes != 1):
+            raise InvalidOption("processes", f"role {self.role} is a singleton: one process, no queue")
 
     @property
-    def key(self) -> tuple[str, str | None]:
+    def key(self) -> SpecKey:
         return (self.role, self.queue)
+
+    @property
+    def label(self) -> str:
+        return f"{self.role} {self.queue}" if self.queue else self.role
+
+    @property
+    def shape(self) -> str:
+        """``2x16`` for a per-queue group; a singleton has no shape to speak of."""
+        return f"{self.processes}x{self.concurrency}" if self.policy.per_queue else "1 process"
 
 
 @dataclass(eq=False)
@@ -87,6 +105,10 @@ class Child:
         return self.proc.pid
 
     @property
+    def policy(self) -> RolePolicy:
+        return self.slot.spec.policy
+
+    @property
     def role(self) -> str:
         return self.slot.spec.role
 
@@ -104,9 +126,26 @@ class Child:
         if self.exit_code is None and self.killed is None and self.proc.exitcode is None:
             self.killed, self.at_fault = why, at_fault
             try:
-                os.kill(self.pid, 9)
+                os.kill(self.proc.pid, 9)
             except ProcessLookupError:
                 pass
+
+    def verdict(self, code: int) -> tuple[bool, str]:
+        """Whether this child's death may be one of its jobs' doing, and which lone job its
+        hand-back may charge (``job_release_worker``).
+
+        The supervisor's own decisions (a drain deadline, a second stop signal, a retirement
+        that ended cleanly) are nobody's fault. A process that died on its own, even while
+        retiring, may have been killed by a job: the one job it ran alone is charged, unless its
+        last report counted other bodies still running in it (a timed-out ``def`` body's
+        thread, which the database no longer shows). A process killed for going silent is
+        charged only for a job already under suspicion: a stalled database can silence a loop too.
+        """
+        if self.at_fault:
+            return True, "suspect"
+        if self.killed is not None or (self.retiring is not None and code == 0):
+            return False, "never"
+        return True, "alone" if self.in_flight <= 1 else "never"
 
 
 @dataclass(eq=False)
@@ -134,3 +173,46 @@ class Slot:
 
     def children(self) -> list[Child]:
         return [c for c in (self.child, self.successor) if c is not None]
+
+    # -- restarts: the backoff's bookkeeping (``backoff.py`` has the curves) -------------------------
+
+    def restart_after(self, child: Child, how: str, now: float, backoff: Backoff) -> float:
+        """Count an exit nobody asked for and set the next start; answers the delay."""
+        self.restarts += 1
+        self.exits = [t for t in self.exits if now - t < backoff.crash_window_s][-100:] + [now]
+        if child.ready_at is None:
+            # it never got ready: it cannot start, and restarting at once would only spin
+            self.failures += 1
+            delay = backoff.delay(self.failures)
+        else:
+            # it served and was killed, from outside or by a job (which pays per job): the
+            # slot gets its process back within a second, sooner for a single death
+            self.failures = 0
+            delay = backoff.after_ready(sum(1 for t in self.exits if now - t < backoff.burst_window_s))
+        self.next_start = now + delay
+        self.last_exit = how + (f": {child.error}" if child.error else "")
+        crash_loop = backoff.in_crash_loop(self.failures, len(self.exits))
+        if crash_loop and not self.crash_loop:
+            log.error("%s is in a crash loop: %d unexpected exit(s) in %.0fs, the last %s",
+                      self.label, len(self.exits), backoff.crash_window_s, self.last_exit)
+        self.crash_loop = crash_loop
+        return delay
+
+    def settle(self, child: Child, now: float, backoff: Backoff) -> None:
+        """A ready child stable long enough clears the failures, and in time the crash loop."""
+        if self.failures and child.ready_at is not None and now - child.ready_at >= backoff.stable_s:
+            self.failures = 0
+        if self.crash_loop and not self.failures and (
+                not self.exits or now - self.exits[-1] >= backoff.crash_window_s):
+            log.info("%s is stable again", self.label)
+            self.crash_loop, self.exits = False, []
+
+
+def describe_exit(code: int, killed: str | None) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"by {name}" + (f" ({killed})" if killed else "")
+    return f"with code {code}"

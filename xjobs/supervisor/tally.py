@@ -4,8 +4,9 @@ A child's counters only grow within its own process and start again at zero in t
 The supervisor therefore keeps, per child identity, the last snapshot it received, and adds
 only the positive difference of each new snapshot to its own running totals. A restarted
 child has a new identity, so its first snapshot is all new work; a snapshot that arrives
-twice adds nothing. Gauges (in flight, scheduler leadership, outbox backlog) are not
-accumulated: they are read from the live children's latest snapshots.
+twice adds nothing. Levels are not accumulated: ``in_flight`` (every role's), and the stats
+of the gauges a role's policy declares (``RoleGauge``); they are read from the live
+children's latest snapshots.
 
 Keys of ``totals``::
 
@@ -20,21 +21,23 @@ Keys of ``totals``::
 from __future__ import annotations
 
 from numbers import Real
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
-_GAUGES = frozenset({"in_flight", "leader", "pending", "outbox_pending"})
+_LEVELS = frozenset({"in_flight"})   # reported by every role: never a counter
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool)
 
 
-def flatten(role: str, queue: str | None, index: int, stats: dict) -> dict[tuple, float]:
-    """The counters of one snapshot, keyed as in the module docstring."""
+def flatten(role: str, queue: str | None, index: int, stats: dict,
+            gauges: Collection[str] = ()) -> dict[tuple, float]:
+    """The counters of one snapshot, keyed as in the module docstring; ``gauges`` are the
+    stats the role declares as levels."""
     q = queue or ""
     flat: dict[tuple, float] = {}
     for name, value in stats.items():
-        if name in _GAUGES:
+        if name in _LEVELS or name in gauges:
             continue
         if name == "jobs" and isinstance(value, dict):
             for job, outcomes in value.items():
@@ -66,8 +69,9 @@ class Tally:
         self.totals: dict[tuple, float] = {}
         self._last: dict[str, dict[tuple, float]] = {}
 
-    def observe(self, identity: str, role: str, queue: str | None, index: int, stats: dict) -> None:
-        flat = flatten(role, queue, index, stats)
+    def observe(self, identity: str, role: str, queue: str | None, index: int, stats: dict, *,
+                gauges: Collection[str] = ()) -> None:
+        flat = flatten(role, queue, index, stats, gauges)
         previous = self._last.get(identity, {})
         totals = self.totals
         for key, value in flat.items():

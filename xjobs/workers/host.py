@@ -1,7 +1,20 @@
-"""Run a role in the current process: the loop waits only on the role's wake-up fds or its
-timer, calls ``run_once``, and on stop goes through the same two phases as a child does.
+"""Hosting a role: the phases every host drives it through, and a host for this process.
 
-This is how an application (or a test, or a benchmark) runs a worker without the daemon::
+``Lifecycle`` is those phases, in one place, for both hosts (``supervisor/child.py`` in a
+forked child, ``InProcessHost`` here)::
+
+    starting ─initialize()─> ready ─drain(deadline)─> draining ─finished()─> close() ─> stopped
+                                                      (in_flight() is 0, the deadline passed,
+                                                       or close_now())
+
+A drain's accept phase calls ``stop_accepting`` once, interrupting running work when the
+role's policy says a drain does (``RolePolicy.drain``) or when the caller says so; a later
+interrupting drain still reaches work the first left running, and only ever brings the
+deadline closer. While draining the host keeps calling ``run_once`` (to settle what finishes)
+at least every ``DRAIN_POLL_MS``, then closes with the deadline.
+
+``InProcessHost`` is how an application (or a test, or a benchmark) runs a role without the
+daemon::
 
     worker = QueueWorker(driver=driver, registry=REGISTRY, queue="emails", concurrency=16)
     thread = InProcessHost(worker).start()
@@ -11,51 +24,124 @@ This is how an application (or a test, or a benchmark) runs a worker without the
 
 from __future__ import annotations
 
+import math
 import os
 import selectors
 import threading
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..clock import monotonic_ms
 from ..options import finite_option
-from .role import Role
+from .role import DrainMode, Role
+
+DRAIN_POLL_MS = 50.0
+
+
+class Lifecycle:
+    """The state of one role under one host; every method runs on the host's loop thread."""
+
+    def __init__(self, role: Role, drain: DrainMode = "interrupt") -> None:
+        self.role = role
+        self.drain_mode = drain
+        self.state = "starting"
+        self.deadline: float | None = None      # set once draining
+        self.interrupted = False                # whether the drain told running work to stop
+        self.force_close = False
+
+    def initialize(self) -> None:
+        self.role.initialize()
+        self.state = "ready"
+
+    def drain(self, deadline: float, reason: str, interrupt: bool | None = None) -> bool:
+        """Accept phase: stop taking work now; in-flight work has until ``deadline``, and is
+        told to stop early when ``interrupt`` (by default: when the policy's drain interrupts).
+        Answers True when this call began the drain."""
+        if interrupt is None:
+            interrupt = self.drain_mode == "interrupt"
+        if self.deadline is None:
+            self.state = "draining"
+            self.deadline = deadline
+            self.interrupted = interrupt
+            self.role.stop_accepting(reason, interrupt=interrupt)
+            return True
+        self.deadline = min(self.deadline, deadline)
+        if interrupt and not self.interrupted:
+            self.interrupted = True
+            self.role.stop_accepting(reason, interrupt=True)
+        return False
+
+    def close_now(self, deadline: float, reason: str) -> bool:
+        """The close phase was asked for: whatever runs is told to stop, and the loop ends."""
+        began = self.drain(deadline, reason, interrupt=True)
+        self.force_close = True
+        return began
+
+    def finished(self, now: float) -> bool:
+        """Whether the loop is done: draining, and nothing in flight or no time left."""
+        return self.deadline is not None and (self.force_close or now >= self.deadline
+                                              or self.role.in_flight() == 0)
+
+    def bound_wait(self, wait_ms: float, now: float) -> float:
+        """How long the loop may sleep: while draining, never past the deadline nor a poll."""
+        if self.deadline is not None:
+            wait_ms = min(wait_ms, self.deadline - now, DRAIN_POLL_MS)
+        return max(0.0, wait_ms)
+
+    def close(self, now: float, *, at_once: bool = False) -> None:
+        """Close phase, with the drain's deadline; ``now`` when there was no drain, or
+        ``at_once`` (the role failed: nothing more is waited for)."""
+        if self.deadline is None:
+            self.role.stop_accepting("closing")
+        deadline = self.deadline if self.deadline is not None and not at_once else now
+        self.state = "closing"
+        try:
+            self.role.close(None if math.isinf(deadline) else deadline)
+        finally:
+            self.state = "stopped"
 
 
 class InProcessHost:
-    def __init__(self, role: Role, clock: Callable[[], float] = monotonic_ms) -> None:
+    """Loops one role on a thread of this process: waits only on the role's wake-up fds or its
+    timer, and on ``stop()`` goes through the same phases as a child does."""
+
+    def __init__(self, role: Role, clock: Callable[[], float] = monotonic_ms, *,
+                 drain: DrainMode = "interrupt") -> None:
         self.role = role
         self.clock = clock
+        self.lifecycle = Lifecycle(role, drain)
         self._stop = threading.Event()
-        self._stop_r, self._stop_w = None, None
+        self._stop_r: int | None = None
+        self._stop_w: int | None = None
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self._deadline_ms: float | None = None
 
     def run(self, until: Callable[[], bool] | None = None) -> None:
-        """Loop until ``stop()`` (or ``until()`` answers True after a pass), then close."""
-        self._stop_r, self._stop_w = os.pipe()
+        """Loop until ``stop()`` (or ``until()`` answers True after a pass), then drain and close."""
+        self._stop_r, self._stop_w = stop_r, stop_w = os.pipe()
+        lifecycle = self.lifecycle
+        failed = True
         try:
-            self.role.initialize()
+            lifecycle.initialize()
             with selectors.DefaultSelector() as selector:
                 while not self._stop.is_set():
                     wait_ms = self.role.run_once(self.clock())
                     if until is not None and until():
                         break
-                    if wait_ms <= 0:
-                        continue
-                    registered = [self._stop_r, *self.role.wakeup_fds()]
-                    for fd in registered:
-                        selector.register(fd, selectors.EVENT_READ)
-                    try:
-                        selector.select(wait_ms / 1000.0)
-                    finally:
-                        for fd in registered:
-                            selector.unregister(fd)
+                    if wait_ms > 0:
+                        _wait(selector, [stop_r, *self.role.wakeup_fds()], wait_ms)
+                deadline = self._deadline_ms
+                lifecycle.drain(math.inf if deadline is None else deadline, "host stopped")
+                while not lifecycle.finished(self.clock()):
+                    wait_ms = self.role.run_once(self.clock())
+                    _wait(selector, self.role.wakeup_fds(), lifecycle.bound_wait(wait_ms, self.clock()))
+            failed = False
         finally:
-            self.role.stop_accepting("host stopped")
-            self.role.close(self._deadline_ms)
-            os.close(self._stop_r)
-            os.close(self._stop_w)
+            if failed and lifecycle.deadline is None:   # run_once raised: no drain, straight to close
+                lifecycle.drain(math.inf if self._deadline_ms is None else self._deadline_ms, "host stopped")
+            lifecycle.close(self.clock())
+            os.close(stop_r)
+            os.close(stop_w)
 
     def start(self) -> "InProcessHost":
         def target() -> None:
@@ -82,6 +168,17 @@ class InProcessHost:
             self._thread.join()
         if self.error is not None:
             raise self.error
+
+
+def _wait(selector: selectors.BaseSelector, fds: Iterable[int], wait_ms: float) -> None:
+    registered = list(fds)
+    for fd in registered:
+        selector.register(fd, selectors.EVENT_READ)
+    try:
+        selector.select(wait_ms / 1000.0)
+    finally:
+        for fd in registered:
+            selector.unregister(fd)
 
 
 def drain_until_idle(role: Role, idle_passes: int = 1) -> None:

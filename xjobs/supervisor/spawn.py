@@ -1,0 +1,80 @@
+"""Forking one child: the one place the supervisor calls ``fork``.
+
+The process table asks (``processes.py``); this owns how:
+
+* under ``fork_lock``, never waited for: the probe holds it whenever it has a database
+  connection open (a child finalising a copied psycopg connection would end the parent's
+  session), so a busy lock DEFERS the start by a loop pass (``deferred``) instead of blocking;
+* with the supervisor's signals blocked until the child has its own handlers: a signal meant
+  for the new child must never run the parent's handler, which would report it to the parent;
+* over a fresh socketpair: the child keeps its end, the parent the other; in the child,
+  ``after_fork`` first closes every supervisor fd it inherited (other children's pipes,
+  listeners, the signal fd), then the child hosts its role (``child.py``).
+
+A failed fork, or no fd left for its pipe, raises ``OSError``: the table backs the slot off as
+after a failed start.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import multiprocess
+
+from .child import FORK_BLOCKED_SIGNALS, ChildSpec, child_main
+from .framing import pair
+from .slots import RoleSpec, new_identity
+
+
+@dataclass(frozen=True)
+class Forked:
+    identity: str
+    proc: Any                   # a multiprocess Process (fork context)
+    sock: socket.socket         # the parent's end of the child's pipe
+
+
+class Forker:
+    def __init__(self, fork_lock: threading.Lock, after_fork: Callable[[socket.socket], None]) -> None:
+        self.fork_lock = fork_lock
+        self.after_fork = after_fork    # in the child, with its own parent end: close the rest
+        self.pid = os.getpid()
+        self.deferred = False           # a start waited for the probe's round; retry soon
+        self._context = multiprocess.get_context("fork")
+
+    def fork(self, spec: RoleSpec, index: int, *, heartbeat_ms: float,
+             drain_deadline_ms: float) -> Forked | None:
+        """Start one process of ``spec`` as slot ``index``; None when deferred."""
+        if not self.fork_lock.acquire(blocking=False):
+            self.deferred = True
+            return None
+        identity = new_identity(spec.role)
+        child_spec = ChildSpec(role=spec.role, queue=spec.queue, index=index, identity=identity,
+                               parent_pid=self.pid, heartbeat_ms=heartbeat_ms,
+                               drain_deadline_ms=drain_deadline_ms, drain=spec.policy.drain)
+        parent_end: socket.socket | None = None
+        child_end: socket.socket | None = None
+        mask = None
+        try:
+            parent_end, child_end = pair()
+            own_end = parent_end
+            proc = self._context.Process(
+                target=child_main, name=child_spec.title,
+                args=(child_end, child_spec, spec.make, lambda: self.after_fork(own_end)))
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORK_BLOCKED_SIGNALS)
+            proc.start()   # the child unblocks them once its own handlers are in place
+        except OSError:
+            if parent_end is not None:
+                parent_end.close()
+            raise
+        finally:
+            if mask is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            self.fork_lock.release()
+            if child_end is not None:
+                child_end.close()
+        return Forked(identity, proc, parent_end)
