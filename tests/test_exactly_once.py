@@ -42,7 +42,7 @@ def test_ten_thousand_jobs_run_exactly_once(pg_dsn, pg_schema, live_driver):
 
     @xjobs.job(queue="bulk", idempotency_key=lambda i: f"n:{i['n']}", tenant="none", registry=registry)
     def record(ctx, input):
-        with pool._connection() as conn:
+        with pool.database.connection() as conn:
             conn.execute(effect, (ctx.job_id, input["n"]))
 
     results = enqueue_many(record, [{"n": n} for n in range(10_000)], driver=live_driver)

@@ -294,7 +294,7 @@ def test_every_connection_gives_up_on_a_dead_server(pg_driver):
               "keepalives_interval": "5", "keepalives_count": "3"}
     with pg_driver.connect() as dedicated:
         seen = [dedicated.info.get_parameters()]
-    with pg_driver._connection() as pooled:
+    with pg_driver.database.connection() as pooled:
         seen.append(pooled.info.get_parameters())
     pg_driver.job_enqueue([NewJob(name="n", queue="q", payload=b"{}", idempotency_key="k")])
     [job] = pg_driver.job_claim(["q"], 1, 30_000, "w")
@@ -310,7 +310,7 @@ def test_a_verb_waits_for_a_pooled_connection_at_most_pool_timeout(pg_dsn, pg_sc
     driver = PostgresDriver(pg_dsn, schema=pg_schema, pool_size=1, pool_timeout=0.2)
     try:
         driver.migrate()
-        with driver._connection():       # the only connection is busy
+        with driver.database.connection():       # the only connection is busy
             with pytest.raises(PoolTimeout):
                 driver.job_stats()
         assert driver.job_stats() == {}

@@ -12,11 +12,14 @@ import threading
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import InvalidOption, NotConfigured
 from .options import duration_ms, finite_count, plain_name
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES
+
+if TYPE_CHECKING:
+    from .drivers.base import JobDriver
 
 MAX_PROCESSES = 256   # per queue, from the configuration or from ``xjobsd scale``
 
@@ -210,10 +213,10 @@ def load_settings(config_path: str | None = None, env: Mapping[str, str] | None 
 
 _state_lock = threading.Lock()
 _settings: Settings | None = None
-_driver: Any = None
+_driver: JobDriver | None = None
 
 
-def configure(*, dsn: str | None = None, schema: str | None = None, driver: Any = None,
+def configure(*, dsn: str | None = None, schema: str | None = None, driver: JobDriver | None = None,
               settings: Settings | None = None, **knobs: Any) -> Settings:
     """Say where the queue lives: ``xjobs.configure(dsn=...)`` or ``configure(driver=...)``."""
     global _settings, _driver
@@ -227,7 +230,7 @@ def configure(*, dsn: str | None = None, schema: str | None = None, driver: Any 
     return base
 
 
-def swap_driver(driver: Any) -> Any:
+def swap_driver(driver: JobDriver | None) -> JobDriver | None:
     """Make ``driver`` the process-wide driver and answer the previous one, left open (unlike
     ``configure``, which closes it): for test helpers that put the application's back."""
     global _driver
@@ -244,7 +247,7 @@ def current_settings() -> Settings:
         return _settings
 
 
-def current_driver() -> Any:
+def current_driver() -> JobDriver:
     global _driver
     settings = current_settings()
     with _state_lock:

@@ -18,7 +18,7 @@ from .errors import Aborted, InvalidOption
 from .options import finite_option
 
 if TYPE_CHECKING:
-    from .drivers.base import Lease, Progress
+    from .drivers.base import JobTransactions, Lease, Progress
 
 _MAX_NOTE = 1000
 
@@ -79,13 +79,13 @@ class RunSignal:
 
 
 class Ctx:
-    """The context of one attempt. ``transaction()`` exists when the driver supports it."""
+    """The context of one attempt. ``transaction()`` is the driver's ``job_transaction``."""
 
     __slots__ = ("job_id", "attempt", "queue", "tenant", "name", "signal", "_driver", "_lease",
                  "_log", "completed_in_transaction", "_progress", "_written")
 
     def __init__(self, *, job_id: int, attempt: int, queue: str, tenant: str | None, name: str,
-                 signal: RunSignal, driver: Any, lease: "Lease") -> None:
+                 signal: RunSignal, driver: "JobTransactions", lease: "Lease") -> None:
         self.job_id = job_id
         self.attempt = attempt
         self.queue = queue

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .config import current_driver, current_settings
-from .drivers.base import LATEST_MS, Enqueued, NewJob
+from .drivers.base import LATEST_MS, Enqueued, JobDriver, NewJob
 from .errors import InvalidOption
 from .options import duration_ms, finite_count, finite_option
 from .errors import PayloadTooLarge
@@ -76,7 +76,7 @@ def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = No
 
 def enqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
                  run_at: object = None, priority: int | None = None, conn: Any = None,
-                 enqueued_by: str | None = None, driver: Any = None) -> list[Enqueued]:
+                 enqueued_by: str | None = None, driver: JobDriver | None = None) -> list[Enqueued]:
     driver = driver if driver is not None else current_driver()
     settings = current_settings()
     jobs = build_jobs(handle, inputs, delay=delay, run_at=run_at, priority=priority,

@@ -70,6 +70,7 @@ __all__ = ["NotIdle", "NoTransaction", "RunSummary", "STATES", "assert_enqueued"
 _FROM_INPUT: Any = object()
 _ANY: Any = object()
 _ROWS = 100_000          # the most rows one listing answers (the drivers' own row limit)
+_NEVER_MS = 3650 * 86_400_000.0     # a retention no test outlives
 
 
 class NoTransaction(XJobsError):
@@ -144,7 +145,9 @@ class RunSummary:
 
 class _Lent:
     """The caller's driver, lent to a worker: ``QueueWorker.close()`` closes its driver (a
-    child owns its own), but a test keeps using this one after, maybe from other threads."""
+    child owns its own), but a test keeps using this one after, maybe from other threads.
+    Every other verb is the lent driver's own (``__getattr__``), so this is a ``JobDriver``
+    whatever the driver is."""
 
     def __init__(self, driver: JobDriver) -> None:
         self._driver = driver
@@ -177,8 +180,9 @@ def run_until_idle(queue: str | Sequence[str] | None = None, *, driver: JobDrive
     if with_scheduled and (driver.server_clock or not isinstance(clock, ManualClock)):
         raise InvalidOption("with_scheduled", "steps the driver's clock, so it needs a driver built "
                             "with clock=ManualClock() (memory_queue() gives one)")
+    stepped = clock if with_scheduled and isinstance(clock, ManualClock) else None
     # poll often (nothing else wakes a memory driver's worker); never prune what a test reads
-    settings = config.Settings(poll_ms=10.0, retention_completed_ms="3650d", retention_finished_ms="3650d")
+    settings = config.Settings(poll_ms=10.0, retention_completed_ms=_NEVER_MS, retention_finished_ms=_NEVER_MS)
     worker = QueueWorker(driver=_Lent(driver), registry=registry, queues={q: concurrency for q in queues},
                          settings=settings)
     advanced, idle = 0.0, False
@@ -187,11 +191,10 @@ def run_until_idle(queue: str | Sequence[str] | None = None, *, driver: JobDrive
         while monotonic_ms() < end:
             wait_ms = worker.run_once(monotonic_ms())
             if worker.in_flight() == 0 and not _due(driver, queues):
-                step = _next_due(driver, queues) if with_scheduled else None
-                if step is None:
+                if stepped is None or (step := _next_due(driver, queues)) is None:
                     idle = True
                     break
-                clock.advance(step)
+                stepped.advance(step)
                 advanced += step
                 continue
             if wait_ms > 0:

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -29,7 +30,7 @@ _EXIT_PIPE_CLOSED = 141
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 already; keep one voice
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 already; keep one voice
         self.print_usage(sys.stderr)
         print(f"xjobsd: error: {message}", file=sys.stderr)
         raise SystemExit(2)

@@ -11,13 +11,16 @@ import os
 import sys
 import traceback
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..config import Settings, load_settings
 from ..errors import (IdempotencyKeyRequired, InvalidOption, PayloadInvalid, PayloadTooLarge,
                       TenantRequired, UnknownJob)
+
+if TYPE_CHECKING:
+    from ..drivers.base import JobDriver
 
 _TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at")
 
@@ -70,7 +73,7 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
     return settings.with_overrides(dsn=dsn, schema=None if explicit_schema else schema)
 
 
-def driver_from(settings: Settings, application_name: str = "xjobs-cli") -> Any:
+def driver_from(settings: Settings, application_name: str = "xjobs-cli") -> "JobDriver":
     """A driver for one command, after one quick connection proves the database answers:
     an operator wants "cannot connect" in seconds, not a pool retrying for half a minute."""
     if not settings.dsn:

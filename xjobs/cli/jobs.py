@@ -22,11 +22,12 @@ import sys
 import time
 from dataclasses import replace
 from datetime import datetime
+from typing import Callable
 
 import orjson
 
 from .. import admin
-from ..drivers.base import STATES, ListFilter
+from ..drivers.base import STATES, JobDriver, JobView, ListFilter
 from ..errors import InvalidOption
 from ..options import duration_ms
 from .common import (add_database_flags, driver_from, iso, plain, print_json, print_table,
@@ -121,7 +122,7 @@ def _has_filter(args: argparse.Namespace) -> bool:
                for f in ("queue", "name", "state", "tenant", "since", "until", "error_contains"))
 
 
-def _driver(args: argparse.Namespace):
+def _driver(args: argparse.Namespace) -> JobDriver:
     return driver_from(settings_from(args))
 
 
@@ -136,12 +137,12 @@ def _short(text: str | None, width: int = 60) -> str | None:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _rows(views: list) -> list[list]:
+def _rows(views: list[JobView]) -> list[list]:
     return [[v.id, v.name, v.queue, v.state, f"{v.attempt}/{v.max_attempts}", v.tenant,
              iso(v.run_at), _short(v.last_error)] for v in views]
 
 
-def _print_views(views: list, as_json: bool) -> None:
+def _print_views(views: list[JobView], as_json: bool) -> None:
     if as_json:
         print_json(views)
         return
@@ -162,7 +163,7 @@ def list_jobs(args: argparse.Namespace) -> int:
     return _follow(driver, where, list(reversed(views)), args.json)
 
 
-def _emit(views: list, as_json: bool) -> None:
+def _emit(views: list[JobView], as_json: bool) -> None:
     """One line per job: a JSON object (``--json``), or the table's columns."""
     for view, row in zip(views, _rows(views)):
         if as_json:
@@ -172,7 +173,7 @@ def _emit(views: list, as_json: bool) -> None:
     sys.stdout.flush()
 
 
-def _follow(driver, where: ListFilter, first: list, as_json: bool) -> int:
+def _follow(driver: JobDriver, where: ListFilter, first: list[JobView], as_json: bool) -> int:
     """Print the newest page oldest first, then every new match as it appears, like tail -f."""
     _emit(first, as_json)
     after = max((v.id for v in first), default=0)
@@ -192,7 +193,7 @@ def dead_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_one(view, as_json: bool) -> None:
+def _print_one(view: JobView, as_json: bool) -> None:
     if as_json:
         print_json(view)
         return
@@ -219,7 +220,8 @@ def show_job(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bulk(args: argparse.Namespace, one, many) -> int:
+def _bulk(args: argparse.Namespace, one: Callable[[JobDriver, int], JobView],
+          many: Callable[[JobDriver, ListFilter], admin.BulkResult]) -> int:
     """One job by id, or a bulk verb over filters (which need a filter or --all)."""
     if args.id is not None:
         if _has_filter(args) or args.all:

@@ -175,7 +175,7 @@ def banner(settings: Settings, specs: list, registry: Any, control: str, metrics
                      + f", schema {settings.schema}")
         lines.append(f"            XJOBS_DATABASE_URL={settings.dsn}")
     else:
-        where = conninfo_to_dict(settings.dsn or "")
+        where = conninfo_to_dict(settings.dsn or "")   # a dsn is configured by now
         lines.append(f"  database: {where.get('host') or 'local socket'}:{where.get('port') or 5432}/"
                      f"{where.get('dbname') or where.get('user') or ''}, schema {settings.schema}")
     lines.append(f"  control socket: {control}")
@@ -196,7 +196,9 @@ def _migrate(settings: Settings) -> None:
     import psycopg
     from ..drivers.postgres import PostgresDriver
     from ..errors import XJobsError
-    driver = PostgresDriver(settings.dsn or "", schema=settings.schema, application_name="xjobsd-migrate")
+    if not settings.dsn:   # run() starts the embedded database first when none is configured
+        raise InvalidOption("dsn", "no database configured: pass --dsn or set XJOBS_DATABASE_URL")
+    driver = PostgresDriver(settings.dsn, schema=settings.schema, application_name="xjobsd-migrate")
     try:
         driver.migrate()   # its own connection, closed on return: nothing crosses the fork
     except psycopg.Error as exc:

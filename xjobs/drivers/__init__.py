@@ -1,7 +1,9 @@
 """Storage drivers behind the ``JobDriver`` seam: ``postgres`` (production), ``memory`` (tests)."""
 
-from .base import (ClaimedJob, Enqueued, JobDriver, JobView, Lease, ListFilter, Nack, NewJob,
-                   QueueSummary)
+from .base import (ClaimedJob, Enqueued, Introspection, JobDriver, JobListener, JobStore,
+                   JobTransactions, JobView, Lease, ListFilter, Maintenance, Nack, NewJob,
+                   QueueStore, QueueSummary)
 
-__all__ = ["ClaimedJob", "Enqueued", "JobDriver", "JobView", "Lease", "ListFilter", "Nack",
-           "NewJob", "QueueSummary"]
+__all__ = ["ClaimedJob", "Enqueued", "Introspection", "JobDriver", "JobListener", "JobStore",
+           "JobTransactions", "JobView", "Lease", "ListFilter", "Maintenance", "Nack", "NewJob",
+           "QueueStore", "QueueSummary"]

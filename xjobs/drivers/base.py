@@ -1,9 +1,18 @@
 """The JobDriver seam: the only door between the runtime and storage.
 
 Verbs are noun-first (``job_claim``, ``job_ack``). ``supervisor/`` and ``workers/`` never hold
-SQL; everything they need from storage is a method here taking small frozen dataclasses.
-Two drivers implement it: ``postgres`` (production) and ``memory`` (fast tests). One
-conformance suite runs against both, so a semantic difference is a failing test.
+SQL; everything they need from storage is a method of ``JobDriver`` (below) taking small frozen
+dataclasses, and every consumer names that Protocol (or the one noun it needs). It is the
+union of four nouns: ``JobStore`` (the hot path of one run: enqueue, claim, settle, renew,
+listen, transaction), ``Maintenance`` (rescue, hand-back of a dead worker's jobs, prune,
+sessions), ``Introspection`` (the operator's verbs on jobs) and ``QueueStore`` (queue control
+and statistics), plus the lifecycle (``migrate``, ``ping``, ``close``).
+
+Two drivers implement it: ``postgres`` (production) and ``memory`` (fast tests). Both are a
+``CheckedDriver`` (``facade.py``): its verbs refuse bad arguments once (``refusals.py``) and
+hand what they checked to the driver's own collaborators (``backend.py``), so no driver checks
+twice and a new driver cannot forget a check. One conformance suite runs against both, so a
+semantic difference is a failing test.
 
 Job states::
 
@@ -23,25 +32,27 @@ attempt; a crash of a process running several charges nobody and makes each a su
 job that kills its process is dead-lettered within its attempts, its neighbours never are.
 
 Times are epoch milliseconds. "Now" is the database server's clock for a production driver
-and the injected clock for one built with ``clock=`` (see ``postgres.py``); a delay that
+and the injected clock for one built with ``clock=`` (see ``pg_database.py``); a delay that
 should not depend on the enqueuing machine's clock is sent as ``delay_ms``, not as an
 absolute ``run_at_ms``.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from ..clock import Clock
-from ..errors import ClaimQueuesEmpty, InvalidOption
-from ..options import finite_count, finite_option, duration_ms
 
 STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
 LIVE_STATES = ("ready", "running", "suspended")
 FINISHED_STATES = ("completed", "dead", "cancelled")
 # what metrics count every few seconds: states an index holds apart from the finished bulk
 COUNTED_STATES = ("ready", "running", "suspended", "dead")
+CHARGES = ("alone", "suspect", "never")   # which lone job a crash's hand-back may charge
+MAX_DELAY_MS = 10 * 365 * 86_400_000.0   # the longest duration any option accepts
+LATEST_MS = 253_402_300_799_000.0        # 9999-12-31T23:59:59Z, the last time every driver holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +202,7 @@ class QueueControl:
 class Progress:
     """One run's latest ``ctx.progress()`` report, written fenced on its lease."""
 
-    lease: "Lease"
+    lease: Lease
     done: float
     total: float | None
     note: str | None
@@ -209,98 +220,76 @@ class QueueSummary:
     oldest_ready_ms: float
 
 
-def is_bigint(value: object) -> bool:
-    """Whether a ``bigint`` column could hold it: a lease with any other id or token is held
-    by nobody, on every driver."""
-    return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
+class JobListener(Protocol):
+    """What ``job_listen`` answers: ``fileno()`` goes into a worker's selector (``None``: nothing
+    to wait on, the poll timer covers); ``poll()`` answers, without blocking, the queues that
+    got new ready jobs since the last poll."""
+
+    def fileno(self) -> int | None: ...
+    def poll(self) -> set[str]: ...
+    def close(self) -> None: ...
 
 
-def check_claim(queues: Sequence[str], limit: object, lease_ms: object) -> tuple[list[str], int, float]:
-    """The one refusal for claim arguments, shared by every driver."""
-    if isinstance(queues, str) or not queues:
-        raise ClaimQueuesEmpty("claim needs a non-empty list of queue names")
-    count = finite_count(limit, "claim.limit", minimum=0, maximum=100_000)
-    lease = duration_ms(lease_ms, "claim.lease", exclusive_minimum=True)
-    return list(queues), count, lease
+class JobTransactions(Protocol):
+    """The one capability a run's ``Ctx`` needs: ``ctx.transaction()``."""
+
+    def job_transaction(self, lease: Lease) -> AbstractContextManager[Any]:
+        """A connection in a transaction that, on a clean exit, also completes the job fenced on
+        ``lease``; a lost lease rolls it all back with ``LeaseLost``. What it yields is the
+        driver's connection (a psycopg one in production), for the body's own statements."""
+        ...
 
 
-MAX_DELAY_MS = 10 * 365 * 86_400_000.0   # the longest duration any option accepts
-LATEST_MS = 253_402_300_799_000.0        # 9999-12-31T23:59:59Z, the last time every driver holds
+class JobStore(JobTransactions, Protocol):
+    """The hot path of one run: enqueue, claim, settle (ack, nack), renew (heartbeat), report."""
 
+    def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
+        """Insert, or answer the live holder of each key (``deduped``); ``conn``: join the
+        caller's transaction (a psycopg connection, or what the memory driver's
+        ``job_transaction`` yields)."""
+        ...
 
-def check_new_jobs(jobs: Sequence[NewJob]) -> None:
-    """The refusal for delays, shared by every driver: a NaN or an overflowing delay would
-    otherwise fail inside the database (or not at all, in memory)."""
-    for job in jobs:
-        if job.delay_ms:     # 0.0 is the common case and needs no check; NaN is truthy
-            if job.run_at_ms is not None:
-                raise InvalidOption("delay", "give delay_ms or run_at_ms, not both")
-            finite_option(job.delay_ms, "delay", maximum=MAX_DELAY_MS)
-
-
-CHARGES = ("alone", "suspect", "never")   # which lone job a crash's hand-back may charge
-
-
-def check_charge(charge: object) -> str:
-    if charge not in CHARGES:
-        raise InvalidOption("charge", f"must be one of {', '.join(CHARGES)}, got {charge!r}")
-    return str(charge)
-
-
-def check_row_limit(limit: object, option: str = "limit") -> int:
-    return finite_count(limit, option, minimum=0, maximum=100_000)
-
-
-def check_filter(where: ListFilter) -> ListFilter:
-    """The one refusal for operator filters, shared by every driver."""
-    check_row_limit(where.limit)
-    if where.state is not None and where.state not in STATES:
-        raise InvalidOption("state", f"must be one of {', '.join(STATES)}, got {where.state!r}")
-    for option in ("since_ms", "until_ms"):
-        value = getattr(where, option)
-        if value is not None:
-            finite_option(value, option.removesuffix("_ms"), maximum=LATEST_MS)
-    for option in ("since_ago_ms", "until_ago_ms"):
-        value = getattr(where, option)
-        if value is not None:
-            duration_ms(value, option.removesuffix("_ago_ms"))
-    if where.since_ms is not None and where.since_ago_ms is not None:
-        raise InvalidOption("since", "give a time or an age, not both")
-    if where.until_ms is not None and where.until_ago_ms is not None:
-        raise InvalidOption("until", "give a time or an age, not both")
-    for option in ("before_id", "after_id"):
-        value = getattr(where, option)
-        if value is not None and not is_bigint(value):
-            raise InvalidOption(option.removesuffix("_id"), f"must be a job id, got {value!r}")
-    if where.before_id is not None and where.after_id is not None:
-        raise InvalidOption("after", "page backwards (before) or forwards (after), not both")
-    return where
-
-
-class JobDriver(Protocol):
-    clock: Clock            # the injected clock of a test driver; never decides a row's fate
-    server_clock: bool      # True: statements take now from the database server, not ``clock``
-
-    # -- the queue ---------------------------------------------------------------------------
-    def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]: ...
     def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float,
                   worker_id: str) -> list[ClaimedJob]: ...
     def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
                         waited_ms: float = 0.0) -> list[ClaimedJob]: ...
     def job_ack_many(self, leases: Sequence[Lease]) -> set[int]: ...
+    def job_ack(self, job_id: int, token: int) -> bool: ...
     def job_nack(self, nack: Nack) -> bool: ...
     def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]: ...
-    def job_rescue(self, limit: int) -> int: ...
+    def job_heartbeat(self, job_id: int, token: int, lease_ms: float) -> bool: ...
+    def job_progress_many(self, reports: Sequence[Progress]) -> set[int]: ...
+
+    def job_listen(self) -> JobListener:
+        """A listener for new ready jobs (Postgres: LISTEN on a dedicated connection; memory:
+        one with nothing to wait on)."""
+        ...
+
+
+class Maintenance(Protocol):
+    """Upkeep of the jobs table: lapsed leases, due suspensions, dead workers, retention."""
+
+    def job_rescue(self, limit: int = 1000) -> int:
+        """Hand back lapsed leases, then wake due suspensions; each bounded by ``limit``."""
+        ...
+
     def job_release_worker(self, worker_id: str, *, crashed: bool = True, how: str = "died",
                            charge: str = "alone") -> list[Released]: ...
-    def job_prune(self, completed_for_ms: float, finished_for_ms: float, limit: int) -> int: ...
-    def job_progress_many(self, reports: Sequence[Progress]) -> set[int]: ...
-    def close(self) -> None: ...
+    def job_prune(self, completed_for_ms: float, finished_for_ms: float,
+                  limit: int = 1000) -> int: ...
 
-    # -- introspection and operator verbs -------------------------------------------------------
+    def session_count(self, application_name: str) -> int:
+        """Open sessions announcing ``application_name`` (a child's identity): its jobs are
+        handed back only once none is left (always 0 on memory)."""
+        ...
+
+
+class Introspection(Protocol):
+    """The operator's verbs on jobs (``xjobsd jobs``, ``admin.py``)."""
+
     def job_list(self, where: ListFilter) -> list[JobView]: ...
     def job_get(self, job_id: int) -> JobView: ...
-    def job_dead(self, limit: int) -> list[JobView]: ...
+    def job_dead(self, limit: int = 50) -> list[JobView]: ...
     def job_cancel(self, job_id: int, reason: str | None = None) -> JobView: ...
     def job_requeue(self, job_id: int) -> JobView: ...
     def job_requeue_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
@@ -308,12 +297,37 @@ class JobDriver(Protocol):
     def job_cancel_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
                          reason: str) -> list[int]: ...
     def job_count(self, where: ListFilter, states: Sequence[str]) -> Matching: ...
+    def job_stats(self) -> dict[str, dict[str, int]]: ...
+
+
+class QueueStore(Protocol):
+    """Queue control (fleet-wide pause) and the per-queue statistics metrics read."""
+
     def queue_pause(self, queue: str, paused: bool, by: str | None = None) -> None: ...
     def queue_control(self) -> list[QueueControl]: ...
-    def job_stats(self) -> dict[str, dict[str, int]]: ...
     def queue_summary(self) -> dict[str, QueueSummary]: ...
     def queue_counts(self) -> dict[str, dict[str, int]]: ...
 
-    # -- convenience built on the batched verbs -----------------------------------------------
-    def job_ack(self, job_id: int, token: int) -> bool: ...
-    def job_heartbeat(self, job_id: int, token: int, lease_ms: float) -> bool: ...
+
+class JobDriver(JobStore, Maintenance, Introspection, QueueStore, Protocol):
+    """The whole seam, and its lifecycle: install the schema, prove the database answers, close."""
+
+    @property
+    def clock(self) -> Clock:
+        """The injected clock of a test driver; never decides a row's fate in production."""
+        ...
+
+    @property
+    def server_clock(self) -> bool:
+        """True: statements take now from the database server, not ``clock``."""
+        ...
+
+    def migrate(self, *, lock_timeout_ms: float = 10_000.0) -> None:
+        """Install or upgrade the schema (nothing to do on memory); idempotent."""
+        ...
+
+    def ping(self, timeout_s: float) -> None:
+        """Raise unless the database answers a fresh connection within ``timeout_s``."""
+        ...
+
+    def close(self) -> None: ...

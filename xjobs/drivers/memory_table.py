@@ -1,13 +1,35 @@
-"""The memory driver's table: one row of ``jobs``, and the column types it must copy.
+"""The memory driver's lower layer: the tables, their indexes and the one lock.
 
-A ``timestamptz`` holds whole microseconds; the memory driver rounds exactly where the Postgres
-columns would, or the two drivers drift apart on the
-values the conformance suite compares.
+``MemoryTable`` is what ``schema.sql`` installs, held in dicts: ``jobs`` (``rows``, in id
+order like the identity column) with ``job_history``, ``queues`` (``paused``) and
+``crashed_workers``. What the database does for the SQL, it spells out:
+
+- ids come from one counter that every *attempted* insert row consumes, deduplicated or not,
+  as an identity column does under ``on conflict do nothing`` (``take_id``);
+- ``live`` is the partial unique index ``jobs_idempotency_idx``: (name, tenant or '', key)
+  over ready, running and suspended rows, kept in step by ``move``; ``windowed`` is
+  ``jobs_dedupe_idx``, the completed rows of jobs that keep their key for a window;
+- a ``timestamptz`` holds whole microseconds, so times are rounded exactly where the Postgres
+  columns would round them (``ts``, ``plus``), or the two drivers drift apart on the values
+  the conformance suite compares;
+- its clock is always now: the injected clock plays the part of the server's.
+
+One lock serialises every verb, which stands in for the row locks and ``skip locked``. The
+collaborators (``memory_jobs``, ``memory_maintenance``, ``memory_operator``,
+``memory_queues``) take ``lock`` around each verb and change rows only through these methods
+where an index is involved.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+
+from ..clock import Clock
+from ..errors import DuplicateJob
+from .base import LIVE_STATES
+
+Namespace = tuple[str, str, str]        # (name, tenant or '', key): the idempotency namespace
 
 
 def ts(ms: float) -> float:
@@ -48,5 +70,104 @@ class Row:
     progress: dict | None = None
 
     @property
-    def namespace(self) -> tuple[str, str, str]:
+    def namespace(self) -> Namespace:
         return (self.name, self.tenant or "", self.idempotency_key)
+
+
+class MemoryTable:
+    server_clock = False   # no server: the injected clock is now in every verb
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.rows: dict[int, Row] = {}
+        self.history: dict[int, list[tuple[float, int, str, str | None]]] = {}
+        self.live: dict[Namespace, int] = {}
+        self.windowed: dict[Namespace, list[int]] = {}
+        self.paused: dict[str, tuple[bool, float, str | None]] = {}   # the queues table
+        self.crashed_workers: dict[str, float] = {}   # worker -> when seen dying beside others
+        self._next_id = 1
+
+    def now(self) -> float:
+        """``{now}``: the clock's reading as a ``timestamptz`` holds it."""
+        return ts(self.clock.now_ms())
+
+    def take_id(self) -> int:
+        job_id, self._next_id = self._next_id, self._next_id + 1
+        return job_id
+
+    def insert(self, row: Row) -> None:
+        """A new ready row; its namespace is free (the caller looked)."""
+        self.rows[row.id] = row
+        self.live[row.namespace] = row.id
+
+    def move(self, row: Row, state: str) -> None:
+        """Change a row's state, keeping the live-namespace index in step; like the unique
+        index, refuse a second live row of one namespace (callers look first)."""
+        was_live, live = row.state in LIVE_STATES, state in LIVE_STATES
+        if was_live and not live:
+            self.live.pop(row.namespace, None)
+        elif live and not was_live:
+            holder = self.live.get(row.namespace)
+            if holder is not None and holder != row.id:
+                raise DuplicateJob(f"jobs_idempotency_idx: job {holder} already holds the key of job {row.id}")
+            self.live[row.namespace] = row.id
+        row.state = state
+
+    def key_held(self, row: Row) -> bool:
+        """Whether another live job holds ``row``'s namespace."""
+        return self.live.get(row.namespace, row.id) != row.id
+
+    def held(self, job_id: int, token: int) -> Row | None:
+        """The fence of every settling verb: ``state = 'running'`` and the claim's token."""
+        row = self.rows.get(job_id)
+        if row is None or row.state != "running" or row.lease_token != token:
+            return None
+        return row
+
+    def record(self, job_id: int, at: float, attempt: int, outcome: str, error: str | None) -> None:
+        """A row of ``job_history``."""
+        self.history.setdefault(job_id, []).append((at, attempt, outcome, error))
+
+    def complete(self, row: Row, at: float) -> None:
+        self.move(row, "completed")
+        row.finished_at, row.lease_token, row.lease_expires_at = at, None, None
+        if row.dedupe_window_ms is not None:
+            self.windowed.setdefault(row.namespace, []).append(row.id)
+
+    def in_window(self, namespace: Namespace, at: float) -> int | None:
+        """The newest completed job of ``namespace`` still inside its dedupe window."""
+        inside = [i for i in self.windowed.get(namespace, ()) if self._window_open(self.rows[i], at)]
+        return max(inside) if inside else None
+
+    @staticmethod
+    def _window_open(row: Row, at: float) -> bool:
+        return (row.finished_at is not None and row.dedupe_window_ms is not None
+                and plus(row.finished_at, row.dedupe_window_ms) > at)
+
+    def forget(self, row: Row) -> None:
+        """Delete a row and what indexes it (prune, a rolled-back transaction's insert)."""
+        del self.rows[row.id]
+        self.history.pop(row.id, None)
+        if self.live.get(row.namespace) == row.id:
+            del self.live[row.namespace]
+        windowed = self.windowed.get(row.namespace)
+        if windowed is not None and row.id in windowed:
+            windowed.remove(row.id)
+            if not windowed:
+                del self.windowed[row.namespace]
+
+    def is_paused(self, queue: str) -> bool:
+        entry = self.paused.get(queue)
+        return entry is not None and entry[0]
+
+    # -- Storage: what a database would need, nothing here ------------------------------------
+
+    def migrate(self, lock_timeout_ms: float) -> None:
+        """Nothing to install: the tables exist as soon as the object does."""
+
+    def ping(self, timeout_s: float) -> None:
+        """Always reachable."""
+
+    def close(self) -> None:
+        """Nothing to let go of: rows stay readable after close, as tests expect."""

@@ -23,8 +23,8 @@ def installed_version(conn: psycopg.Connection, schema: str) -> int:
     """``meta.schema_version`` of ``schema``; 0 when nothing (or nothing readable) is installed."""
     # to_regclass instead of reading and catching: inside the installer's transaction an
     # undefined table would abort it
-    found = conn.execute("select to_regclass(%s) is not null", (f"{schema}.meta",)).fetchone()[0]
-    if not found:
+    found = conn.execute("select to_regclass(%s) is not null", (f"{schema}.meta",)).fetchone()
+    if found is None or not found[0]:
         return 0
     row = conn.execute(f"select value from {schema}.meta where key = 'schema_version'").fetchone()
     try:

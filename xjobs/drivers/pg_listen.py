@@ -10,25 +10,28 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg import sql
+
+if TYPE_CHECKING:
+    from .pg_database import PgDatabase
 
 log = logging.getLogger("xjobs.listen")
 
 
 class PgListener:
-    def __init__(self, driver: Any) -> None:
-        self._driver = driver
+    def __init__(self, db: "PgDatabase") -> None:
+        self._db = db
         self._conn: psycopg.Connection | None = None
         self._retry_at = 0.0
         self._open()
 
     def _open(self) -> None:
         try:
-            conn = self._driver.connect()
-            conn.execute(sql.SQL("listen {}").format(sql.Identifier(self._driver.channel)))
+            conn = self._db.connect()
+            conn.execute(sql.SQL("listen {}").format(sql.Identifier(self._db.channel)))
             self._conn = conn
         except psycopg.Error as exc:
             log.warning("listen connection failed (%s); relying on the poll interval", exc)

@@ -1,0 +1,201 @@
+"""``CheckedDriver``: the one door of every driver, where arguments are checked once.
+
+Each public verb of ``JobDriver`` is here, and each does the same two things: refuse or
+normalise its arguments (``refusals.py``), then hand them to the collaborator that does the
+work (``backend.py``), in one line. A driver is this class plus the objects it is built
+with, so a reader follows ``job_claim`` to ``self._jobs.claim`` and from there into one file
+of one driver (``pg_jobs.py`` or ``memory_jobs.py``)::
+
+    CheckedDriver ─┬─ _jobs         the hot path: enqueue, claim, ack, nack, heartbeat, progress
+                   ├─ _maintenance  rescue, release a dead worker's jobs, prune, sessions
+                   ├─ _operator     list, get, cancel, requeue (one and in batches), count
+                   ├─ _queues       pause, control, summary, counts, stats
+                   └─ _storage      the layer they share: connections or the table, and now
+
+What is true of every driver lives here too: a claim of 0 rows, an empty batch and a lease
+nobody can hold never reach a collaborator, and the operator's refusals (no such job, not
+cancellable, key held) are raised here from what the collaborator answers, with one text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+from ..clock import Clock
+from ..errors import DuplicateJob, JobNotFound, NotCancellable, NotRetryable, XJobsError
+from ..options import duration_ms, finite_option
+from .backend import JobsBackend, Maintainer, Operator, Outcome, Queues, Storage
+from .base import (ClaimedJob, Enqueued, JobListener, JobView, Lease, ListFilter, Matching,
+                   Nack, NewJob, Progress, QueueControl, QueueSummary, Released)
+from .refusals import (check_batch, check_charge, check_claim, check_filter, check_lease,
+                       check_nack, check_new_jobs, check_row_limit, held, matchable)
+
+if TYPE_CHECKING:
+    from .base import JobDriver
+
+
+class CheckedDriver:
+    def __init__(self, *, storage: Storage, jobs: JobsBackend, maintenance: Maintainer,
+                 operator: Operator, queues: Queues) -> None:
+        self._storage = storage
+        self._jobs = jobs
+        self._maintenance = maintenance
+        self._operator = operator
+        self._queues = queues
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def clock(self) -> Clock:
+        return self._storage.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self._storage.clock = clock
+
+    @property
+    def server_clock(self) -> bool:
+        return self._storage.server_clock
+
+    def migrate(self, *, lock_timeout_ms: float = 10_000.0) -> None:
+        self._storage.migrate(finite_option(lock_timeout_ms, "migrate.lock_timeout", exclusive_minimum=True))
+
+    def ping(self, timeout_s: float) -> None:
+        self._storage.ping(finite_option(timeout_s, "ping.timeout", maximum=3600.0, exclusive_minimum=True))
+
+    def close(self) -> None:
+        self._storage.close()
+
+    # -- JobStore: the hot path -----------------------------------------------------------------
+
+    def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
+        check_new_jobs(jobs)
+        return self._jobs.enqueue(jobs, conn) if jobs else []
+
+    def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float,
+                  worker_id: str) -> list[ClaimedJob]:
+        names, count, lease = check_claim(queues, limit, lease_ms)
+        return self._jobs.claim(names, count, lease, worker_id) if count else []
+
+    def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
+                        waited_ms: float = 0.0) -> list[ClaimedJob]:
+        lease, waited = check_lease(lease_ms, "claim.lease"), duration_ms(waited_ms, "claim.waited")
+        return self._jobs.claim_alone(queue, lease, worker_id, waited)
+
+    def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
+        leases = matchable(leases)
+        return self._jobs.ack(leases) if leases else set()
+
+    def job_ack(self, job_id: int, token: int) -> bool:
+        return job_id in self.job_ack_many([Lease(job_id, token)])
+
+    def job_nack(self, nack: Nack) -> bool:
+        nack = check_nack(nack)
+        return held(Lease(nack.job_id, nack.token)) and self._jobs.nack(nack)
+
+    def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
+        lease = check_lease(lease_ms, "heartbeat.lease")
+        leases = matchable(leases)
+        return self._jobs.heartbeat(leases, lease) if leases else set()
+
+    def job_heartbeat(self, job_id: int, token: int, lease_ms: float) -> bool:
+        return job_id in self.job_heartbeat_many([Lease(job_id, token)], lease_ms)
+
+    def job_progress_many(self, reports: Sequence[Progress]) -> set[int]:
+        reports = [report for report in reports if held(report.lease)]
+        return self._jobs.progress(reports) if reports else set()
+
+    @contextlib.contextmanager
+    def job_transaction(self, lease: Lease) -> Iterator[Any]:
+        with self._jobs.transaction(lease, held(lease)) as conn:
+            yield conn
+
+    def job_listen(self) -> JobListener:
+        return self._jobs.listen()
+
+    # -- Maintenance ------------------------------------------------------------------------------
+
+    def job_rescue(self, limit: int = 1000) -> int:
+        return self._maintenance.rescue(check_row_limit(limit, "rescue.limit"))
+
+    def job_release_worker(self, worker_id: str, *, crashed: bool = True, how: str = "died",
+                           charge: str = "alone") -> list[Released]:
+        return self._maintenance.release_worker(worker_id, bool(crashed), how, check_charge(charge))
+
+    def job_prune(self, completed_for_ms: float, finished_for_ms: float, limit: int = 1000) -> int:
+        limit = check_row_limit(limit, "prune.limit")
+        completed_for = duration_ms(completed_for_ms, "prune.completed_for")
+        finished_for = duration_ms(finished_for_ms, "prune.finished_for")
+        return self._maintenance.prune(completed_for, finished_for, limit)
+
+    def session_count(self, application_name: str) -> int:
+        return self._maintenance.session_count(application_name)
+
+    # -- Introspection: the operator's verbs --------------------------------------------------------
+
+    def job_list(self, where: ListFilter) -> list[JobView]:
+        return self._operator.find(check_filter(where))
+
+    def job_get(self, job_id: int) -> JobView:
+        view = self._operator.get(job_id)
+        if view is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        return view
+
+    def job_dead(self, limit: int = 50) -> list[JobView]:
+        return self.job_list(ListFilter(state="dead", limit=limit))
+
+    def job_cancel(self, job_id: int, reason: str | None = None) -> JobView:
+        outcome = self._operator.cancel(job_id, reason or "cancelled")
+        return _settled(job_id, outcome, NotCancellable, "only ready, running or suspended jobs can be cancelled")
+
+    def job_requeue(self, job_id: int) -> JobView:
+        outcome = self._operator.requeue(job_id)
+        return _settled(job_id, outcome, NotRetryable, "only dead or cancelled jobs can be retried")
+
+    def job_requeue_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
+                          reason: str | None) -> list[tuple[int, str | None]]:
+        """One batch of a bulk retry: every picked id, with its queue when it was requeued
+        (None: its key is held by a live job, so it stays as it is)."""
+        return self._operator.requeue_batch(check_batch(where, after_id, upto_id, limit), reason)
+
+    def job_cancel_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
+                         reason: str) -> list[int]:
+        return self._operator.cancel_batch(check_batch(where, after_id, upto_id, limit), reason)
+
+    def job_count(self, where: ListFilter, states: Sequence[str]) -> Matching:
+        return self._operator.count(check_filter(where), list(states))
+
+    def job_stats(self) -> dict[str, dict[str, int]]:
+        return self._queues.stats()
+
+    # -- QueueStore -------------------------------------------------------------------------------
+
+    def queue_pause(self, queue: str, paused: bool, by: str | None = None) -> None:
+        self._queues.pause(queue, bool(paused), by)
+
+    def queue_control(self) -> list[QueueControl]:
+        return self._queues.control()
+
+    def queue_summary(self) -> dict[str, QueueSummary]:
+        return self._queues.summary()
+
+    def queue_counts(self) -> dict[str, dict[str, int]]:
+        return self._queues.counts()
+
+
+def _settled(job_id: int, outcome: Outcome, refusal: type[XJobsError], rule: str) -> JobView:
+    """The job an operator verb changed, or the one refusal that says why it did not."""
+    if outcome.key_held:
+        raise DuplicateJob(f"job {job_id}: a live job already holds its idempotency key")
+    if outcome.view is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    if not outcome.done:
+        raise refusal(f"job {job_id} is {outcome.view.state}; {rule}")
+    return outcome.view
+
+
+if TYPE_CHECKING:
+    def _complete(driver: CheckedDriver) -> JobDriver:
+        return driver      # the type checker proves every checked driver is a whole JobDriver

@@ -1,0 +1,216 @@
+"""The memory driver's hot path: a copy of the semantics of its statements in ``queries.sql``.
+
+Each method says which statement it mirrors, and works on the one ``MemoryTable`` under its
+lock. Arguments arrive checked (``refusals.py``): ids and tokens are ``bigint``s, limits
+whole, durations finite milliseconds, batches never empty.
+
+Payloads are stored as a ``jsonb`` column gives them back (``jsonb.py``: ``1e16`` becomes an
+int, keys are reordered) and decoded on every read, so each caller gets a fresh copy.
+
+``job_listen`` answers a listener with nothing to wait on: a worker on this driver finds new
+jobs by its poll timer. ``job_transaction`` cannot offer atomicity with a database; jobs
+enqueued through the object it yields are visible at once and deleted again if the
+transaction rolls back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import orjson
+
+from ..errors import InvalidOption
+from .backend import lease_lost
+from .base import ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress
+from .jsonb import as_stored
+from .memory_table import MemoryTable, Row, plus, ts
+
+
+@dataclass
+class MemoryTransaction:
+    """What the memory driver's ``job_transaction`` yields; pass it as ``conn=`` to enqueue
+    inside it."""
+
+    table: MemoryTable
+    lease: Lease
+    inserted: list[int] = field(default_factory=list)
+
+
+class IdleListener:
+    """A ``JobListener`` with nothing to wait on: no server announces new jobs in memory."""
+
+    def fileno(self) -> int | None:
+        return None
+
+    def poll(self) -> set[str]:
+        return set()
+
+    def close(self) -> None:
+        pass
+
+
+def _by_claim_order(row: Row) -> tuple[int, float, int]:
+    return (row.priority, row.run_at, row.id)
+
+
+class MemoryJobs:
+    def __init__(self, table: MemoryTable) -> None:
+        self._table = table
+
+    def enqueue(self, jobs: Sequence[NewJob], conn: Any) -> list[Enqueued]:
+        """``job_enqueue`` (+ ``job_find_holder``): insert, or answer the holder of the key."""
+        table = self._table
+        # what counts as a connection is this driver's own business: only its transaction
+        if conn is not None and not (isinstance(conn, MemoryTransaction) and conn.table is table):
+            raise InvalidOption("conn", "the memory driver joins only a transaction from its own job_transaction()")
+        payloads = [as_stored(job.payload) for job in jobs]
+        results: list[Enqueued] = []
+        with table.lock:
+            at = table.now()
+            for job, payload in zip(jobs, payloads):
+                if job.dedupe_window_ms is not None:   # filtered before the insert: no id taken
+                    kept = table.in_window(job.namespace, at)
+                    if kept is not None:   # job_find_holder answers a live holder first
+                        results.append(Enqueued(table.live.get(job.namespace, kept), True))
+                        continue
+                job_id = table.take_id()   # taken even when deduped
+                holder = table.live.get(job.namespace)
+                if holder is not None:
+                    results.append(Enqueued(holder, True))
+                    continue
+                run_at = plus(at, job.delay_ms) if job.run_at_ms is None else ts(job.run_at_ms)
+                table.insert(Row(
+                    id=job_id, name=job.name, queue=job.queue, state="ready", payload=payload,
+                    tenant=job.tenant, enqueued_by=job.enqueued_by, idempotency_key=job.idempotency_key,
+                    priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at,
+                    dedupe_window_ms=(None if job.dedupe_window_ms is None else ts(job.dedupe_window_ms))))
+                if conn is not None:
+                    conn.inserted.append(job_id)
+                results.append(Enqueued(job_id, False))
+        return results
+
+    def claim(self, queues: Sequence[str], limit: int, lease_ms: float,
+              worker_id: str) -> list[ClaimedJob]:
+        """``job_claim_one`` / ``job_claim_many``: due ready rows by priority, run_at, id."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            wanted = {q for q in queues if not table.is_paused(q)}
+            due = (r for r in table.rows.values()
+                   if r.state == "ready" and r.queue in wanted and r.run_at <= at and r.crashes == 0)
+            return self._take(heapq.nsmallest(limit, due, key=_by_claim_order), at, lease_ms, worker_id)
+
+    def claim_alone(self, queue: str, lease_ms: float, worker_id: str,
+                    waited_ms: float) -> list[ClaimedJob]:
+        """``job_claim_alone``: one suspect that has waited ``waited_ms``, to run with nothing beside it."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            if table.is_paused(queue):
+                return []
+            since = ts(at - ts(waited_ms))
+            due = (r for r in table.rows.values()
+                   if r.state == "ready" and r.queue == queue and r.crashes > 0 and r.run_at <= since)
+            return self._take(heapq.nsmallest(1, due, key=_by_claim_order), at, lease_ms, worker_id)
+
+    def _take(self, picked: list[Row], at: float, lease_ms: float, worker_id: str) -> list[ClaimedJob]:
+        token = secrets.randbits(63)
+        for row in picked:
+            self._table.move(row, "running")
+            row.attempt += 1
+            row.lease_token, row.claimed_by, row.started_at = token, worker_id, at
+            row.lease_expires_at = plus(at, lease_ms)
+            row.progress = None
+        picked.sort(key=lambda r: r.id)
+        return [ClaimedJob(r.id, r.name, r.queue, orjson.loads(r.payload), r.tenant, r.attempt,
+                           r.max_attempts, r.priority, token) for r in picked]
+
+    def ack(self, leases: Sequence[Lease]) -> set[int]:
+        """``job_ack_many``: complete every job still held under its token."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            done: set[int] = set()
+            for lease in leases:
+                row = table.held(lease.job_id, lease.token)
+                if row is not None:
+                    table.complete(row, at)
+                    done.add(row.id)
+            return done
+
+    def nack(self, nack: Nack) -> bool:
+        """``job_nack``: settle a held job as ready, suspended or dead, and write its history."""
+        table = self._table
+        with table.lock:
+            row = table.held(nack.job_id, nack.token)
+            if row is None:
+                return False
+            at = table.now()
+            row.attempt = row.attempt if nack.counts_as_attempt else max(row.attempt - 1, 0)
+            if nack.counts_as_attempt:   # the run ended on its own: no longer a crash suspect
+                row.crashes = 0
+            table.move(row, "dead" if nack.dead else "suspended" if nack.park else "ready")
+            if not nack.dead:
+                row.run_at = plus(at, nack.delay_ms)
+            row.finished_at = at if nack.dead else None
+            if nack.error is not None:
+                row.last_error = nack.error
+            row.lease_token = row.lease_expires_at = None
+            ran = row.attempt if nack.counts_as_attempt else row.attempt + 1
+            table.record(row.id, at, ran, nack.outcome, nack.error)
+            return True
+
+    def heartbeat(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
+        """``job_heartbeat_many``: extend the lease of every job still held."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            extended: set[int] = set()
+            for lease in leases:
+                row = table.held(lease.job_id, lease.token)
+                if row is not None:
+                    row.lease_expires_at = plus(at, lease_ms)
+                    extended.add(row.id)
+            return extended
+
+    def progress(self, reports: Sequence[Progress]) -> set[int]:
+        """``job_progress_many``: the latest report of each run still holding its job."""
+        table = self._table
+        with table.lock:
+            written: set[int] = set()
+            for report in reports:
+                row = table.held(report.lease.job_id, report.lease.token)
+                if row is not None:
+                    row.progress = orjson.loads(orjson.dumps(report.as_json()))
+                    written.add(row.id)
+            return written
+
+    @contextlib.contextmanager
+    def transaction(self, lease: Lease, held: bool) -> Iterator[MemoryTransaction]:
+        """``job_complete_fenced`` on a clean exit; ``LeaseLost`` if the lease is gone.
+
+        Jobs enqueued with ``conn=`` the yielded object are deleted again on any failure, so
+        a lost lease leaves no trace but the ids it consumed, as a rolled-back insert would.
+        """
+        table = self._table
+        tx = MemoryTransaction(table, lease)
+        try:
+            yield tx
+            with table.lock:
+                row = table.held(lease.job_id, lease.token) if held else None
+                if row is None:
+                    raise lease_lost(lease)
+                table.complete(row, table.now())
+        except BaseException:
+            with table.lock:
+                for job_id in tx.inserted:
+                    if (inserted := table.rows.get(job_id)) is not None:
+                        table.forget(inserted)
+            raise
+
+    def listen(self) -> IdleListener:
+        return IdleListener()

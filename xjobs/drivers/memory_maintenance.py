@@ -1,0 +1,123 @@
+"""The memory driver's upkeep of the jobs table, a copy of its statements in ``queries.sql``:
+rescue lapsed leases and wake due suspensions, hand back a dead worker's jobs, prune.
+
+The verdicts follow the statements' comments (``job_rescue_lapsed``, ``job_release_worker``):
+a job is charged its attempt only when it provably ran alone; a job caught beside others
+gets its attempt back and becomes a suspect (``crashes + 1``), run alone next, and its holder
+is remembered in ``crashed_workers`` so its later lapses are judged the same.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from .base import Released
+from .memory_table import MemoryTable, Row, plus, ts
+
+
+class MemoryMaintenance:
+    def __init__(self, table: MemoryTable) -> None:
+        self._table = table
+
+    def rescue(self, limit: int) -> int:
+        """``job_rescue_lapsed`` then ``job_wake_due``, each bounded by ``limit``."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            lapsed = heapq.nsmallest(limit, (r for r in table.rows.values() if r.state == "running"
+                                             and r.lease_expires_at is not None and r.lease_expires_at < at),
+                                     key=lambda r: (r.lease_expires_at or 0.0, r.id))
+            holders = {r.claimed_by for r in lapsed}
+            company: dict[str | None, int] = {}
+            for r in table.rows.values():
+                if r.state == "running" and r.claimed_by in holders:
+                    company[r.claimed_by] = company.get(r.claimed_by, 0) + 1
+            judged = {r.id: company.get(r.claimed_by, 1) == 1 and r.claimed_by not in table.crashed_workers
+                      for r in lapsed}
+            for row in lapsed:
+                if not judged[row.id] and row.claimed_by is not None:
+                    table.crashed_workers.setdefault(row.claimed_by, at)
+            for row in lapsed:
+                holder = row.claimed_by if row.claimed_by is not None else "?"
+                alone = judged[row.id]
+                self._hand_back(
+                    row, at, charged=alone, suspect=not alone,
+                    dead_error=f"dead: lease expired on the last attempt, held by {holder}",
+                    error=(f"lease expired, held by {holder}" if alone else
+                           f"lease expired beside other jobs of {holder}; attempt not counted, runs alone next"),
+                    outcome="lapsed" if alone else "quarantined")
+            due = heapq.nsmallest(limit, (r for r in table.rows.values()
+                                          if r.state == "suspended" and r.run_at <= at),
+                                  key=lambda r: (r.run_at, r.id))
+            for row in due:
+                table.move(row, "ready")
+            return len(lapsed) + len(due)
+
+    def release_worker(self, worker_id: str, crashed: bool, how: str, charge: str) -> list[Released]:
+        """``job_release_worker``: every job a dead worker held goes back; a crash charges only
+        a job that ran alone (as ``charge`` allows), and makes suspects of the others."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            held = [r for r in table.rows.values() if r.state == "running" and r.claimed_by == worker_id]
+            alone = crashed and len(held) == 1 and worker_id not in table.crashed_workers
+            released = []
+            for row in held:
+                charged = alone and (charge == "alone" or (charge == "suspect" and row.crashes > 0))
+                if not crashed:
+                    error, outcome = f"worker stopped by its supervisor, attempt not counted, {worker_id}", "interrupted"
+                elif charged:
+                    error, outcome = f"crashed its worker process ({how}, {worker_id}); attempt counted, runs alone next", "crashed"
+                else:
+                    error = (f"worker process {how} ({worker_id}) running {len(held)} job(s); "
+                             "attempt not counted, runs alone next")
+                    outcome = "quarantined"
+                    table.crashed_workers.setdefault(worker_id, at)
+                self._hand_back(row, at, charged=charged, suspect=crashed, error=error, outcome=outcome,
+                                dead_error=f"dead: crashed its worker process on the last attempt ({how}, {worker_id})")
+                released.append(Released(row.id, row.name, row.queue, row.state,
+                                         "dead" if row.state == "dead" else outcome))
+            return released
+
+    def _hand_back(self, row: Row, at: float, *, charged: bool, dead_error: str, error: str,
+                   outcome: str, suspect: bool) -> None:
+        """One row of ``job_rescue_lapsed`` / ``job_release_worker``: ``charged`` keeps the
+        attempt (dead on the last one), otherwise it is given back; ``suspect`` counts one
+        more crash the job was caught in. The attempt is written to the history."""
+        ran = row.attempt
+        dead = charged and row.attempt >= row.max_attempts
+        self._table.move(row, "dead" if dead else "ready")
+        row.run_at, row.finished_at = at, (at if dead else None)
+        if not charged:
+            row.attempt = max(row.attempt - 1, 0)
+        if suspect:
+            row.crashes += 1
+        row.last_error = dead_error if dead else error
+        row.lease_token = row.lease_expires_at = None
+        self._table.record(row.id, at, ran, "dead" if dead else outcome, row.last_error)
+
+    def prune(self, completed_for_ms: float, finished_for_ms: float, limit: int) -> int:
+        """``job_prune``: delete finished rows past their retention (on the clock), oldest first."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            completed_before, finished_before = ts(at - ts(completed_for_ms)), ts(at - ts(finished_for_ms))
+
+            def doomed(r: Row) -> bool:
+                if r.finished_at is None:
+                    return False
+                if r.state == "completed":   # a job inside its dedupe window holds its key
+                    return r.finished_at < completed_before and (
+                        r.dedupe_window_ms is None or plus(r.finished_at, r.dedupe_window_ms) < at)
+                return r.state in ("dead", "cancelled") and r.finished_at < finished_before
+            gone = heapq.nsmallest(limit, filter(doomed, table.rows.values()),
+                                   key=lambda r: (r.finished_at or 0.0, r.id))
+            for row in gone:
+                table.forget(row)
+            for worker in [w for w, seen in table.crashed_workers.items() if seen < finished_before]:
+                del table.crashed_workers[worker]
+            return len(gone)
+
+    def session_count(self, application_name: str) -> int:
+        """``session_count``: no process holds a session on memory, so none can linger."""
+        return 0

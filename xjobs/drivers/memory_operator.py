@@ -1,0 +1,175 @@
+"""The memory driver's operator verbs: list, show, cancel, requeue (one and in batches) and
+count, each a copy of its statement in ``queries.sql``, on the one ``MemoryTable``.
+
+Filters and batches arrive checked (``refusals.py``). What a verb did to one job comes back
+as an ``Outcome``, and the facade raises the refusal it means, with the same text as for
+every driver.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import orjson
+
+from .backend import Batch, Outcome
+from .base import LIVE_STATES, JobView, ListFilter, Matching
+from .memory_table import MemoryTable, Namespace, Row, ts
+
+_REQUEUABLE = ("dead", "cancelled")
+
+
+def _matches(row: Row, where: ListFilter, at: float) -> bool:
+    """The filters of ``job_list`` and the batch verbs, as the SQL spells them."""
+    if where.queue is not None and row.queue != where.queue:
+        return False
+    if where.name is not None and row.name != where.name:
+        return False
+    if where.state is not None and row.state != where.state:
+        return False
+    if where.tenant is not None and row.tenant != where.tenant:
+        return False
+    when = row.finished_at if row.finished_at is not None else row.created_at
+    if where.since_ms is not None and when < ts(where.since_ms):
+        return False
+    if where.until_ms is not None and when >= ts(where.until_ms):
+        return False
+    if where.since_ago_ms is not None and when < ts(at - ts(where.since_ago_ms)):
+        return False
+    if where.until_ago_ms is not None and when >= ts(at - ts(where.until_ago_ms)):
+        return False
+    if where.error is not None and (row.last_error is None
+                                    or where.error.lower() not in row.last_error.lower()):
+        return False
+    return True
+
+
+class MemoryOperator:
+    def __init__(self, table: MemoryTable) -> None:
+        self._table = table
+
+    def _view(self, row: Row, *, full: bool = False) -> JobView:
+        """A row as ``job_list`` (``full=False``) or ``job_get`` with ``job_history`` shows it."""
+        history: tuple[dict, ...] = ()
+        if full:
+            entries = sorted(enumerate(self._table.history.get(row.id, ())), key=lambda e: (e[1][0], e[0]))
+            history = tuple({"at": at, "attempt": attempt, "outcome": outcome, "error": error}
+                            for _, (at, attempt, outcome, error) in entries)
+        return JobView(id=row.id, name=row.name, queue=row.queue, state=row.state,
+                       attempt=row.attempt, max_attempts=row.max_attempts, tenant=row.tenant,
+                       idempotency_key=row.idempotency_key, priority=row.priority,
+                       run_at=row.run_at, last_error=row.last_error, created_at=row.created_at,
+                       finished_at=row.finished_at, enqueued_by=row.enqueued_by,
+                       claimed_by=row.claimed_by, lease_expires_at=row.lease_expires_at,
+                       crashes=row.crashes, progress=row.progress,
+                       payload=orjson.loads(row.payload) if full else None, history=history)
+
+    def find(self, where: ListFilter) -> list[JobView]:
+        """``job_list`` (newest first, before ``before_id``) or ``job_list_after`` (oldest first)."""
+        table = self._table
+        views: list[JobView] = []
+        with table.lock:
+            at = table.now()
+            rows: Iterable[Row] = table.rows.values() if where.after_id is not None \
+                else reversed(table.rows.values())
+            for row in rows:
+                if len(views) >= where.limit:
+                    break
+                if where.after_id is not None and row.id <= where.after_id:
+                    continue
+                if where.before_id is not None and row.id >= where.before_id:
+                    continue
+                if _matches(row, where, at):
+                    views.append(self._view(row))
+        return views
+
+    def get(self, job_id: int) -> JobView | None:
+        """``job_get`` with ``job_history``."""
+        with self._table.lock:
+            row = self._table.rows.get(job_id)
+            return None if row is None else self._view(row, full=True)
+
+    def cancel(self, job_id: int, reason: str) -> Outcome:
+        """``job_cancel``: only a live job can be cancelled; a running one loses its lease."""
+        table = self._table
+        with table.lock:
+            row = table.rows.get(job_id)
+            if row is None:
+                return Outcome(None, False)
+            done = row.state in LIVE_STATES
+            if done:
+                self._cancel(row, table.now(), reason)
+            return Outcome(self._view(row, full=True), done)
+
+    def _cancel(self, row: Row, at: float, reason: str) -> None:
+        self._table.move(row, "cancelled")
+        row.finished_at, row.last_error = at, reason
+        row.lease_token = row.lease_expires_at = None
+        self._table.record(row.id, at, row.attempt, "cancelled", reason)
+
+    def requeue(self, job_id: int) -> Outcome:
+        """``job_requeue``: a dead or cancelled job runs again from attempt 0, unless a live
+        job holds its key (the unique index refuses it)."""
+        table = self._table
+        with table.lock:
+            row = table.rows.get(job_id)
+            if row is None:
+                return Outcome(None, False)
+            if row.state not in _REQUEUABLE:
+                return Outcome(self._view(row, full=True), False)
+            if table.key_held(row):
+                return Outcome(self._view(row, full=True), False, key_held=True)
+            self._requeue(row, table.now(), None)
+            return Outcome(self._view(row, full=True), True)
+
+    def _requeue(self, row: Row, at: float, reason: str | None) -> None:
+        self._table.move(row, "ready")
+        row.attempt, row.run_at, row.finished_at = 0, at, None
+        self._table.record(row.id, at, 0, "requeued", reason)
+
+    # -- bulk verbs: one bounded batch per call, in id order after ``after_id`` -----------------
+
+    def _batch(self, batch: Batch, states: Sequence[str], at: float) -> list[Row]:
+        picked: list[Row] = []
+        for row in self._table.rows.values():   # id order, like the statement's "order by id"
+            if len(picked) >= batch.limit:
+                break
+            if (batch.after_id < row.id <= batch.upto_id and row.state in states
+                    and _matches(row, batch.where, at)):
+                picked.append(row)
+        return picked
+
+    def requeue_batch(self, batch: Batch, reason: str | None) -> list[tuple[int, str | None]]:
+        """``job_requeue_batch``: per namespace the newest picked row goes back, unless a live
+        job holds its key; answers every picked id with its queue when requeued."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            picked = self._batch(batch, _REQUEUABLE, at)
+            chosen: dict[Namespace, Row] = {}
+            for row in picked:
+                if row.namespace not in table.live:
+                    if row.namespace not in chosen or chosen[row.namespace].id < row.id:
+                        chosen[row.namespace] = row
+            for row in sorted(chosen.values(), key=lambda r: r.id):
+                self._requeue(row, at, reason)
+            done = {row.id for row in chosen.values()}
+            return [(row.id, row.queue if row.id in done else None) for row in picked]
+
+    def cancel_batch(self, batch: Batch, reason: str) -> list[int]:
+        """``job_cancel_batch``: every picked live job is cancelled."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            picked = self._batch(batch, LIVE_STATES, at)
+            for row in picked:
+                self._cancel(row, at, reason)
+            return [row.id for row in picked]
+
+    def count(self, where: ListFilter, states: Sequence[str]) -> Matching:
+        """``job_count_matching``: how many, and the newest id among them."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            ids = [row.id for row in table.rows.values() if row.state in states and _matches(row, where, at)]
+        return Matching(len(ids), max(ids, default=0))

@@ -1,0 +1,59 @@
+"""The memory driver's queue control and statistics, each a copy of its statement in
+``queries.sql``: the fleet-wide pause switch, and the counts metrics and ``xjobsd jobs stats``
+read."""
+
+from __future__ import annotations
+
+from .base import COUNTED_STATES, QueueControl, QueueSummary
+from .memory_table import MemoryTable, ts
+
+
+class MemoryQueues:
+    def __init__(self, table: MemoryTable) -> None:
+        self._table = table
+
+    def pause(self, queue: str, paused: bool, by: str | None) -> None:
+        """``queue_set_paused``."""
+        with self._table.lock:
+            self._table.paused[queue] = (paused, self._table.now(), by)
+
+    def control(self) -> list[QueueControl]:
+        """``queue_control``: every queue ever paused or resumed, by name."""
+        with self._table.lock:
+            return [QueueControl(name, paused, at, by)
+                    for name, (paused, at, by) in sorted(self._table.paused.items())]
+
+    def summary(self) -> dict[str, QueueSummary]:
+        """``queue_summary``: ready-now depth and oldest ready-now ``run_at`` per queue."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            oldest: dict[str, tuple[int, float]] = {}
+            for row in table.rows.values():
+                if row.state == "ready" and row.run_at <= at:
+                    depth, first = oldest.get(row.queue, (0, row.run_at))
+                    oldest[row.queue] = (depth + 1, min(first, row.run_at))
+        return {q: QueueSummary(depth=n, oldest_ready_ms=ts(at - first))
+                for q, (n, first) in oldest.items()}
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """``queue_counts``: the states the hot indexes hold, and the ready suspects."""
+        counts: dict[str, dict[str, int]] = {}
+        with self._table.lock:
+            for row in self._table.rows.values():
+                keys = [row.state] if row.state in COUNTED_STATES else []
+                if row.state == "ready" and row.crashes > 0:
+                    keys.append("quarantined")
+                for key in keys:
+                    bucket = counts.setdefault(row.queue, {})
+                    bucket[key] = bucket.get(key, 0) + 1
+        return counts
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """``job_stats``: every row counted once, under its queue and state."""
+        stats: dict[str, dict[str, int]] = {}
+        with self._table.lock:
+            for row in self._table.rows.values():
+                bucket = stats.setdefault(row.queue, {})
+                bucket[row.state] = bucket.get(row.state, 0) + 1
+        return stats

@@ -1,0 +1,158 @@
+"""The Postgres driver's lower layer: connections, rendered statements, now and notify.
+
+Every collaborator of ``PostgresDriver`` (``pg_jobs``, ``pg_maintenance``, ``pg_operator``,
+``pg_queues``) works through one ``PgDatabase``. It owns:
+
+- two small connection pools, opened lazily on first use, so a supervisor that builds a
+  driver before forking holds no connection across the fork. The verbs share one; bodies
+  (``job_transaction``) draw from their own, because a body holds its connection for as long
+  as it runs, and bodies holding the verbs' pool would starve the claim, ack and heartbeat
+  that keep their own leases alive;
+- the statements of ``queries.sql``, rendered for this schema and this notion of now;
+- ``now()``: the ``now`` parameter of a statement. A database built without ``clock=`` takes
+  now in every statement from the server (``statement_timestamp()``), so a worker whose wall
+  clock runs ahead can neither rescue another machine's live lease nor make a delayed job due
+  early. One built with ``clock=`` (the test suites) binds that clock's reading instead, so
+  tests step time by hand. ``clock`` stays available to callers either way;
+- ``notify``: waking the idle workers of queues whose jobs came back to ready (the insert
+  trigger only sees new rows);
+- the schema install (``pg_install``) and the quick "does the server answer" probe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from typing import Any, Iterator, Sequence
+
+import orjson
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg.types.json import set_json_loads
+from psycopg_pool import ConnectionPool
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..options import finite_count, finite_option
+from .pg_install import install
+from .sql import check_schema_name, notify_channel, statements
+
+# Every connection the driver opens gives up on an unreachable server after connect_timeout
+# seconds, and TCP keepalives notice a peer that vanished (a failed-over primary, a dropped
+# NAT entry) within about idle + interval * count = 25 s instead of the kernel's two hours.
+CONNECT_OPTIONS = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10,
+                   "keepalives_interval": 5, "keepalives_count": 3}
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    set_json_loads(orjson.loads, conn)
+
+
+def first_row(cur: psycopg.Cursor) -> tuple[Any, ...]:
+    """The one row a statement always answers (an aggregate, a count)."""
+    row = cur.fetchone()
+    if row is None:
+        raise psycopg.InterfaceError("a statement that always answers one row answered none")
+    return row
+
+
+class PgDatabase:
+    def __init__(self, dsn: str, *, schema: str, clock: Clock | None, pool_size: int,
+                 transaction_pool_size: int, pool_timeout: float, application_name: str,
+                 statement_timeout_ms: int | None) -> None:
+        self.dsn = dsn
+        self.schema = check_schema_name(schema)
+        self.server_clock = clock is None
+        self.clock: Clock = SYSTEM_CLOCK if clock is None else clock
+        self.channel = notify_channel(self.schema)
+        self.application_name = application_name
+        self.sql = statements(self.schema, self.server_clock)
+        self._pool_size = finite_count(pool_size, "pool_size", minimum=1, maximum=1000)
+        self._transaction_pool_size = finite_count(transaction_pool_size, "transaction_pool_size",
+                                                   minimum=1, maximum=1000)
+        self._pool_timeout = finite_option(pool_timeout, "pool_timeout", maximum=3600.0,
+                                           exclusive_minimum=True)
+        self._statement_timeout_ms = None if statement_timeout_ms is None else finite_count(
+            statement_timeout_ms, "statement_timeout_ms", minimum=1, maximum=86_400_000)
+        self._pools: dict[str, ConnectionPool] = {}
+        self._pool_lock = threading.Lock()
+
+    def now(self) -> dict[str, float]:
+        """The ``now`` parameter of a statement: none when the server's clock is now."""
+        return {} if self.server_clock else {"now": self.clock.now_ms()}
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def _options(self, capped: bool = True) -> dict[str, Any]:
+        options: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0,
+                                   "application_name": self.application_name, **CONNECT_OPTIONS}
+        if capped and self._statement_timeout_ms is not None:
+            options["options"] = f"-c statement_timeout={self._statement_timeout_ms}"
+        return options
+
+    def connect(self, **extra: Any) -> psycopg.Connection:
+        """A fresh dedicated connection (LISTEN, migrations), configured like the pool's."""
+        conn = psycopg.connect(self.dsn, **{**self._options(), **extra})
+        _configure(conn)
+        return conn
+
+    def _pool(self, label: str) -> ConnectionPool:
+        pool = self._pools.get(label)
+        if pool is None:
+            with self._pool_lock:
+                pool = self._pools.get(label)
+                if pool is None:
+                    # the verbs' statements are capped by statement_timeout; a body's are the app's
+                    verbs = label == "verbs"
+                    pool = ConnectionPool(
+                        self.dsn, min_size=1, open=True, timeout=self._pool_timeout,
+                        max_size=self._pool_size if verbs else self._transaction_pool_size,
+                        kwargs=self._options(capped=verbs), configure=_configure,
+                        name=f"xjobs-{label}-{self.application_name}")
+                    self._pools[label] = pool
+        return pool
+
+    def connection(self) -> contextlib.AbstractContextManager[psycopg.Connection]:
+        """A connection of the verbs' pool."""
+        return self._pool("verbs").connection()
+
+    def body_connection(self) -> contextlib.AbstractContextManager[psycopg.Connection]:
+        """A connection of the bodies' pool (``job_transaction``), never capped."""
+        return self._pool("bodies").connection()
+
+    @contextlib.contextmanager
+    def cursor(self, conn: Any = None) -> Iterator[psycopg.Cursor]:
+        """A cursor on the application's ``conn`` when given, else on a pooled connection."""
+        if conn is not None:
+            # the application's connection may hand rows back as dicts or objects; every
+            # statement here reads its columns by position
+            with conn.cursor(row_factory=tuple_row) as cur:
+                yield cur
+            return
+        with self.connection() as own, own.cursor() as cur:
+            yield cur
+
+    def notify(self, cur: psycopg.Cursor, rows: Sequence[Sequence[Any]]) -> None:
+        """Wake the queues of rows ``(id, queue, state)`` that came back to ready."""
+        queues = sorted({queue for _, queue, state in rows if state == "ready"})
+        if queues:
+            cur.execute(self.sql["queue_notify"], {"channel": self.channel, "queues": queues})
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def migrate(self, lock_timeout_ms: float) -> None:
+        """Install or upgrade the schema (see ``pg_install``); safe from many processes at once,
+        and a read without a table lock when the schema is current."""
+        with self.connect(prepare_threshold=None) as conn:
+            install(conn, self.schema, lock_timeout_ms)
+
+    def ping(self, timeout_s: float) -> None:
+        """Open and close one connection, giving up after ``timeout_s`` (libpq counts whole
+        seconds, and treats 1 as 2)."""
+        self.connect(connect_timeout=max(1, math.ceil(timeout_s))).close()
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()

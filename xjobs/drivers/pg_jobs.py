@@ -1,0 +1,154 @@
+"""The Postgres driver's hot path: enqueue, claim, settle, renew, report, and a body's transaction.
+
+Every statement comes from ``queries.sql`` (through ``PgDatabase``); this module only binds
+parameters and shapes results. Arguments arrive checked (``refusals.py``): ids and tokens
+are ``bigint``s, limits whole, durations finite milliseconds.
+
+Fences: ack, nack, heartbeat, progress and a body's completion match ``state = 'running'``
+AND the claim's ``lease_token``. A worker that lost its lease (rescued, cancelled, released)
+matches no row, so it can never overwrite the state of a job somebody else now runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from typing import Any, Iterable, Iterator, Sequence
+
+import orjson
+import psycopg
+
+from ..errors import XJobsError
+from .backend import lease_lost
+from .base import ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress
+from .pg_database import PgDatabase
+from .pg_listen import PgListener
+
+
+def _int_array(values: Iterable[int]) -> str:
+    """A bigint[] literal: joining digits is far cheaper than binding an array per element
+    (values are checked integers, so the literal cannot carry anything else)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+class PgJobs:
+    def __init__(self, db: PgDatabase) -> None:
+        self._db = db
+
+    def enqueue(self, jobs: Sequence[NewJob], conn: Any) -> list[Enqueued]:
+        """``job_enqueue``, then ``job_find_holder`` for the inputs whose key is held."""
+        db = self._db
+        results: list[Enqueued | None] = [None] * len(jobs)
+        spaces = [job.namespace for job in jobs]
+        pending = list(range(len(jobs)))
+        with db.cursor(conn) as cur:
+            for _round in range(4):
+                batch = [jobs[i] for i in pending]
+                rows = orjson.dumps([{
+                    "n": j.name, "q": j.queue, "p": orjson.Fragment(j.payload), "k": j.idempotency_key,
+                    "t": j.tenant, "e": j.enqueued_by, "pr": j.priority, "m": j.max_attempts,
+                    "r": j.run_at_ms, "d": j.delay_ms, "w": j.dedupe_window_ms} for j in batch])
+                cur.execute(db.sql["job_enqueue"], {**db.now(), "rows": rows.decode()})
+                inserted = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
+                # an input whose namespace went in answers that row; a second input with the
+                # same namespace (pop leaves nothing) is a duplicate of it, found below
+                missing = []
+                for i in pending:
+                    job_id = inserted.pop(spaces[i], None)
+                    if job_id is None:
+                        missing.append(i)
+                    else:
+                        results[i] = Enqueued(job_id, False)
+                if not missing:
+                    return [r for r in results if r is not None]   # every one is answered
+                wanted = sorted({spaces[i] for i in missing})
+                keys = orjson.dumps([{"n": n, "t": t, "k": k} for n, t, k in wanted]).decode()
+                cur.execute(db.sql["job_find_holder"], {**db.now(), "keys": keys})
+                live: dict[tuple[str, str, str], int] = {}
+                for r in cur.fetchall():   # live holders come first: keep the first per namespace
+                    live.setdefault((r[1], r[2], r[3]), r[0])
+                # rows inserted by this very call count as live holders too
+                live.update((spaces[i], r.id) for i, r in enumerate(results) if r is not None and not r.deduped)
+                pending = []
+                for i in missing:
+                    if spaces[i] in live:
+                        results[i] = Enqueued(live[spaces[i]], True)
+                    else:  # the holder finished (or its window closed) between insert and lookup
+                        pending.append(i)
+        raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
+
+    def claim(self, queues: Sequence[str], limit: int, lease_ms: float,
+              worker_id: str) -> list[ClaimedJob]:
+        """``job_claim_one`` (the common case, one queue) or ``job_claim_many``."""
+        params: dict[str, Any] = {**self._db.now(), "limit": limit, "token": secrets.randbits(63),
+                                  "worker": worker_id, "lease": lease_ms}
+        if len(queues) == 1:
+            name, params["queue"] = "job_claim_one", queues[0]
+        else:
+            name, params["queues"] = "job_claim_many", list(queues)
+        return self._claimed(name, params)
+
+    def claim_alone(self, queue: str, lease_ms: float, worker_id: str,
+                    waited_ms: float) -> list[ClaimedJob]:
+        return self._claimed("job_claim_alone", {
+            **self._db.now(), "queue": queue, "token": secrets.randbits(63), "worker": worker_id,
+            "lease": lease_ms, "wait": waited_ms})
+
+    def _claimed(self, statement: str, params: dict[str, Any]) -> list[ClaimedJob]:
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql[statement], params)
+            rows = cur.fetchall()
+        rows.sort()
+        token = params["token"]
+        return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token) for r in rows]
+
+    def ack(self, leases: Sequence[Lease]) -> set[int]:
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["job_ack_many"], {
+                **self._db.now(), "ids": _int_array(l.job_id for l in leases),
+                "tokens": _int_array(l.token for l in leases)})
+            return {r[0] for r in cur.fetchall()}
+
+    def nack(self, nack: Nack) -> bool:
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["job_nack"], {
+                **self._db.now(), "id": nack.job_id, "token": nack.token,
+                "dead": nack.dead, "park": nack.park, "counts": nack.counts_as_attempt,
+                "delay": nack.delay_ms, "error": nack.error, "outcome": nack.outcome})
+            return cur.fetchone() is not None
+
+    def heartbeat(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["job_heartbeat_many"], {
+                **self._db.now(), "lease": lease_ms,
+                "ids": _int_array(l.job_id for l in leases),
+                "tokens": _int_array(l.token for l in leases)})
+            return {r[0] for r in cur.fetchall()}
+
+    def progress(self, reports: Sequence[Progress]) -> set[int]:
+        rows = orjson.dumps([{"id": r.lease.job_id, "token": r.lease.token, "p": r.as_json()}
+                             for r in reports]).decode()
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["job_progress_many"], {"rows": rows})
+            return {r[0] for r in cur.fetchall()}
+
+    @contextlib.contextmanager
+    def transaction(self, lease: Lease, held: bool) -> Iterator[psycopg.Connection]:
+        """A connection in a transaction that, on a clean exit, also completes the job.
+
+        The completion is fenced like ``ack``: if the lease was lost the whole transaction
+        rolls back and ``LeaseLost`` is raised, so the body's writes land exactly once.
+        """
+        with self._db.body_connection() as conn:
+            with conn.transaction():
+                yield conn
+                done = None
+                if held:
+                    done = conn.execute(self._db.sql["job_complete_fenced"], {
+                        **self._db.now(), "id": lease.job_id, "token": lease.token}).fetchone()
+                if done is None:
+                    raise lease_lost(lease)
+
+    def listen(self) -> PgListener:
+        """A listener whose ``poll()`` answers the queues that got new ready jobs."""
+        return PgListener(self._db)

@@ -1,0 +1,53 @@
+"""The Postgres driver's queue control and statistics: the fleet-wide pause switch, and the
+counts the supervisor's metrics and ``xjobsd jobs stats`` read.
+
+The counts metrics read every few seconds (``queue_counts``, ``queue_summary``) come from
+the partial indexes of the live states, never from a scan of the finished bulk; only
+``job_stats``, an operator's question, counts every row.
+"""
+
+from __future__ import annotations
+
+from .base import QueueControl, QueueSummary
+from .pg_database import PgDatabase
+
+
+class PgQueues:
+    def __init__(self, db: PgDatabase) -> None:
+        self._db = db
+
+    def pause(self, queue: str, paused: bool, by: str | None) -> None:
+        """``queue_set_paused``; a resume wakes the queue's idle workers at once."""
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["queue_set_paused"], {**self._db.now(), "queue": queue,
+                                                           "paused": paused, "by": by})
+            if not paused:   # idle workers of the queue claim at once, not at their next poll
+                self._db.notify(cur, [(0, queue, "ready")])
+
+    def control(self) -> list[QueueControl]:
+        """``queue_control``: every queue ever paused or resumed, by name."""
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["queue_control"])
+            return [QueueControl(*row) for row in cur.fetchall()]
+
+    def summary(self) -> dict[str, QueueSummary]:
+        """``queue_summary``: ready-now depth and the age of the oldest ready-now job."""
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["queue_summary"], self._db.now())
+            return {q: QueueSummary(depth=n, oldest_ready_ms=age) for q, n, age in cur.fetchall()}
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """``queue_counts``: live states and dead letters per queue, each from its own index."""
+        return self._per_queue("queue_counts")
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """``job_stats``: every row counted once, under its queue and state."""
+        return self._per_queue("job_stats")
+
+    def _per_queue(self, statement: str) -> dict[str, dict[str, int]]:
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql[statement])
+            counts: dict[str, dict[str, int]] = {}
+            for queue, state, count in cur.fetchall():
+                counts.setdefault(queue, {})[state] = count
+        return counts

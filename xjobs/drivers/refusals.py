@@ -1,0 +1,111 @@
+"""The refusals of the driver seam: every argument a verb takes is checked here, once.
+
+``CheckedDriver`` (``facade.py``) runs these before it calls a driver's collaborators, so the
+rules and their error texts exist once for every driver. Each check answers the value
+normalised (a duration string as milliseconds, ``2.0`` rows as ``2``), so what a collaborator
+receives is exactly what the statements bind. A refused argument raises ``InvalidOption`` (or
+``ClaimQueuesEmpty``) naming the option, before anything is read or written.
+
+Leases are different: a lease whose id or token no ``bigint`` could hold is not an error but
+a lease nobody holds (``held``), exactly as a wrong token is, on every driver.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Sequence, TypeGuard
+
+from ..errors import ClaimQueuesEmpty, InvalidOption
+from ..options import duration_ms, finite_count, finite_option
+from .backend import Batch
+from .base import CHARGES, LATEST_MS, MAX_DELAY_MS, STATES, Lease, ListFilter, Nack, NewJob
+
+MAX_ROWS = 100_000       # the most rows one statement claims, lists or changes
+
+
+def is_bigint(value: object) -> TypeGuard[int]:
+    """Whether a ``bigint`` column could hold it: a lease with any other id or token is held
+    by nobody, on every driver."""
+    return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
+
+
+def held(lease: Lease) -> bool:
+    """Whether a fence on ``(id, lease_token)`` could match ``lease`` at all."""
+    return is_bigint(lease.job_id) and is_bigint(lease.token)
+
+
+def matchable(leases: Sequence[Lease]) -> list[Lease]:
+    """The leases a fence could match; the others are held by nobody and answered as such."""
+    return [lease for lease in leases if held(lease)]
+
+
+def check_claim(queues: Sequence[str], limit: object, lease_ms: object) -> tuple[list[str], int, float]:
+    if isinstance(queues, str) or not queues:
+        raise ClaimQueuesEmpty("claim needs a non-empty list of queue names")
+    count = finite_count(limit, "claim.limit", minimum=0, maximum=MAX_ROWS)
+    return list(queues), count, check_lease(lease_ms, "claim.lease")
+
+
+def check_lease(lease_ms: object, option: str) -> float:
+    """A lease's length: a duration longer than zero."""
+    return duration_ms(lease_ms, option, exclusive_minimum=True)
+
+
+def check_new_jobs(jobs: Sequence[NewJob]) -> None:
+    """The refusal for delays: a NaN or an overflowing delay would otherwise fail inside the
+    database (or not at all, in memory). Payloads, keys and names were refused earlier, by
+    ``enqueue.build_jobs``, the one place a ``NewJob`` is made from user input."""
+    for job in jobs:
+        if job.delay_ms:     # 0.0 is the common case and needs no check; NaN is truthy
+            if job.run_at_ms is not None:
+                raise InvalidOption("delay", "give delay_ms or run_at_ms, not both")
+            finite_option(job.delay_ms, "delay", maximum=MAX_DELAY_MS)
+
+
+def check_nack(nack: Nack) -> Nack:
+    """A negative delay is allowed (it is due at once); NaN and infinities are not."""
+    return replace(nack, delay_ms=finite_option(nack.delay_ms, "nack.delay", minimum=-math.inf))
+
+
+def check_charge(charge: object) -> str:
+    if charge not in CHARGES:
+        raise InvalidOption("charge", f"must be one of {', '.join(CHARGES)}, got {charge!r}")
+    return str(charge)
+
+
+def check_row_limit(limit: object, option: str = "limit") -> int:
+    return finite_count(limit, option, minimum=0, maximum=MAX_ROWS)
+
+
+def check_filter(where: ListFilter) -> ListFilter:
+    """An operator filter, with its limit a whole number and its times and ages milliseconds."""
+    limit = check_row_limit(where.limit)
+    if where.state is not None and where.state not in STATES:
+        raise InvalidOption("state", f"must be one of {', '.join(STATES)}, got {where.state!r}")
+    since, until = (None if value is None else finite_option(value, option, maximum=LATEST_MS)
+                    for option, value in (("since", where.since_ms), ("until", where.until_ms)))
+    since_ago, until_ago = (None if value is None else duration_ms(value, option)
+                            for option, value in (("since", where.since_ago_ms),
+                                                  ("until", where.until_ago_ms)))
+    if since is not None and since_ago is not None:
+        raise InvalidOption("since", "give a time or an age, not both")
+    if until is not None and until_ago is not None:
+        raise InvalidOption("until", "give a time or an age, not both")
+    for option, value in (("before", where.before_id), ("after", where.after_id)):
+        if value is not None and not is_bigint(value):
+            raise InvalidOption(option, f"must be a job id, got {value!r}")
+    if where.before_id is not None and where.after_id is not None:
+        raise InvalidOption("after", "page backwards (before) or forwards (after), not both")
+    return replace(where, limit=limit, since_ms=since, until_ms=until, since_ago_ms=since_ago,
+                   until_ago_ms=until_ago)
+
+
+def check_batch(where: ListFilter, after_id: object, upto_id: object, limit: object) -> Batch:
+    """One batch of a bulk verb: a checked filter, an id range and a row limit."""
+    checked = check_filter(where)
+    if not is_bigint(after_id):
+        raise InvalidOption("after", f"must be a job id, got {after_id!r}")
+    if not is_bigint(upto_id):
+        raise InvalidOption("upto", f"must be a job id, got {upto_id!r}")
+    return Batch(checked, after_id, upto_id, check_row_limit(limit, "batch"))
