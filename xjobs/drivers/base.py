@@ -3,10 +3,12 @@
 Verbs are noun-first (``job_claim``, ``job_ack``). ``supervisor/`` and ``workers/`` never hold
 SQL; everything they need from storage is a method of ``JobDriver`` (below) taking small frozen
 dataclasses, and every consumer names that Protocol (or the one noun it needs). It is the
-union of four nouns: ``JobStore`` (the hot path of one run: enqueue, claim, settle, renew,
-listen, transaction), ``Maintenance`` (rescue, hand-back of a dead worker's jobs, prune,
-sessions), ``Introspection`` (the operator's verbs on jobs) and ``QueueStore`` (queue control
-and statistics), plus the lifecycle (``migrate``, ``ping``, ``close``).
+union of four nouns about jobs: ``JobStore`` (the hot path of one run: enqueue, claim, settle,
+renew, listen, transaction), ``Maintenance`` (rescue, hand-back of a dead worker's jobs,
+prune, sessions), ``Introspection`` (the operator's verbs on jobs) and ``QueueStore`` (queue
+control and statistics); four that coordinate many processes through rows: ``LeaderStore``,
+``ScheduleStore``, ``OutboxStore`` and ``SlotStore`` (see below); plus the lifecycle
+(``migrate``, ``ping``, ``close``). The records they pass are in ``records.py``.
 
 Two drivers implement it: ``postgres`` (production) and ``memory`` (fast tests). Both are a
 ``CheckedDriver`` (``facade.py``): its verbs refuse bad arguments once (``refusals.py``) and
@@ -40,185 +42,10 @@ absolute ``run_at_ms``.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from ..clock import Clock
-
-STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
-LIVE_STATES = ("ready", "running", "suspended")
-FINISHED_STATES = ("completed", "dead", "cancelled")
-# what metrics count every few seconds: states an index holds apart from the finished bulk
-COUNTED_STATES = ("ready", "running", "suspended", "dead")
-CHARGES = ("alone", "suspect", "never")   # which lone job a crash's hand-back may charge
-MAX_DELAY_MS = 10 * 365 * 86_400_000.0   # the longest duration any option accepts
-LATEST_MS = 253_402_300_799_000.0        # 9999-12-31T23:59:59Z, the last time every driver holds
-
-
-@dataclass(frozen=True, slots=True)
-class NewJob:
-    name: str
-    queue: str
-    payload: bytes              # encoded JSON, already checked and size-limited
-    idempotency_key: str
-    tenant: str | None = None
-    enqueued_by: str | None = None
-    priority: int = 0
-    max_attempts: int = 5
-    run_at_ms: float | None = None   # an absolute time; None: now plus delay_ms
-    delay_ms: float = 0.0            # added to the driver's now (the server's, in production)
-    dedupe_window_ms: float | None = None   # keep the key this long after completion
-
-    @property
-    def namespace(self) -> tuple[str, str, str]:
-        """The idempotency namespace: (name, tenant or '', key), as the unique index spells it."""
-        return (self.name, self.tenant or "", self.idempotency_key)
-
-
-@dataclass(frozen=True, slots=True)
-class Enqueued:
-    id: int
-    deduped: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
-    id: int
-    name: str
-    queue: str
-    payload: Any
-    tenant: str | None
-    attempt: int
-    max_attempts: int
-    priority: int
-    token: int
-
-
-@dataclass(frozen=True, slots=True)
-class Nack:
-    """How a failed or stopped attempt settles.
-
-    ``counts_as_attempt=False`` gives the attempt back (a drain interruption, a shed, a
-    suspension); ``park`` moves the job to ``suspended`` until ``delay_ms`` has passed;
-    ``dead`` dead-letters it. ``error`` lands in ``last_error`` (``None`` leaves it as is).
-    """
-
-    job_id: int
-    token: int
-    error: str | None
-    delay_ms: float = 0.0
-    counts_as_attempt: bool = True
-    park: bool = False
-    dead: bool = False
-    outcome: str = "retried"    # recorded in the job's history: retried, dead, interrupted, ...
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    job_id: int
-    token: int
-
-
-@dataclass(frozen=True, slots=True)
-class JobView:
-    """A job as operators see it (``xjobsd jobs ls|show --json``)."""
-
-    id: int
-    name: str
-    queue: str
-    state: str
-    attempt: int
-    max_attempts: int
-    tenant: str | None
-    idempotency_key: str
-    priority: int
-    run_at: float
-    last_error: str | None
-    created_at: float
-    finished_at: float | None
-    enqueued_by: str | None = None
-    claimed_by: str | None = None
-    lease_expires_at: float | None = None
-    payload: Any = None
-    history: tuple[dict, ...] = field(default=())
-    crashes: int = 0            # worker-process crashes this job was caught in (a suspect: runs alone)
-    progress: Any = None        # the latest ctx.progress() report: {"done", "total", "note", "at"}
-
-
-@dataclass(frozen=True, slots=True)
-class ListFilter:
-    """Which jobs an operator verb reads or touches. ``since_ms``/``until_ms`` (absolute) or
-    ``since_ago_ms``/``until_ago_ms`` (ages, taken back from the driver's now: the database's
-    clock) bound when a job finished, or was created if it has not; ``error`` is a
-    case-insensitive substring of ``last_error``; ``before_id`` pages backwards (newest
-    first), ``after_id`` forwards."""
-
-    queue: str | None = None
-    name: str | None = None
-    state: str | None = None
-    limit: int = 50
-    tenant: str | None = None
-    since_ms: float | None = None
-    until_ms: float | None = None
-    error: str | None = None
-    before_id: int | None = None
-    after_id: int | None = None
-    since_ago_ms: float | None = None
-    until_ago_ms: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Matching:
-    """How many jobs match a filter, and the newest id among them (0 when none)."""
-
-    count: int
-    newest_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Released:
-    """A running job of a dead worker process, handed back: ``outcome`` is ``interrupted`` (its
-    supervisor stopped the process), ``quarantined`` (crashed beside other jobs: attempt given
-    back, runs alone next), ``crashed`` (crashed running alone: attempt counted) or ``dead``."""
-
-    id: int
-    name: str
-    queue: str
-    state: str
-    outcome: str
-
-
-@dataclass(frozen=True, slots=True)
-class QueueControl:
-    """A queue's fleet-wide switch (``xjobsd queues pause|resume``)."""
-
-    name: str
-    paused: bool
-    changed_at: float
-    changed_by: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """One run's latest ``ctx.progress()`` report, written fenced on its lease."""
-
-    lease: Lease
-    done: float
-    total: float | None
-    note: str | None
-    at: float
-
-    def as_json(self) -> dict:
-        return {"done": self.done, "total": self.total, "note": self.note, "at": self.at}
-
-
-@dataclass(frozen=True, slots=True)
-class QueueSummary:
-    """Ready-now depth and the age of the oldest ready-now job, per queue."""
-
-    depth: int
-    oldest_ready_ms: float
-
+from .records import (STATES, LIVE_STATES, FINISHED_STATES, COUNTED_STATES, CHARGES, MAX_DELAY_MS, LATEST_MS, NewJob, Enqueued, ClaimedJob, Nack, Lease, JobView, ListFilter, Matching, Released, QueueControl, Progress, QueueSummary, LeaderView, Watermark, Dispatch, OutboxClaim, OutboxSummary)
 
 class JobListener(Protocol):
     """What ``job_listen`` answers: ``fileno()`` goes into a worker's selector (``None``: nothing
@@ -249,8 +76,11 @@ class JobStore(JobTransactions, Protocol):
         ``job_transaction`` yields)."""
         ...
 
-    def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float,
-                  worker_id: str) -> list[ClaimedJob]: ...
+    def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
+                  caps: Mapping[str, int] | None = None) -> list[ClaimedJob]:
+        """``caps`` (job name -> ``job(concurrency=N)``): a capped job whose every slot is held
+        is left ready (a filter, not the grant: ``slot_acquire`` grants)."""
+        ...
     def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
                         waited_ms: float = 0.0) -> list[ClaimedJob]: ...
     def job_ack_many(self, leases: Sequence[Lease]) -> set[int]: ...
@@ -309,7 +139,67 @@ class QueueStore(Protocol):
     def queue_counts(self) -> dict[str, dict[str, int]]: ...
 
 
-class JobDriver(JobStore, Maintenance, Introspection, QueueStore, Protocol):
+# -- the coordination nouns ------------------------------------------------------------------------
+#
+# The driver nouns that coordinate many processes on many machines through rows: the
+# scheduler's leader lease and watermarks, the transactional outbox, and fleet-wide job slots.
+#
+# Each is a small typed Protocol with noun-first verbs taking frozen dataclasses; both drivers
+# implement all of them, and one conformance suite runs against both. Every decision about a
+# row's fate is taken on the database's clock, in the statement that acts on it.
+#
+# * **leader** — ``leader_elect(election, holder, lease_ms)`` takes a free or expired lease, or
+#   renews this holder's; ``leader_resign`` expires it now. Never a session advisory lock: a
+#   pooled connection would carry it to whoever borrows that connection next.
+# * **schedule** — ``schedule_dispatch(Dispatch)`` is ONE transaction: the leader row is locked
+#   and must still be this holder's, the task's watermark moves from ``expected_ms`` to
+#   ``watermark_ms`` (compare-and-set), and the occurrences' jobs are enqueued. Answers None
+#   when fenced out (no longer the leader, or somebody else moved the watermark).
+# * **outbox** — ``outbox_stage`` writes rows in the caller's transaction; ``outbox_claim``
+#   takes a batch as a lease (token, holder, time, stamped where the rows are locked), in
+#   (staged_at, id) order; ``outbox_publish`` enqueues the batch and marks it published in ONE
+#   transaction, fenced on the claim's token (all or nothing: no row is ever published twice,
+#   none is lost); ``outbox_release`` hands a batch back, fenced the same way. A claim older
+#   than its lease is free again (its relay died mid-batch).
+# * **slots** — ``slot_acquire(job, cap, holder, lease_ms)`` grants one of ``cap`` rows keyed
+#   (job, slot): the primary key is the serialisation, nothing counts and then acts;
+#   ``slot_renew`` is fenced on the holder AND on the slot not having expired; ``slot_release``
+#   deletes the holder's row.
+
+
+class LeaderStore(Protocol):
+    def leader_elect(self, election: str, holder: str, lease_ms: float) -> bool: ...
+    def leader_resign(self, election: str, holder: str) -> bool: ...
+    def leader_get(self, election: str) -> LeaderView | None: ...
+
+
+class ScheduleStore(Protocol):
+    def clock_now_ms(self) -> float: ...
+    def schedule_state(self) -> list[Watermark]: ...
+    def schedule_dispatch(self, dispatch: Dispatch) -> list[Enqueued] | None: ...
+
+
+class OutboxStore(Protocol):
+    def outbox_stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]: ...
+    def outbox_listen(self) -> JobListener:
+        """Wakes when rows are staged (its ``poll()`` answers a non-empty set then)."""
+        ...
+    def outbox_claim(self, holder: str, limit: int, lease_ms: float) -> OutboxClaim: ...
+    def outbox_publish(self, claim: OutboxClaim) -> list[Enqueued] | None: ...
+    def outbox_release(self, claim: OutboxClaim) -> int: ...
+    def outbox_prune(self, retention_ms: float, limit: int) -> int: ...
+    def outbox_summary(self) -> OutboxSummary: ...
+
+
+class SlotStore(Protocol):
+    def slot_acquire(self, job: str, cap: int, holder: str, lease_ms: float) -> int | None: ...
+    def slot_renew(self, job: str, slot: int, holder: str, lease_ms: float) -> bool: ...
+    def slot_release(self, job: str, slot: int, holder: str) -> bool: ...
+    def slot_held(self) -> dict[str, int]: ...
+
+
+class JobDriver(JobStore, Maintenance, Introspection, QueueStore, LeaderStore, ScheduleStore,
+                OutboxStore, SlotStore, Protocol):
     """The whole seam, and its lifecycle: install the schema, prove the database answers, close."""
 
     @property
@@ -331,3 +221,12 @@ class JobDriver(JobStore, Maintenance, Introspection, QueueStore, Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+__all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGES",
+           "MAX_DELAY_MS", "LATEST_MS", "NewJob", "Enqueued", "ClaimedJob", "Nack", "Lease",
+           "JobView", "ListFilter", "Matching", "Released", "QueueControl", "Progress",
+           "QueueSummary", "LeaderView", "Watermark", "Dispatch", "OutboxClaim",
+           "OutboxSummary", "JobListener", "JobTransactions", "JobStore", "Maintenance",
+           "Introspection", "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore",
+           "SlotStore", "JobDriver"]

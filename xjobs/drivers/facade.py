@@ -20,16 +20,19 @@ cancellable, key held) are raised here from what the collaborator answers, with 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from ..clock import Clock
 from ..errors import DuplicateJob, JobNotFound, NotCancellable, NotRetryable, XJobsError
 from ..options import duration_ms, finite_option
-from .backend import JobsBackend, Maintainer, Operator, Outcome, Queues, Storage
-from .base import (ClaimedJob, Enqueued, JobListener, JobView, Lease, ListFilter, Matching,
-                   Nack, NewJob, Progress, QueueControl, QueueSummary, Released)
-from .refusals import (check_batch, check_charge, check_claim, check_filter, check_lease,
-                       check_nack, check_new_jobs, check_row_limit, held, matchable)
+from .backend import (JobsBackend, Maintainer, Operator, Outbox, Outcome, Queues, Schedule, Slots,
+                      Storage)
+from .base import (ClaimedJob, Dispatch, Enqueued, JobListener, JobView, LeaderView, Lease,
+                   ListFilter, Matching, Nack, NewJob, OutboxClaim, OutboxSummary, Progress,
+                   QueueControl, QueueSummary, Released, Watermark)
+from .refusals import (check_batch, check_cap, check_caps, check_charge, check_claim,
+                       check_claim_token, check_dispatch, check_filter, check_lease, check_nack,
+                       check_name, check_new_jobs, check_row_limit, check_slot, held, matchable)
 
 if TYPE_CHECKING:
     from .base import JobDriver
@@ -37,12 +40,16 @@ if TYPE_CHECKING:
 
 class CheckedDriver:
     def __init__(self, *, storage: Storage, jobs: JobsBackend, maintenance: Maintainer,
-                 operator: Operator, queues: Queues) -> None:
+                 operator: Operator, queues: Queues, schedule: Schedule, outbox: Outbox,
+                 slots: Slots) -> None:
         self._storage = storage
         self._jobs = jobs
         self._maintenance = maintenance
         self._operator = operator
         self._queues = queues
+        self._schedule = schedule
+        self._outbox = outbox
+        self._slots = slots
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -73,10 +80,12 @@ class CheckedDriver:
         check_new_jobs(jobs)
         return self._jobs.enqueue(jobs, conn) if jobs else []
 
-    def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float,
-                  worker_id: str) -> list[ClaimedJob]:
+    def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
+                  caps: Mapping[str, int] | None = None) -> list[ClaimedJob]:
         names, count, lease = check_claim(queues, limit, lease_ms)
-        return self._jobs.claim(names, count, lease, worker_id) if count else []
+        # caps filter the one-queue claim a worker makes; a multi-queue caller caps nothing
+        capped = check_caps(caps) if caps and len(names) == 1 else {}
+        return self._jobs.claim(names, count, lease, worker_id, capped) if count else []
 
     def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
                         waited_ms: float = 0.0) -> list[ClaimedJob]:
@@ -183,6 +192,73 @@ class CheckedDriver:
 
     def queue_counts(self) -> dict[str, dict[str, int]]:
         return self._queues.counts()
+
+    # -- LeaderStore and ScheduleStore ------------------------------------------------------------
+
+    def leader_elect(self, election: str, holder: str, lease_ms: float) -> bool:
+        return self._schedule.elect(check_name(election, "election"), check_name(holder, "holder"),
+                                    check_lease(lease_ms, "leader.lease"))
+
+    def leader_resign(self, election: str, holder: str) -> bool:
+        return self._schedule.resign(check_name(election, "election"), check_name(holder, "holder"))
+
+    def leader_get(self, election: str) -> LeaderView | None:
+        return self._schedule.leader(check_name(election, "election"))
+
+    def clock_now_ms(self) -> float:
+        return self._schedule.now()
+
+    def schedule_state(self) -> list[Watermark]:
+        return self._schedule.state()
+
+    def schedule_dispatch(self, dispatch: Dispatch) -> list[Enqueued] | None:
+        return self._schedule.dispatch(check_dispatch(dispatch))
+
+    # -- OutboxStore ----------------------------------------------------------------------------
+
+    def outbox_stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]:
+        check_new_jobs(jobs)
+        return self._outbox.stage(jobs, conn) if jobs else []
+
+    def outbox_listen(self) -> JobListener:
+        return self._outbox.listen()
+
+    def outbox_claim(self, holder: str, limit: int, lease_ms: float) -> OutboxClaim:
+        holder = check_name(holder, "holder")
+        limit = check_row_limit(limit, "outbox.limit")
+        lease = check_lease(lease_ms, "outbox.lease")
+        return self._outbox.claim(holder, limit, lease) if limit else OutboxClaim(0, holder, (), ())
+
+    def outbox_publish(self, claim: OutboxClaim) -> list[Enqueued] | None:
+        claim = check_claim_token(claim)
+        return self._outbox.publish(claim) if claim.ids else []
+
+    def outbox_release(self, claim: OutboxClaim) -> int:
+        claim = check_claim_token(claim)
+        return self._outbox.release(claim) if claim.ids else 0
+
+    def outbox_prune(self, retention_ms: float, limit: int) -> int:
+        return self._outbox.prune(duration_ms(retention_ms, "outbox.retention"),
+                                  check_row_limit(limit, "outbox.prune.limit"))
+
+    def outbox_summary(self) -> OutboxSummary:
+        return self._outbox.summary()
+
+    # -- SlotStore --------------------------------------------------------------------------------
+
+    def slot_acquire(self, job: str, cap: int, holder: str, lease_ms: float) -> int | None:
+        return self._slots.acquire(check_name(job, "slot.job"), check_cap(cap),
+                                   check_name(holder, "holder"), check_lease(lease_ms, "slot.lease"))
+
+    def slot_renew(self, job: str, slot: int, holder: str, lease_ms: float) -> bool:
+        return self._slots.renew(check_name(job, "slot.job"), check_slot(slot),
+                                 check_name(holder, "holder"), check_lease(lease_ms, "slot.lease"))
+
+    def slot_release(self, job: str, slot: int, holder: str) -> bool:
+        return self._slots.release(check_name(job, "slot.job"), check_slot(slot), check_name(holder, "holder"))
+
+    def slot_held(self) -> dict[str, int]:
+        return self._slots.held()
 
 
 def _settled(job_id: int, outcome: Outcome, refusal: type[XJobsError], rule: str) -> JobView:

@@ -10,6 +10,8 @@ method:
     memory_maintenance.MemoryMaintenance   rescue lapsed leases, release a dead worker's jobs, prune
     memory_operator.MemoryOperator         list, get, cancel, requeue (one and in batches), count
     memory_queues.MemoryQueues             pause, control, summary, counts, stats
+    memory_coordination.MemorySchedule,    the leader row and watermarks, the outbox, job slots
+      MemoryOutbox, MemorySlots
 
 The conformance suite runs the same tests against this driver and ``PostgresDriver``, so any
 drift from the SQL is a failing test, not a convenience. There is no server: the injected
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from ..clock import SYSTEM_CLOCK, Clock
 from .facade import CheckedDriver
+from .memory_coordination import MemoryOutbox, MemorySchedule, MemorySlots
 from .memory_jobs import MemoryJobs, MemoryTransaction
 from .memory_maintenance import MemoryMaintenance
 from .memory_operator import MemoryOperator
@@ -37,5 +40,8 @@ class MemoryDriver(CheckedDriver):
         self.schema = check_schema_name(schema)
         self.table = MemoryTable(clock)
         table = self.table
-        super().__init__(storage=table, jobs=MemoryJobs(table), maintenance=MemoryMaintenance(table),
-                         operator=MemoryOperator(table), queues=MemoryQueues(table))
+        jobs = MemoryJobs(table)
+        super().__init__(storage=table, jobs=jobs, maintenance=MemoryMaintenance(table),
+                         operator=MemoryOperator(table), queues=MemoryQueues(table),
+                         schedule=MemorySchedule(table, jobs), outbox=MemoryOutbox(table, jobs),
+                         slots=MemorySlots(table))

@@ -19,7 +19,7 @@ import contextlib
 import heapq
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import orjson
 
@@ -67,41 +67,49 @@ class MemoryJobs:
         # what counts as a connection is this driver's own business: only its transaction
         if conn is not None and not (isinstance(conn, MemoryTransaction) and conn.table is table):
             raise InvalidOption("conn", "the memory driver joins only a transaction from its own job_transaction()")
-        payloads = [as_stored(job.payload) for job in jobs]
-        results: list[Enqueued] = []
         with table.lock:
-            at = table.now()
-            for job, payload in zip(jobs, payloads):
-                if job.dedupe_window_ms is not None:   # filtered before the insert: no id taken
-                    kept = table.in_window(job.namespace, at)
-                    if kept is not None:   # job_find_holder answers a live holder first
-                        results.append(Enqueued(table.live.get(job.namespace, kept), True))
-                        continue
-                job_id = table.take_id()   # taken even when deduped
-                holder = table.live.get(job.namespace)
-                if holder is not None:
-                    results.append(Enqueued(holder, True))
+            return self.insert_locked(jobs, conn)
+
+    def insert_locked(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
+        """The insert of ``job_enqueue``, for a caller that already holds the table's lock (a
+        dispatch or an outbox publish, whose enqueue is part of one atomic step)."""
+        table = self._table
+        results: list[Enqueued] = []
+        at = table.now()
+        for job in jobs:
+            if job.dedupe_window_ms is not None:   # filtered before the insert: no id taken
+                kept = table.in_window(job.namespace, at)
+                if kept is not None:   # job_find_holder answers a live holder first
+                    results.append(Enqueued(table.live.get(job.namespace, kept), True))
                     continue
-                run_at = plus(at, job.delay_ms) if job.run_at_ms is None else ts(job.run_at_ms)
-                table.insert(Row(
-                    id=job_id, name=job.name, queue=job.queue, state="ready", payload=payload,
-                    tenant=job.tenant, enqueued_by=job.enqueued_by, idempotency_key=job.idempotency_key,
-                    priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at,
-                    dedupe_window_ms=(None if job.dedupe_window_ms is None else ts(job.dedupe_window_ms))))
-                if conn is not None:
-                    conn.inserted.append(job_id)
-                results.append(Enqueued(job_id, False))
+            job_id = table.take_id()   # taken even when deduped
+            holder = table.live.get(job.namespace)
+            if holder is not None:
+                results.append(Enqueued(holder, True))
+                continue
+            run_at = plus(at, job.delay_ms) if job.run_at_ms is None else ts(job.run_at_ms)
+            table.insert(Row(
+                id=job_id, name=job.name, queue=job.queue, state="ready", payload=as_stored(job.payload),
+                tenant=job.tenant, enqueued_by=job.enqueued_by, idempotency_key=job.idempotency_key,
+                priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at,
+                dedupe_window_ms=(None if job.dedupe_window_ms is None else ts(job.dedupe_window_ms))))
+            if conn is not None:
+                conn.inserted.append(job_id)
+            results.append(Enqueued(job_id, False))
         return results
 
-    def claim(self, queues: Sequence[str], limit: int, lease_ms: float,
-              worker_id: str) -> list[ClaimedJob]:
-        """``job_claim_one`` / ``job_claim_many``: due ready rows by priority, run_at, id."""
+    def claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
+              caps: Mapping[str, int]) -> list[ClaimedJob]:
+        """``job_claim_one`` / ``job_claim_many`` / ``job_claim_capped``: due ready rows by
+        priority, run_at, id; with ``caps``, not a job whose every slot is held."""
         table = self._table
         with table.lock:
             at = table.now()
             wanted = {q for q in queues if not table.is_paused(q)}
+            full = {job for job, cap in caps.items() if table.slots_held(job, at) >= cap}
             due = (r for r in table.rows.values()
-                   if r.state == "ready" and r.queue in wanted and r.run_at <= at and r.crashes == 0)
+                   if r.state == "ready" and r.queue in wanted and r.run_at <= at and r.crashes == 0
+                   and r.name not in full)
             return self._take(heapq.nsmallest(limit, due, key=_by_claim_order), at, lease_ms, worker_id)
 
     def claim_alone(self, queue: str, lease_ms: float, worker_id: str,

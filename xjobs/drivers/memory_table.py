@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from ..clock import Clock
 from ..errors import DuplicateJob
@@ -86,7 +87,13 @@ class MemoryTable:
         self.windowed: dict[Namespace, list[int]] = {}
         self.paused: dict[str, tuple[bool, float, str | None]] = {}   # the queues table
         self.crashed_workers: dict[str, float] = {}   # worker -> when seen dying beside others
+        # the coordination tables (memory_coordination.py)
+        self.leaders: dict[str, tuple[str, float, float]] = {}        # election -> holder, expires, elected
+        self.watermarks: dict[str, tuple[int, float, int]] = {}       # task -> watermark, updated, dispatched
+        self.outbox: dict[int, dict[str, Any]] = {}                   # id -> the outbox row
+        self.slots: dict[tuple[str, int], tuple[str, float]] = {}     # (job, slot) -> holder, expires
         self._next_id = 1
+        self._next_outbox_id = 1
 
     def now(self) -> float:
         """``{now}``: the clock's reading as a ``timestamptz`` holds it."""
@@ -95,6 +102,14 @@ class MemoryTable:
     def take_id(self) -> int:
         job_id, self._next_id = self._next_id, self._next_id + 1
         return job_id
+
+    def take_outbox_id(self) -> int:
+        outbox_id, self._next_outbox_id = self._next_outbox_id, self._next_outbox_id + 1
+        return outbox_id
+
+    def slots_held(self, job: str, at: float) -> int:
+        """``count(*) from job_slots where job = ... and expires_at > now``."""
+        return sum(1 for (name, _), (_, expires) in self.slots.items() if name == job and expires > at)
 
     def insert(self, row: Row) -> None:
         """A new ready row; its namespace is free (the caller looked)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import orjson
 import psycopg
@@ -44,10 +44,7 @@ class PgJobs:
         with db.cursor(conn) as cur:
             for _round in range(4):
                 batch = [jobs[i] for i in pending]
-                rows = orjson.dumps([{
-                    "n": j.name, "q": j.queue, "p": orjson.Fragment(j.payload), "k": j.idempotency_key,
-                    "t": j.tenant, "e": j.enqueued_by, "pr": j.priority, "m": j.max_attempts,
-                    "r": j.run_at_ms, "d": j.delay_ms, "w": j.dedupe_window_ms} for j in batch])
+                rows = orjson.dumps([j.document() for j in batch])
                 cur.execute(db.sql["job_enqueue"], {**db.now(), "rows": rows.decode()})
                 inserted = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
                 # an input whose namespace went in answers that row; a second input with the
@@ -77,12 +74,16 @@ class PgJobs:
                         pending.append(i)
         raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
 
-    def claim(self, queues: Sequence[str], limit: int, lease_ms: float,
-              worker_id: str) -> list[ClaimedJob]:
-        """``job_claim_one`` (the common case, one queue) or ``job_claim_many``."""
+    def claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
+              caps: Mapping[str, int]) -> list[ClaimedJob]:
+        """``job_claim_one`` (the common case, one queue; ``job_claim_capped`` when it has
+        capped jobs) or ``job_claim_many`` (whose callers cap nothing)."""
         params: dict[str, Any] = {**self._db.now(), "limit": limit, "token": secrets.randbits(63),
                                   "worker": worker_id, "lease": lease_ms}
-        if len(queues) == 1:
+        if len(queues) == 1 and caps:
+            name, params["queue"] = "job_claim_capped", queues[0]
+            params["caps"] = orjson.dumps([{"n": job, "c": cap} for job, cap in sorted(caps.items())]).decode()
+        elif len(queues) == 1:
             name, params["queue"] = "job_claim_one", queues[0]
         else:
             name, params["queues"] = "job_claim_many", list(queues)

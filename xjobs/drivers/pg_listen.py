@@ -22,8 +22,9 @@ log = logging.getLogger("xjobs.listen")
 
 
 class PgListener:
-    def __init__(self, db: "PgDatabase") -> None:
+    def __init__(self, db: "PgDatabase", channel: str | None = None) -> None:
         self._db = db
+        self._channel = channel or db.channel   # the outbox relay listens on its own channel
         self._conn: psycopg.Connection | None = None
         self._retry_at = 0.0
         self._open()
@@ -31,7 +32,7 @@ class PgListener:
     def _open(self) -> None:
         try:
             conn = self._db.connect()
-            conn.execute(sql.SQL("listen {}").format(sql.Identifier(self._db.channel)))
+            conn.execute(sql.SQL("listen {}").format(sql.Identifier(self._channel)))
             self._conn = conn
         except psycopg.Error as exc:
             log.warning("listen connection failed (%s); relying on the poll interval", exc)
@@ -56,7 +57,7 @@ class PgListener:
             return set()
         queues: set[str] = set()
         while (note := pgconn.notifies()) is not None:
-            queues.add(note.extra.decode())
+            queues.add(note.extra.decode() or note.relname.decode())   # the outbox sends no payload
         return queues
 
     def close(self) -> None:

@@ -9,6 +9,9 @@ objects that do the work:
     pg_maintenance.PgMaintenance   rescue lapsed leases, release a dead worker's jobs, prune
     pg_operator.PgOperator         list, get, cancel, requeue (one and in batches), count
     pg_queues.PgQueues             pause, control, summary, counts, stats
+    pg_schedule.PgSchedule         the leader lease row, cron watermarks, a task's dispatch
+    pg_outbox.PgOutbox             stage, claim as a lease, publish in one transaction, release
+    pg_slots.PgSlots               fleet-wide job slots: acquire, renew, release
 
 Time: a driver built without ``clock=`` takes "now" in every statement from the server, so
 every worker measures leases and due times on the one clock they are compared on; one built
@@ -30,7 +33,10 @@ from .pg_database import PgDatabase
 from .pg_jobs import PgJobs
 from .pg_maintenance import PgMaintenance
 from .pg_operator import PgOperator
+from .pg_outbox import PgOutbox
 from .pg_queues import PgQueues
+from .pg_schedule import PgSchedule
+from .pg_slots import PgSlots
 
 
 class PostgresDriver(CheckedDriver):
@@ -47,8 +53,10 @@ class PostgresDriver(CheckedDriver):
             transaction_pool_size=transaction_pool_size, pool_timeout=pool_timeout,
             application_name=application_name, statement_timeout_ms=statement_timeout_ms)
         db = self.database
-        super().__init__(storage=db, jobs=PgJobs(db), maintenance=PgMaintenance(db),
-                         operator=PgOperator(db), queues=PgQueues(db))
+        jobs = PgJobs(db)
+        super().__init__(storage=db, jobs=jobs, maintenance=PgMaintenance(db), operator=PgOperator(db),
+                         queues=PgQueues(db), schedule=PgSchedule(db, jobs), outbox=PgOutbox(db, jobs),
+                         slots=PgSlots(db))
 
     @property
     def dsn(self) -> str:

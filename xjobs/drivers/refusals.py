@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Sequence, TypeGuard
+from typing import Mapping, Sequence, TypeGuard
 
 from ..errors import ClaimQueuesEmpty, InvalidOption
-from ..options import duration_ms, finite_count, finite_option
+from ..options import duration_ms, finite_count, finite_option, plain_name
 from .backend import Batch
-from .base import CHARGES, LATEST_MS, MAX_DELAY_MS, STATES, Lease, ListFilter, Nack, NewJob
+from .base import (CHARGES, LATEST_MS, MAX_DELAY_MS, STATES, Dispatch, Lease, ListFilter, Nack, NewJob,
+                   OutboxClaim)
 
 MAX_ROWS = 100_000       # the most rows one statement claims, lists or changes
 
@@ -109,3 +110,46 @@ def check_batch(where: ListFilter, after_id: object, upto_id: object, limit: obj
     if not is_bigint(upto_id):
         raise InvalidOption("upto", f"must be a job id, got {upto_id!r}")
     return Batch(checked, after_id, upto_id, check_row_limit(limit, "batch"))
+
+
+# -- the coordination nouns ------------------------------------------------------------------------
+
+_MAX_CAP = 1_000_000
+
+
+def check_name(value: object, option: str) -> str:
+    """An election, a holder identity or a job name: plain text (any printable text is data)."""
+    return plain_name(value, option)
+
+
+def check_cap(cap: object) -> int:
+    return finite_count(cap, "slot.cap", minimum=1, maximum=_MAX_CAP)
+
+
+def check_caps(caps: Mapping[str, int]) -> dict[str, int]:
+    return {check_name(job, "caps.job"): check_cap(cap) for job, cap in caps.items()}
+
+
+def check_slot(slot: object) -> int:
+    return finite_count(slot, "slot", minimum=0, maximum=_MAX_CAP - 1)
+
+
+def check_dispatch(dispatch: Dispatch) -> Dispatch:
+    check_name(dispatch.election, "election")
+    check_name(dispatch.holder, "holder")
+    check_name(dispatch.task, "task")
+    for option, value in (("watermark", dispatch.watermark_ms), ("expected", dispatch.expected_ms)):
+        if value is not None and not is_bigint(value):
+            raise InvalidOption(option, f"must be whole epoch milliseconds, got {value!r}")
+    check_new_jobs(dispatch.jobs)
+    return dispatch
+
+
+def check_claim_token(claim: OutboxClaim) -> OutboxClaim:
+    """A publish or release without the token of a claim is refused, by every driver alike:
+    the token is the fence of every outbox mutation."""
+    if not is_bigint(claim.token) or (claim.ids and claim.token == 0):
+        raise InvalidOption("claim.token", f"an outbox claim's token is required, got {claim.token!r}")
+    if len(claim.ids) != len(claim.jobs) or not all(is_bigint(i) for i in claim.ids):
+        raise InvalidOption("claim.ids", "must be the ids the claim answered, one per job")
+    return claim

@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..cron import DEFAULT_RESOLVER, CronResolver
-from ..drivers.coordination import Dispatch
+from ..drivers.base import Dispatch
 from ..registry import Registry
 
 log = logging.getLogger("xjobs.scheduler")

@@ -1,0 +1,62 @@
+"""``xjobsd tasks ls``: every cron task the app declares, with its next fire time, its
+watermark (occurrences up to it are dispatched) and the fleet's scheduler leader.
+
+    xjobsd tasks ls --app myapp.jobs [--json]
+
+Read from the database; the next fire time is computed from the watermark (or, for a task
+never dispatched, from the database's now) with the same resolver the scheduler uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..cron import DEFAULT_RESOLVER, iso as zoned
+from ..registry import REGISTRY
+from ..workers.scheduler import ELECTION
+from .common import add_database_flags, driver_from, import_apps, iso, print_json, print_table, settings_from
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("tasks", help="cron tasks: next fire, watermark, leader",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=type(parser))
+    ls = verbs.add_parser("ls", help="every cron task of the app")
+    ls.add_argument("--app", action="append", default=[], help="module declaring the tasks (repeatable)")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    add_database_flags(ls)
+    ls.set_defaults(handler=list_tasks)
+
+
+def list_tasks(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    import_apps(args.app or list(settings.apps))
+    driver = driver_from(settings)
+    now = driver.clock_now_ms()
+    state = {w.task: w for w in driver.schedule_state()}
+    leader = driver.leader_get(ELECTION)
+    rows = []
+    for task in REGISTRY.tasks():
+        mark = state.get(task.name)
+        since = mark.watermark_ms if mark is not None else now
+        upcoming = DEFAULT_RESOLVER.after(task.cron, task.tz, since)
+        rows.append({"name": task.name, "cron": task.cron, "tz": task.tz, "job": task.job.name,
+                     "catch_up": task.catch_up, "next_fire": iso(upcoming),
+                     "next_fire_local": zoned(upcoming, task.tz),
+                     "watermark": iso(mark.watermark_ms) if mark else None,
+                     "dispatched": mark.dispatched if mark else 0})
+    answer = {"leader": None if leader is None else {
+        "holder": leader.holder, "live": leader.live, "expires_at": iso(leader.expires_at),
+        "elected_at": iso(leader.elected_at)}, "tasks": rows}
+    if args.json:
+        print_json(answer)
+        return 0
+    print_table(["task", "cron", "tz", "job", "catch up", "next fire", "watermark", "dispatched"],
+                [[r["name"], r["cron"], r["tz"], r["job"], r["catch_up"], r["next_fire_local"],
+                  r["watermark"] or "-", r["dispatched"]] for r in rows])
+    if leader is None:
+        print("\nleader: none elected yet (no daemon has run a scheduler on this database)")
+    else:
+        state_word = "leading" if leader.live else "lease expired"
+        print(f"\nleader: {leader.holder} ({state_word}; lease until {iso(leader.expires_at)})")
+    return 0
