@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, invariant, multiple, rule,
                                  run_state_machine_as_test)
 
-from xjobs.drivers.base import Lease, ListFilter, Nack, NewJob, Progress
+from xjobs.drivers.base import Dispatch, Lease, ListFilter, Nack, NewJob, Progress
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.errors import XJobsError
 from xjobs.payload import encode_payload
@@ -69,8 +69,17 @@ def _answer(call):
         return ("refused", err.code)
 
 
+HOLDERS = ("d1", "d2")
+
+
+def _claim_pair(mem, pg):
+    assert (mem.ids, [j.document()["k"] for j in mem.jobs]) == (pg.ids, [j.document()["k"] for j in pg.jobs])
+    return (mem, pg)
+
+
 class DriverPair(RuleBasedStateMachine):
     leases = Bundle("leases")
+    outbox_claims = Bundle("outbox_claims")
 
     def __init__(self, pg, clock) -> None:
         super().__init__()
@@ -195,6 +204,48 @@ class DriverPair(RuleBasedStateMachine):
     def prune(self, completed_for, finished_for, limit):
         self.both(lambda d: d.job_prune(completed_for, finished_for, limit))
 
+    @rule(holder=st.sampled_from(HOLDERS), lease_ms=st.sampled_from([500, 2000]), resign=st.booleans())
+    def leader(self, holder, lease_ms, resign):
+        if resign:
+            self.both(lambda d: d.leader_resign("scheduler", holder))
+        else:
+            self.both(lambda d: d.leader_elect("scheduler", holder, lease_ms))
+
+    @rule(holder=st.sampled_from(HOLDERS), task=st.sampled_from(["t1", "t2"]),
+          expected=st.sampled_from([None, 0, 1, 2]), keys=st.lists(st.sampled_from("abc"), max_size=2))
+    def dispatch(self, holder, task, expected, keys):
+        jobs = tuple(NewJob(name="n1", queue="q1", payload=b"{}", idempotency_key=f"{task}:{k}") for k in keys)
+        watermark = (expected or 0) + 1
+        self.both(lambda d: d.schedule_dispatch(Dispatch("scheduler", holder, task, expected, watermark, jobs)))
+
+    @rule(keys=st.lists(st.sampled_from("abcd"), min_size=1, max_size=3))
+    def stage(self, keys):
+        jobs = [NewJob(name="n2", queue="q2", payload=encode_payload({"k": k}), idempotency_key=k) for k in keys]
+        self.both(lambda d: d.outbox_stage(jobs, None))
+
+    @rule(target=outbox_claims, limit=st.integers(0, 3), lease_ms=st.sampled_from([500, 2000]))
+    def outbox_claim(self, limit, lease_ms):
+        return _claim_pair(self.memory.outbox_claim("relay", limit, lease_ms),
+                           self.pg.outbox_claim("relay", limit, lease_ms))
+
+    @rule(pair=outbox_claims, publish=st.booleans())
+    def outbox_finish(self, pair, publish):
+        mem, pg = pair
+        if publish:
+            assert self.memory.outbox_publish(mem) == self.pg.outbox_publish(pg)
+        else:
+            assert self.memory.outbox_release(mem) == self.pg.outbox_release(pg)
+
+    @rule(job=st.sampled_from(["c1", "c2"]), cap=st.integers(1, 2), holder=st.sampled_from(HOLDERS),
+          verb=st.sampled_from(["acquire", "renew", "release"]), slot=st.integers(0, 1))
+    def slots(self, job, cap, holder, verb, slot):
+        if verb == "acquire":
+            self.both(lambda d: d.slot_acquire(job, cap, holder, 1000))
+        elif verb == "renew":
+            self.both(lambda d: d.slot_renew(job, slot, holder, 1000))
+        else:
+            self.both(lambda d: d.slot_release(job, slot, holder))
+
     @rule(ms=st.sampled_from([1, 250, 500, 1000, 2500]))
     def advance(self, ms):
         self.clock.advance(ms)
@@ -208,6 +259,12 @@ class DriverPair(RuleBasedStateMachine):
         assert self.memory.queue_counts() == self.pg.queue_counts()
         assert [(c.name, c.paused) for c in self.memory.queue_control()] == \
             [(c.name, c.paused) for c in self.pg.queue_control()]
+        mem_leader, pg_leader = self.memory.leader_get("scheduler"), self.pg.leader_get("scheduler")
+        assert (mem_leader and (mem_leader.holder, mem_leader.live)) == (pg_leader and (pg_leader.holder, pg_leader.live))
+        assert [(w.task, w.watermark_ms, w.dispatched) for w in self.memory.schedule_state()] == \
+            [(w.task, w.watermark_ms, w.dispatched) for w in self.pg.schedule_state()]
+        assert self.memory.outbox_summary().pending == self.pg.outbox_summary().pending
+        assert self.memory.slot_held() == self.pg.slot_held()
         mem, pg = self.memory.queue_summary(), self.pg.queue_summary()
         assert {q: (s.depth, _time(s.oldest_ready_ms)) for q, s in mem.items()} == \
             {q: (s.depth, _time(s.oldest_ready_ms)) for q, s in pg.items()}
@@ -225,7 +282,9 @@ def test_memory_and_postgres_drivers_agree(pg_driver, pg_dsn, clock):
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         def fresh_pair() -> DriverPair:
             conn.execute(f"truncate {pg_driver.schema}.jobs, {pg_driver.schema}.job_history, "
-                         f"{pg_driver.schema}.queues, {pg_driver.schema}.crashed_workers restart identity")
+                         f"{pg_driver.schema}.queues, {pg_driver.schema}.crashed_workers, "
+                         f"{pg_driver.schema}.scheduler_leader, {pg_driver.schema}.scheduler_state, "
+                         f"{pg_driver.schema}.outbox, {pg_driver.schema}.job_slots restart identity")
             return DriverPair(pg_driver, clock)
 
         run_state_machine_as_test(fresh_pair, settings=settings(
