@@ -10,7 +10,7 @@ import pytest
 import xjobs
 from xjobs.context import CANCELLED, DRAINED
 from xjobs.enqueue import enqueue_many
-from xjobs.errors import ConcurrencyUnenforceable, InvalidOption, RetryAfter, Terminal
+from xjobs.errors import InvalidOption, RetryAfter, Terminal
 
 from .worker_helpers import Pacer, make_worker
 
@@ -227,10 +227,7 @@ def test_a_slow_queue_never_starves_another(driver, registry):
 
 
 def test_worker_refuses_what_it_cannot_honour(driver, registry):
-    declare(registry, lambda ctx, i: None, name="capped", concurrency=2)
-    with pytest.raises(ConcurrencyUnenforceable) as err:
-        make_worker(driver, registry).initialize()
-    assert err.value.code == "X_JOB_CONCURRENCY_UNENFORCEABLE"
+    declare(registry, lambda ctx, i: None, name="plain")
     with pytest.raises(InvalidOption):
         make_worker(driver, registry, queue="nobody-uses-this").initialize()
     for bad in (float("nan"), float("inf"), -1, 2.5, 0):

@@ -12,7 +12,7 @@ import pytest
 
 import xjobs
 from xjobs.enqueue import enqueue_many
-from xjobs.errors import ConcurrencyUnenforceable, Terminal
+from xjobs.errors import InvalidOption, Terminal
 from xjobs.workers.execute import describe
 from xjobs.workers.host import InProcessHost
 
@@ -178,11 +178,11 @@ def test_an_exception_that_cannot_print_itself_is_still_recorded(driver):
 
 def test_a_refused_start_leaks_no_descriptors(driver):
     registry = xjobs.Registry()
-    declare(registry, lambda ctx, i: None, name="capped", concurrency=1)
+    declare(registry, lambda ctx, i: None, name="plain")
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(5):
-        with pytest.raises(ConcurrencyUnenforceable):
-            InProcessHost(make_worker(driver, registry)).run()
+        with pytest.raises(InvalidOption):   # no registered job uses the worker's queue
+            InProcessHost(make_worker(driver, registry, queue="nobody")).run()
     assert len(os.listdir("/proc/self/fd")) <= before
 
 

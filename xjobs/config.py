@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .errors import InvalidOption, NotConfigured
 from .options import duration_ms, finite_count, plain_name
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES
+from .workers.limiter import Limits
 
 if TYPE_CHECKING:
     from .drivers.base import JobDriver
@@ -88,6 +89,7 @@ class Settings:
     leader_lease_ms: float = 15_000.0    # the scheduler leader's lease; renewed every round
     outbox_lease_ms: float = 30_000.0    # an outbox claim held this long is free again
     outbox_retention_ms: float = 86_400_000.0   # published outbox rows are kept this long
+    limits: Limits = field(default_factory=Limits)   # per worker PROCESS ceilings (workers/limiter.py)
     recycle_after_jobs: int | None = None  # replace a worker process after this many claims
     recycle_above_rss_mib: int | None = None  # ... or once its resident memory passes this
 
@@ -108,6 +110,8 @@ class Settings:
             put("recycle_after_jobs", finite_count(self.recycle_after_jobs, "recycle_after_jobs", minimum=1))
         if self.recycle_above_rss_mib is not None:
             put("recycle_above_rss_mib", finite_count(self.recycle_above_rss_mib, "recycle_above_rss", minimum=16))
+        if not isinstance(self.limits, Limits):
+            raise InvalidOption("limits", "must be Limits(...)")
         if not isinstance(self.queues, Mapping):
             raise InvalidOption("queues", "must map queue names to QueueSpec")
         for name, spec in self.queues.items():
@@ -145,6 +149,8 @@ def _coerce(values: Mapping[str, Any], source: str) -> dict[str, Any]:
                 out["queues"] = dict(QueueSpec.parse(v) for v in value)
         elif key == "apps" or key == "app":
             out["apps"] = tuple(value.split(",") if isinstance(value, str) else value)
+        elif key == "limits":
+            out["limits"] = _limits(value)
         elif key in ("max_payload_bytes", "recycle_after_jobs"):
             out[key] = _maybe_number(value, key)   # a count from text; Settings checks its range
         elif key in ("recycle_above_rss", "recycle_above_rss_mib"):
@@ -154,6 +160,25 @@ def _coerce(values: Mapping[str, Any], source: str) -> dict[str, Any]:
         else:
             raise InvalidOption(key, f"unknown setting in {source}")
     return out
+
+
+def _limits(value: Any) -> Limits:
+    """``{"tenant": 5, "tenant_rate_window": "1s"}`` (a file's table), ``"tenant=5,global=100"``
+    (the environment), or a list of ``"NAME=VALUE"`` (repeated flags)."""
+    if isinstance(value, Limits):
+        return value
+    if isinstance(value, str):
+        value = [part for part in value.split(",") if part.strip()]
+    if not isinstance(value, Mapping):
+        pairs = {}
+        for part in value:
+            name, sep, number = str(part).partition("=")
+            if not sep:
+                raise InvalidOption("limits", f"expected NAME=VALUE like tenant=5, got {part!r}")
+            pairs[name.strip()] = number.strip()
+        value = pairs
+    return Limits.from_mapping({k: (v if k == "tenant_rate_window" else _maybe_number(v, f"limits.{k}"))
+                                for k, v in value.items()})
 
 
 def _maybe_number(value: Any, option: str) -> Any:
@@ -174,7 +199,8 @@ _ENV = {"XJOBS_DATABASE_URL": "dsn", "XJOBS_SCHEMA": "schema", "XJOBS_LEASE": "l
         "XJOBS_RETENTION_FINISHED": "retention_finished", "XJOBS_STATS_INTERVAL": "stats_interval",
         "XJOBS_RECYCLE_AFTER_JOBS": "recycle_after_jobs",
         "XJOBS_RECYCLE_ABOVE_RSS": "recycle_above_rss", "XJOBS_LEADER_LEASE": "leader_lease",
-        "XJOBS_OUTBOX_LEASE": "outbox_lease", "XJOBS_OUTBOX_RETENTION": "outbox_retention"}
+        "XJOBS_OUTBOX_LEASE": "outbox_lease", "XJOBS_OUTBOX_RETENTION": "outbox_retention",
+        "XJOBS_LIMITS": "limits"}
 
 
 def _file_values(config_path: str | None) -> tuple[dict[str, Any], str]:

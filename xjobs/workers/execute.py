@@ -32,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
-from ..context import CANCELLED, DRAINED, LEASE_LOST, Ctx, RunSignal
+from ..context import CANCELLED, DRAINED, LEASE_LOST, SLOT_LOST, Ctx, RunSignal
 from ..drivers.base import ClaimedJob, Lease, Nack
 from ..errors import JobTimeout
 from ..retry import Retry, decide
@@ -129,6 +129,12 @@ def settlement_for(run: Run, error: BaseException | None, timed_out: bool = Fals
         return Settlement("completed", ack=True)
     if code == DRAINED and not timed_out:
         text = f"{describe(error)} -- interrupted by drain, attempt not counted"
+        return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, text, 0.0,
+                                                   counts_as_attempt=False, outcome="interrupted"))
+    if code == SLOT_LOST:
+        # its fleet-wide slot was taken from it (expired while this process stalled): the
+        # job did not fail, it may not run beyond the cap
+        text = f"{SLOT_LOST}: {run.signal.reason} -- interrupted, attempt not counted"
         return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, text, 0.0,
                                                    counts_as_attempt=False, outcome="interrupted"))
     verdict = decide(run.handle.retry, run.job.attempt, run.job.max_attempts, error)

@@ -11,7 +11,8 @@ to collaborators it owns, each in its own module:
 * ``results``    (``execute.py``)    finished bodies, handed over from their threads;
 * ``settler``    (``settle.py``)     what finished, timed-out and abandoned runs write;
 * ``leases``     (``leases.py``)     lease renewal, lost leases, and the lease watch thread;
-* ``quarantine`` (``quarantine.py``) suspects of a crash, run with nothing beside them.
+* ``quarantine`` (``quarantine.py``) suspects of a crash, run with nothing beside them;
+* ``admission``  (``admission.py``)  per-process limits and fleet-wide slots: run now, or shed.
 
 One pass (``run_once``), all on the loop thread:
 
@@ -25,7 +26,9 @@ One pass (``run_once``), all on the loop thread:
 6. while accepting, claim per queue up to that queue's free slots, one queue per statement,
    so a slow queue only ever fills its own slots and never starves another (a suspect, when
    one is due, is reserved instead, and while one is held nothing else is claimed);
-7. sweep lapsed leases and due suspensions, and prune old finished rows, on their timers.
+7. sweep lapsed leases and due suspensions, and prune old finished rows, on their timers
+   (``maintain``: a worker on its own does; under ``xjobsd`` the scheduler's leader does it
+   for the whole fleet, so its cost does not grow with the number of worker processes).
 
 A lease watch thread aborts the signal of any run whose lease window closed, even while this
 loop is blocked in a database call.
@@ -47,10 +50,11 @@ from ..clock import monotonic_ms
 from ..config import Settings
 from ..context import DRAINED
 from ..drivers.base import ClaimedJob
-from ..errors import ConcurrencyUnenforceable, InvalidOption
+from ..errors import InvalidOption
 from ..options import finite_count, plain_name
 from ..registry import JobHandle, Registry
 from ..retry import DEFAULT_RETRY
+from .admission import Admission, Shed
 from .execute import Executor, Results, Run, UnknownJob
 from .leases import LeaseKeeper
 from .quarantine import Quarantine
@@ -80,7 +84,7 @@ class QueueWorker:
     def __init__(self, *, driver: Any, registry: Registry, queue: str | None = None,
                  concurrency: int = 16, queues: Mapping[str, int] | None = None,
                  settings: Settings | None = None, identity: str | None = None,
-                 clock: Callable[[], float] = monotonic_ms) -> None:
+                 clock: Callable[[], float] = monotonic_ms, maintain: bool = True) -> None:
         if queues is None:
             if queue is None:
                 raise InvalidOption("queue", "a worker needs a queue or a queues mapping")
@@ -96,6 +100,7 @@ class QueueWorker:
         self.settings = settings or Settings()
         self.identity = identity or new_identity()
         self.clock = clock            # the loop's clock: every now_ms handed to run_once reads it
+        self.maintain = maintain
         self.stats_ = WorkerStats()
         self.state = "new"
         self.accepting = False
@@ -110,10 +115,12 @@ class QueueWorker:
         self.quarantine = Quarantine(driver=driver, runs=self.runs, settler=self.settler,
                                      executor=self._executor, take=self.take, stats=self.stats_,
                                      settings=self.settings, identity=self.identity)
+        self.admission: Admission | None = None    # built at initialize, from the registry
         self._listener: Any = None
         self._handles: dict[str, JobHandle] = {}
+        self._caps: dict[str, int] = {}
         self._more: set[str] = set()
-        self._next_poll = self._next_rescue = self._next_prune = 0.0
+        self._next_poll = self._next_rescue = self._next_prune = self._next_slots = 0.0
         self._rotation = 0
         self.passes = 0      # test hook: how many passes have completed
 
@@ -127,14 +134,14 @@ class QueueWorker:
         idle = [q for q in self.runs.slots if q not in served]
         if idle:
             raise InvalidOption("queue", f"no registered job uses queue(s) {', '.join(map(repr, idle))}")
-        capped = [h.name for h in handles.values() if h.concurrency is not None and h.queue in self.runs.slots]
-        if capped:
-            raise ConcurrencyUnenforceable(
-                f"job(s) {', '.join(capped)} declare concurrency=, and this driver keeps no fleet "
-                "lease store to enforce it; refusing to run them unbounded")
         self._handles = handles
-        if hasattr(self.driver, "job_listen"):
-            self._listener = self.driver.job_listen()
+        self._caps = {h.name: h.concurrency for h in handles.values()
+                      if h.concurrency is not None and h.queue in self.runs.slots}
+        self.admission = Admission(driver=self.driver, identity=self.identity, caps=self._caps,
+                                   limits=self.settings.limits, lease_ms=self.settings.lease_ms,
+                                   retry_ms=self.settings.poll_ms)
+        self.runs.on_vacate = self.admission.release
+        self._listener = self.driver.job_listen()
         self.leases.start(self.clock, self._executor.cancel)
         self.accepting = True
         self.state = "accepting"
@@ -149,7 +156,10 @@ class QueueWorker:
         return self.runs.in_flight()
 
     def stats(self) -> dict[str, Any]:
-        return {**self.stats_.snapshot(self.in_flight()), "running": self._reported_runs()}
+        stats = {**self.stats_.snapshot(self.in_flight()), "running": self._reported_runs()}
+        if self.admission is not None and (not self.settings.limits.unlimited or self._caps):
+            stats["limits"] = self.admission.snapshot()
+        return stats
 
     def _reported_runs(self) -> list[dict[str, Any]]:
         """Runs worth naming in ``xjobsd status``: those that report progress, and a suspect
@@ -225,11 +235,14 @@ class QueueWorker:
         self.settler.settle(now_ms)
         self.settler.expire(now_ms)
         self.leases.keep(now_ms)
+        if self.admission is not None and self.admission.holds_slots and now_ms >= self._next_slots:
+            self._next_slots = now_ms + self.settings.heartbeat_ms
+            self.admission.renew(self._executor.cancel)
         self.settler.report_progress(now_ms)
         self.quarantine.advance(now_ms, self.accepting)
         if self.accepting:
             self._claim(now_ms, notified)
-        if now_ms >= self._next_rescue:
+        if self.maintain and now_ms >= self._next_rescue:
             self._sweep(now_ms)
         self.passes += 1
         return self._sleep_ms(now_ms)
@@ -240,7 +253,11 @@ class QueueWorker:
             return 0.0
         if self.quarantine.due and self.accepting:
             return 0.0
-        due = [self.leases.next_due(), self._next_rescue]
+        due = [self.leases.next_due()]
+        if self.maintain:
+            due.append(self._next_rescue)
+        if self.admission is not None and self.admission.holds_slots:
+            due.append(self._next_slots)
         if self.accepting:
             due.append(self._next_poll)
         if (settle_at := self.settler.next_due()) is not None:
@@ -263,7 +280,8 @@ class QueueWorker:
             if free <= 0 or not (poll_due or queue in notified or queue in self._more):
                 continue
             try:
-                jobs = self.driver.job_claim([queue], free, self.settings.lease_ms, self.identity)
+                jobs = self.driver.job_claim([queue], free, self.settings.lease_ms, self.identity,
+                                             caps=self._caps)
             except Exception as exc:  # the database is away: the poll timer retries
                 log.warning("worker %s: claim on %r failed: %s", self.identity, queue, exc)
                 self._more.discard(queue)
@@ -284,11 +302,19 @@ class QueueWorker:
         if stale is not None:  # cancelled and retried, or rescued, and handed to us again
             self.leases.lost(stale, now_ms, "the job was handed out again")
         handle = self._handles.get(job.name)
-        run = Run(job, handle or UnknownJob(job.name, DEFAULT_RETRY), self.driver, now_ms)
-        self.runs.hold(run)
         if handle is None:
+            run = Run(job, UnknownJob(job.name, DEFAULT_RETRY), self.driver, now_ms)
+            self.runs.hold(run)
             self.results.put(run, LookupError(f"no handler for job {job.name!r} in worker {self.identity}"))
             return None
+        assert self.admission is not None   # built by initialize, before any claim
+        admitted = self.admission.admit(job, now_ms)
+        if isinstance(admitted, Shed):
+            self.settler.shed(job, admitted.delay_ms, admitted.why, now_ms)
+            return None
+        run = Run(job, handle, self.driver, now_ms)
+        self.admission.bind(run, admitted)
+        self.runs.hold(run)
         return run
 
     def _sweep(self, now_ms: float) -> None:

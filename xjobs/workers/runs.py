@@ -18,7 +18,7 @@ of ``renewable()`` (and retries one taken while the loop changed the table).
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 from .execute import Run
 
@@ -28,6 +28,7 @@ class RunTable:
         self.slots = dict(slots)                    # queue -> bodies it may run at once
         self.held: dict[int, Run] = {}              # job id -> its run, until settled
         self.busy = {q: 0 for q in self.slots}      # queue -> bodies running, settled or not
+        self.on_vacate: Callable[[Run], None] | None = None   # what else a body's end frees
 
     def get(self, job_id: int) -> Run | None:
         return self.held.get(job_id)
@@ -44,8 +45,11 @@ class RunTable:
             del self.held[run.job.id]
 
     def vacate(self, run: Run) -> None:
-        """The run's body ended, or will never start: its slot is free again."""
+        """The run's body ended, or will never start: its slot is free again (and whatever the
+        worker's admission counted for it: its limiter count, its fleet-wide slot)."""
         self.busy[run.job.queue] -= 1
+        if self.on_vacate is not None:
+            self.on_vacate(run)
 
     def free(self, queue: str) -> int:
         return self.slots[queue] - self.busy[queue]

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..config import Settings
 from ..context import LEASE_LOST, TIMED_OUT
-from ..drivers.base import Nack
+from ..drivers.base import ClaimedJob, Nack
 from ..errors import JobTimeout
 from .execute import Executor, Results, Run, Settlement, given_back, settlement_for
 from .runs import RunTable
@@ -113,6 +113,21 @@ class Settler:
             return
         self._next_progress = now_ms + _PROGRESS_EVERY_MS
         self._write_progress(self._runs.live())
+
+    def shed(self, job: ClaimedJob, delay_ms: float, why: str, now_ms: float) -> None:
+        """The one shed path (a limit, a fleet-wide slot): back to ready, no attempt burned, no
+        ``last_error`` (a shed is not a failure), due again after ``delay_ms``."""
+        nack = Nack(job.id, job.token, None, delay_ms, counts_as_attempt=False, outcome="shed")
+        try:
+            held = self._driver.job_nack(nack)
+        except Exception as exc:   # the lease lapses and the job is delivered again
+            log.error("worker %s: shedding %s#%s failed: %s", self._identity, job.name, job.id, exc)
+            self._stats.bump("settle_failed")
+            return
+        if held:
+            self._stats.outcome(job.name, "shed", None)
+            log.debug("worker %s: shed %s#%s (%s); due again in %.0fms", self._identity, job.name,
+                      job.id, why, delay_ms)
 
     def give_back(self, run: Run, why: str, now_ms: float) -> None:
         """Settle a run this worker lets go of without it failing: back to ready now, fenced

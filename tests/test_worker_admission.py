@@ -1,0 +1,119 @@
+"""Admission, on both drivers: a job's fleet-wide slots cap how many of it run at once, and
+the per-process limits shed what is over them, back to ready through the one shed path."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import xjobs
+from xjobs.context import SLOT_LOST
+from xjobs.workers.limiter import Limits
+
+from .test_worker import declare, enqueue
+from .worker_helpers import Pacer, make_worker
+
+
+@pytest.fixture
+def registry() -> xjobs.Registry:
+    return xjobs.Registry()
+
+
+class Overlap:
+    """Counts how many bodies run at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = self.most = 0
+
+    def body(self, ctx, i):
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(0.02)
+        with self.lock:
+            self.now -= 1
+
+
+def test_a_capped_job_never_runs_beyond_its_slots_and_sheds_stay_ready(driver, registry):
+    overlap = Overlap()
+    capped = declare(registry, overlap.body, name="capped", concurrency=2)
+    ids = enqueue(capped, driver, *({"n": n} for n in range(8)))
+    pacer = Pacer(make_worker(driver, registry, concurrency=6, poll_ms=20))
+    pacer.until(lambda: pacer.totals()["completed"] == 8, advance_ms=25)
+    assert overlap.most <= 2
+    for job_id in ids:
+        view = driver.job_get(job_id)
+        assert (view.state, view.attempt, view.last_error) == ("completed", 1, None)
+    assert driver.slot_held() == {}                     # every slot was given back
+
+
+def test_a_shed_job_goes_back_to_ready_without_an_attempt_or_an_error(driver, registry):
+    capped = declare(registry, lambda ctx, i: None, name="capped", concurrency=1)
+    [job_id] = enqueue(capped, driver, {"n": 1})
+    driver.slot_acquire("capped", 1, "another-machine", 60_000)   # the fleet's only slot is held
+    [claimed] = driver.job_claim(["q"], 1, 30_000, "w")           # a claim without caps takes it
+    worker = make_worker(driver, registry)
+    worker.initialize()
+    assert worker.take(claimed, 0.0) is None
+    view = driver.job_get(job_id)
+    assert (view.state, view.attempt, view.last_error, view.crashes) == ("ready", 0, None, 0)
+    assert view.history[-1]["outcome"] == "shed"
+    assert worker.stats()["shed"] == 1 and worker.stats()["jobs"] == {"capped": {"shed": 1}}
+    assert driver.job_claim(["q"], 1, 30_000, "w", caps={"capped": 1}) == []   # no spin
+    worker.close()
+
+
+def test_a_lost_slot_stops_the_run_and_gives_the_attempt_back(driver, registry):
+    started, seen = threading.Event(), []
+
+    def body(ctx, i):
+        started.set()
+        ctx.signal.wait(10)
+        seen.append(ctx.signal.code)
+        ctx.signal.raise_if_set()          # a body that stops when told
+    capped = declare(registry, body, name="capped", concurrency=1)
+    [job_id] = enqueue(capped, driver, {"n": 1})
+    worker = make_worker(driver, registry, heartbeat_ms=100)
+    pacer = Pacer(worker)
+    pacer.until(started.is_set)
+    assert driver.slot_release("capped", 0, worker.identity) is True   # taken from under it
+    pacer.until(lambda: seen == [SLOT_LOST], advance_ms=150)
+    pacer.until(lambda: pacer.totals()["interrupted"] == 1, advance_ms=50)
+    [entry] = driver.job_get(job_id).history
+    assert (entry["outcome"], entry["attempt"]) == ("interrupted", 1)   # given back, not counted
+    assert entry["error"].startswith("X_JOB_SLOT_LOST")
+    worker.stop_accepting("test")
+    worker.close(now=lambda: pacer.now)
+
+
+def test_per_process_limits_shed_what_is_over_them(driver, registry, clock):
+    overlap = Overlap()
+    handle = declare(registry, overlap.body, name="tenanted", tenant=lambda i: i["t"])
+    enqueue(handle, driver, *({"n": n, "t": "acme"} for n in range(5)))
+    settings = {"limits": Limits(tenant=1), "poll_ms": 20}
+    pacer = Pacer(make_worker(driver, registry, concurrency=5, **settings))
+
+    def done() -> bool:
+        clock.advance(25)     # a shed is due again after its delay, on the database's clock
+        return pacer.totals()["completed"] == 5
+    pacer.until(done, advance_ms=25)
+    assert overlap.most == 1
+    assert pacer.totals()["shed"] >= 1
+    snapshot = pacer.worker.stats()["limits"]
+    assert snapshot["scope"] == "per worker process" and snapshot["config"]["tenant"] == 1
+    assert snapshot["tracked"]["tenants_in_flight"] == 0
+
+
+def test_a_zero_limit_is_a_hard_stop(driver, registry, clock):
+    handle = declare(registry, lambda ctx, i: None, name="stopped")
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    pacer = Pacer(make_worker(driver, registry, limits=Limits(global_=0)))
+
+    def shed_twice() -> bool:
+        clock.advance(100)
+        return pacer.totals()["shed"] >= 2
+    pacer.until(shed_twice, advance_ms=2000)
+    assert driver.job_get(job_id).state == "ready" and pacer.totals()["completed"] == 0

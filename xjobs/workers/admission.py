@@ -1,0 +1,133 @@
+"""What a claimed job must pass before its body starts: this process's limits, and for a job
+declared with ``concurrency=N`` one of its N fleet-wide slots.
+
+::
+
+    claimed ──limits (limiter.py, per process)──> over: SHED
+        │
+        └──capped job: slot_acquire (one row per held slot, the primary key grants it)──> none: SHED
+                │
+                └──held: the body runs; the slot is renewed with the leases, fenced on holder
+                   AND expiry (a renewal answering False aborts the run: X_JOB_SLOT_LOST);
+                   released when the body ends, whatever the settlement (its failure logged,
+                   never the run's)
+
+A shed goes back to ready with no attempt burned and no ``last_error``, counted as
+``outcome="shed"``, through ONE path (``Settler.shed``) for both reasons. It does not spin: a
+claim skips a capped job whose every slot is held (``job_claim(caps=)``), and a limiter
+refusal comes back only once the limit could admit it. The slot is held until the BODY ends,
+not until the run settles: a timed-out ``def`` body that runs on still counts against the cap.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..context import SLOT_LOST
+from ..drivers.base import ClaimedJob
+from .execute import Run
+from .limiter import Decision, Limiter, Limits
+
+log = logging.getLogger("xjobs.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Shed:
+    """Why a claimed job does not start now, and when it may come back."""
+
+    delay_ms: float
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """The job may start; ``slot`` is the fleet-wide slot it took (None: not a capped job)."""
+
+    slot: int | None = None
+
+
+class Admission:
+    def __init__(self, *, driver: Any, identity: str, caps: Mapping[str, int], limits: Limits,
+                 lease_ms: float, retry_ms: float) -> None:
+        self._driver = driver
+        self._identity = identity
+        self.caps = dict(caps)                    # job name -> its fleet-wide concurrency
+        self.limiter = Limiter(limits)
+        self._lease_ms = lease_ms
+        self._retry_ms = retry_ms                 # an in-flight ceiling's refusal waits this long
+        self._slots: dict[int, tuple[Run, str, int]] = {}   # id(run) -> (run, job, slot)
+        self._admitted: set[int] = set()                     # id(run) of runs the limiter counts
+
+    def admit(self, job: ClaimedJob, now_ms: float) -> Admitted | Shed:
+        """``Admitted`` (counted by the limiter, its slot taken) or ``Shed``."""
+        decision: Decision = self.limiter.admit(job.tenant, job.queue, now_ms, retry_ms=self._retry_ms)
+        if not decision.admitted:
+            return Shed(decision.retry_after_ms, f"per-process limit: {decision.reason}")
+        cap = self.caps.get(job.name)
+        if cap is None:
+            return Admitted()
+        try:
+            slot = self._driver.slot_acquire(job.name, cap, self._identity, self._lease_ms)
+        except Exception as exc:   # no slot we can prove: shed rather than run unbounded
+            self.limiter.release(job.tenant, job.queue)
+            log.warning("worker %s: taking a slot of %s failed: %s", self._identity, job.name, exc)
+            return Shed(self._retry_ms, "slot store unreachable")
+        if slot is None:
+            self.limiter.release(job.tenant, job.queue)
+            return Shed(0.0, f"all {cap} slot(s) of {job.name} are held")
+        return Admitted(slot)
+
+    def bind(self, run: Run, admitted: Admitted) -> None:
+        """Record what ``admit`` granted the run's job (the limiter's count, and its slot)."""
+        self._admitted.add(id(run))
+        if admitted.slot is not None:
+            self._slots[id(run)] = (run, run.job.name, admitted.slot)
+
+    def refuse(self, job: ClaimedJob, admitted: Admitted) -> None:
+        """Undo an admission whose run never came to be (no handler for the job here)."""
+        self.limiter.release(job.tenant, job.queue)
+        if admitted.slot is not None:
+            try:
+                self._driver.slot_release(job.name, admitted.slot, self._identity)
+            except Exception as exc:
+                log.warning("worker %s: releasing slot %d of %s failed: %s", self._identity,
+                            admitted.slot, job.name, exc)
+
+    def release(self, run: Run) -> None:
+        """The run's body ended: give back its limiter count and its slot."""
+        if id(run) in self._admitted:
+            self._admitted.discard(id(run))
+            self.limiter.release(run.job.tenant, run.job.queue)
+        held = self._slots.pop(id(run), None)
+        if held is None:
+            return
+        _, job, slot = held
+        try:
+            self._driver.slot_release(job, slot, self._identity)
+        except Exception as exc:   # its expiry frees it; never the run's failure
+            log.warning("worker %s: releasing slot %d of %s failed (it expires on its own): %s",
+                        self._identity, slot, job, exc)
+
+    def renew(self, cancel: Any) -> None:
+        """Renew every held slot; one whose renewal answers False aborts its run."""
+        for key, (run, job, slot) in list(self._slots.items()):
+            try:
+                kept = self._driver.slot_renew(job, slot, self._identity, self._lease_ms)
+            except Exception as exc:
+                log.warning("worker %s: renewing slot %d of %s failed: %s", self._identity, slot, job, exc)
+                continue
+            if not kept:
+                self._slots.pop(key, None)
+                log.error("worker %s: slot-lost: slot %d of %s#%s is no longer held; stopping the run",
+                          self._identity, slot, job, run.job.id)
+                if run.signal.abort(SLOT_LOST, f"slot {slot} of {job} lost"):
+                    cancel(run)
+
+    @property
+    def holds_slots(self) -> bool:
+        return bool(self._slots)
+
+    def snapshot(self) -> dict:
+        return {**self.limiter.snapshot(), "slots_held": len(self._slots)}
