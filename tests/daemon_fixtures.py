@@ -105,8 +105,10 @@ class Daemon:
             return None
         return wait_for(check, timeout, "every child to be ready")
 
-    def children(self, queue: str | None = None) -> list[dict]:
-        return [c for c in self.status()["children"] if queue is None or c["queue"] == queue]
+    def children(self, queue: str | None = None, role: str = "worker") -> list[dict]:
+        """The children of one role (workers by default), of one queue if given."""
+        return [c for c in self.status()["children"]
+                if c["role"] == role and (queue is None or c["queue"] == queue)]
 
     def http(self, path: str) -> tuple[int, str]:
         try:

@@ -75,12 +75,6 @@ def test_a_metrics_port_in_use_is_refused(daemon_env):
     assert result.returncode == 2 and "metrics" in result.stderr
 
 
-def test_a_job_declaring_concurrency_is_refused(daemon_env):
-    result = run(daemon_env, app="tests.apps.capped_app")
-    assert result.returncode == 2
-    assert "X_JOB_CONCURRENCY_UNENFORCEABLE" in result.stderr and "capped" in result.stderr
-
-
 def test_no_app_and_an_unimportable_app_are_refused(daemon_env):
     result = subprocess.run(CLI + ["run", "--metrics", "off", "--control", str(daemon_env.tmp / "c.sock")],
                             cwd=daemon_env.tmp, env=daemon_env.process_env, capture_output=True,

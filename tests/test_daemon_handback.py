@@ -61,7 +61,8 @@ def test_sighup_replaces_a_child_without_interrupting_its_running_job(daemon_env
     config = env.tmp / "xjobs.toml"
     config.write_text('[xjobs]\nqueues = ["slow=1x2"]\n')
     daemon = env.start("--config", str(config))
-    old = daemon.ready()["children"][0]["pid"]
+    daemon.ready()
+    old = daemon.children()[0]["pid"]
     job_id = env.enqueue_one("hold", "slow", {"n": 1, "seconds": 4, "watch": True}, "hold:1")
     wait_for(lambda: effects(env, job_id), 10, "the job to start")
 

@@ -52,11 +52,11 @@ def test_poison_jobs_die_of_their_own_crashes_and_never_take_a_neighbour(daemon_
         charged = env.one("select count(*) from {schema}.jobs where id = any(%s) and attempt > 1", harmless)
         assert charged == 0, "a harmless job was charged for a neighbour's crash"
         if round_no == 0:   # a crash loop shows while it happens
-            [child] = daemon.status()["children"]
+            [child] = daemon.children()
             assert child["crash_loop"] and child["restarts"] >= 6, child
             assert daemon.sample("xjobs_child_crash_loop", role="worker", queue="poison") == 1
             assert "xjobs_queue_quarantined" in daemon.metrics()
-    [child] = daemon.status()["children"]
+    [child] = daemon.children()
     assert child["restarts"] >= 30
     assert daemon.sample("xjobs_jobs", "xjobs_jobs_total", queue="poison", outcome="dead") == 10
     daemon.signal(signal.SIGTERM)

@@ -60,7 +60,7 @@ def test_the_daemon_says_ready_status_and_stopping(daemon_env):
             return True
         saw("READY=1")
         ready = next(m for m in messages if "READY=1" in m)
-        assert re.search(r"STATUS=running: 1/1 children ready", ready), ready
+        assert re.search(r"STATUS=running: 3/3 children ready", ready), ready   # worker, scheduler, relay
         assert f"MAINPID={daemon.pid}" in ready
         daemon.ready()
         daemon.signal(signal.SIGTERM)
@@ -90,14 +90,15 @@ def test_reload_wait_returns_once_every_group_is_replaced_and_systemd_hears_it(d
                                 capture_output=True, text=True, timeout=60)
         assert reload.returncode == 0, (reload.stdout, reload.stderr)
         lines = reload.stdout.splitlines()
-        assert lines[0] == "reloading: replacing worker alpha, worker beta one group at a time", lines
+        assert lines[0] == ("reloading: replacing outbox-relay, scheduler, worker alpha, worker beta "
+                            "one group at a time"), lines
         assert lines[-1].startswith("reload complete after "), lines
 
         # already true when --wait returned, not eventually
         status = daemon.status()
         assert status["reload"] == {"state": "idle", "generation": 1, "replacing": None}
         serving = [c for c in status["children"] if not c["retiring"]]
-        assert len(serving) == 3 and all(c["state"] == "ready" for c in serving)
+        assert len(serving) == 5 and all(c["state"] == "ready" for c in serving)   # 3 workers, 2 singletons
         assert not before & {c["pid"] for c in serving}
         assert status["queues"]["alpha"]["processes"] == 2 and status["queues"]["beta"]["concurrency"] == 4
 
@@ -124,7 +125,7 @@ def test_reload_wait_gives_up_after_its_timeout_and_says_what_it_waits_for(daemo
     reload = subprocess.run(CLI + ["reload", "--wait", "--timeout", "1ms", "--control", daemon.control],
                             cwd=env.tmp, env=env.process_env, capture_output=True, text=True, timeout=60)
     assert reload.returncode == 1, (reload.stdout, reload.stderr)
-    assert "not complete after" in reload.stderr and "worker alpha" in reload.stderr
+    assert "not complete after" in reload.stderr and "still replacing" in reload.stderr
     wait_for(lambda: daemon.status()["reload"]["state"] == "idle", 20, "the reload to complete anyway")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(15) == 0

@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from ..config import Settings, load_settings
-from ..errors import ConcurrencyUnenforceable, InvalidOption
+from ..errors import InvalidOption
 from .common import import_apps
 
 log = logging.getLogger("xjobs.supervisor")
@@ -91,11 +91,7 @@ def run(args: argparse.Namespace) -> int:
     if not settings.apps:
         raise InvalidOption("app", "no job modules: pass --app MODULE (or apps = [...] in the config)")
     import_apps(settings.apps)
-    try:
-        specs = role_specs(settings, REGISTRY)
-    except ConcurrencyUnenforceable as exc:
-        print(f"xjobsd: {exc}", file=sys.stderr)
-        return 2
+    specs = role_specs(settings, REGISTRY)
     stranded = unserved_jobs(settings, REGISTRY)
     if stranded:
         text = "; ".join(f"{', '.join(names)} on queue {queue!r}" for queue, names in sorted(stranded.items()))

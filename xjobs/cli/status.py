@@ -97,6 +97,11 @@ def status(args: argparse.Namespace) -> int:
     for queue, names in sorted((answer.get("unserved_jobs") or {}).items()):
         print(f"\nwarning: no process of this daemon serves queue {queue}: jobs {', '.join(names)} "
               f"wait for a daemon that does (xjobsd scale {queue} =1)")
+    for c in answer["children"]:
+        if c.get("stats") is not None and c.get("pid"):
+            print(f"\n{c['role']} #{c['index']}: {_role_words(c['role'], c['stats'])}")
+    if answer.get("outbox"):
+        print(f"outbox: {answer['outbox']['pending']} row(s) pending, oldest {_age(answer['outbox']['oldest_seconds'])}")
     running = [(c, run) for c in answer["children"] for run in c.get("running") or ()]
     if running:
         print()
@@ -104,6 +109,18 @@ def status(args: argparse.Namespace) -> int:
                     [[f"{run['name']}#{run['id']}", c["queue"] or "-", run["attempt"], _age(run["seconds"]),
                       "yes" if run.get("alone") else "", _progress(run.get("progress"))] for c, run in running])
     return 1 if not_ready else 0
+
+
+def _role_words(role: str, stats: dict) -> str:
+    """A singleton's counters in a line: the scheduler's leadership, the relay's publishes."""
+    if role == "scheduler":
+        lead = "LEADER" if stats.get("leader") else "follower"
+        return (f"{lead}; {stats.get('tasks', 0)} task(s), {stats.get('dispatched', 0)} dispatched, "
+                f"{stats.get('rounds', 0)} round(s), {stats.get('rescued', 0)} rescued")
+    if role == "outbox-relay":
+        return (f"{stats.get('published', 0)} published in {stats.get('batches', 0)} batch(es), "
+                f"{stats.get('publish_failed', 0) + stats.get('claim_failed', 0)} failure(s)")
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(stats.items()))
 
 
 def _progress(report: dict | None) -> str:

@@ -110,6 +110,12 @@ class SnapshotCollector:
         yield _per_queue(GaugeMetricFamily, "xjobs_queue_paused", "1 while the queue is paused "
                          "fleet-wide (xjobsd queues pause), as of the last statistics round.",
                          queues, {q: 1 for q in snap.get("paused", ())})
+        outbox = snap.get("outbox")
+        if outbox is not None:   # read from the database, true whether or not a relay runs here
+            yield GaugeMetricFamily("xjobs_outbox_pending", "Outbox rows staged and not yet "
+                                    "published, fleet-wide.", value=outbox["pending"])
+            yield GaugeMetricFamily("xjobs_outbox_oldest_seconds", "Age of the oldest outbox row "
+                                    "not yet published.", value=outbox["oldest_seconds"])
         yield _per_queue(GaugeMetricFamily, "xjobs_queue_quarantined", "Ready jobs that were "
                          "running when a worker process crashed, waiting to run alone.",
                          queues, {q: c.get("quarantined", 0) for q, c in snap.get("states", {}).items()})

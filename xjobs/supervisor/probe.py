@@ -68,6 +68,8 @@ class Summary:
     queues: dict[str, dict[str, float]]         # queue -> {"depth", "oldest_ready_seconds"}
     states: dict[str, dict[str, int]]           # queue -> state -> count (and "quarantined")
     paused: frozenset[str] = frozenset()        # queues paused fleet-wide (xjobsd queues pause)
+    outbox_pending: int = 0                     # outbox rows not yet published, fleet-wide
+    outbox_oldest_seconds: float = 0.0          # age of the oldest of them
 
 
 class Probe(Protocol):
@@ -224,9 +226,11 @@ class DatabaseProbe:
         summary = driver.queue_summary()
         states = driver.queue_counts()   # never a scan of the finished bulk
         paused = frozenset(c.name for c in driver.queue_control() if c.paused)
+        outbox = driver.outbox_summary()       # outbox_pending_idx: the unpublished rows only
         queues = {name: {"depth": s.depth, "oldest_ready_seconds": s.oldest_ready_ms / 1000.0}
                   for name, s in summary.items()}
-        self._emit("summary", Summary(time.monotonic(), queues, states, paused))
+        self._emit("summary", Summary(time.monotonic(), queues, states, paused, outbox.pending,
+                                      outbox.oldest_ms / 1000.0))
 
     def _set_reachable(self, ok: bool, exc: Exception | None) -> None:
         if ok != self.reachable:

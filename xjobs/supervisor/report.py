@@ -52,6 +52,11 @@ def _child_row(arbiter: "Arbiter", child: "Child", now: float, state: str | None
         "retiring": child.retiring,
         "concurrency": slot.spec.concurrency if slot.spec.policy.per_queue else None,
         "running": child.stats.get("running", []),
+        # a singleton's own counters (the scheduler's leadership and dispatches, the relay's
+        # publishes), whole numbers only: what its heartbeat says it did
+        "stats": ({k: v for k, v in child.stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                  if not slot.spec.policy.per_queue else None),
+        "limits": child.stats.get("limits"),
     }
 
 
@@ -132,6 +137,9 @@ def status(arbiter: "Arbiter", now: float) -> dict:
         "children": children(arbiter, now),
         "queues": queues(arbiter, now),
         "unserved_jobs": arbiter.reshaper.unserved(),
+        "outbox": ({"pending": arbiter.summary.outbox_pending,
+                    "oldest_seconds": round(arbiter.summary.outbox_oldest_seconds, 3)}
+                   if arbiter.summary is not None else None),
     }
 
 
@@ -216,6 +224,8 @@ def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
         "summary": summary.queues if summary is not None else {},
         "states": summary.states if summary is not None else {},
         "paused": sorted(summary.paused) if summary is not None else [],
+        "outbox": ({"pending": summary.outbox_pending, "oldest_seconds": summary.outbox_oldest_seconds}
+                   if summary is not None else None),
         "jobs": jobs,
         "bounds": duration_bounds(),
         "durations": {k: (v[0], v[1], v[2]) for k, v in durations.items()},

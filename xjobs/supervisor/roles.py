@@ -20,13 +20,19 @@ waits at least a lease before calling it silent), and an orphan blocked in a cal
 
 from __future__ import annotations
 
+import os
+import re
+import socket
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import QueueSpec, Settings
-from ..errors import ConcurrencyUnenforceable, InvalidOption
+from ..errors import InvalidOption
 from ..registry import Registry
+from ..workers.outbox_relay import OutboxRelay
 from ..workers.role import Role, RoleBase, RoleContext, RolePolicy, check_role_name
+from ..workers.scheduler import Scheduler
 from .slots import RoleSpec
 
 ROLE_STATEMENT_TIMEOUT_MS = 5000
@@ -50,12 +56,13 @@ class RoleKind:
 
 def _build_worker(context: RoleContext) -> Role:
     from ..workers.queue_worker import QueueWorker
-    # the loop's pool serves claim, ack, heartbeat and sweeps; bodies using
-    # ctx.transaction() draw from their own pool, one connection each at most
+    # the loop's pool serves claim, ack, heartbeat and slots; bodies using ctx.transaction()
+    # draw from their own pool, one connection each at most. The fleet's maintenance (rescue,
+    # prune) is the scheduler leader's, never a worker's
     driver = context.connect(pool_size=2, transaction_pool_size=context.concurrency)
     return QueueWorker(driver=driver, registry=context.registry, queue=context.queue,
                        concurrency=context.concurrency, settings=context.settings,
-                       identity=context.identity)
+                       identity=context.identity, maintain=False)
 
 
 # The queue worker's policy is declared here rather than on its class while queue_worker.py is
@@ -65,6 +72,8 @@ WORKER = RoleKind("worker", RolePolicy(per_queue=True, scalable=True, recyclable
 
 ROLES: tuple[RoleKind, ...] = (
     WORKER,
+    RoleKind.of(Scheduler),
+    RoleKind.of(OutboxRelay),
 )
 
 
@@ -72,11 +81,19 @@ def check_registry(registry: Registry) -> None:
     """Refuse what this daemon cannot run faithfully, before anything is forked."""
     if not registry.jobs():
         raise InvalidOption("app", "no jobs are registered: pass --app MODULE with @job declarations")
-    capped = [h.name for h in registry.jobs() if h.concurrency is not None]
-    if capped:
-        raise ConcurrencyUnenforceable(
-            f"job(s) {', '.join(capped)} declare concurrency=, and no fleet lease store exists "
-            "to enforce a fleet-wide cap; remove concurrency= or run a release that has one")
+
+
+_daemon: tuple[int, str] | None = None
+
+
+def daemon_identity() -> str:
+    """This supervisor's identity, made once per process: every child it forks (and every
+    child that replaces one) shares it, so the scheduler's lease survives a child's restart."""
+    global _daemon
+    if _daemon is None or _daemon[0] != os.getpid():
+        host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:24] or "host"
+        _daemon = (os.getpid(), f"xjobsd:{host}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+    return _daemon[1]
 
 
 def resolve_queues(settings: Settings, registry: Registry) -> dict[str, QueueSpec]:
@@ -119,10 +136,11 @@ def connector(settings: Settings, identity: str) -> Callable[..., Any]:
 def maker(kind: RoleKind, settings: Settings, registry: Registry, queue: str | None,
           concurrency: int) -> Callable[[str], Role]:
     """What a child calls, once forked, to build its role."""
+    daemon = daemon_identity()   # taken in the supervisor, before the fork
     def make(identity: str) -> Role:
         return kind.build(RoleContext(identity=identity, settings=settings, registry=registry,
                                       connect=connector(settings, identity), queue=queue,
-                                      concurrency=concurrency))
+                                      concurrency=concurrency, daemon=daemon))
     return make
 
 

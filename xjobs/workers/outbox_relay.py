@@ -23,7 +23,9 @@ from typing import Any, Callable, Sequence
 
 from ..clock import monotonic_ms
 from ..config import Settings
+from ..drivers.base import JobDriver
 from ..options import duration_ms, finite_count
+from .role import RoleBase, RoleContext, RolePolicy
 
 log = logging.getLogger("xjobs.outbox")
 
@@ -31,13 +33,14 @@ DEFAULT_BATCH = 500
 _FAILURE_BACKOFF_MS = 1_000.0
 
 
-class OutboxRelay:
+class OutboxRelay(RoleBase):
     role = "outbox-relay"
-    queue = None
+    policy = RolePolicy(drain="finish")   # a pass is short and leaves nothing held: let it end
 
-    def __init__(self, *, driver: Any, identity: str, settings: Settings | None = None,
+    def __init__(self, *, driver: JobDriver, identity: str, settings: Settings | None = None,
                  batch: object = DEFAULT_BATCH, poll: object = None,
                  clock: Callable[[], float] = monotonic_ms) -> None:
+        super().__init__(identity)
         self.driver = driver
         self.identity = identity
         self.settings = settings or Settings()
@@ -52,6 +55,10 @@ class OutboxRelay:
                        "released": 0, "fenced": 0}
         self._listener: Any = None
         self._next_pass = 0.0
+
+    @classmethod
+    def build(cls, context: RoleContext) -> "OutboxRelay":
+        return cls(driver=context.connect(pool_size=2), identity=context.identity, settings=context.settings)
 
     def initialize(self) -> None:
         if self.state != "new":

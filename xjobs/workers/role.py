@@ -140,6 +140,8 @@ class RoleContext:
     connect: Callable[..., Any]
     queue: str | None = None
     concurrency: int = 1
+    daemon: str = ""         # the supervisor's identity, the same for every child it forks
+                             # (a role holding a fleet-wide lease holds it in the daemon's name)
 
 
 class RoleBase:

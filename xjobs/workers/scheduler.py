@@ -39,8 +39,9 @@ from typing import Any, Callable, Sequence
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..cron import DEFAULT_RESOLVER, CronResolver
-from ..drivers.base import Dispatch
+from ..drivers.base import Dispatch, JobDriver
 from ..registry import Registry
+from .role import RoleBase, RoleContext, RoleGauge, RolePolicy
 
 log = logging.getLogger("xjobs.scheduler")
 
@@ -62,13 +63,15 @@ class RoundReport:
     tasks: dict[str, int] = field(default_factory=dict)
 
 
-class Scheduler:
+class Scheduler(RoleBase):
     role = "scheduler"
-    queue = None
+    policy = RolePolicy(gauges=(RoleGauge("xjobs_scheduler_leader", "leader",
+                                          "1 while this daemon's scheduler leads the fleet."),))
 
-    def __init__(self, *, driver: Any, registry: Registry, settings: Settings | None = None,
+    def __init__(self, *, driver: JobDriver, registry: Registry, settings: Settings | None = None,
                  identity: str, holder: str | None = None, resolver: CronResolver = DEFAULT_RESOLVER,
                  maintain: bool = True, clock: Callable[[], float] = monotonic_ms) -> None:
+        super().__init__(identity)
         self.driver = driver
         self.registry = registry
         self.settings = settings or Settings()
@@ -91,6 +94,12 @@ class Scheduler:
         self._next_rescue = 0.0
         self._next_prune = 0.0
         self.abandoned = False
+
+    @classmethod
+    def build(cls, context: RoleContext) -> "Scheduler":
+        return cls(driver=context.connect(pool_size=1), registry=context.registry,
+                   settings=context.settings, identity=context.identity,
+                   holder=context.daemon or context.identity)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
