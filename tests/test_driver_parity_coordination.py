@@ -169,3 +169,9 @@ def test_a_claim_leaves_a_capped_job_whose_slots_are_all_held(driver):
     assert [j.name for j in got] == ["free"]
     driver.slot_release("capped", 0, "elsewhere")
     assert [j.name for j in driver.job_claim(["default"], 10, 1000, "w", caps={"capped": 1})] == ["capped", "capped"]
+
+
+def test_a_dead_workers_slots_are_freed_with_its_jobs(driver):
+    assert driver.slot_acquire("capped", 1, "w1", 60_000) == 0
+    driver.job_release_worker("w1", crashed=True)
+    assert driver.slot_held() == {} and driver.slot_acquire("capped", 1, "w2", 60_000) == 0

@@ -59,6 +59,8 @@ class MemoryMaintenance:
         table = self._table
         with table.lock:
             at = table.now()
+            for key in [k for k, (holder, _) in table.slots.items() if holder == worker_id]:
+                del table.slots[key]   # its fleet-wide slots go with it (``freed``)
             held = [r for r in table.rows.values() if r.state == "running" and r.claimed_by == worker_id]
             alone = crashed and len(held) == 1 and worker_id not in table.crashed_workers
             released = []

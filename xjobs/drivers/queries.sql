@@ -217,6 +217,9 @@ with held as (
     select %(worker)s, {now}
     where %(crashed)s and exists (select 1 from judged where not judged.charged)
     on conflict (worker) do nothing
+), freed as (
+    -- its fleet-wide slots go with it, now rather than at their expiry
+    delete from {schema}.job_slots where holder = %(worker)s
 ), released as (
     update {schema}.jobs j
     set state = case when judged.charged and j.attempt >= j.max_attempts then 'dead' else 'ready' end,
