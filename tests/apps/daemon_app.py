@@ -28,7 +28,9 @@ _pool_pid = 0
 def effects_ddl(schema: str) -> str:
     return (f"create table if not exists {schema}.effects (job_id bigint not null, attempt int not null, "
             f"pid int not null, name text not null, at timestamptz not null default clock_timestamp()); "
-            f"create index if not exists effects_job_id_idx on {schema}.effects (job_id)")
+            f"create index if not exists effects_job_id_idx on {schema}.effects (job_id); "
+            f"create table if not exists {schema}.spans (job_id bigint not null, pid int not null, "
+            f"began timestamptz not null, ended timestamptz not null)")
 
 
 def _db() -> ConnectionPool:

@@ -98,7 +98,7 @@ def status(args: argparse.Namespace) -> int:
         print(f"\nwarning: no process of this daemon serves queue {queue}: jobs {', '.join(names)} "
               f"wait for a daemon that does (xjobsd scale {queue} =1)")
     for c in answer["children"]:
-        if c.get("stats") is not None and c.get("pid"):
+        if c.get("stats") is not None and c.get("pid") and c.get("queue") is None:
             print(f"\n{c['role']} #{c['index']}: {_role_words(c['role'], c['stats'])}")
     if answer.get("outbox"):
         print(f"outbox: {answer['outbox']['pending']} row(s) pending, oldest {_age(answer['outbox']['oldest_seconds'])}")

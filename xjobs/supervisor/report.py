@@ -52,10 +52,9 @@ def _child_row(arbiter: "Arbiter", child: "Child", now: float, state: str | None
         "retiring": child.retiring,
         "concurrency": slot.spec.concurrency if slot.spec.policy.per_queue else None,
         "running": child.stats.get("running", []),
-        # a singleton's own counters (the scheduler's leadership and dispatches, the relay's
-        # publishes), whole numbers only: what its heartbeat says it did
-        "stats": ({k: v for k, v in child.stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-                  if not slot.spec.policy.per_queue else None),
+        # the child's own counters in this life, whole numbers only: what its heartbeat says it
+        # did (a worker's claims and sweeps, the scheduler's leadership, the relay's publishes)
+        "stats": {k: v for k, v in child.stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
         "limits": child.stats.get("limits"),
     }
 

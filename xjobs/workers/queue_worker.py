@@ -319,6 +319,7 @@ class QueueWorker:
 
     def _sweep(self, now_ms: float) -> None:
         self._next_rescue = now_ms + self.settings.rescue_ms
+        self.stats_.bump("sweeps")
         try:
             self.driver.job_rescue(_SWEEP_LIMIT)
             if now_ms >= self._next_prune:

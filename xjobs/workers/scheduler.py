@@ -85,7 +85,7 @@ class Scheduler(RoleBase):
         self.is_leader = False
         self.tasks: list[Any] = []
         self.totals = {"rounds": 0, "dispatched": 0, "deduped": 0, "dropped": 0, "rescued": 0,
-                       "pruned": 0, "elections_won": 0}
+                       "pruned": 0, "elections_won": 0, "sweeps": 0}
         self._round_lock = threading.Lock()
         self._round_done = threading.Condition(self._round_lock)
         self._in_round = False
@@ -274,6 +274,7 @@ class Scheduler(RoleBase):
         try:
             if now_ms >= self._next_rescue:
                 self._next_rescue = now_ms + self.settings.rescue_ms
+                self.totals["sweeps"] += 1
                 self.totals["rescued"] += self.driver.job_rescue(_SWEEP_LIMIT)
             if now_ms >= self._next_prune:
                 self._next_prune = now_ms + _PRUNE_EVERY_MS
