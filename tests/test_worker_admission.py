@@ -10,6 +10,7 @@ import pytest
 
 import xjobs
 from xjobs.context import SLOT_LOST
+from xjobs.errors import ConcurrencyUnenforceable
 from xjobs.workers.limiter import Limits
 
 from .test_worker import declare, enqueue
@@ -117,3 +118,26 @@ def test_a_zero_limit_is_a_hard_stop(driver, registry, clock):
         return pacer.totals()["shed"] >= 2
     pacer.until(shed_twice, advance_ms=2000)
     assert driver.job_get(job_id).state == "ready" and pacer.totals()["completed"] == 0
+
+
+class WithoutSlots:
+    """A driver of another make that has no fleet-wide slot store."""
+
+    def __init__(self, driver) -> None:
+        self._driver = driver
+
+    def __getattr__(self, name: str):
+        if name.startswith("slot_"):
+            raise AttributeError(name)
+        return getattr(self._driver, name)
+
+
+def test_a_declared_cap_on_a_driver_without_slots_is_refused_at_start(memory_driver, registry):
+    declare(registry, lambda ctx, i: None, name="capped", concurrency=2)
+    worker = make_worker(WithoutSlots(memory_driver), registry)
+    with pytest.raises(ConcurrencyUnenforceable) as refused:
+        worker.initialize()
+    assert refused.value.code == "X_JOB_CONCURRENCY_UNENFORCEABLE" and "capped" in str(refused.value)
+    uncapped = xjobs.Registry()
+    declare(uncapped, lambda ctx, i: None, name="plain")
+    make_worker(WithoutSlots(memory_driver), uncapped).initialize()   # nothing to enforce: fine

@@ -74,6 +74,8 @@ class PayloadTooLarge(XJobsError):
 
 
 class ConcurrencyUnenforceable(XJobsError):
+    """A job declares ``concurrency=N`` and the worker's driver cannot hold fleet-wide slots."""
+
     code = "X_JOB_CONCURRENCY_UNENFORCEABLE"
 
 

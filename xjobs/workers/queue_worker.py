@@ -50,7 +50,7 @@ from ..clock import monotonic_ms
 from ..config import Settings
 from ..context import DRAINED
 from ..drivers.base import ClaimedJob
-from ..errors import InvalidOption
+from ..errors import ConcurrencyUnenforceable, InvalidOption
 from ..options import finite_count, plain_name
 from ..registry import JobHandle, Registry
 from ..retry import DEFAULT_RETRY
@@ -137,6 +137,11 @@ class QueueWorker:
         self._handles = handles
         self._caps = {h.name: h.concurrency for h in handles.values()
                       if h.concurrency is not None and h.queue in self.runs.slots}
+        if self._caps and not callable(getattr(self.driver, "slot_acquire", None)):
+            # a driver of another make, without the slot store: the cap would silently do nothing
+            raise ConcurrencyUnenforceable(
+                f"job(s) {', '.join(sorted(self._caps))} declare concurrency, and this driver "
+                f"({type(self.driver).__name__}) has no fleet-wide slot store to enforce it")
         self.admission = Admission(driver=self.driver, identity=self.identity, caps=self._caps,
                                    limits=self.settings.limits, lease_ms=self.settings.lease_ms,
                                    retry_ms=self.settings.poll_ms)
