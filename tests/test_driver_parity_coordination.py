@@ -161,14 +161,24 @@ def test_slots_are_granted_up_to_the_cap_renewed_by_their_holder_and_freed(drive
 
 
 def test_a_claim_leaves_a_capped_job_whose_slots_are_all_held(driver):
-    for key in ("a", "b"):
-        driver.job_enqueue([job(key, name="capped")])
+    [a], [b] = (driver.job_enqueue([job(key, name="capped")]) for key in ("a", "b"))
     driver.job_enqueue([job("c", name="free")])
     driver.slot_acquire("capped", 1, "elsewhere", 60_000)
     got = driver.job_claim(["default"], 10, 1000, "w", caps={"capped": 1})
     assert [j.name for j in got] == ["free"]
     driver.slot_release("capped", 0, "elsewhere")
-    assert [j.name for j in driver.job_claim(["default"], 10, 1000, "w", caps={"capped": 1})] == ["capped", "capped"]
+    # no more of a capped job than it has free slots: the other stays ready, not claimed to be shed
+    assert [j.id for j in driver.job_claim(["default"], 10, 1000, "w", caps={"capped": 1})] == [a.id]
+    # the claim filters on slots HELD; taking one is the worker's admission, so b is claimable
+    assert [j.id for j in driver.job_claim(["default"], 10, 1000, "w", caps={"capped": 1})] == [b.id]
+
+
+def test_a_claim_takes_a_capped_job_up_to_its_free_slots_and_everything_else(driver):
+    capped = driver.job_enqueue([job(f"c{n}", name="capped") for n in range(5)])
+    free = driver.job_enqueue([job(f"f{n}", name="free") for n in range(3)])
+    driver.slot_acquire("capped", 3, "elsewhere", 60_000)
+    got = driver.job_claim(["default"], 10, 1000, "w", caps={"capped": 3})
+    assert sorted(j.id for j in got) == sorted([capped[0].id, capped[1].id] + [e.id for e in free])
 
 
 def test_a_dead_workers_slots_are_freed_with_its_jobs(driver):

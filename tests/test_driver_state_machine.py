@@ -111,6 +111,14 @@ class DriverPair(RuleBasedStateMachine):
         pg = self.pg.job_claim(queues, limit, lease_ms, worker)
         return self.remember(mem, pg)
 
+    @rule(target=leases, queue=st.sampled_from(QUEUES), limit=st.integers(0, 3),
+          caps=st.dictionaries(st.sampled_from(["n1", "n2"]), st.integers(1, 2), min_size=1),
+          worker=st.sampled_from(WORKERS))
+    def claim_capped(self, queue, limit, caps, worker):
+        mem = self.memory.job_claim([queue], limit, 1000, worker, caps=caps)
+        pg = self.pg.job_claim([queue], limit, 1000, worker, caps=caps)
+        return self.remember(mem, pg)
+
     def remember(self, mem, pg):
         strip = lambda jobs: [(j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
                                j.priority) for j in jobs]
@@ -236,7 +244,7 @@ class DriverPair(RuleBasedStateMachine):
         else:
             assert self.memory.outbox_release(mem) == self.pg.outbox_release(pg)
 
-    @rule(job=st.sampled_from(["c1", "c2"]), cap=st.integers(1, 2), holder=st.sampled_from(HOLDERS),
+    @rule(job=st.sampled_from(["n1", "n2"]), cap=st.integers(1, 2), holder=st.sampled_from(HOLDERS),
           verb=st.sampled_from(["acquire", "renew", "release"]), slot=st.integers(0, 1))
     def slots(self, job, cap, holder, verb, slot):
         if verb == "acquire":

@@ -101,16 +101,24 @@ class MemoryJobs:
     def claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
               caps: Mapping[str, int]) -> list[ClaimedJob]:
         """``job_claim_one`` / ``job_claim_many`` / ``job_claim_capped``: due ready rows by
-        priority, run_at, id; with ``caps``, not a job whose every slot is held."""
+        priority, run_at, id; with ``caps``, not a job whose every slot is held, and no more
+        of a capped job than it has free slots (the rest of the pick stays ready)."""
         table = self._table
         with table.lock:
             at = table.now()
             wanted = {q for q in queues if not table.is_paused(q)}
-            full = {job for job, cap in caps.items() if table.slots_held(job, at) >= cap}
+            room = {job: cap - table.slots_held(job, at) for job, cap in caps.items()}
             due = (r for r in table.rows.values()
                    if r.state == "ready" and r.queue in wanted and r.run_at <= at and r.crashes == 0
-                   and r.name not in full)
-            return self._take(heapq.nsmallest(limit, due, key=_by_claim_order), at, lease_ms, worker_id)
+                   and room.get(r.name, 1) > 0)
+            picked = []
+            for row in heapq.nsmallest(limit, due, key=_by_claim_order):
+                if row.name in room:
+                    if room[row.name] <= 0:
+                        continue
+                    room[row.name] -= 1
+                picked.append(row)
+            return self._take(picked, at, lease_ms, worker_id)
 
     def claim_alone(self, queue: str, lease_ms: float, worker_id: str,
                     waited_ms: float) -> list[ClaimedJob]:

@@ -679,23 +679,31 @@ select job, count(*) from {schema}.job_slots where expires_at > {now} group by j
 
 -- name: job_claim_capped
 -- job_claim_one for a queue with capped jobs (job(concurrency=N), %(caps)s = [{n, c}]): a job
--- whose every slot is held is not claimed, so a shed does not come straight back. Only a
--- filter: the slot itself is granted by slot_acquire's primary key, never by this count
-with picked as (
-    select id from {schema}.jobs j
+-- whose every slot is held is not picked, and of a capped job no more rows are claimed than
+-- it has free slots (the others picked stay ready), so a claim does not take what it would
+-- only shed. Only a filter: the slot itself is granted by slot_acquire's primary key, never
+-- by this count
+with caps as (
+    select c.n, c.c - (select count(*) from {schema}.job_slots l where l.job = c.n and l.expires_at > {now}) as room
+    from jsonb_to_recordset(%(caps)s::jsonb) as c(n text, c int)
+), picked as (
+    select id, name, priority, run_at from {schema}.jobs j
     where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
-      and not exists (
-          select 1 from jsonb_to_recordset(%(caps)s::jsonb) as c(n text, c int)
-          where c.n = j.name
-            and (select count(*) from {schema}.job_slots l where l.job = c.n and l.expires_at > {now}) >= c.c)
+      and not exists (select 1 from caps where caps.n = j.name and caps.room <= 0)
     order by priority, run_at, id
     limit %(limit)s
     for update skip locked
+), chosen as (
+    select ranked.id from (
+        select id, name, row_number() over (partition by name order by priority, run_at, id) as nth
+        from picked) as ranked
+    left join caps on caps.n = ranked.name
+    where caps.n is null or ranked.nth <= caps.room
 )
 update {schema}.jobs j
 set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
-from picked where j.id = picked.id
+from chosen where j.id = chosen.id
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority

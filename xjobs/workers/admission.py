@@ -95,20 +95,22 @@ class Admission:
                 log.warning("worker %s: releasing slot %d of %s failed: %s", self._identity,
                             admitted.slot, job.name, exc)
 
-    def release(self, run: Run) -> None:
-        """The run's body ended: give back its limiter count and its slot."""
+    def release(self, run: Run) -> bool:
+        """The run's body ended: give back its limiter count and its slot; answers whether a
+        fleet-wide slot was freed (a capped job waiting for it may be claimed now)."""
         if id(run) in self._admitted:
             self._admitted.discard(id(run))
             self.limiter.release(run.job.tenant, run.job.queue)
         held = self._slots.pop(id(run), None)
         if held is None:
-            return
+            return False
         _, job, slot = held
         try:
-            self._driver.slot_release(job, slot, self._identity)
+            return self._driver.slot_release(job, slot, self._identity)
         except Exception as exc:   # its expiry frees it; never the run's failure
             log.warning("worker %s: releasing slot %d of %s failed (it expires on its own): %s",
                         self._identity, slot, job, exc)
+            return False
 
     def renew(self, cancel: Any) -> None:
         """Renew every held slot; one whose renewal answers False aborts its run."""

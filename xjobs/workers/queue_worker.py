@@ -119,6 +119,7 @@ class QueueWorker:
         self._listener: Any = None
         self._handles: dict[str, JobHandle] = {}
         self._caps: dict[str, int] = {}
+        self._capped_queues: set[str] = set()
         self._more: set[str] = set()
         self._next_poll = self._next_rescue = self._next_prune = self._next_slots = 0.0
         self._rotation = 0
@@ -137,6 +138,7 @@ class QueueWorker:
         self._handles = handles
         self._caps = {h.name: h.concurrency for h in handles.values()
                       if h.concurrency is not None and h.queue in self.runs.slots}
+        self._capped_queues = {h.queue for h in handles.values() if h.name in self._caps}
         if self._caps and not callable(getattr(self.driver, "slot_acquire", None)):
             # a driver of another make, without the slot store: the cap would silently do nothing
             raise ConcurrencyUnenforceable(
@@ -145,11 +147,18 @@ class QueueWorker:
         self.admission = Admission(driver=self.driver, identity=self.identity, caps=self._caps,
                                    limits=self.settings.limits, lease_ms=self.settings.lease_ms,
                                    retry_ms=self.settings.poll_ms)
-        self.runs.on_vacate = self.admission.release
+        self.runs.on_vacate = self._vacated
         self._listener = self.driver.job_listen()
         self.leases.start(self.clock, self._executor.cancel)
         self.accepting = True
         self.state = "accepting"
+
+    def _vacated(self, run: Run) -> None:
+        assert self.admission is not None
+        if self.admission.release(run):
+            # the slot it freed can start a waiting capped job now: claim at once rather than
+            # at the next poll (no notification tells this or any process a slot came free)
+            self._more.add(run.job.queue)
 
     def wakeup_fds(self) -> Sequence[int]:
         fds = [self.results.fileno()]
@@ -291,7 +300,9 @@ class QueueWorker:
                 log.warning("worker %s: claim on %r failed: %s", self.identity, queue, exc)
                 self._more.discard(queue)
                 continue
-            if len(jobs) == free:
+            # a full batch may have more behind it; so may a short one where capped jobs were
+            # held back to their free slots (the next claim answers none once nothing can run)
+            if len(jobs) == free or (jobs and queue in self._capped_queues):
                 self._more.add(queue)
             else:
                 self._more.discard(queue)
