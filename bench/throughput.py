@@ -1,9 +1,14 @@
-"""Throughput benchmark: bulk enqueue, in-process worker drain, and a raw psycopg baseline.
+"""Throughput benchmark: bulk enqueue, in-process worker drain, the outbox relay, and a raw
+psycopg baseline.
 
 Prints one table from one run. The baseline is the minimal batched claim-and-complete loop on
 a bare table (one ``update ... for update skip locked ... returning id`` to claim a batch and
 one ``update ... where id = any(...)`` to complete it), measured on the same server in the
-same run, so the ratio is what the queue's features cost over raw SQL.
+same run, so the ratio is what the queue's features cost over raw SQL. The outbox rows stage
+jobs in committed transactions (``stage_many``, 1,000 per transaction) and time the relay
+publishing them into the queue (its rate is shown against the bulk enqueue, the path it ends
+in); the latency rows time one job from its enqueue (or its staging commit) to its body's
+start on an idle worker.
 
     python bench/throughput.py [--jobs 20000] [--concurrency 256] [--dsn ...]
 """
@@ -23,7 +28,9 @@ import psycopg
 import xjobs
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
+from xjobs.outbox import stage, stage_many
 from xjobs.workers.host import InProcessHost
+from xjobs.workers.outbox_relay import OutboxRelay
 from xjobs.workers.queue_worker import QueueWorker
 
 
@@ -126,6 +133,79 @@ def idle_pickup(dsn: str, samples: int) -> list[float]:
     return latencies
 
 
+def bench_outbox(dsn: str, jobs: int) -> tuple[float, float]:
+    """Stage ``jobs`` rows in committed transactions, then time one relay publishing them all."""
+    schema = fresh_schema(dsn)
+    registry = xjobs.Registry()
+
+    @xjobs.job(queue="bench", idempotency_key=lambda i: str(i), tenant="none", registry=registry, name="noop")
+    def noop(ctx, input):  # noqa: ARG001
+        return None
+
+    driver = PostgresDriver(dsn, schema=schema)
+    started = time.perf_counter()
+    with psycopg.connect(dsn) as conn:
+        for start in range(0, jobs, 1_000):
+            with conn.transaction():
+                stage_many(conn, noop, list(range(start, min(jobs, start + 1_000))), driver=driver)
+    stage_rate = jobs / (time.perf_counter() - started)
+    relay = OutboxRelay(driver=PostgresDriver(dsn, schema=schema), identity="bench-relay", batch=1_000)
+    relay.initialize()
+    started = time.perf_counter()
+    relay.publish()
+    publish_rate = jobs / (time.perf_counter() - started)
+    relay.close()
+    published, pending = relay.stats()["published"], driver.outbox_summary().pending
+    stats = driver.job_stats()["bench"]
+    driver.close()
+    drop_schema(dsn, schema)
+    assert (published, pending, stats) == (jobs, 0, {"ready": jobs}), (published, pending, stats)
+    return stage_rate, publish_rate
+
+
+def outbox_pickup(dsn: str, samples: int) -> list[float]:
+    """Stage one job in a committed transaction on an idle daemon's roles (a relay and a worker,
+    both hosted here) and time from the commit to its body's start."""
+    schema = fresh_schema(dsn)
+    registry = xjobs.Registry()
+    started: dict[int, float] = {}
+    arrived = threading.Event()
+
+    @xjobs.job(queue="idle", idempotency_key=lambda i: str(i), tenant="none", registry=registry, name="ping")
+    def ping(ctx, input):
+        started[input] = time.perf_counter()
+        arrived.set()
+
+    driver = PostgresDriver(dsn, schema=schema)
+    idle = xjobs.Settings(poll_ms=5000)
+    worker = QueueWorker(driver=PostgresDriver(dsn, schema=schema), registry=registry, queue="idle",
+                         concurrency=4, settings=idle)
+    relay = OutboxRelay(driver=PostgresDriver(dsn, schema=schema), identity="bench-relay", settings=idle)
+    hosts = [InProcessHost(worker).start(), InProcessHost(relay).start()]
+    latencies = []
+    time.sleep(0.3)  # let both reach their idle wait
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for n in range(samples):
+            arrived.clear()
+            with conn.transaction():
+                stage(conn, ping, n, driver=driver)
+            committed = time.perf_counter()
+            if not arrived.wait(10):
+                raise RuntimeError("outbox pickup timed out")
+            latencies.append((started[n] - committed) * 1000.0)
+            time.sleep(0.05)
+    for host in hosts:
+        host.stop()
+    driver.close()
+    drop_schema(dsn, schema)
+    return latencies
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[max(0, int(len(ordered) * 0.99) - 1)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=os.environ.get("XJOBS_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
@@ -135,29 +215,38 @@ def main() -> int:
     args = parser.parse_args()
     xjobs.configure(dsn=args.dsn)
 
-    raw, sync_drain, async_drain, enqueue = [], [], [], []
+    raw, sync_drain, async_drain, enqueue, staged, relayed = [], [], [], [], [], []
     for _ in range(args.rounds):
         raw.append(raw_baseline(args.dsn, args.jobs, args.concurrency))
         rate_in, rate_out = bench_queue(args.dsn, args.jobs, args.concurrency, is_async=False)
         enqueue.append(rate_in)
         sync_drain.append(rate_out)
         async_drain.append(bench_queue(args.dsn, args.jobs, args.concurrency, is_async=True)[1])
+        stage_rate, publish_rate = bench_outbox(args.dsn, args.jobs)
+        staged.append(stage_rate)
+        relayed.append(publish_rate)
     pickup = idle_pickup(args.dsn, 30)
+    outbox_latency = outbox_pickup(args.dsn, 30)
 
-    base = statistics.median(raw)
+    base, bulk = statistics.median(raw), statistics.median(enqueue)
     rows = [
         ("raw psycopg claim+complete loop", base, "1.00"),
-        ("xjobs bulk enqueue", statistics.median(enqueue), "-"),
+        ("xjobs bulk enqueue", bulk, "-"),
         ("xjobs drain, def no-op", statistics.median(sync_drain), f"{statistics.median(sync_drain) / base:.2f}"),
         ("xjobs drain, async def no-op", statistics.median(async_drain), f"{statistics.median(async_drain) / base:.2f}"),
+        ("outbox stage_many (committed)", statistics.median(staged), "-"),
+        ("outbox relay stage-to-enqueue", statistics.median(relayed),
+         f"{statistics.median(relayed) / bulk:.2f}*"),
     ]
     print(f"\n{args.jobs} jobs, batch/concurrency {args.concurrency}, median of {args.rounds} rounds")
     print(f"{'measure':<36} {'jobs/s':>10} {'vs raw':>7}")
     for name, rate, ratio in rows:
         print(f"{name:<36} {rate:>10,.0f} {ratio:>7}")
-    pickup.sort()
-    print(f"{'idle pickup p50 / p99 (ms)':<36} {statistics.median(pickup):>10.2f} "
-          f"{pickup[int(len(pickup) * 0.99) - 1]:>7.2f}")
+    print("* against the bulk enqueue, the path the relay ends in")
+    print(f"\n{'latency from idle (ms)':<36} {'p50':>10} {'p99':>7}")
+    for name, samples in (("enqueue to body start", pickup), ("outbox commit to body start", outbox_latency)):
+        p50, p99 = percentiles(samples)
+        print(f"{name:<36} {p50:>10.2f} {p99:>7.2f}")
     return 0
 
 
