@@ -367,6 +367,26 @@ def test_nack_that_does_not_count_gives_the_attempt_back(driver):
     assert claim_one(driver).attempt == 1
 
 
+def test_a_shed_stays_ready_keeps_its_place_and_age_and_writes_no_history(driver, clock):
+    enqueue(driver, "k")
+    enqueue(driver, "later")
+    job = claim_one(driver)
+    clock.advance(60_000)
+    assert driver.job_nack(Nack(job.id, job.token, None, counts_as_attempt=False, outcome="shed"))
+    view = driver.job_get(job.id)
+    assert (view.state, view.attempt, view.last_error, list(view.history)) == ("ready", 0, None, [])
+    summary = driver.queue_summary()["default"]
+    assert (summary.depth, round(summary.oldest_ready_ms)) == (2, 60_000)   # still the oldest, counted
+    again = claim_one(driver)
+    assert again.id == job.id                             # first in line again
+    # a shed told to wait (a per-process rate limit) is not due before then
+    assert driver.job_nack(Nack(again.id, again.token, None, delay_ms=5_000, counts_as_attempt=False,
+                                outcome="shed"))
+    assert [j.id for j in claim(driver)] != [job.id]      # only "later"
+    clock.advance(5_000)
+    assert [j.id for j in claim(driver)] == [job.id]
+
+
 def test_nack_park_suspends_until_due_and_rescue_wakes_it(driver, clock):
     enqueue(driver, "k")
     job = claim_one(driver)

@@ -136,7 +136,7 @@ class DriverPair(RuleBasedStateMachine):
         pg = self.pg.job_ack_many([Lease(i, p) for i, _, p in batch])
         assert mem == pg
 
-    @rule(lease=leases, kind=st.sampled_from(["retry", "dead", "park", "interrupted"]),
+    @rule(lease=leases, kind=st.sampled_from(["retry", "dead", "park", "interrupted", "shed"]),
           delay=st.sampled_from([0, 300, 1500]), error=st.sampled_from([None, "boom"]))
     def nack(self, lease, kind, delay, error):
         job_id, mem_token, pg_token = lease

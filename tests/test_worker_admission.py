@@ -54,6 +54,7 @@ def test_a_capped_job_never_runs_beyond_its_slots_and_sheds_stay_ready(driver, r
 def test_a_shed_job_goes_back_to_ready_without_an_attempt_or_an_error(driver, registry):
     capped = declare(registry, lambda ctx, i: None, name="capped", concurrency=1)
     [job_id] = enqueue(capped, driver, {"n": 1})
+    before = driver.job_get(job_id)
     driver.slot_acquire("capped", 1, "another-machine", 60_000)   # the fleet's only slot is held
     [claimed] = driver.job_claim(["q"], 1, 30_000, "w")           # a claim without caps takes it
     worker = make_worker(driver, registry)
@@ -61,7 +62,8 @@ def test_a_shed_job_goes_back_to_ready_without_an_attempt_or_an_error(driver, re
     assert worker.take(claimed, 0.0) is None
     view = driver.job_get(job_id)
     assert (view.state, view.attempt, view.last_error, view.crashes) == ("ready", 0, None, 0)
-    assert view.history[-1]["outcome"] == "shed"
+    assert view.run_at == before.run_at                  # its place in line and its age are kept
+    assert [h["outcome"] for h in view.history] == [h["outcome"] for h in before.history]   # no event
     assert worker.stats()["shed"] == 1 and worker.stats()["jobs"] == {"capped": {"shed": 1}}
     assert driver.job_claim(["q"], 1, 30_000, "w", caps={"capped": 1}) == []   # no spin
     worker.close()

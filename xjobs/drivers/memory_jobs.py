@@ -159,7 +159,8 @@ class MemoryJobs:
             return done
 
     def nack(self, nack: Nack) -> bool:
-        """``job_nack``: settle a held job as ready, suspended or dead, and write its history."""
+        """``job_nack``: settle a held job as ready, suspended or dead, and write its history
+        (a shed: none, and with no delay it keeps its run_at)."""
         table = self._table
         with table.lock:
             row = table.held(nack.job_id, nack.token)
@@ -170,14 +171,16 @@ class MemoryJobs:
             if nack.counts_as_attempt:   # the run ended on its own: no longer a crash suspect
                 row.crashes = 0
             table.move(row, "dead" if nack.dead else "suspended" if nack.park else "ready")
-            if not nack.dead:
+            shed = nack.outcome == "shed"
+            if not nack.dead and not (shed and nack.delay_ms == 0):   # a shed keeps its place
                 row.run_at = plus(at, nack.delay_ms)
             row.finished_at = at if nack.dead else None
             if nack.error is not None:
                 row.last_error = nack.error
             row.lease_token = row.lease_expires_at = None
-            ran = row.attempt if nack.counts_as_attempt else row.attempt + 1
-            table.record(row.id, at, ran, nack.outcome, nack.error)
+            if not shed:   # a shed is counted by the worker, not an event in the job's history
+                ran = row.attempt if nack.counts_as_attempt else row.attempt + 1
+                table.record(row.id, at, ran, nack.outcome, nack.error)
             return True
 
     def heartbeat(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:

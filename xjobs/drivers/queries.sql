@@ -104,25 +104,31 @@ where j.id = a.id and j.lease_token = a.token and j.state = 'running'
 returning j.id
 
 -- name: job_nack
--- a run that ended on its own (counts) cleared any suspicion of crashing its process
+-- a run that ended on its own (counts) cleared any suspicion of crashing its process. A shed
+-- with no delay keeps its run_at: it keeps its place in the claim order and its age in the
+-- oldest-ready figure (a saturated capped job must not look freshly enqueued), and it writes
+-- no history (it is not an event in the job's life: the worker counts it, outcome "shed")
 with settled as (
     update {schema}.jobs
     set state = case when %(dead)s then 'dead' when %(park)s then 'suspended' else 'ready' end,
         attempt = case when %(counts)s then attempt else greatest(attempt - 1, 0) end,
-        run_at = case when %(dead)s then run_at else {now} + %(delay)s * interval '1 millisecond' end,
+        run_at = case when %(dead)s or (%(outcome)s = 'shed' and %(delay)s = 0) then run_at
+                      else {now} + %(delay)s * interval '1 millisecond' end,
         finished_at = case when %(dead)s then {now} end,
         last_error = coalesce(%(error)s::text, last_error),
         crashes = case when %(counts)s then 0 else crashes end,
         lease_token = null, lease_expires_at = null
     where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
     returning id, attempt
+), logged as (
+    insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+    select settled.id, {now},
+           case when %(counts)s then settled.attempt else settled.attempt + 1 end,
+           %(outcome)s, %(error)s::text
+    from settled
+    where %(outcome)s is distinct from 'shed'
 )
-insert into {schema}.job_history (job_id, at, attempt, outcome, error)
-select settled.id, {now},
-       case when %(counts)s then settled.attempt else settled.attempt + 1 end,
-       %(outcome)s, %(error)s::text
-from settled
-returning job_id
+select id from settled
 
 -- name: job_heartbeat_many
 update {schema}.jobs j
