@@ -58,6 +58,10 @@ class PgOutbox:
         db = self._db
         try:
             with db.connection() as conn, conn.transaction():
+                with conn.cursor() as cur:
+                    cur.execute(db.sql["outbox_hold"], {"token": claim.token, "ids": _int_array(claim.ids)})
+                    if len(cur.fetchall()) != len(claim.ids):
+                        raise _Fenced()     # nothing enqueued: not even a sequence value spent
                 results = self._jobs.enqueue(claim.jobs, conn)
                 with conn.cursor() as cur:
                     cur.execute(db.sql["outbox_publish"], {

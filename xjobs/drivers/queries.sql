@@ -617,6 +617,14 @@ with picked as (
 )
 select id, job from claimed order by staged_at, id
 
+-- name: outbox_hold
+-- the relay's publish transaction first locks the rows its claim still holds: a claim taken
+-- over (or already published) is found fenced before anything is enqueued, and while these
+-- locks are held no other relay's claim can take the rows (it skips locked rows)
+select id from {schema}.outbox
+where id = any(%(ids)s::bigint[]) and claim_token = %(token)s and published_at is null
+for update
+
 -- name: outbox_publish
 -- in the relay's enqueue transaction: only rows this claim still holds and nobody published
 update {schema}.outbox o
