@@ -75,12 +75,14 @@ class TaskHandle:
             key = f"task:{self.name}:{int(occurrence_ms)}:sha256:{hashlib.sha256(job_key.encode()).hexdigest()}"
         return key
 
-    def jobs_for(self, occurrences: Sequence[float], *, max_payload_bytes: int) -> list["NewJob"]:
-        """The jobs of these occurrences, built by the one enqueue path's rules."""
+    def jobs_for(self, occurrences: Sequence[float], *, max_payload_bytes: int,
+                 by: str | None = None) -> list["NewJob"]:
+        """The jobs of these occurrences, built by the one enqueue path's rules; ``by`` names
+        the scheduler that dispatched them (``enqueued_by`` is ``task:NAME@SCHEDULER``)."""
         from .enqueue import build_jobs
         return build_jobs(self.job, [self.input] * len(occurrences), max_payload_bytes=max_payload_bytes,
                           keys=[self.occurrence_key(o) for o in occurrences],
-                          enqueued_by=f"task:{self.name}")
+                          enqueued_by=f"task:{self.name}@{by}" if by else f"task:{self.name}")
 
     def plan(self, watermark_ms: float, now_ms: float, resolver: Any) -> tuple[list[float], int]:
         """Which occurrences in ``(watermark_ms, now_ms]`` to dispatch, and how many missed

@@ -230,7 +230,8 @@ class Scheduler(RoleBase):
             if not occurrences:
                 return True
         try:
-            jobs = task.jobs_for(occurrences, max_payload_bytes=self.settings.max_payload_bytes)
+            jobs = task.jobs_for(occurrences, max_payload_bytes=self.settings.max_payload_bytes,
+                                 by=self.identity)
             result = self.driver.schedule_dispatch(Dispatch(
                 election=ELECTION, holder=self.holder, task=task.name, expected_ms=watermark,
                 watermark_ms=int(now), jobs=tuple(jobs)))
