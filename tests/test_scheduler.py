@@ -5,6 +5,7 @@ that hands the lease back, and maintenance on the leader only."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -120,10 +121,48 @@ def test_a_second_tick_joins_the_round_in_flight(driver, registry, digest):
     joined: list = []
     joiner = threading.Thread(target=lambda: joined.append(role.tick()))
     joiner.start()
+    waiting_to_join(role)
     release.set()
     thread.join(5)
     joiner.join(5)
     assert joined[0] is first[0] and role.totals["rounds"] == 1
+
+
+def waiting_to_join(role: Scheduler) -> None:
+    """Until a second caller of ``tick()`` waits on the round in flight (the condition's
+    waiter list is CPython's, read only here, so the test does not race the joiner)."""
+    deadline = time.monotonic() + 5
+    while not role._round_done._waiters:       # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, "the second tick never waited"
+        time.sleep(0.001)
+
+
+def test_a_joined_round_that_fails_fails_for_the_joiner_too(driver, registry, digest):
+    role = scheduler(driver, registry, "a")
+    entered, release = threading.Event(), threading.Event()
+
+    def failing_round():
+        entered.set()
+        release.wait(5)
+        raise RuntimeError("the database went away mid-round")
+    role._round = failing_round
+    errors: list = []
+
+    def tick() -> None:
+        try:
+            role.tick()
+        except RuntimeError as exc:
+            errors.append(exc)
+    first = threading.Thread(target=tick)
+    first.start()
+    assert entered.wait(5)
+    joiner = threading.Thread(target=tick)
+    joiner.start()
+    waiting_to_join(role)
+    release.set()
+    first.join(5)
+    joiner.join(5)
+    assert len(errors) == 2 and errors[0] is errors[1]
 
 
 def test_close_hands_the_lease_back_unless_a_round_was_abandoned(driver, registry, digest, clock):

@@ -89,7 +89,7 @@ class Scheduler(RoleBase):
         self._round_lock = threading.Lock()
         self._round_done = threading.Condition(self._round_lock)
         self._in_round = False
-        self._last_report = RoundReport()
+        self._last_outcome: RoundReport | BaseException = RoundReport()
         self._next_round = 0.0
         self._next_rescue = 0.0
         self._next_prune = 0.0
@@ -177,16 +177,23 @@ class Scheduler(RoleBase):
             if self._in_round:
                 while self._in_round:
                     self._round_done.wait()
-                return self._last_report
+                if isinstance(self._last_outcome, BaseException):
+                    raise self._last_outcome
+                return self._last_outcome
             self._in_round = True
+        outcome: RoundReport | BaseException = RoundReport()
         try:
-            report = self._round()
+            outcome = self._round()
+            return outcome
+        except BaseException as exc:
+            outcome = exc
+            raise
         finally:
+            # published under the lock, before the joiners wake: each gets THIS round's answer
             with self._round_lock:
+                self._last_outcome = outcome
                 self._in_round = False
                 self._round_done.notify_all()
-        self._last_report = report
-        return report
 
     def _round(self) -> RoundReport:
         report = RoundReport()
