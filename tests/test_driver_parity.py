@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xjobs.clock import SYSTEM_CLOCK, ManualClock
-from xjobs.drivers.base import STATES, Enqueued, Lease, ListFilter, Nack, NewJob
+from xjobs.drivers.base import STATES, Enqueued, Lease, ListFilter, Nack, NewJob, TenantRoom
 from xjobs.drivers.jsonb import as_stored
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.drivers.postgres import PostgresDriver
@@ -365,6 +365,33 @@ def test_nack_that_does_not_count_gives_the_attempt_back(driver):
     assert (view.state, view.attempt) == ("ready", 0)
     assert [(h["attempt"], h["outcome"]) for h in view.history] == [(1, "interrupted")]
     assert claim_one(driver).attempt == 1
+
+
+def test_a_claim_leaves_blocked_tenants_and_takes_no_more_of_one_than_its_room(driver):
+    acme = [enqueue(driver, f"a{n}", tenant="acme") for n in range(3)]
+    [globex] = [enqueue(driver, "g", tenant="globex")]
+    [untenanted] = [enqueue(driver, "u", tenant=None)]
+    blocked = TenantRoom(blocked=("acme", ""))                 # "" is the jobs without a tenant
+    assert [j.id for j in driver.job_claim(["default"], 10, LEASE, "w", tenants=blocked)] == [globex]
+    # a ceiling of 2 with one of acme's already running here: room for one more of acme's
+    room = TenantRoom(ceiling=2, held={"acme": 1})
+    assert [j.id for j in driver.job_claim(["default"], 10, LEASE, "w", tenants=room)] == [acme[0], untenanted]
+    assert [j.id for j in driver.job_claim(["default"], 10, LEASE, "w", tenants=TenantRoom(ceiling=1))] == [acme[1]]
+
+
+@pytest.mark.parametrize("bad", [TenantRoom(blocked="acme"), TenantRoom(blocked=(1,)),  # type: ignore[arg-type]
+                                 TenantRoom(ceiling=-1), TenantRoom(ceiling=float("nan")),  # type: ignore[arg-type]
+                                 TenantRoom(held={"acme": -1}), "acme"])
+def test_a_tenant_room_is_checked(driver, bad):
+    with pytest.raises(InvalidOption):
+        driver.job_claim(["default"], 1, LEASE, "w", tenants=bad)
+
+
+def test_filters_apply_to_a_claim_on_one_queue(driver):
+    with pytest.raises(InvalidOption):
+        driver.job_claim(["default", "other"], 1, LEASE, "w", tenants=TenantRoom(ceiling=1))
+    with pytest.raises(InvalidOption):
+        driver.job_claim(["default", "other"], 1, LEASE, "w", caps={"send": 1})
 
 
 def test_a_shed_stays_ready_keeps_its_place_and_age_and_writes_no_history(driver, clock):

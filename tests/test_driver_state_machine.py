@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, invariant, multiple, rule,
                                  run_state_machine_as_test)
 
-from xjobs.drivers.base import Dispatch, Lease, ListFilter, Nack, NewJob, Progress
+from xjobs.drivers.base import Dispatch, Lease, ListFilter, Nack, NewJob, Progress, TenantRoom
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.errors import XJobsError
 from xjobs.payload import encode_payload
@@ -112,11 +112,15 @@ class DriverPair(RuleBasedStateMachine):
         return self.remember(mem, pg)
 
     @rule(target=leases, queue=st.sampled_from(QUEUES), limit=st.integers(0, 3),
-          caps=st.dictionaries(st.sampled_from(["n1", "n2"]), st.integers(1, 2), min_size=1),
+          caps=st.dictionaries(st.sampled_from(["n1", "n2"]), st.integers(1, 2)),
+          tenants=st.none() | st.builds(
+              TenantRoom, ceiling=st.none() | st.integers(0, 2),
+              held=st.dictionaries(st.sampled_from(["", "t1"]), st.integers(0, 2)),
+              blocked=st.lists(st.sampled_from(["", "t1"]), unique=True).map(tuple)),
           worker=st.sampled_from(WORKERS))
-    def claim_capped(self, queue, limit, caps, worker):
-        mem = self.memory.job_claim([queue], limit, 1000, worker, caps=caps)
-        pg = self.pg.job_claim([queue], limit, 1000, worker, caps=caps)
+    def claim_filtered(self, queue, limit, caps, tenants, worker):
+        mem = self.memory.job_claim([queue], limit, 1000, worker, caps=caps, tenants=tenants)
+        pg = self.pg.job_claim([queue], limit, 1000, worker, caps=caps, tenants=tenants)
         return self.remember(mem, pg)
 
     def remember(self, mem, pg):

@@ -73,6 +73,42 @@ def test_the_least_throttled_tenant_is_evicted_first():
     assert limiter.admit("calm", "q", 5, retry_ms=50).admitted          # its window was forgotten
 
 
+def test_room_caps_a_claim_by_the_global_and_queue_ceilings_and_zero_leaves_none():
+    limiter = Limiter(Limits(global_=3, queue=2))
+    assert (limiter.room("q"), limiter.room("r")) == (2, 2)
+    assert limiter.admit("a", "q", 0, retry_ms=50).admitted
+    assert limiter.admit("b", "r", 0, retry_ms=50).admitted
+    assert (limiter.room("q"), limiter.room("r")) == (1, 1)       # global: 3 - 2 in flight
+    assert Limiter(Limits()).room("q") is None
+    for zero in ("global_", "queue", "tenant", "tenant_rate"):
+        assert Limiter(Limits(**{zero: 0})).room("q") == 0        # nothing is claimed to be shed
+
+
+def test_blocked_tenants_are_those_at_their_ceiling_or_with_a_full_window():
+    limiter = Limiter(Limits(tenant=1, tenant_rate=2, tenant_rate_window_ms=1000))
+    assert limiter.admit("held", "q", 0, retry_ms=50).admitted
+    assert limiter.admit(None, "q", 0, retry_ms=50).admitted       # "" stands for no tenant
+    assert limiter.admit("busy", "q", 100, retry_ms=50).admitted
+    limiter.release("busy", "q")
+    assert limiter.admit("busy", "q", 200, retry_ms=50).admitted
+    limiter.release("busy", "q")
+    assert limiter.blocked_tenants(300) == ["", "busy", "held"]
+    limiter.release("held", "q")
+    limiter.release(None, "q")
+    assert limiter.blocked_tenants(1_050) == ["busy"]              # its first start is still in the window
+    assert limiter.blocked_tenants(1_100) == []
+
+
+def test_spent_windows_are_swept_so_eviction_spares_the_live_tenants():
+    limiter = Limiter(Limits(tenant_rate=1, tenant_rate_window_ms=1_000, max_tenants=2))
+    assert limiter.admit("old", "q", 0, retry_ms=50).admitted
+    assert not limiter.admit("old", "q", 1, retry_ms=50).admitted   # old was throttled, long ago
+    assert limiter.admit("live", "q", 50_000, retry_ms=50).admitted
+    assert limiter.snapshot()["tracked"] == {"tenants_in_flight": 2, "tenants_rated": 1, "refusals": 0}
+    assert limiter.admit("new", "q", 50_001, retry_ms=50).admitted   # room: nothing to evict
+    assert not limiter.admit("live", "q", 50_002, retry_ms=50).admitted   # live's window kept
+
+
 @settings(max_examples=80, deadline=None)
 @given(events=st.lists(st.tuples(st.integers(0, 500), st.sampled_from(["admit", "release"]),
                                  st.integers(0, 50)), max_size=400),

@@ -92,34 +92,33 @@ def test_a_lost_slot_stops_the_run_and_gives_the_attempt_back(driver, registry):
     worker.close(now=lambda: pacer.now)
 
 
-def test_per_process_limits_shed_what_is_over_them(driver, registry, clock):
+def test_per_process_limits_run_one_job_of_a_tenant_at_a_time_without_spinning(driver, registry):
     overlap = Overlap()
     handle = declare(registry, overlap.body, name="tenanted", tenant=lambda i: i["t"])
-    enqueue(handle, driver, *({"n": n, "t": "acme"} for n in range(5)))
-    settings = {"limits": Limits(tenant=1), "poll_ms": 20}
-    pacer = Pacer(make_worker(driver, registry, concurrency=5, **settings))
-
-    def done() -> bool:
-        clock.advance(25)     # a shed is due again after its delay, on the database's clock
-        return pacer.totals()["completed"] == 5
-    pacer.until(done, advance_ms=25)
-    assert overlap.most == 1
-    assert pacer.totals()["shed"] >= 1
+    ids = enqueue(handle, driver, *({"n": n, "t": "acme"} for n in range(5)))
+    enqueue(handle, driver, {"n": 9, "t": "globex"})
+    pacer = Pacer(make_worker(driver, registry, concurrency=5, limits=Limits(tenant=1), poll_ms=20))
+    pacer.until(lambda: pacer.totals()["completed"] == 6, advance_ms=25)
+    assert overlap.most == 2                          # one of acme's beside globex's, never two of acme's
+    # each claim took no more of acme's than its room: nothing was claimed only to be shed
+    assert (pacer.totals()["shed"], pacer.totals()["claimed"]) == (0, 6), pacer.totals()
+    for job_id in ids:
+        view = driver.job_get(job_id)
+        assert (view.state, view.attempt, view.last_error) == ("completed", 1, None)
     snapshot = pacer.worker.stats()["limits"]
     assert snapshot["scope"] == "per worker process" and snapshot["config"]["tenant"] == 1
     assert snapshot["tracked"]["tenants_in_flight"] == 0
 
 
-def test_a_zero_limit_is_a_hard_stop(driver, registry, clock):
+def test_a_zero_limit_is_a_hard_stop_that_claims_nothing(driver, registry, clock):
     handle = declare(registry, lambda ctx, i: None, name="stopped")
     [job_id] = enqueue(handle, driver, {"n": 1})
-    pacer = Pacer(make_worker(driver, registry, limits=Limits(global_=0)))
-
-    def shed_twice() -> bool:
-        clock.advance(100)
-        return pacer.totals()["shed"] >= 2
-    pacer.until(shed_twice, advance_ms=2000)
-    assert driver.job_get(job_id).state == "ready" and pacer.totals()["completed"] == 0
+    pacer = Pacer(make_worker(driver, registry, limits=Limits(tenant=0), poll_ms=20))
+    for _ in range(5):
+        pacer.pass_(advance_ms=50)
+    view = driver.job_get(job_id)
+    assert (view.state, view.attempt) == ("ready", 0)
+    assert (pacer.totals()["claimed"], pacer.totals()["shed"], pacer.totals()["completed"]) == (0, 0, 0)
 
 
 class WithoutSlots:
@@ -143,3 +142,21 @@ def test_a_declared_cap_on_a_driver_without_slots_is_refused_at_start(memory_dri
     uncapped = xjobs.Registry()
     declare(uncapped, lambda ctx, i: None, name="plain")
     make_worker(WithoutSlots(memory_driver), uncapped).initialize()   # nothing to enforce: fine
+
+
+def test_a_rate_window_filling_within_a_batch_sheds_in_place_and_the_tenant_is_skipped_after(driver, registry, clock):
+    handle = declare(registry, lambda ctx, i: None, name="rated", tenant=lambda i: i["t"])
+    ids = enqueue(handle, driver, *({"n": n, "t": "acme"} for n in range(3)))
+    before = {job_id: driver.job_get(job_id).run_at for job_id in ids}
+    worker = make_worker(driver, registry, concurrency=4, limits=Limits(tenant_rate=1, tenant_rate_window_ms=60_000))
+    pacer = Pacer(worker)
+    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=10)
+    assert pacer.totals()["shed"] == 2                  # the rate is only known to be full mid-batch
+    for _ in range(5):
+        pacer.pass_(advance_ms=100)                     # acme is skipped: not claimed again, not shed again
+    assert (pacer.totals()["claimed"], pacer.totals()["shed"]) == (3, 2)
+    waiting = [driver.job_get(job_id) for job_id in ids if driver.job_get(job_id).state == "ready"]
+    assert len(waiting) == 2 and all(v.run_at == before[v.id] and v.attempt == 0 for v in waiting)
+    assert driver.queue_summary()["q"].depth == 2       # still in the depth, with their age
+    worker.stop_accepting("test")
+    worker.close(now=lambda: pacer.now)

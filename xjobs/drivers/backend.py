@@ -28,7 +28,7 @@ from ..clock import Clock
 from ..errors import LeaseLost
 from .base import (ClaimedJob, Dispatch, Enqueued, JobListener, JobView, LeaderView, Lease, ListFilter,
                    Matching, Nack, NewJob, OutboxClaim, OutboxSummary, Progress, QueueControl,
-                   QueueSummary, Released, Watermark)
+                   QueueSummary, Released, TenantRoom, Watermark)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,7 @@ class Storage(Protocol):
 class JobsBackend(Protocol):
     def enqueue(self, jobs: Sequence[NewJob], conn: Any) -> list[Enqueued]: ...
     def claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
-              caps: Mapping[str, int]) -> list[ClaimedJob]: ...
+              caps: Mapping[str, int], tenants: TenantRoom | None) -> list[ClaimedJob]: ...
     def claim_alone(self, queue: str, lease_ms: float, worker_id: str,
                     waited_ms: float) -> list[ClaimedJob]: ...
     def ack(self, leases: Sequence[Lease]) -> set[int]: ...

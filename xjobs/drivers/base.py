@@ -45,7 +45,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Mapping, Protocol, Sequence
 
 from ..clock import Clock
-from .records import (STATES, LIVE_STATES, FINISHED_STATES, COUNTED_STATES, CHARGES, MAX_DELAY_MS, LATEST_MS, NewJob, Enqueued, ClaimedJob, Nack, Lease, JobView, ListFilter, Matching, Released, QueueControl, Progress, QueueSummary, LeaderView, Watermark, Dispatch, OutboxClaim, OutboxSummary)
+from .records import (STATES, LIVE_STATES, FINISHED_STATES, COUNTED_STATES, CHARGES, MAX_DELAY_MS, LATEST_MS, NewJob, Enqueued, ClaimedJob, TenantRoom, Nack, Lease, JobView, ListFilter, Matching, Released, QueueControl, Progress, QueueSummary, LeaderView, Watermark, Dispatch, OutboxClaim, OutboxSummary)
 
 class JobListener(Protocol):
     """What ``job_listen`` answers: ``fileno()`` goes into a worker's selector (``None``: nothing
@@ -77,9 +77,13 @@ class JobStore(JobTransactions, Protocol):
         ...
 
     def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
-                  caps: Mapping[str, int] | None = None) -> list[ClaimedJob]:
+                  caps: Mapping[str, int] | None = None,
+                  tenants: TenantRoom | None = None) -> list[ClaimedJob]:
         """``caps`` (job name -> ``job(concurrency=N)``): a capped job whose every slot is held
-        is left ready (a filter, not the grant: ``slot_acquire`` grants)."""
+        is left ready, and no more of one is claimed than it has free slots (a filter, not
+        the grant: ``slot_acquire`` grants). ``tenants``: what a worker's per-process tenant
+        limits leave room for. Both filter a claim on ONE queue (a worker's); a claim on
+        several queues with either is refused."""
         ...
     def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
                         waited_ms: float = 0.0) -> list[ClaimedJob]: ...

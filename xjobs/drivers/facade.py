@@ -23,14 +23,14 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from ..clock import Clock
-from ..errors import DuplicateJob, JobNotFound, NotCancellable, NotRetryable, XJobsError
+from ..errors import DuplicateJob, InvalidOption, JobNotFound, NotCancellable, NotRetryable, XJobsError
 from ..options import duration_ms, finite_option
 from .backend import (JobsBackend, Maintainer, Operator, Outbox, Outcome, Queues, Schedule, Slots,
                       Storage)
 from .base import (ClaimedJob, Dispatch, Enqueued, JobListener, JobView, LeaderView, Lease,
                    ListFilter, Matching, Nack, NewJob, OutboxClaim, OutboxSummary, Progress,
-                   QueueControl, QueueSummary, Released, Watermark)
-from .refusals import (check_batch, check_cap, check_caps, check_charge, check_claim,
+                   QueueControl, QueueSummary, Released, TenantRoom, Watermark)
+from .refusals import (check_batch, check_cap, check_caps, check_tenant_room, check_charge, check_claim,
                        check_claim_token, check_dispatch, check_filter, check_lease, check_nack,
                        check_name, check_new_jobs, check_row_limit, check_slot, held, matchable)
 
@@ -81,11 +81,15 @@ class CheckedDriver:
         return self._jobs.enqueue(jobs, conn) if jobs else []
 
     def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
-                  caps: Mapping[str, int] | None = None) -> list[ClaimedJob]:
+                  caps: Mapping[str, int] | None = None,
+                  tenants: TenantRoom | None = None) -> list[ClaimedJob]:
         names, count, lease = check_claim(queues, limit, lease_ms)
-        # caps filter the one-queue claim a worker makes; a multi-queue caller caps nothing
-        capped = check_caps(caps) if caps and len(names) == 1 else {}
-        return self._jobs.claim(names, count, lease, worker_id, capped) if count else []
+        capped = check_caps(caps) if caps else {}
+        room = check_tenant_room(tenants) if tenants is not None else None
+        if (capped or room is not None) and len(names) != 1:
+            raise InvalidOption("claim", "caps and tenant limits filter a claim on one queue "
+                                         "(a worker's); claim each queue on its own")
+        return self._jobs.claim(names, count, lease, worker_id, capped, room) if count else []
 
     def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
                         waited_ms: float = 0.0) -> list[ClaimedJob]:

@@ -25,7 +25,7 @@ import orjson
 
 from ..errors import InvalidOption
 from .backend import lease_lost
-from .base import ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress
+from .base import ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress, TenantRoom
 from .jsonb import as_stored
 from .memory_table import MemoryTable, Row, plus, ts
 
@@ -99,26 +99,34 @@ class MemoryJobs:
         return results
 
     def claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
-              caps: Mapping[str, int]) -> list[ClaimedJob]:
-        """``job_claim_one`` / ``job_claim_many`` / ``job_claim_capped``: due ready rows by
-        priority, run_at, id; with ``caps``, not a job whose every slot is held, and no more
-        of a capped job than it has free slots (the rest of the pick stays ready)."""
+              caps: Mapping[str, int], tenants: TenantRoom | None) -> list[ClaimedJob]:
+        """``job_claim_one`` / ``job_claim_many`` / ``job_claim_filtered``: due ready rows by
+        priority, run_at, id; filtered as ``job_claim_filtered`` says (the picks are counted
+        per job and per tenant over everything picked, as its window functions count)."""
         table = self._table
+        room = tenants or TenantRoom()
         with table.lock:
             at = table.now()
             wanted = {q for q in queues if not table.is_paused(q)}
-            room = {job: cap - table.slots_held(job, at) for job, cap in caps.items()}
+            slots = {job: cap - table.slots_held(job, at) for job, cap in caps.items()}
+            blocked = set(room.blocked)
             due = (r for r in table.rows.values()
                    if r.state == "ready" and r.queue in wanted and r.run_at <= at and r.crashes == 0
-                   and room.get(r.name, 1) > 0)
-            picked = []
-            for row in heapq.nsmallest(limit, due, key=_by_claim_order):
-                if row.name in room:
-                    if room[row.name] <= 0:
-                        continue
-                    room[row.name] -= 1
-                picked.append(row)
-            return self._take(picked, at, lease_ms, worker_id)
+                   and slots.get(r.name, 1) > 0 and (r.tenant or "") not in blocked)
+            picked = heapq.nsmallest(limit, due, key=_by_claim_order)
+            of_job: dict[str, int] = {}
+            of_tenant: dict[str, int] = {}
+            chosen = []
+            for row in picked:
+                tenant = row.tenant or ""
+                of_job[row.name] = nth_of_job = of_job.get(row.name, 0) + 1
+                of_tenant[tenant] = nth_of_tenant = of_tenant.get(tenant, 0) + 1
+                if row.name in slots and nth_of_job > slots[row.name]:
+                    continue
+                if room.ceiling is not None and nth_of_tenant > room.ceiling - room.held.get(tenant, 0):
+                    continue
+                chosen.append(row)
+            return self._take(chosen, at, lease_ms, worker_id)
 
     def claim_alone(self, queue: str, lease_ms: float, worker_id: str,
                     waited_ms: float) -> list[ClaimedJob]:

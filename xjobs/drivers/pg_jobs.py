@@ -20,7 +20,7 @@ import psycopg
 
 from ..errors import XJobsError
 from .backend import lease_lost
-from .base import ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress
+from .base import ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress, TenantRoom
 from .pg_database import PgDatabase
 from .pg_listen import PgListener
 
@@ -75,14 +75,19 @@ class PgJobs:
         raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
 
     def claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
-              caps: Mapping[str, int]) -> list[ClaimedJob]:
-        """``job_claim_one`` (the common case, one queue; ``job_claim_capped`` when it has
-        capped jobs) or ``job_claim_many`` (whose callers cap nothing)."""
+              caps: Mapping[str, int], tenants: TenantRoom | None) -> list[ClaimedJob]:
+        """``job_claim_one`` (the common case: one queue, nothing to filter),
+        ``job_claim_filtered`` (a worker with capped jobs or tenant limits) or
+        ``job_claim_many`` (whose callers filter nothing)."""
         params: dict[str, Any] = {**self._db.now(), "limit": limit, "token": secrets.randbits(63),
                                   "worker": worker_id, "lease": lease_ms}
-        if len(queues) == 1 and caps:
-            name, params["queue"] = "job_claim_capped", queues[0]
-            params["caps"] = orjson.dumps([{"n": job, "c": cap} for job, cap in sorted(caps.items())]).decode()
+        if len(queues) == 1 and (caps or tenants is not None):
+            room = tenants or TenantRoom()
+            name, params["queue"] = "job_claim_filtered", queues[0]
+            params.update(
+                caps=orjson.dumps([{"n": job, "c": cap} for job, cap in sorted(caps.items())]).decode(),
+                skip=list(room.blocked), tenant_cap=room.ceiling,
+                held=orjson.dumps([{"t": t, "n": n} for t, n in room.held.items()]).decode())
         elif len(queues) == 1:
             name, params["queue"] = "job_claim_one", queues[0]
         else:

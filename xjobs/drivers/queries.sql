@@ -691,29 +691,38 @@ returning slot
 -- name: slot_held
 select job, count(*) from {schema}.job_slots where expires_at > {now} group by job
 
--- name: job_claim_capped
--- job_claim_one for a queue with capped jobs (job(concurrency=N), %(caps)s = [{n, c}]): a job
--- whose every slot is held is not picked, and of a capped job no more rows are claimed than
--- it has free slots (the others picked stay ready), so a claim does not take what it would
--- only shed. Only a filter: the slot itself is granted by slot_acquire's primary key, never
--- by this count
+-- name: job_claim_filtered
+-- job_claim_one for a worker with capped jobs (job(concurrency=N), %(caps)s = [{n, c}]) or
+-- per-process tenant limits. Left ready: a capped job whose every slot is held, and the jobs
+-- of a tenant in %(skip)s (at its ceiling or its rate window full; '' = no tenant). Of what is
+-- picked, no more of a capped job than it has free slots, and no more of one tenant than
+-- %(tenant_cap)s minus %(held)s (what this worker runs of it): the rest stay ready, so a
+-- claim does not take what it would only shed. Only filters: a slot is granted by
+-- slot_acquire's primary key, a tenant's room by the worker's limiter
 with caps as (
     select c.n, c.c - (select count(*) from {schema}.job_slots l where l.job = c.n and l.expires_at > {now}) as room
     from jsonb_to_recordset(%(caps)s::jsonb) as c(n text, c int)
+), held as (
+    select h.t, h.n from jsonb_to_recordset(%(held)s::jsonb) as h(t text, n int)
 ), picked as (
-    select id, name, priority, run_at from {schema}.jobs j
+    select id, name, coalesce(tenant, '') as tk, priority, run_at from {schema}.jobs j
     where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and not exists (select 1 from caps where caps.n = j.name and caps.room <= 0)
+      and coalesce(tenant, '') <> all(%(skip)s::text[])
     order by priority, run_at, id
     limit %(limit)s
     for update skip locked
 ), chosen as (
     select ranked.id from (
-        select id, name, row_number() over (partition by name order by priority, run_at, id) as nth
+        select id, name, tk,
+               row_number() over (partition by name order by priority, run_at, id) as nth_of_job,
+               row_number() over (partition by tk order by priority, run_at, id) as nth_of_tenant
         from picked) as ranked
     left join caps on caps.n = ranked.name
-    where caps.n is null or ranked.nth <= caps.room
+    left join held on held.t = ranked.tk
+    where (caps.n is null or ranked.nth_of_job <= caps.room)
+      and (%(tenant_cap)s::int is null or ranked.nth_of_tenant <= %(tenant_cap)s::int - coalesce(held.n, 0))
 )
 update {schema}.jobs j
 set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,

@@ -8,7 +8,7 @@ beyond a record's own view of itself, so every module can import it without a cy
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import orjson
 
@@ -62,6 +62,18 @@ class NewJob:
 class Enqueued:
     id: int
     deduped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRoom:
+    """What a worker's per-process tenant limits leave room for, for ``job_claim``: no job of
+    a ``blocked`` tenant, and no more of one tenant than ``ceiling`` minus what this worker
+    already runs of it (``held``; ``""`` is the jobs without a tenant). ``ceiling`` None: only
+    the blocked list applies."""
+
+    ceiling: int | None = None
+    held: Mapping[str, int] = field(default_factory=dict)
+    blocked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from ..errors import ClaimQueuesEmpty, InvalidOption
 from ..options import duration_ms, finite_count, finite_option, plain_name
 from .backend import Batch
 from .base import (CHARGES, LATEST_MS, MAX_DELAY_MS, STATES, Dispatch, Lease, ListFilter, Nack, NewJob,
-                   OutboxClaim)
+                   OutboxClaim, TenantRoom)
 
 MAX_ROWS = 100_000       # the most rows one statement claims, lists or changes
 
@@ -115,6 +115,7 @@ def check_batch(where: ListFilter, after_id: object, upto_id: object, limit: obj
 # -- the coordination nouns ------------------------------------------------------------------------
 
 _MAX_CAP = 1_000_000
+_MAX_TRACKED_TENANTS = 1_000_000   # a limiter tracks at most that many tenants
 
 
 def check_name(value: object, option: str) -> str:
@@ -128,6 +129,23 @@ def check_cap(cap: object) -> int:
 
 def check_caps(caps: Mapping[str, int]) -> dict[str, int]:
     return {check_name(job, "caps.job"): check_cap(cap) for job, cap in caps.items()}
+
+
+def check_tenant_room(room: TenantRoom) -> TenantRoom:
+    """A worker's tenant room: names are text, numbers whole and bounded, lists bounded."""
+    if not isinstance(room, TenantRoom):
+        raise InvalidOption("claim.tenants", "must be TenantRoom(...)")
+    ceiling = None if room.ceiling is None else finite_count(room.ceiling, "claim.tenants.ceiling",
+                                                             minimum=0, maximum=_MAX_CAP)
+    blocked, held = room.blocked, room.held
+    if isinstance(blocked, (str, bytes)) or not all(isinstance(t, str) for t in blocked):
+        raise InvalidOption("claim.tenants.blocked", "must be a sequence of tenant names")
+    if not isinstance(held, Mapping) or not all(isinstance(t, str) for t in held):
+        raise InvalidOption("claim.tenants.held", "must map tenant names to counts")
+    if len(blocked) > _MAX_TRACKED_TENANTS or len(held) > _MAX_TRACKED_TENANTS:
+        raise InvalidOption("claim.tenants", f"at most {_MAX_TRACKED_TENANTS} tenants")
+    return TenantRoom(ceiling, {t: finite_count(n, "claim.tenants.held", minimum=0, maximum=_MAX_CAP)
+                                for t, n in held.items()}, tuple(blocked))
 
 
 def check_slot(slot: object) -> int:

@@ -12,10 +12,12 @@ declared with ``concurrency=N`` one of its N fleet-wide slots.
                    released when the body ends, whatever the settlement (its failure logged,
                    never the run's)
 
-A shed goes back to ready with no attempt burned and no ``last_error``, counted as
-``outcome="shed"``, through ONE path (``Settler.shed``) for both reasons. It does not spin: a
-claim skips a capped job whose every slot is held (``job_claim(caps=)``), and a limiter
-refusal comes back only once the limit could admit it. The slot is held until the BODY ends,
+A shed goes back to ready in its place in line, with no attempt burned and no ``last_error``,
+counted as ``outcome="shed"``, through ONE path (``Settler.shed``) for both reasons. It does
+not spin: the worker claims no more than the limits leave room for (``claim_room``), and a
+claim skips a capped job whose every slot is held and takes no more of one than it has free
+slots (``job_claim(caps=)``), and skips the jobs of a tenant at its ceiling and takes no more
+of one than its room (``job_claim(tenants=)``), until a run ends and frees the room. The slot is held until the BODY ends,
 not until the run settles: a timed-out ``def`` body that runs on still counts against the cap.
 """
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..context import SLOT_LOST
-from ..drivers.base import ClaimedJob
+from ..drivers.base import ClaimedJob, TenantRoom
 from .execute import Run
 from .limiter import Decision, Limiter, Limits
 
@@ -56,15 +58,15 @@ class Admission:
         self.caps = dict(caps)                    # job name -> its fleet-wide concurrency
         self.limiter = Limiter(limits)
         self._lease_ms = lease_ms
-        self._retry_ms = retry_ms                 # an in-flight ceiling's refusal waits this long
+        self._retry_ms = retry_ms                 # how long a shed waits when the slot store is away
         self._slots: dict[int, tuple[Run, str, int]] = {}   # id(run) -> (run, job, slot)
         self._admitted: set[int] = set()                     # id(run) of runs the limiter counts
 
     def admit(self, job: ClaimedJob, now_ms: float) -> Admitted | Shed:
         """``Admitted`` (counted by the limiter, its slot taken) or ``Shed``."""
         decision: Decision = self.limiter.admit(job.tenant, job.queue, now_ms, retry_ms=self._retry_ms)
-        if not decision.admitted:
-            return Shed(decision.retry_after_ms, f"per-process limit: {decision.reason}")
+        if not decision.admitted:   # in its place in line; the next claim skips it while it has no room
+            return Shed(0.0, f"per-process limit: {decision.reason}")
         cap = self.caps.get(job.name)
         if cap is None:
             return Admitted()
@@ -78,6 +80,20 @@ class Admission:
             self.limiter.release(job.tenant, job.queue)
             return Shed(0.0, f"all {cap} slot(s) of {job.name} are held")
         return Admitted(slot)
+
+    def claim_room(self, queue: str, free: int) -> int:
+        """How many of ``free`` run slots a claim on ``queue`` may fill under the limits."""
+        room = self.limiter.room(queue)
+        return free if room is None else min(free, room)
+
+    def tenant_room(self, now_ms: float) -> TenantRoom | None:
+        """What the tenant limits leave room for in a claim (None: no tenant limit): no job of a
+        tenant at its ceiling or with a full rate window, and no more of one than its room."""
+        return self.limiter.tenant_room(now_ms)
+
+    @property
+    def limited(self) -> bool:
+        return not self.limiter.limits.unlimited
 
     def bind(self, run: Run, admitted: Admitted) -> None:
         """Record what ``admit`` granted the run's job (the limiter's count, and its slot)."""

@@ -7,12 +7,20 @@ tenant (``tenant``), and job starts per tenant within a sliding window (``tenant
 ``tenant_rate_window``). Every number is checked finite and at least 0 when the limits are
 built; 0 is a hard stop, an omitted ceiling is unlimited.
 
-A claimed job over a ceiling is SHED by the worker: back to ready, no attempt burned, no
-``last_error``, counted as ``outcome="shed"``, and not due again before the limit could admit
-it (``retry_after_ms``). Per-tenant state stays bounded: a tenant whose counters fall to zero
-is forgotten, and at most ``max_tenants`` tenants are tracked for the rate window; past that
-the LEAST throttled is evicted first (the one with the fewest refusals: losing its window
-costs the least fairness). ``snapshot()`` shows the configured ceilings and current sizes.
+The worker asks before it claims, so it takes only what it could start: ``room(queue)`` caps
+a claim by the global and queue ceilings, and ``blocked_tenants(now)`` names the tenants at
+their in-flight ceiling or with a full rate window, whose jobs the claim leaves where they
+are, and ``tenant_room(now)`` gives the claim both, with how many of each tenant may still
+start. A claimed job still over a ceiling (a rate window filling up within a batch) is SHED by
+the worker: back to ready in its place in line, no attempt burned, no ``last_error``, counted as
+``outcome="shed"``; the next claim skips its tenant until it has room, so a shed does not
+spin, and it stays in the queue's depth and oldest-ready age meanwhile.
+
+Per-tenant state stays bounded: a tenant whose counters fall to zero is forgotten, spent rate
+windows are swept once per window, and at most ``max_tenants`` tenants are tracked for the
+rate window; past that the LEAST throttled is evicted first (the one with the fewest refusals:
+losing its window costs the least fairness). ``snapshot()`` shows the configured ceilings and
+current sizes.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from ..drivers.records import TenantRoom
 from ..errors import InvalidOption
 from ..options import duration_ms, finite_count
 
@@ -84,6 +93,7 @@ class Limiter:
         self._tenants: dict[str, int] = {}              # in flight, zero entries deleted
         self._starts: dict[str, deque[float]] = {}       # start times within the rate window
         self._refusals: dict[str, int] = {}              # how throttled each tracked tenant is
+        self._next_sweep = 0.0
 
     def admit(self, tenant: str | None, queue: str, now_ms: float, *, retry_ms: float) -> Decision:
         """Admit a claimed job (and count it in flight) or say when to try again. ``retry_ms``
@@ -97,6 +107,7 @@ class Limiter:
         if limits.tenant is not None and self._tenants.get(key, 0) >= limits.tenant:
             return self._refuse(tenant, retry_ms, "tenant")
         if limits.tenant_rate is not None:
+            self._sweep(now_ms)
             starts = self._window(key, now_ms)
             if len(starts) >= limits.tenant_rate:
                 wait = (starts[0] + limits.tenant_rate_window_ms - now_ms) if starts else retry_ms
@@ -106,6 +117,42 @@ class Limiter:
         self._queues[queue] = self._queues.get(queue, 0) + 1
         self._tenants[key] = self._tenants.get(key, 0) + 1
         return ADMITTED
+
+    def room(self, queue: str) -> int | None:
+        """How many more jobs of ``queue`` this process may start now by the ceilings that do
+        not depend on the job (None: no such ceiling). A zero tenant ceiling or rate admits
+        nobody, so it leaves no room either: 0 is a hard stop, and nothing is claimed to be shed."""
+        limits = self.limits
+        if limits.tenant == 0 or limits.tenant_rate == 0:
+            return 0
+        rooms = []
+        if limits.global_ is not None:
+            rooms.append(limits.global_ - self._global)
+        if limits.queue is not None:
+            rooms.append(limits.queue - self._queues.get(queue, 0))
+        return max(0, min(rooms)) if rooms else None
+
+    def tenant_room(self, now_ms: float) -> TenantRoom | None:
+        """The claim filter of the tenant ceilings (None when there are none)."""
+        limits = self.limits
+        if limits.tenant is None and limits.tenant_rate is None:
+            return None
+        held = dict(self._tenants) if limits.tenant is not None else {}
+        return TenantRoom(limits.tenant, held, tuple(self.blocked_tenants(now_ms)))
+
+    def blocked_tenants(self, now_ms: float) -> list[str]:
+        """Tenants none of whose jobs this process may start now: at their in-flight ceiling,
+        or with a full rate window (``""`` stands for jobs without a tenant)."""
+        limits = self.limits
+        blocked: set[str] = set()
+        if limits.tenant is not None:
+            blocked.update(key for key, n in self._tenants.items() if n >= limits.tenant)
+        if limits.tenant_rate is not None:
+            self._sweep(now_ms)
+            rate = limits.tenant_rate
+            blocked.update(key for key in [k for k, s in self._starts.items() if len(s) >= rate]
+                           if len(self._window(key, now_ms)) >= rate)
+        return sorted(blocked)
 
     def release(self, tenant: str | None, queue: str) -> None:
         """A run admitted by ``admit`` ended (however it ended)."""
@@ -133,6 +180,15 @@ class Limiter:
             del self._starts[key]
             self._refusals.pop(key, None)
         return starts
+
+    def _sweep(self, now_ms: float) -> None:
+        """Once per window: forget every tenant whose rate window has emptied, with its
+        refusals, so neither outlives the throttling it records."""
+        if now_ms < self._next_sweep:
+            return
+        self._next_sweep = now_ms + self.limits.tenant_rate_window_ms
+        for key in list(self._starts):
+            self._window(key, now_ms)
 
     def _track(self, key: str) -> deque[float]:
         starts = self._starts.get(key)

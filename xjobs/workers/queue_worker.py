@@ -49,7 +49,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..context import DRAINED
-from ..drivers.base import ClaimedJob
+from ..drivers.base import ClaimedJob, TenantRoom
 from ..errors import ConcurrencyUnenforceable, InvalidOption
 from ..options import finite_count, plain_name
 from ..registry import JobHandle, Registry
@@ -155,9 +155,9 @@ class QueueWorker:
 
     def _vacated(self, run: Run) -> None:
         assert self.admission is not None
-        if self.admission.release(run):
-            # the slot it freed can start a waiting capped job now: claim at once rather than
-            # at the next poll (no notification tells this or any process a slot came free)
+        if self.admission.release(run) or self.admission.limited:
+            # the slot or the limit's room it freed can start a waiting job now: claim at once
+            # rather than at the next poll (no notification says a slot or a limit came free)
             self._more.add(run.job.queue)
 
     def wakeup_fds(self) -> Sequence[int]:
@@ -289,20 +289,29 @@ class QueueWorker:
         order = queues[self._rotation:] + queues[:self._rotation]
         if (poll_due or self.quarantine.due) and self.quarantine.reserve(now_ms, order):
             return
+        assert self.admission is not None   # built by initialize
+        tenants: TenantRoom | None = None
+        asked = False
         for queue in order:
-            free = self.runs.free(queue)
-            if free <= 0 or not (poll_due or queue in notified or queue in self._more):
+            free = self.admission.claim_room(queue, self.runs.free(queue))
+            if free <= 0:
+                self._more.discard(queue)   # a run's end makes room again (_vacated)
                 continue
+            if not (poll_due or queue in notified or queue in self._more):
+                continue
+            if not asked:
+                tenants, asked = self.admission.tenant_room(now_ms), True
             try:
                 jobs = self.driver.job_claim([queue], free, self.settings.lease_ms, self.identity,
-                                             caps=self._caps)
+                                             caps=self._caps, tenants=tenants)
             except Exception as exc:  # the database is away: the poll timer retries
                 log.warning("worker %s: claim on %r failed: %s", self.identity, queue, exc)
                 self._more.discard(queue)
                 continue
-            # a full batch may have more behind it; so may a short one where capped jobs were
-            # held back to their free slots (the next claim answers none once nothing can run)
-            if len(jobs) == free or (jobs and queue in self._capped_queues):
+            # a full batch may have more behind it; so may a short one where capped jobs or a
+            # tenant's jobs were held back to their room (the next claim answers none once
+            # nothing more can start)
+            if len(jobs) == free or (jobs and (queue in self._capped_queues or tenants is not None)):
                 self._more.add(queue)
             else:
                 self._more.discard(queue)
