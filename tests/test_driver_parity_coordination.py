@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from xjobs.drivers.base import Dispatch, NewJob, OutboxClaim
+from xjobs.drivers.base import Dispatch, ListFilter, NewJob, OutboxClaim
 from xjobs.errors import InvalidOption
 
 from .test_driver_parity import claim as claim_jobs
@@ -131,6 +131,16 @@ def test_a_stalled_relay_can_neither_publish_nor_release_what_another_now_holds(
     assert again.ids == (staged,)
     assert len(driver.outbox_publish(again)) == 1
     assert [j.idempotency_key for j in claim(driver)] == ["a"]
+
+
+def test_a_staged_delay_counts_from_the_staging_not_the_publish(driver, clock):
+    staged_at = clock.now_ms()
+    driver.outbox_stage([NewJob(name="tick", queue="default", payload=b"{}", idempotency_key="later",
+                                delay_ms=60_000)], None)
+    clock.advance(45_000)                                # the relay was away for 45 s
+    driver.outbox_publish(driver.outbox_claim("relay", 10, 1000))
+    [view] = driver.job_list(ListFilter(limit=10))
+    assert round(driver.job_get(view.id).run_at) == staged_at + 60_000   # epoch ms
 
 
 def test_published_rows_are_pruned_after_their_retention(driver, clock):

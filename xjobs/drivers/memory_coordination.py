@@ -101,6 +101,8 @@ class MemoryOutbox:
                 outbox_id = table.take_outbox_id()
                 doc = orjson.loads(orjson.dumps(job.document()))
                 doc["p"] = orjson.loads(as_stored(job.payload))
+                if doc.get("r") is None and doc.get("d"):   # a delay counts from the staging
+                    doc["r"], doc["d"] = plus(at, doc["d"]), 0.0
                 table.outbox[outbox_id] = {"id": outbox_id, "staged_at": at, "job": doc, "claim_token": None,
                                            "claimed_by": None, "claimed_at": None, "published_at": None,
                                            "job_id": None}

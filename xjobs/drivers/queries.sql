@@ -594,9 +594,14 @@ on conflict (task) do update
 returning task
 
 -- name: outbox_stage
--- in the application's transaction: the rows exist only if it commits
+-- in the application's transaction: the rows exist only if it commits. A delay counts from
+-- the staging, not from the publish: it becomes an absolute run_at (r, epoch ms) here
 insert into {schema}.outbox (staged_at, job)
-select {now}, value from jsonb_array_elements(%(rows)s::jsonb)
+select {now},
+       case when jsonb_typeof(value->'r') is distinct from 'number' and coalesce((value->>'d')::float8, 0) > 0
+            then value || jsonb_build_object('r', extract(epoch from {now}) * 1000 + (value->>'d')::float8, 'd', 0)
+            else value end
+from jsonb_array_elements(%(rows)s::jsonb)
 returning id
 
 -- name: outbox_claim
