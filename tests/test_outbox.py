@@ -145,6 +145,19 @@ def test_a_relay_stalled_past_its_lease_publishes_nothing_another_holds(driver, 
     assert len(driver.job_list(ListFilter(limit=100))) == 2
 
 
+def test_a_pass_over_a_backlog_yields_to_the_host_loop_and_comes_back_at_once(driver, receipt):
+    stage_many(None, receipt, [{"order": n} for n in range(5)], driver=driver)
+    ticks = iter(range(0, 100_000, 600))                # each look at the clock: 600 ms later
+    role = OutboxRelay(driver=driver, identity="relay-1", batch=1, poll=60_000, clock=lambda: float(next(ticks)))
+    role.initialize()
+    assert role.publish() == 0.0                        # a backlog is left: next pass at once
+    assert role.stats()["published"] == 2 and len(keys(driver)) == 2
+    role.stop_accepting()                               # the drain is heard between passes
+    role.run_once(1e12)
+    assert len(keys(driver)) == 2
+    role.close()
+
+
 def test_a_drained_relay_starts_no_pass(driver, receipt):
     stage(None, receipt, {"order": 1}, driver=driver)
     role = relay(driver)

@@ -31,6 +31,7 @@ log = logging.getLogger("xjobs.outbox")
 
 DEFAULT_BATCH = 500
 _FAILURE_BACKOFF_MS = 1_000.0
+_PASS_BUDGET_MS = 1_000.0   # a pass yields to the host loop this often while a backlog lasts
 
 
 class OutboxRelay(RoleBase):
@@ -102,8 +103,11 @@ class OutboxRelay(RoleBase):
         return max(0.0, self._next_pass - self.clock())
 
     def publish(self) -> float:
-        """Publish batches until one comes back short; answers how long to wait for the next
-        pass (a poll, or a back-off after a failure)."""
+        """Publish batches until one comes back short, or for at most ``_PASS_BUDGET_MS``;
+        answers how long to wait for the next pass (a poll, a back-off after a failure, or
+        nothing when a backlog is left: the host loop hears its supervisor, a drain included,
+        between passes, so a long backlog never makes the relay deaf)."""
+        began = self.clock()
         while self.accepting:
             try:
                 claim = self.driver.outbox_claim(self.identity, self.batch, self.lease_ms)
@@ -130,6 +134,8 @@ class OutboxRelay(RoleBase):
             self.totals["batches"] += 1
             if len(claim.ids) < self.batch:
                 return self.poll_ms
+            if self.clock() - began >= _PASS_BUDGET_MS:
+                return 0.0
         return self.poll_ms
 
     def _release(self, claim: Any) -> None:
