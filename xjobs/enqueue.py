@@ -1,5 +1,5 @@
 """The one enqueue implementation. ``handle.enqueue``/``enqueue_many``, the CLI's
-``xjobsd enqueue`` and (later) the scheduler and outbox relay all come through here, so the
+``xjobsd enqueue``, the scheduler's dispatches and the outbox relay all come through here, so the
 key, tenant, payload and timing rules cannot drift between entry points.
 
 Everything that can be refused is refused before the driver is called: one bad input in a

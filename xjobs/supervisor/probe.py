@@ -195,8 +195,7 @@ class DatabaseProbe:
             driver = None
             try:
                 driver = self._make_driver()
-                if hasattr(driver, "connect"):   # fail fast when the server is away
-                    driver.connect(connect_timeout=_CONNECT_TIMEOUT_S).close()
+                driver.ping(_CONNECT_TIMEOUT_S)   # fail fast when the server is away
                 self._hand_back(driver)
                 if stats_due:
                     self._statistics(driver)
