@@ -138,3 +138,30 @@ def test_a_reader_that_stops_early_gets_no_traceback(pg_dsn, pg_schema):
         proc.stderr.close()
     assert stderr == ""   # neither a BrokenPipeError traceback nor "Exception ignored"
     assert code == 141    # what the shell reports for any tool a closed pipe stopped
+
+
+def test_tasks_ls_shows_each_task_its_next_fire_its_watermark_and_the_leader(xjobsd, pg_dsn, pg_schema):
+    xjobsd("migrate")
+    before = as_json(xjobsd("tasks", "ls", "--app", "tests.apps.coord_app", "--json"))
+    assert before["leader"] is None
+    [task] = before["tasks"]
+    assert (task["name"], task["cron"], task["tz"], task["job"], task["catch_up"], task["watermark"]) == \
+        ("every_second", "* * * * * *", "UTC", "beat", "run-all", None)
+    datetime.fromisoformat(task["next_fire"])
+
+    import tests.apps.coord_app  # noqa: F401  (declares the task in this process too)
+    from xjobs import REGISTRY
+    from xjobs.workers.scheduler import Scheduler
+    driver = PostgresDriver(pg_dsn, schema=pg_schema)
+    try:
+        scheduler = Scheduler(driver=driver, registry=REGISTRY, identity="scheduler-1", holder="daemon-1")
+        scheduler.initialize()
+        assert scheduler.tick().leader
+        after = as_json(xjobsd("tasks", "ls", "--app", "tests.apps.coord_app", "--json"))
+        assert (after["leader"]["holder"], after["leader"]["live"]) == ("daemon-1", True)
+        [task] = after["tasks"]
+        assert task["watermark"] is not None and task["next_fire"] > task["watermark"]
+        table = xjobsd("tasks", "ls", "--app", "tests.apps.coord_app").stdout
+        assert "every_second" in table and "leader: daemon-1 (leading" in table
+    finally:
+        driver.close()
