@@ -88,9 +88,20 @@ PARAMS: dict[str, tuple[str, object]] = {
     "completed_for": ("float8", 86_400_000.0),
     "finished_for": ("float8", 86_400_000.0),
     "state": ("text", None),
-    "name": ("text", None),
+    "name": ("text", "order.paid"),
     "reason": ("text", "cancelled"),
     "application_name": ("text", "xjobs-tests"),
+    "kind": ("text", "sleep"),
+    "step_state": ("text", "sleeping"),
+    "attempt": ("int4", 1),
+    "result": ("text", "{}"),
+    "duration": ("float8", 5.0),
+    "wake_in": ("float8", 1000.0),
+    "wake": ("float8", 1_800_000_000_000.0),
+    "timed_out": ("bool", False),
+    "event": ("text", None),
+    "key": ("text", "o-1"),
+    "payload": ("text", "{}"),
 }
 
 

@@ -93,6 +93,41 @@ class Aborted(XJobsError):
     code = "X_ABORTED"
 
 
+class StepDuplicate(XJobsError):
+    """A step name used twice in one run, or recorded as another kind of step."""
+
+    code = "X_STEP_DUPLICATE"
+
+
+class StepNotFound(XJobsError):
+    code = "X_STEP_NOT_FOUND"
+
+
+class StepResultInvalid(XJobsError):
+    """What a ``step.run`` returned cannot be stored as JSON; nothing was written."""
+
+    code = "X_STEP_RESULT_INVALID"
+
+
+class StepTimeout(XJobsError):
+    """A ``step.run`` outlasted the job's ``step_timeout``: cancelled first, then failed."""
+
+    code = "X_STEP_TIMEOUT"
+
+
+class StepSuspension(BaseException):
+    """How a run parks (``ctx.step.sleep``, ``ctx.step.wait_for_event``): the job is already
+    suspended in the database when this is raised, and the body unwinds. It derives from
+    ``BaseException``, like ``asyncio.CancelledError``, so a body's ``except Exception`` does
+    not swallow it; a body that swallows it anyway writes nothing more (its job is no longer
+    running under its claim)."""
+
+    def __init__(self, step: str, wake_at: float | None) -> None:
+        super().__init__(f"parked at step {step!r}")
+        self.step = step
+        self.wake_at = wake_at
+
+
 class Draining(XJobsError):
     code = "X_DRAINING"
 

@@ -13,6 +13,7 @@ a batch is never empty. A driver implements each Protocol with one object of its
     Schedule      PgSchedule                                     MemorySchedule
     Outbox        PgOutbox                                       MemoryOutbox
     Slots         PgSlots                                        MemorySlots
+    Steps         PgSteps (steps and events)                     MemorySteps
 
 Outcomes that are not argument errors (no such job, not cancellable, key held) come back as
 values (``Outcome``), and the facade raises them, with one text, for every driver.
@@ -27,8 +28,9 @@ from typing import Any, Mapping, Protocol, Sequence
 from ..clock import Clock
 from ..errors import LeaseLost
 from .base import (ClaimedJob, Dispatch, Enqueued, JobListener, JobView, LeaderView, Lease, ListFilter,
-                   Matching, Nack, NewJob, OutboxClaim, OutboxSummary, Progress, QueueControl,
-                   QueueSummary, Released, TenantRoom, Watermark)
+                   Matching, Nack, NewEvent, NewJob, OutboxClaim, OutboxSummary, Progress, QueueControl,
+                   QueueSummary, Released, SentEvent, StepLog, StepOutcome, StepResult, StepSleep,
+                   StepWait, TenantRoom, Watermark)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,16 @@ class Outcome:
     view: JobView | None
     done: bool
     key_held: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StepReopen:
+    """What ``step_reopen`` did: the outcome for the job (its ``view`` is left to the facade),
+    whether the job ever recorded that step, and how many steps it forgot."""
+
+    outcome: Outcome
+    recorded: bool
+    forgotten: int
 
 
 def lease_lost(lease: Lease) -> LeaseLost:
@@ -90,6 +102,7 @@ class JobsBackend(Protocol):
 
 class Maintainer(Protocol):
     def rescue(self, limit: int) -> int: ...
+    def wake(self, limit: int) -> int: ...
     def release_worker(self, worker_id: str, crashed: bool, how: str,
                        charge: str) -> list[Released]: ...
     def prune(self, completed_for_ms: float, finished_for_ms: float, limit: int) -> int: ...
@@ -138,3 +151,13 @@ class Slots(Protocol):
     def renew(self, job: str, slot: int, holder: str, lease_ms: float) -> bool: ...
     def release(self, job: str, slot: int, holder: str) -> bool: ...
     def held(self) -> dict[str, int]: ...
+
+
+class Steps(Protocol):
+    def list(self, job_id: int) -> StepLog: ...
+    def put(self, lease: Lease, step: StepResult) -> bool: ...
+    def sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome: ...
+    def wait(self, lease: Lease, wait: StepWait) -> StepOutcome: ...
+    def reopen(self, job_id: int, name: str) -> StepReopen: ...
+    def send(self, event: NewEvent, conn: Any) -> SentEvent: ...
+    def prune(self, retention_ms: float, limit: int) -> int: ...

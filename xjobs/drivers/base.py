@@ -45,7 +45,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Mapping, Protocol, Sequence
 
 from ..clock import Clock
-from .records import (STATES, LIVE_STATES, FINISHED_STATES, COUNTED_STATES, CHARGES, MAX_DELAY_MS, LATEST_MS, NewJob, Enqueued, ClaimedJob, TenantRoom, Nack, Lease, JobView, ListFilter, Matching, Released, QueueControl, Progress, QueueSummary, LeaderView, Watermark, Dispatch, OutboxClaim, OutboxSummary)
+from .records import (STATES, LIVE_STATES, FINISHED_STATES, COUNTED_STATES, CHARGES, MAX_DELAY_MS, LATEST_MS, NewJob, Enqueued, ClaimedJob, TenantRoom, Nack, Lease, JobView, ListFilter, Matching, Released, QueueControl, Progress, QueueSummary, LeaderView, Watermark, Dispatch, OutboxClaim, OutboxSummary, STEP_KINDS, STEP_STATES, StepRecord, StepLog, StepResult, StepSleep, StepWait, StepOutcome, NewEvent, SentEvent)
 
 class JobListener(Protocol):
     """What ``job_listen`` answers: ``fileno()`` goes into a worker's selector (``None``: nothing
@@ -105,6 +105,11 @@ class Maintenance(Protocol):
 
     def job_rescue(self, limit: int = 1000) -> int:
         """Hand back lapsed leases, then wake due suspensions; each bounded by ``limit``."""
+        ...
+
+    def job_wake(self, limit: int = 1000) -> int:
+        """Wake due suspensions only (a sleep that ended, a wait that timed out): back to
+        ready, their queues woken. Cheap enough to run every few hundred milliseconds."""
         ...
 
     def job_release_worker(self, worker_id: str, *, crashed: bool = True, how: str = "died",
@@ -202,8 +207,36 @@ class SlotStore(Protocol):
     def slot_held(self) -> dict[str, int]: ...
 
 
+# -- durable steps and the event bus ---------------------------------------------------------------
+#
+# * ``step_list(job_id)``: every step the job recorded, in the order recorded, with the
+#   database's now, in ONE read (a run reads it once per attempt, at its first step).
+# * ``step_put(lease, StepResult)``: a ``step.run`` that returned, written fenced on the claim;
+#   False: the run no longer owns its job, nothing was written.
+# * ``step_sleep`` / ``step_wait``: ONE transaction, fenced on the claim: record the step the
+#   first time (its wake-up time or timeout on the database's clock), then complete it (due,
+#   event found, timed out) or park the job (suspended until the wake-up, attempt given back).
+# * ``step_reopen(job_id, name)``: the operator's ``retry --from-step``: forget that step and
+#   every one recorded after it, and run the finished job again.
+# * ``event_send(NewEvent, conn)``: store the event and wake the jobs parked on its name and
+#   key, in ``conn``'s transaction when given; ``event_prune`` forgets events past retention.
+
+
+class StepStore(Protocol):
+    def step_list(self, job_id: int) -> StepLog: ...
+    def step_put(self, lease: Lease, step: StepResult) -> bool: ...
+    def step_sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome: ...
+    def step_wait(self, lease: Lease, wait: StepWait) -> StepOutcome: ...
+    def step_reopen(self, job_id: int, name: str) -> JobView: ...
+
+
+class EventStore(Protocol):
+    def event_send(self, event: NewEvent, conn: Any = None) -> SentEvent: ...
+    def event_prune(self, retention_ms: float, limit: int) -> int: ...
+
+
 class JobDriver(JobStore, Maintenance, Introspection, QueueStore, LeaderStore, ScheduleStore,
-                OutboxStore, SlotStore, Protocol):
+                OutboxStore, SlotStore, StepStore, EventStore, Protocol):
     """The whole seam, and its lifecycle: install the schema, prove the database answers, close."""
 
     @property
@@ -233,4 +266,6 @@ __all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGE
            "QueueSummary", "LeaderView", "Watermark", "Dispatch", "OutboxClaim",
            "OutboxSummary", "JobListener", "JobTransactions", "JobStore", "Maintenance",
            "Introspection", "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore",
-           "SlotStore", "JobDriver"]
+           "SlotStore", "StepStore", "EventStore", "JobDriver", "STEP_KINDS", "STEP_STATES",
+           "StepRecord", "StepLog", "StepResult", "StepSleep", "StepWait", "StepOutcome", "NewEvent",
+           "SentEvent"]

@@ -20,19 +20,24 @@ cancellable, key held) are raised here from what the collaborator answers, with 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from ..clock import Clock
-from ..errors import DuplicateJob, InvalidOption, JobNotFound, NotCancellable, NotRetryable, XJobsError
+from ..errors import (DuplicateJob, InvalidOption, JobNotFound, NotCancellable, NotRetryable, StepNotFound,
+                      XJobsError)
 from ..options import duration_ms, finite_option
 from .backend import (JobsBackend, Maintainer, Operator, Outbox, Outcome, Queues, Schedule, Slots,
-                      Storage)
+                      Steps, Storage)
 from .base import (ClaimedJob, Dispatch, Enqueued, JobListener, JobView, LeaderView, Lease,
                    ListFilter, Matching, Nack, NewJob, OutboxClaim, OutboxSummary, Progress,
-                   QueueControl, QueueSummary, Released, TenantRoom, Watermark)
+                   QueueControl, QueueSummary, Released, SentEvent, StepLog, StepOutcome, StepResult,
+                   StepSleep, StepWait, TenantRoom, Watermark, NewEvent)
 from .refusals import (check_batch, check_cap, check_caps, check_tenant_room, check_charge, check_claim,
                        check_claim_token, check_dispatch, check_filter, check_lease, check_nack,
-                       check_name, check_new_jobs, check_row_limit, check_slot, held, matchable)
+                       check_name, check_new_event, check_new_jobs, check_row_limit, check_slot,
+                       check_step_name, check_step_result, check_step_sleep, check_step_wait, held, is_bigint,
+                       matchable)
 
 if TYPE_CHECKING:
     from .base import JobDriver
@@ -41,7 +46,7 @@ if TYPE_CHECKING:
 class CheckedDriver:
     def __init__(self, *, storage: Storage, jobs: JobsBackend, maintenance: Maintainer,
                  operator: Operator, queues: Queues, schedule: Schedule, outbox: Outbox,
-                 slots: Slots) -> None:
+                 slots: Slots, steps: Steps) -> None:
         self._storage = storage
         self._jobs = jobs
         self._maintenance = maintenance
@@ -50,6 +55,7 @@ class CheckedDriver:
         self._schedule = schedule
         self._outbox = outbox
         self._slots = slots
+        self._steps = steps
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -132,6 +138,9 @@ class CheckedDriver:
     def job_rescue(self, limit: int = 1000) -> int:
         return self._maintenance.rescue(check_row_limit(limit, "rescue.limit"))
 
+    def job_wake(self, limit: int = 1000) -> int:
+        return self._maintenance.wake(check_row_limit(limit, "wake.limit"))
+
     def job_release_worker(self, worker_id: str, *, crashed: bool = True, how: str = "died",
                            charge: str = "alone") -> list[Released]:
         return self._maintenance.release_worker(worker_id, bool(crashed), how, check_charge(charge))
@@ -154,7 +163,7 @@ class CheckedDriver:
         view = self._operator.get(job_id)
         if view is None:
             raise JobNotFound(f"no job with id {job_id}")
-        return view
+        return replace(view, steps=self._steps.list(job_id).steps)
 
     def job_dead(self, limit: int = 50) -> list[JobView]:
         return self.job_list(ListFilter(state="dead", limit=limit))
@@ -263,6 +272,43 @@ class CheckedDriver:
 
     def slot_held(self) -> dict[str, int]:
         return self._slots.held()
+
+    # -- StepStore and EventStore -------------------------------------------------------------------
+
+    def step_list(self, job_id: int) -> StepLog:
+        return self._steps.list(job_id) if is_bigint(job_id) else StepLog(self._schedule.now(), ())
+
+    def step_put(self, lease: Lease, step: StepResult) -> bool:
+        step = check_step_result(step)
+        return held(lease) and self._steps.put(lease, step)
+
+    def step_sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome:
+        sleep = check_step_sleep(sleep)
+        return self._steps.sleep(lease, sleep) if held(lease) else StepOutcome(False, fenced=True)
+
+    def step_wait(self, lease: Lease, wait: StepWait) -> StepOutcome:
+        wait = check_step_wait(wait)
+        return self._steps.wait(lease, wait) if held(lease) else StepOutcome(False, fenced=True)
+
+    def step_reopen(self, job_id: int, name: str) -> JobView:
+        name = check_step_name(name)
+        done = self._steps.reopen(job_id, name) if is_bigint(job_id) else None
+        if done is not None and done.outcome.key_held:
+            raise DuplicateJob(f"job {job_id}: a live job already holds its idempotency key")
+        view = self.job_get(job_id)
+        if done is None or not done.recorded:
+            raise StepNotFound(f"job {job_id} never recorded a step named {name!r}")
+        if not done.outcome.done:
+            raise NotRetryable(f"job {job_id} is {view.state}; only a completed, dead or cancelled "
+                               "job can be retried from a step")
+        return view
+
+    def event_send(self, event: NewEvent, conn: Any = None) -> SentEvent:
+        return self._steps.send(check_new_event(event), conn)
+
+    def event_prune(self, retention_ms: float, limit: int) -> int:
+        return self._steps.prune(duration_ms(retention_ms, "event_retention"),
+                                 check_row_limit(limit, "events.prune.limit"))
 
 
 def _settled(job_id: int, outcome: Outcome, refusal: type[XJobsError], rule: str) -> JobView:

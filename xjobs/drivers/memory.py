@@ -12,6 +12,7 @@ method:
     memory_queues.MemoryQueues             pause, control, summary, counts, stats
     memory_coordination.MemorySchedule,    the leader row and watermarks, the outbox, job slots
       MemoryOutbox, MemorySlots
+    memory_steps.MemorySteps               durable steps and stored events
 
 The conformance suite runs the same tests against this driver and ``PostgresDriver``, so any
 drift from the SQL is a failing test, not a convenience. There is no server: the injected
@@ -28,6 +29,7 @@ from .memory_jobs import MemoryJobs, MemoryTransaction
 from .memory_maintenance import MemoryMaintenance
 from .memory_operator import MemoryOperator
 from .memory_queues import MemoryQueues
+from .memory_steps import MemorySteps
 from .memory_table import MemoryTable
 from .sql import check_schema_name
 
@@ -44,4 +46,4 @@ class MemoryDriver(CheckedDriver):
         super().__init__(storage=table, jobs=jobs, maintenance=MemoryMaintenance(table),
                          operator=MemoryOperator(table), queues=MemoryQueues(table),
                          schedule=MemorySchedule(table, jobs), outbox=MemoryOutbox(table, jobs),
-                         slots=MemorySlots(table))
+                         slots=MemorySlots(table), steps=MemorySteps(table))

@@ -38,6 +38,7 @@ class MemoryTransaction:
     table: MemoryTable
     lease: Lease
     inserted: list[int] = field(default_factory=list)
+    events: list[int] = field(default_factory=list)    # sent through it (memory_steps)
 
 
 class IdleListener:
@@ -237,6 +238,7 @@ class MemoryJobs:
                 for job_id in tx.inserted:
                     if (inserted := table.rows.get(job_id)) is not None:
                         table.forget(inserted)
+                table.forget_events(tx.events)
             raise
 
     def listen(self) -> IdleListener:

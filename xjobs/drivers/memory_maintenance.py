@@ -46,12 +46,20 @@ class MemoryMaintenance:
                     error=(f"lease expired, held by {holder}" if alone else
                            f"lease expired beside other jobs of {holder}; attempt not counted, runs alone next"),
                     outcome="lapsed" if alone else "quarantined")
-            due = heapq.nsmallest(limit, (r for r in table.rows.values()
-                                          if r.state == "suspended" and r.run_at <= at),
-                                  key=lambda r: (r.run_at, r.id))
-            for row in due:
-                table.move(row, "ready")
-            return len(lapsed) + len(due)
+            return len(lapsed) + self._wake_locked(limit, at)
+
+    def wake(self, limit: int) -> int:
+        """``job_wake_due``: due suspensions back to ready."""
+        with self._table.lock:
+            return self._wake_locked(limit, self._table.now())
+
+    def _wake_locked(self, limit: int, at: float) -> int:
+        due = heapq.nsmallest(limit, (r for r in self._table.rows.values()
+                                      if r.state == "suspended" and r.run_at <= at),
+                              key=lambda r: (r.run_at, r.id))
+        for row in due:
+            self._table.move(row, "ready")
+        return len(due)
 
     def release_worker(self, worker_id: str, crashed: bool, how: str, charge: str) -> list[Released]:
         """``job_release_worker``: every job a dead worker held goes back; a crash charges only

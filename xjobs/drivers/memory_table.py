@@ -75,6 +75,24 @@ class Row:
         return (self.name, self.tenant or "", self.idempotency_key)
 
 
+@dataclass(slots=True)
+class StepRow:
+    """One row of ``job_steps``; ``result`` is the stored JSON, encoded as ``jsonb`` keeps it."""
+
+    name: str
+    kind: str
+    state: str
+    seq: int
+    attempt: int
+    started_at: float
+    result: bytes | None = None
+    finished_at: float | None = None
+    wake_at: float | None = None
+    event: str | None = None
+    event_key: str | None = None
+    timed_out: bool = False
+
+
 class MemoryTable:
     server_clock = False   # no server: the injected clock is now in every verb
 
@@ -92,8 +110,14 @@ class MemoryTable:
         self.watermarks: dict[str, tuple[int, float, int]] = {}       # task -> watermark, updated, dispatched
         self.outbox: dict[int, dict[str, Any]] = {}                   # id -> the outbox row
         self.slots: dict[tuple[str, int], tuple[str, float]] = {}     # (job, slot) -> holder, expires
+        # durable steps and stored events (memory_steps.py)
+        self.steps: dict[int, dict[str, StepRow]] = {}                # job id -> name -> its step
+        self.events: dict[int, tuple[str, str, bytes, float]] = {}    # id -> name, key, payload, sent
+        self.events_by_key: dict[tuple[str, str], list[int]] = {}     # events_lookup_idx
         self._next_id = 1
         self._next_outbox_id = 1
+        self._next_seq = 1
+        self._next_event_id = 1
 
     def now(self) -> float:
         """``{now}``: the clock's reading as a ``timestamptz`` holds it."""
@@ -106,6 +130,14 @@ class MemoryTable:
     def take_outbox_id(self) -> int:
         outbox_id, self._next_outbox_id = self._next_outbox_id, self._next_outbox_id + 1
         return outbox_id
+
+    def take_seq(self) -> int:
+        seq, self._next_seq = self._next_seq, self._next_seq + 1
+        return seq
+
+    def take_event_id(self) -> int:
+        event_id, self._next_event_id = self._next_event_id, self._next_event_id + 1
+        return event_id
 
     def slots_held(self, job: str, at: float) -> int:
         """``count(*) from job_slots where job = ... and expires_at > now``."""
@@ -164,6 +196,7 @@ class MemoryTable:
         """Delete a row and what indexes it (prune, a rolled-back transaction's insert)."""
         del self.rows[row.id]
         self.history.pop(row.id, None)
+        self.steps.pop(row.id, None)
         if self.live.get(row.namespace) == row.id:
             del self.live[row.namespace]
         windowed = self.windowed.get(row.namespace)
@@ -171,6 +204,13 @@ class MemoryTable:
             windowed.remove(row.id)
             if not windowed:
                 del self.windowed[row.namespace]
+
+    def forget_events(self, ids: list[int]) -> None:
+        """Delete stored events (their retention passed, or their transaction rolled back)."""
+        for event_id in ids:
+            entry = self.events.pop(event_id, None)
+            if entry is not None:
+                self.events_by_key[(entry[0], entry[1])].remove(event_id)
 
     def is_paused(self, queue: str) -> bool:
         entry = self.paused.get(queue)

@@ -28,6 +28,14 @@ class PgMaintenance:
             self._db.notify(cur, moved)
             return len(moved)
 
+    def wake(self, limit: int) -> int:
+        """``job_wake_due``: due suspensions back to ready, their queues woken."""
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["job_wake_due"], {**self._db.now(), "limit": limit})
+            woken = cur.fetchall()
+            self._db.notify(cur, woken)
+            return len(woken)
+
     def release_worker(self, worker_id: str, crashed: bool, how: str, charge: str) -> list[Released]:
         """``job_release_worker``: every job a dead worker held goes back (see the statement)."""
         with self._db.cursor() as cur:

@@ -37,6 +37,7 @@ from .pg_outbox import PgOutbox
 from .pg_queues import PgQueues
 from .pg_schedule import PgSchedule
 from .pg_slots import PgSlots
+from .pg_steps import PgSteps
 
 
 class PostgresDriver(CheckedDriver):
@@ -56,7 +57,7 @@ class PostgresDriver(CheckedDriver):
         jobs = PgJobs(db)
         super().__init__(storage=db, jobs=jobs, maintenance=PgMaintenance(db), operator=PgOperator(db),
                          queues=PgQueues(db), schedule=PgSchedule(db, jobs), outbox=PgOutbox(db, jobs),
-                         slots=PgSlots(db))
+                         slots=PgSlots(db), steps=PgSteps(db))
 
     @property
     def dsn(self) -> str:

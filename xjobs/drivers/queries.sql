@@ -294,6 +294,8 @@ with doomed as (
     delete from {schema}.jobs j using doomed where j.id = doomed.id returning j.id
 ), history as (
     delete from {schema}.job_history h using gone where h.job_id = gone.id
+), steps as (
+    delete from {schema}.job_steps s using gone where s.job_id = gone.id
 ), forgotten as (
     delete from {schema}.crashed_workers w
     where w.at < {now} - %(finished_for)s * interval '1 millisecond'
@@ -735,3 +737,147 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 from chosen where j.id = chosen.id
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
+
+-- Durable steps and events ----------------------------------------------------------------------
+--
+-- Every write a run makes to its steps is fenced on its claim: the job row must still be
+-- running under the claim's token, and it is LOCKED by the same statement, so a cancel, a
+-- rescue or a hand-back that committed first is seen (and one that comes later waits for this
+-- write): nothing a run writes lands after it lost its job.
+
+-- name: step_list
+-- every recorded step of one job, with now, in ONE statement: a resume at step 4,800 reads
+-- once (one row of nulls when the job recorded none)
+select (extract(epoch from {now}) * 1000)::float8, s.name, s.kind, s.state, s.seq, s.attempt,
+       s.result, extract(epoch from s.started_at)::float8 * 1000,
+       extract(epoch from s.finished_at)::float8 * 1000, extract(epoch from s.wake_at)::float8 * 1000,
+       s.event, s.event_key, s.timed_out
+from (select 1) as one
+left join {schema}.job_steps s on s.job_id = %(id)s
+order by s.seq
+
+-- name: step_put
+-- a step.run that returned: its result, written before step.run returns (for share: a
+-- concurrent settle of the job waits for this write, or this write sees it and writes nothing)
+with owner as (
+    select id from {schema}.jobs
+    where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
+    for share
+)
+insert into {schema}.job_steps as s (job_id, name, kind, state, attempt, result, started_at, finished_at)
+select owner.id, %(name)s, 'run', 'completed', %(attempt)s, %(result)s::jsonb,
+       {now} - %(duration)s * interval '1 millisecond', {now}
+from owner
+on conflict (job_id, name) do nothing
+returning s.job_id
+
+-- name: step_own
+-- the first statement of a sleep's or a wait's transaction: the run still owns its job, and
+-- holds its row until the transaction ends
+select id from {schema}.jobs
+where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
+for update
+
+-- name: step_begin
+-- record a sleep or a wait the first time it is reached (its wake-up time, or its timeout,
+-- counted from now), or read it as it was recorded; answers whether it is due on {now}
+insert into {schema}.job_steps as s (job_id, name, kind, state, attempt, started_at, wake_at,
+                                     event, event_key)
+values (%(id)s, %(name)s, %(kind)s, %(step_state)s, %(attempt)s, {now},
+        {now} + %(wake_in)s * interval '1 millisecond', %(event)s, %(key)s)
+on conflict (job_id, name) do update set name = s.name
+returning s.kind, s.state, s.result, extract(epoch from s.wake_at)::float8 * 1000,
+          s.wake_at <= {now}, s.event, s.event_key, s.timed_out
+
+-- name: step_complete
+-- a sleep that came due, or a wait that got its event (or timed out): completed with its result
+update {schema}.job_steps
+set state = 'completed', result = %(result)s::jsonb, timed_out = %(timed_out)s, finished_at = {now},
+    attempt = %(attempt)s
+where job_id = %(id)s and name = %(name)s
+returning job_id
+
+-- name: step_park
+-- the job waits for its step: suspended until %(wake)s (epoch ms), its attempt given back (a
+-- wait is not a failure and burns no attempt), no error recorded, its lease let go
+with parked as (
+    update {schema}.jobs
+    set state = 'suspended', attempt = greatest(attempt - 1, 0),
+        run_at = to_timestamp(%(wake)s / 1000.0), lease_token = null, lease_expires_at = null
+    where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
+    returning id, attempt
+)
+insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+select parked.id, {now}, parked.attempt + 1, 'suspended', null::text
+from parked
+returning job_id
+
+-- name: event_lock
+-- a send and a wait of one (name, key) take turns: a wait that finds no event parks before a
+-- send can look for waiters, so a send never misses a waiter that is about to park. A
+-- transaction-scoped lock: released at commit or rollback, never carried by a pooled connection
+select pg_advisory_xact_lock(hashtextextended('xjobs.event:' || %(name)s || chr(31) || %(key)s, 0))
+
+-- name: event_first
+-- the first stored event of (name, key): one probe of events_lookup_idx
+select id, payload
+from {schema}.events
+where name = %(name)s and key = %(key)s
+order by id
+limit 1
+
+-- name: event_send
+-- store the event and wake every job parked on it, in the sender's transaction (a rolled-back
+-- send is never delivered); the woken queues are notified by the same transaction
+with sent as (
+    insert into {schema}.events (name, key, payload, sent_at)
+    values (%(name)s, %(key)s, %(payload)s::jsonb, {now})
+    returning id
+), woken as (
+    update {schema}.jobs j
+    set state = 'ready', run_at = {now}
+    from {schema}.job_steps s
+    where s.state = 'waiting' and s.event = %(name)s and s.event_key = %(key)s
+      and j.id = s.job_id and j.state = 'suspended'
+    returning j.id, j.queue
+), notified as (
+    select pg_notify(%(channel)s, q.queue) from (select distinct queue from woken) as q
+)
+select (select id from sent), (select count(*) from woken), (select count(*) from notified)
+
+-- name: event_prune
+-- events past their retention, oldest first, in a bounded batch
+with doomed as (
+    select id from {schema}.events
+    where sent_at < {now} - %(retention)s * interval '1 millisecond'
+    order by sent_at, id
+    limit %(limit)s
+    for update skip locked
+), gone as (
+    delete from {schema}.events e using doomed where e.id = doomed.id returning e.id
+)
+select count(*) from gone
+
+-- name: step_reopen
+-- xjobsd jobs retry ID --from-step NAME: forget the step and every step recorded after it,
+-- and run the job again from its first attempt (a finished run only; its key must be free)
+with target as (
+    select j.id, s.seq from {schema}.jobs j
+    join {schema}.job_steps s on s.job_id = j.id and s.name = %(name)s
+    where j.id = %(id)s and j.state in ('completed', 'dead', 'cancelled')
+    for update of j
+), forgotten as (
+    delete from {schema}.job_steps s using target
+    where s.job_id = target.id and s.seq >= target.seq
+    returning s.name
+), requeued as (
+    update {schema}.jobs j
+    set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
+    from target where j.id = target.id
+    returning j.id, j.queue
+), logged as (
+    insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+    select requeued.id, {now}, 0, 'requeued', 'from step ' || %(name)s
+    from requeued
+)
+select requeued.id, requeued.queue, (select count(*) from forgotten) from requeued

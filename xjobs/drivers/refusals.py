@@ -20,7 +20,7 @@ from ..errors import ClaimQueuesEmpty, InvalidOption
 from ..options import duration_ms, finite_count, finite_option, plain_name
 from .backend import Batch
 from .base import (CHARGES, LATEST_MS, MAX_DELAY_MS, STATES, Dispatch, Lease, ListFilter, Nack, NewJob,
-                   OutboxClaim, TenantRoom)
+                   NewEvent, OutboxClaim, StepResult, StepSleep, StepWait, TenantRoom)
 
 MAX_ROWS = 100_000       # the most rows one statement claims, lists or changes
 
@@ -171,3 +171,66 @@ def check_claim_token(claim: OutboxClaim) -> OutboxClaim:
     if len(claim.ids) != len(claim.jobs) or not all(is_bigint(i) for i in claim.ids):
         raise InvalidOption("claim.ids", "must be the ids the claim answered, one per job")
     return claim
+
+
+# -- durable steps and events ----------------------------------------------------------------------
+
+MAX_STEP_NAME = 256
+MAX_EVENT_NAME = 256
+MAX_EVENT_KEY = 1024
+
+
+def check_step_name(name: object) -> str:
+    """A step's name: any printable text up to 256 characters (``batch:17``, ``charge card``)."""
+    if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
+        raise InvalidOption("step.name", f"must be a non-empty string of at most {MAX_STEP_NAME} "
+                                         f"characters, got {name!r}")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise InvalidOption("step.name", f"must not contain control characters, got {name!r}")
+    return name
+
+
+def check_event(name: object, key: object) -> tuple[str, str]:
+    """An event's name (plain text) and key (text without NUL; ``""`` is "no key")."""
+    if not isinstance(name, str) or not name or len(name) > MAX_EVENT_NAME or any(
+            ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise InvalidOption("event", f"must be a non-empty name of at most {MAX_EVENT_NAME} printable "
+                                     f"characters, got {name!r}")
+    if not isinstance(key, str) or len(key) > MAX_EVENT_KEY or "\x00" in key:
+        raise InvalidOption("event.key", f"must be a string of at most {MAX_EVENT_KEY} characters "
+                                         f"without NUL, got {key!r}")
+    return name, key
+
+
+def check_attempt(attempt: object) -> int:
+    return finite_count(attempt, "step.attempt", minimum=0, maximum=2**31 - 1)
+
+
+def check_step_result(step: StepResult) -> StepResult:
+    check_step_name(step.name)
+    check_attempt(step.attempt)
+    if not isinstance(step.result, bytes):
+        raise InvalidOption("step.result", "must be encoded JSON")
+    return replace(step, duration_ms=duration_ms(step.duration_ms, "step.duration"))
+
+
+def check_step_sleep(sleep: StepSleep) -> StepSleep:
+    check_step_name(sleep.name)
+    check_attempt(sleep.attempt)
+    return replace(sleep, duration_ms=duration_ms(sleep.duration_ms, "step.sleep"))
+
+
+def check_step_wait(wait: StepWait) -> StepWait:
+    check_step_name(wait.name)
+    check_attempt(wait.attempt)
+    check_event(wait.event, wait.key)
+    timeout = None if wait.timeout_ms is None else duration_ms(wait.timeout_ms, "wait_for_event.timeout")
+    poll = None if wait.poll_ms is None else duration_ms(wait.poll_ms, "event_poll", exclusive_minimum=True)
+    return replace(wait, timeout_ms=timeout, poll_ms=poll)
+
+
+def check_new_event(event: NewEvent) -> NewEvent:
+    check_event(event.name, event.key)
+    if not isinstance(event.payload, bytes):
+        raise InvalidOption("event.payload", "must be encoded JSON")
+    return event

@@ -1,0 +1,193 @@
+"""The memory driver's durable steps and stored events: the statements of ``queries.sql`` from
+``step_list`` on, one method each, under the table's one lock (which stands in for the row
+lock every step write takes on its job, and for the advisory lock a wait and a send of one
+event take turns on).
+
+A send through the object ``job_transaction`` yields is forgotten again if that transaction
+rolls back, as a rolled-back insert would be; there is no other transaction in memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import orjson
+
+from ..errors import StepDuplicate
+from .backend import Outcome, StepReopen
+from .base import (LATEST_MS, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
+                   StepResult, StepSleep, StepWait)
+from .jsonb import as_stored
+from .memory_jobs import MemoryTransaction
+from .memory_table import MemoryTable, Row, StepRow, plus, ts
+
+_REOPENABLE = ("completed", "dead", "cancelled")
+
+
+def _record(step: StepRow) -> StepRecord:
+    return StepRecord(name=step.name, kind=step.kind, state=step.state, seq=step.seq,
+                      attempt=step.attempt,
+                      result=None if step.result is None else orjson.loads(step.result),
+                      started_at=step.started_at, finished_at=step.finished_at,
+                      wake_at=step.wake_at, event=step.event, event_key=step.event_key,
+                      timed_out=step.timed_out)
+
+
+class MemorySteps:
+    def __init__(self, table: MemoryTable) -> None:
+        self._table = table
+
+    def list(self, job_id: int) -> StepLog:
+        """``step_list``."""
+        table = self._table
+        with table.lock:
+            steps = sorted(table.steps.get(job_id, {}).values(), key=lambda s: s.seq)
+            return StepLog(now_ms=table.now(), steps=tuple(_record(s) for s in steps))
+
+    def put(self, lease: Lease, step: StepResult) -> bool:
+        """``step_put``: fenced on the claim; a name already recorded writes nothing."""
+        table = self._table
+        with table.lock:
+            if table.held(lease.job_id, lease.token) is None:
+                return False
+            steps = table.steps.setdefault(lease.job_id, {})
+            if step.name in steps:
+                return False
+            at = table.now()
+            steps[step.name] = StepRow(step.name, "run", "completed", table.take_seq(), step.attempt,
+                                       ts(at - ts(step.duration_ms)), as_stored(step.result), at)
+            return True
+
+    def sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome:
+        """``step_own``, ``step_begin``, then ``step_complete`` or ``step_park``."""
+        table = self._table
+        with table.lock:
+            row = table.held(lease.job_id, lease.token)
+            if row is None:
+                return StepOutcome(False, fenced=True)
+            at = table.now()
+            step = self._begin(row, sleep.name, "sleep", "sleeping", sleep.attempt, at,
+                               sleep.duration_ms, None, None)
+            if step.kind != "sleep":
+                _mismatch(sleep.name, step.kind)
+            if step.state == "completed" or (step.wake_at is not None and step.wake_at <= at):
+                if step.state != "completed":
+                    self._complete(step, sleep.attempt, at, None, False)
+                return StepOutcome(True, None, step.wake_at)
+            return self._park(row, at, step.wake_at if step.wake_at is not None else LATEST_MS)
+
+    def wait(self, lease: Lease, wait: StepWait) -> StepOutcome:
+        """``event_lock``, ``step_own``, ``step_begin``, ``event_first``, then ``step_complete``
+        or ``step_park``."""
+        table = self._table
+        with table.lock:
+            row = table.held(lease.job_id, lease.token)
+            if row is None:
+                return StepOutcome(False, fenced=True)
+            at = table.now()
+            step = self._begin(row, wait.name, "wait", "waiting", wait.attempt, at, wait.timeout_ms,
+                               wait.event, wait.key)
+            if step.kind != "wait" or (step.event, step.event_key) != (wait.event, wait.key):
+                _mismatch(wait.name, step.kind if step.kind != "wait"
+                          else f"a wait for {step.event!r} key {step.event_key!r}")
+            if step.state == "completed":
+                return StepOutcome(True, _decoded(step.result), step.wake_at, step.timed_out)
+            ids = table.events_by_key.get((wait.event, wait.key))
+            if ids:
+                payload = table.events[ids[0]][2]
+                self._complete(step, wait.attempt, at, payload, False)
+                return StepOutcome(True, orjson.loads(payload), step.wake_at)
+            if step.wake_at is not None and step.wake_at <= at:
+                self._complete(step, wait.attempt, at, None, True)
+                return StepOutcome(True, None, step.wake_at, timed_out=True)
+            wake = LATEST_MS if step.wake_at is None else step.wake_at
+            if wait.poll_ms is not None:
+                wake = min(wake, at + wait.poll_ms)
+            return self._park(row, at, wake)
+
+    def _begin(self, row: Row, name: str, kind: str, state: str, attempt: int, at: float,
+               wake_in: float | None, event: str | None, key: str | None) -> StepRow:
+        steps = self._table.steps.setdefault(row.id, {})
+        step = steps.get(name)
+        if step is None:
+            step = steps[name] = StepRow(name, kind, state, self._table.take_seq(), attempt, at,
+                                         wake_at=None if wake_in is None else plus(at, wake_in),
+                                         event=event, event_key=key)
+        return step
+
+    @staticmethod
+    def _complete(step: StepRow, attempt: int, at: float, result: bytes | None, timed_out: bool) -> None:
+        step.state, step.result, step.timed_out = "completed", result, timed_out
+        step.finished_at, step.attempt = at, attempt
+
+    def _park(self, row: Row, at: float, wake_at: float) -> StepOutcome:
+        """``step_park``: suspended until ``wake_at``, the attempt given back, no error."""
+        table = self._table
+        table.move(row, "suspended")
+        row.attempt = max(row.attempt - 1, 0)
+        row.run_at = ts(wake_at)
+        row.lease_token = row.lease_expires_at = None
+        table.record(row.id, at, row.attempt + 1, "suspended", None)
+        return StepOutcome(False, wake_at=wake_at)
+
+    def reopen(self, job_id: int, name: str) -> StepReopen:
+        """``step_reopen``: forget the step and every later one; the job runs again."""
+        table = self._table
+        with table.lock:
+            row = table.rows.get(job_id)
+            steps = table.steps.get(job_id, {})
+            target = steps.get(name)
+            if row is None or target is None or row.state not in _REOPENABLE:
+                return StepReopen(Outcome(None, False), target is not None, 0)
+            if table.key_held(row):
+                return StepReopen(Outcome(None, False, key_held=True), True, 0)
+            forgotten = [s.name for s in steps.values() if s.seq >= target.seq]
+            for step_name in forgotten:
+                del steps[step_name]
+            at = table.now()
+            table.move(row, "ready")
+            row.attempt, row.run_at, row.finished_at = 0, at, None
+            table.record(row.id, at, 0, "requeued", f"from step {name}")
+            return StepReopen(Outcome(None, True), True, len(forgotten))
+
+    # -- events -------------------------------------------------------------------------------
+
+    def send(self, event: NewEvent, conn: Any) -> SentEvent:
+        """``event_lock`` and ``event_send``: store it, wake every job parked on it."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            event_id = table.take_event_id()
+            table.events[event_id] = (event.name, event.key, as_stored(event.payload), at)
+            table.events_by_key.setdefault((event.name, event.key), []).append(event_id)
+            woken = 0
+            for job_id, steps in table.steps.items():
+                row = table.rows.get(job_id)
+                if row is None or row.state != "suspended":
+                    continue
+                if any(s.state == "waiting" and s.event == event.name and s.event_key == event.key
+                       for s in steps.values()):
+                    table.move(row, "ready")
+                    row.run_at = at
+                    woken += 1
+        if isinstance(conn, MemoryTransaction):
+            conn.events.append(event_id)
+        return SentEvent(event_id, woken)
+
+    def prune(self, retention_ms: float, limit: int) -> int:
+        """``event_prune``: events sent before now minus the retention, oldest first."""
+        table = self._table
+        with table.lock:
+            before = ts(table.now() - ts(retention_ms))
+            doomed = sorted((sent, event_id) for event_id, (_, _, _, sent) in table.events.items()
+                            if sent < before)[:limit]
+            table.forget_events([event_id for _, event_id in doomed])
+            return len(doomed)
+
+
+def _decoded(result: bytes | None) -> Any:
+    return None if result is None else orjson.loads(result)
+
+
+def _mismatch(name: str, recorded: str) -> NoReturn:
+    raise StepDuplicate(f"step {name!r} was recorded as {recorded}; a step name means one step")

@@ -1,0 +1,155 @@
+"""The Postgres driver's durable steps and stored events (``ctx.step``, ``xjobs.send_event``).
+
+Statements are in ``queries.sql`` (from ``step_list`` on). Every write a run makes is fenced
+on its claim: ``step_put`` locks the job row ``for share`` in the statement that writes, and
+a sleep's or a wait's transaction starts with ``step_own`` (``for update``), so no write of a
+run lands after a cancel, a rescue or a hand-back took its job away.
+
+A wait and a send of one (event, key) take turns on a transaction-scoped advisory lock
+(``event_lock``), always before any job row is locked: either the wait sees the event and
+completes, or it parks before the send looks for parked waiters and is woken by it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import orjson
+import psycopg
+from psycopg import errors as pg_errors
+
+from ..errors import StepDuplicate
+from .backend import Outcome, StepReopen
+from .base import (LATEST_MS, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
+                   StepResult, StepSleep, StepWait)
+from .pg_database import PgDatabase, first_row
+
+
+def record(row: tuple[Any, ...]) -> StepRecord:
+    """A ``step_list`` row (without its leading now) as a ``StepRecord``."""
+    (name, kind, state, seq, attempt, result, started, finished, wake, event, key, timed_out) = row
+    return StepRecord(name=name, kind=kind, state=state, seq=seq, attempt=attempt, result=result,
+                      started_at=started, finished_at=finished, wake_at=wake, event=event,
+                      event_key=key, timed_out=timed_out)
+
+
+class PgSteps:
+    def __init__(self, db: PgDatabase) -> None:
+        self._db = db
+
+    def list(self, job_id: int) -> StepLog:
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["step_list"], {**self._db.now(), "id": job_id})
+            rows = cur.fetchall()
+        return StepLog(now_ms=rows[0][0], steps=tuple(record(r[1:]) for r in rows if r[1] is not None))
+
+    def put(self, lease: Lease, step: StepResult) -> bool:
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["step_put"], {
+                **self._db.now(), "id": lease.job_id, "token": lease.token, "name": step.name,
+                "attempt": step.attempt, "result": step.result.decode(), "duration": step.duration_ms})
+            return cur.fetchone() is not None
+
+    def sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome:
+        with self._db.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            if not self._own(cur, lease):
+                return StepOutcome(False, fenced=True)
+            state = self._begin(cur, lease, sleep.name, "sleep", "sleeping", sleep.attempt,
+                                sleep.duration_ms, None, None)
+            if state[0] != "sleep":
+                _mismatch(sleep.name, state[0])
+            if state[1] == "completed" or state[4]:
+                if state[1] != "completed":
+                    self._complete(cur, lease, sleep.name, sleep.attempt, None, False)
+                return StepOutcome(True, None, state[3])
+            return self._park(cur, lease, state[3])
+
+    def wait(self, lease: Lease, wait: StepWait) -> StepOutcome:
+        with self._db.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute(self._db.sql["event_lock"], {"name": wait.event, "key": wait.key})
+            if not self._own(cur, lease):
+                return StepOutcome(False, fenced=True)
+            state = self._begin(cur, lease, wait.name, "wait", "waiting", wait.attempt,
+                                wait.timeout_ms, wait.event, wait.key)
+            kind, status, result, wake_at, due, event, key, timed_out = state
+            if kind != "wait" or (event, key) != (wait.event, wait.key):
+                _mismatch(wait.name, kind if kind != "wait" else f"a wait for {event!r} key {key!r}")
+            if status == "completed":
+                return StepOutcome(True, result, wake_at, timed_out)
+            cur.execute(self._db.sql["event_first"], {"name": wait.event, "key": wait.key})
+            found = cur.fetchone()
+            if found is not None:
+                self._complete(cur, lease, wait.name, wait.attempt, orjson.dumps(found[1]), False)
+                return StepOutcome(True, found[1], wake_at)
+            if due:
+                self._complete(cur, lease, wait.name, wait.attempt, None, True)
+                return StepOutcome(True, None, wake_at, timed_out=True)
+            wake = LATEST_MS if wake_at is None else wake_at
+            if wait.poll_ms is not None:
+                cur.execute(self._db.sql["clock_now"], self._db.now())
+                wake = min(wake, first_row(cur)[0] + wait.poll_ms)
+            return self._park(cur, lease, wake)
+
+    def _own(self, cur: psycopg.Cursor, lease: Lease) -> bool:
+        cur.execute(self._db.sql["step_own"], {"id": lease.job_id, "token": lease.token})
+        return cur.fetchone() is not None
+
+    def _begin(self, cur: psycopg.Cursor, lease: Lease, name: str, kind: str, state: str, attempt: int,
+               wake_in: float | None, event: str | None, key: str | None) -> tuple[Any, ...]:
+        cur.execute(self._db.sql["step_begin"], {
+            **self._db.now(), "id": lease.job_id, "name": name, "kind": kind, "step_state": state,
+            "attempt": attempt, "wake_in": wake_in, "event": event, "key": key})
+        return first_row(cur)
+
+    def _complete(self, cur: psycopg.Cursor, lease: Lease, name: str, attempt: int,
+                  result: bytes | None, timed_out: bool) -> None:
+        cur.execute(self._db.sql["step_complete"], {
+            **self._db.now(), "id": lease.job_id, "name": name, "attempt": attempt,
+            "result": None if result is None else result.decode(), "timed_out": timed_out})
+
+    def _park(self, cur: psycopg.Cursor, lease: Lease, wake_at: float) -> StepOutcome:
+        cur.execute(self._db.sql["step_park"], {**self._db.now(), "id": lease.job_id,
+                                                "token": lease.token, "wake": wake_at})
+        return StepOutcome(False, wake_at=wake_at, fenced=cur.fetchone() is None)
+
+    def reopen(self, job_id: int, name: str) -> StepReopen:
+        try:
+            with self._db.cursor() as cur:
+                cur.execute(self._db.sql["step_reopen"], {**self._db.now(), "id": job_id, "name": name})
+                row = cur.fetchone()
+                if row is not None:
+                    self._db.notify(cur, [(row[0], row[1], "ready")])
+        except pg_errors.UniqueViolation:
+            return StepReopen(Outcome(None, False, key_held=True), True, 0)
+        if row is not None:
+            return StepReopen(Outcome(None, True), True, int(row[2]))
+        recorded = any(step.name == name for step in self.list(job_id).steps)
+        return StepReopen(Outcome(None, False), recorded, 0)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def send(self, event: NewEvent, conn: Any) -> SentEvent:
+        params = {**self._db.now(), "name": event.name, "key": event.key,
+                  "payload": event.payload.decode(), "channel": self._db.channel}
+        if conn is not None:   # the caller's transaction: the lock is held until it ends
+            return self._send(conn, params)
+        with self._db.connection() as own, own.transaction():
+            return self._send(own, params)
+
+    def _send(self, conn: Any, params: dict[str, Any]) -> SentEvent:
+        with self._db.cursor(conn) as cur:
+            cur.execute(self._db.sql["event_lock"], params)
+            cur.execute(self._db.sql["event_send"], params)
+            row = first_row(cur)
+        return SentEvent(int(row[0]), int(row[1]))
+
+    def prune(self, retention_ms: float, limit: int) -> int:
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["event_prune"], {**self._db.now(), "retention": retention_ms,
+                                                      "limit": limit})
+            return int(first_row(cur)[0])
+
+
+def _mismatch(name: str, recorded: str) -> NoReturn:
+    """A step name recorded as another kind of step (the body changed between attempts)."""
+    raise StepDuplicate(f"step {name!r} was recorded as {recorded}; a step name means one step")
