@@ -13,7 +13,7 @@ import xjobs
 from xjobs.config import Settings
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
-from xjobs.errors import LeaseLost
+from xjobs.errors import Aborted
 from xjobs.workers.host import InProcessHost
 from xjobs.workers.queue_worker import QueueWorker
 
@@ -89,14 +89,14 @@ def test_transaction_rolls_back_when_the_lease_is_gone(pg_dsn, pg_schema, live_d
                 conn.execute(f"insert into {pg_schema}.effects (job_id, n) values (%s, %s)", (ctx.job_id, 1))
                 live_driver.job_cancel(ctx.job_id, "cancelled mid-transaction")   # another session
                 inside.set()
-        except LeaseLost as exc:
-            outcome["error"] = exc.code
+        except Aborted as exc:   # refused like every write of a run that lost its job
+            outcome["error"] = (exc.code, exc.details["cause"])
             raise
 
     [job] = enqueue_many(charge, [{"n": 1}], driver=live_driver)
     pacer = Pacer(make_worker(live_driver, registry))
     pacer.until(lambda: "error" in outcome)
-    assert outcome["error"] == "X_JOB_LEASE_LOST"
+    assert outcome["error"] == ("X_ABORTED", "X_JOB_LEASE_LOST")
     assert live_driver.job_get(job.id).state == "cancelled"
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute(f"select count(*) from {pg_schema}.effects").fetchone()[0] == 0

@@ -2,12 +2,13 @@
 
 from .config import Settings, configure, current_driver, load_settings
 from .drivers.base import Enqueued
-from .errors import RetryAfter, Terminal, XJobsError
+from .errors import RetryAfter, StepSuspension, Terminal, XJobsError
+from .events import send_event
 from .registry import REGISTRY, JobHandle, Registry, job
 from .retry import Retry
 from .tasks import TaskHandle, task
 
 __all__ = ["Enqueued", "JobHandle", "REGISTRY", "Registry", "Retry", "RetryAfter", "Settings",
-           "TaskHandle", "Terminal", "XJobsError", "configure", "current_driver", "job", "load_settings",
-           "task"]
+           "StepSuspension", "TaskHandle", "Terminal", "XJobsError", "configure", "current_driver", "job",
+           "load_settings", "send_event", "task"]
 __version__ = "0.1.0"

@@ -66,7 +66,8 @@ _DURATIONS = (("lease_ms", "lease", 100), ("heartbeat_ms", "heartbeat", 10),
               ("retention_finished_ms", "retention_finished", 0),
               ("drain_deadline_ms", "drain_deadline", 0), ("stats_interval_ms", "stats_interval", 100),
               ("leader_lease_ms", "leader_lease", 100), ("outbox_lease_ms", "outbox_lease", 100),
-              ("outbox_retention_ms", "outbox_retention", 0))
+              ("outbox_retention_ms", "outbox_retention", 0), ("wake_ms", "wake", 10),
+              ("event_retention_ms", "event_retention", 0))
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,8 @@ class Settings:
     leader_lease_ms: float = 15_000.0    # the scheduler leader's lease; renewed every round
     outbox_lease_ms: float = 30_000.0    # an outbox claim held this long is free again
     outbox_retention_ms: float = 86_400_000.0   # published outbox rows are kept this long
+    wake_ms: float = 250.0               # how often due sleepers and timed-out waits are woken
+    event_retention_ms: float = 7 * 86_400_000.0   # sent events are kept (and delivered) this long
     limits: Limits = field(default_factory=Limits)   # per worker PROCESS ceilings (workers/limiter.py)
     recycle_after_jobs: int | None = None  # replace a worker process after this many claims
     recycle_above_rss_mib: int | None = None  # ... or once its resident memory passes this
@@ -200,7 +203,7 @@ _ENV = {"XJOBS_DATABASE_URL": "dsn", "XJOBS_SCHEMA": "schema", "XJOBS_LEASE": "l
         "XJOBS_RECYCLE_AFTER_JOBS": "recycle_after_jobs",
         "XJOBS_RECYCLE_ABOVE_RSS": "recycle_above_rss", "XJOBS_LEADER_LEASE": "leader_lease",
         "XJOBS_OUTBOX_LEASE": "outbox_lease", "XJOBS_OUTBOX_RETENTION": "outbox_retention",
-        "XJOBS_LIMITS": "limits"}
+        "XJOBS_LIMITS": "limits", "XJOBS_WAKE": "wake", "XJOBS_EVENT_RETENTION": "event_retention"}
 
 
 def _file_values(config_path: str | None) -> tuple[dict[str, Any], str]:

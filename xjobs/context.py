@@ -12,13 +12,16 @@ import contextlib
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
-from .errors import Aborted, InvalidOption
+from .errors import Aborted, InvalidOption, LeaseLost, NotConfigured
 from .options import finite_option
 
 if TYPE_CHECKING:
-    from .drivers.base import JobTransactions, Lease, Progress
+    from .drivers.base import Lease, Progress, RunStore
+    from .workers.steps import StepOptions, StepRunner
+
+T = TypeVar("T")
 
 _MAX_NOTE = 1000
 
@@ -28,6 +31,8 @@ TIMED_OUT = "X_JOB_TIMEOUT"
 LEASE_LOST = "X_JOB_LEASE_LOST"
 CANCELLED = "X_JOB_CANCELLED"
 SLOT_LOST = "X_JOB_SLOT_LOST"
+STEP_TIMED_OUT = "X_STEP_TIMEOUT"
+SETTLED = "X_JOB_SETTLED"     # set once the run is settled: a leftover thread writes nothing
 
 _log = logging.getLogger("xjobs.job")
 
@@ -79,14 +84,53 @@ class RunSignal:
         return f"<RunSignal {'set: ' + str(self.code) if self.code else 'clear'}>"
 
 
+class Fence:
+    """The one path of every write a run makes: its step results, its sleeps and waits, and
+    ``ctx.transaction()``. Refused with ``X_ABORTED`` once the run's signal is set (the
+    first reason stays in ``err.details["cause"]``); a write the database refused (the job is
+    no longer running under this claim) sets the signal and is refused the same way, which is
+    what unwinds a body that ignores its signal. ``parked``: a sleep or a wait suspended the
+    job, so nothing of this run is written any more and its settlement writes nothing."""
+
+    __slots__ = ("_signal", "parked")
+
+    def __init__(self, signal: RunSignal) -> None:
+        self._signal = signal
+        self.parked = False
+
+    def check(self) -> None:
+        self._signal.raise_if_set()
+
+    def write(self, what: str, call: Callable[[], T], accepted: Callable[[T], bool] = bool) -> T:
+        self.check()
+        answer = call()
+        if not accepted(answer):
+            self.refuse(what)
+        return answer
+
+    def refuse(self, what: str) -> NoReturn:
+        self._signal.abort(LEASE_LOST, f"{what}: the job is no longer held by this run "
+                                       "(cancelled, rescued or handed back); nothing was written")
+        raise Aborted(f"{what}: {self._signal.reason}", code="X_ABORTED", cause=self._signal.code)
+
+    def park(self) -> None:
+        self.parked = True
+        self._signal.abort(PARKED, "the job is parked until its step is due")
+
+
+PARKED = "X_JOB_PARKED"
+
+
 class Ctx:
     """The context of one attempt. ``transaction()`` is the driver's ``job_transaction``."""
 
     __slots__ = ("job_id", "attempt", "queue", "tenant", "name", "signal", "_driver", "_lease",
-                 "_log", "completed_in_transaction", "_progress", "_written")
+                 "_log", "completed_in_transaction", "_progress", "_written", "fence",
+                 "_step_options", "_steps")
 
     def __init__(self, *, job_id: int, attempt: int, queue: str, tenant: str | None, name: str,
-                 signal: RunSignal, driver: "JobTransactions", lease: "Lease") -> None:
+                 signal: RunSignal, driver: "RunStore", lease: "Lease",
+                 steps: "StepOptions | None" = None) -> None:
         self.job_id = job_id
         self.attempt = attempt
         self.queue = queue
@@ -99,6 +143,27 @@ class Ctx:
         self.completed_in_transaction = False
         self._progress: "Progress | None" = None    # the latest report
         self._written: "Progress | None" = None     # the latest that landed
+        self.fence = Fence(signal)
+        self._step_options = steps
+        self._steps: "StepRunner | None" = None
+
+    @property
+    def steps_used(self) -> "StepRunner | None":
+        """The run's step runner, if the body used ``ctx.step`` (its counters, its trace)."""
+        return self._steps
+
+    @property
+    def step(self) -> "StepRunner":
+        """Durable steps: ``ctx.step.run(name, fn)``, ``ctx.step.sleep(name, duration)``,
+        ``ctx.step.wait_for_event(name, event, key=, timeout=)`` (see ``workers/steps.py``)."""
+        if self._steps is None:
+            if self._step_options is None:
+                raise NotConfigured("ctx.step needs a job row to record steps in; run the job "
+                                    "through a worker (testing.run_until_idle), not inline")
+            from .workers.steps import StepRunner
+            self._steps = StepRunner(store=self._driver, lease=self._lease, attempt=self.attempt,
+                                     fence=self.fence, options=self._step_options)
+        return self._steps
 
     def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
         """Report how far the run is: ``ctx.progress(40, 100, "page 40")``. Never blocks: the
@@ -106,7 +171,7 @@ class Ctx:
         ``xjobsd jobs show`` and ``xjobsd status --json`` show it. Refused (``X_ABORTED``) once
         the run was told to stop."""
         from .drivers.base import Progress
-        self.signal.raise_if_set()
+        self.fence.check()
         done = finite_option(done, "progress.done")
         if total is not None:
             total = finite_option(total, "progress.total")
@@ -142,11 +207,15 @@ class Ctx:
 
         The body's writes and the job's completion land together or not at all: if this
         worker no longer holds the job (cancelled, lease lost) the transaction rolls back
-        with ``X_JOB_LEASE_LOST``. Only for jobs whose tables share the queue's database.
+        and is refused like every write of a stopped run: ``X_ABORTED`` (cause
+        ``X_JOB_LEASE_LOST``). Only for jobs whose tables share the queue's database.
         """
-        self.signal.raise_if_set()
-        with self._driver.job_transaction(self._lease) as conn:
-            yield conn
+        self.fence.check()
+        try:
+            with self._driver.job_transaction(self._lease) as conn:
+                yield conn
+        except LeaseLost:
+            self.fence.refuse("ctx.transaction()")
         self.completed_in_transaction = True
 
     def __repr__(self) -> str:

@@ -33,7 +33,8 @@ class JobHandle:
     def __init__(self, fn: Callable[..., Any], *, name: str, queue: str,
                  idempotency_key: Callable[[Any], str], tenant: Any, retry: Retry,
                  timeout_ms: float | None, concurrency: int | None, priority: int,
-                 dedupe_window_ms: float | None = None) -> None:
+                 dedupe_window_ms: float | None = None, step_timeout_ms: float | None = None,
+                 event_poll_ms: float | None = None) -> None:
         self.fn = fn
         self.name = name
         self.queue = queue
@@ -45,6 +46,8 @@ class JobHandle:
         self.concurrency = concurrency
         self.priority = priority
         self.dedupe_window_ms = dedupe_window_ms
+        self.step_timeout_ms = step_timeout_ms    # the ceiling of each ctx.step.run call
+        self.event_poll_ms = event_poll_ms        # a parked wait looks again at least this often
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -164,8 +167,15 @@ _MISSING = object()
 def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any = _MISSING,
         name: str | None = None, retry: Retry | None = None, timeout: object = None,
         concurrency: int | None = None, priority: int = 0, dedupe_window: object = None,
+        step_timeout: object = None, event_poll: object = None,
         registry: Registry | None = None) -> Callable[[Callable[..., Any]], JobHandle]:
-    """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc)."""
+    """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
+
+    ``step_timeout``: the ceiling of each ``ctx.step.run`` call (the step is cancelled, then
+    the attempt fails with ``X_STEP_TIMEOUT``). ``event_poll``: how often a job parked in
+    ``ctx.step.wait_for_event`` looks for its event anyway (a send wakes it at once; this
+    bounds how long an event inserted by other means goes unnoticed). Both must be positive
+    and finite when given."""
     queue = plain_name(queue, "queue")
     if idempotency_key is _MISSING or idempotency_key is None:
         raise IdempotencyKeyRequired("job(): idempotency_key is required, e.g. idempotency_key=lambda i: f\"order:{i['id']}\"")
@@ -185,6 +195,9 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     priority = finite_count(priority, "priority", minimum=-32768, maximum=32767)
     dedupe_window_ms = (None if dedupe_window is None else
                         duration_ms(dedupe_window, "dedupe_window", exclusive_minimum=True))
+    step_timeout_ms = (None if step_timeout is None else
+                       duration_ms(step_timeout, "step_timeout", exclusive_minimum=True))
+    event_poll_ms = None if event_poll is None else duration_ms(event_poll, "event_poll", exclusive_minimum=True)
     target = registry if registry is not None else REGISTRY
 
     def declare(fn: Callable[..., Any]) -> JobHandle:
@@ -194,7 +207,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         handle = JobHandle(fn, name=job_name, queue=queue, idempotency_key=idempotency_key,
                            tenant=tenant, retry=retry, timeout_ms=timeout_ms,
                            concurrency=concurrency, priority=priority,
-                           dedupe_window_ms=dedupe_window_ms)
+                           dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
+                           event_poll_ms=event_poll_ms)
         return target.add(handle)
 
     return declare

@@ -47,14 +47,14 @@ import concurrent.futures
 import contextlib
 import select
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence, cast
 
 import orjson
 
 from . import config
 from .clock import SYSTEM_CLOCK, Clock, ManualClock, monotonic_ms
 from .context import Ctx, RunSignal
-from .drivers.base import LIVE_STATES, STATES, JobDriver, JobView, Lease, ListFilter
+from .drivers.base import LATEST_MS, LIVE_STATES, STATES, JobDriver, JobView, Lease, ListFilter, RunStore
 from .drivers.jsonb import as_stored
 from .drivers.memory import MemoryDriver
 from .enqueue import build_jobs
@@ -114,7 +114,8 @@ def run_inline(handle: JobHandle, input: Any, *, attempt: int = 1, job_id: int =
     ctx = Ctx(job_id=job_id, attempt=attempt, queue=handle.queue,
               tenant=new.tenant if tenant is _FROM_INPUT else tenant, name=handle.name,
               signal=signal if signal is not None else RunSignal(),
-              driver=_InlineTransactions(conn), lease=Lease(job_id, 0))
+              # no steps inline (ctx.step says so): only the transaction is stood in for
+              driver=cast(RunStore, _InlineTransactions(conn)), lease=Lease(job_id, 0))
     if not handle.is_async:
         return handle.fn(ctx, payload)
     try:
@@ -219,8 +220,10 @@ def _due(driver: JobDriver, queues: Sequence[str]) -> bool:
 
 def _next_due(driver: JobDriver, queues: Sequence[str]) -> float | None:
     """Milliseconds from the driver's now to the next ready or suspended job's due time."""
+    # a wait without a timeout is parked until the end of time: only its event wakes it
     times = [view.run_at for q in queues for state in ("ready", "suspended")
-             for view in driver.job_list(ListFilter(queue=q, state=state, limit=_ROWS))]
+             for view in driver.job_list(ListFilter(queue=q, state=state, limit=_ROWS))
+             if view.run_at < LATEST_MS]
     if not times:
         return None
     # a microsecond past it: both drivers store times rounded to microseconds

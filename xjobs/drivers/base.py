@@ -235,6 +235,10 @@ class EventStore(Protocol):
     def event_prune(self, retention_ms: float, limit: int) -> int: ...
 
 
+class RunStore(JobTransactions, StepStore, Protocol):
+    """What one run's ``Ctx`` writes through: its transaction and its steps."""
+
+
 class JobDriver(JobStore, Maintenance, Introspection, QueueStore, LeaderStore, ScheduleStore,
                 OutboxStore, SlotStore, StepStore, EventStore, Protocol):
     """The whole seam, and its lifecycle: install the schema, prove the database answers, close."""
@@ -266,6 +270,6 @@ __all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGE
            "QueueSummary", "LeaderView", "Watermark", "Dispatch", "OutboxClaim",
            "OutboxSummary", "JobListener", "JobTransactions", "JobStore", "Maintenance",
            "Introspection", "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore",
-           "SlotStore", "StepStore", "EventStore", "JobDriver", "STEP_KINDS", "STEP_STATES",
+           "SlotStore", "StepStore", "EventStore", "RunStore", "JobDriver", "STEP_KINDS", "STEP_STATES",
            "StepRecord", "StepLog", "StepResult", "StepSleep", "StepWait", "StepOutcome", "NewEvent",
            "SentEvent"]

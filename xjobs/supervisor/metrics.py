@@ -37,6 +37,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ..drivers.base import COUNTED_STATES
 from ..errors import InvalidOption
+from ..workers.stats import STEP_COUNTS
 from .httpd import BoundedHTTPServer
 
 _ALIVE_WINDOW_S = 5.0
@@ -100,6 +101,16 @@ class SnapshotCollector:
             pairs.append(("+Inf", count))
             histogram.add_metric([q, job], pairs, total)
         yield histogram
+
+        steps = CounterMetricFamily(
+            "xjobs_steps", "Durable steps, per queue and kind: run (a step.run body called), replayed "
+            "(answered from its record), woke (a sleeper woke and went on), delivered (a waiting "
+            "job got its event), timed_out (a wait's timeout passed first).", labels=["queue", "kind"])
+        recorded = snap.get("steps", {})
+        for q in queues:
+            for kind in STEP_COUNTS:
+                steps.add_metric([q, kind], recorded.get((q, kind), 0))
+        yield steps
 
         yield _per_queue(CounterMetricFamily, "xjobs_lease_lost", "Leases a worker lost, per queue.",
                          queues, snap.get("lease_lost", {}))

@@ -11,12 +11,13 @@ settle failure (the lease lapses and the job is delivered again), never a retry.
 The verdict, in order:
 
 1. the run was already settled (a timeout won the race)      -> ignore the late result
-2. the lease is gone (cancelled, rescued, released)          -> write NOTHING
-3. the body committed ``ctx.transaction()``                  -> completed, already written
-4. no error                                                  -> ack (batched)
-5. the signal said drained when the body returned           -> interrupted: back to ready
+2. a step parked the job (sleep, wait_for_event)             -> suspended, already written
+3. the lease is gone (cancelled, rescued, released)          -> write NOTHING
+4. the body committed ``ctx.transaction()``                  -> completed, already written
+5. no error                                                  -> ack (batched)
+6. the signal said drained when the body returned           -> interrupted: back to ready
                                                                 now, the attempt given back
-6. otherwise the retry decision reads the error              -> retry with delay, or dead
+7. otherwise the retry decision reads the error              -> retry with delay, or dead
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
 from ..context import CANCELLED, DRAINED, LEASE_LOST, SLOT_LOST, Ctx, RunSignal
-from ..drivers.base import ClaimedJob, Lease, Nack
+from ..drivers.base import ClaimedJob, Lease, Nack, RunStore
 from ..errors import JobTimeout
 from ..retry import Retry, decide
+from .steps import StepOptions
 
 log = logging.getLogger("xjobs.worker")
 _MAX_ERROR = 4000
@@ -46,6 +48,8 @@ class Handle(Protocol):
 
     is_async: bool
     timeout_ms: float | None
+    step_timeout_ms: float | None
+    event_poll_ms: float | None
     retry: Retry
 
     def fn(self, ctx: Ctx, payload: Any) -> Any: ...
@@ -57,6 +61,8 @@ class UnknownJob:
 
     is_async = False
     timeout_ms: float | None = None
+    step_timeout_ms: float | None = None
+    event_poll_ms: float | None = None
 
     def __init__(self, name: str, retry: Retry) -> None:
         self.name = name
@@ -70,15 +76,23 @@ class Run:
     """One attempt of one job, owned by the worker's loop thread."""
 
     __slots__ = ("job", "handle", "lease", "signal", "ctx", "started_ms", "deadline_ms",
-                 "settled", "future", "renewed_ms", "code_at_return")
+                 "settled", "future", "renewed_ms", "code_at_return", "step_deadline_ms",
+                 "_clock", "_poke")
 
-    def __init__(self, job: ClaimedJob, handle: Handle, driver: Any, now_ms: float) -> None:
+    def __init__(self, job: ClaimedJob, handle: Handle, driver: RunStore, now_ms: float, *,
+                 clock: Callable[[], float] | None = None, poke: Callable[[], None] | None = None) -> None:
         self.job = job
         self.handle = handle
         self.lease = Lease(job.id, job.token)
         self.signal = RunSignal()
+        self._clock = clock
+        self._poke = poke
+        self.step_deadline_ms: float | None = None    # the running step.run's ceiling, if any
+        steps = StepOptions(is_async=handle.is_async, step_timeout_ms=handle.step_timeout_ms,
+                            event_poll_ms=handle.event_poll_ms,
+                            arm=self._arm_step if clock is not None else None)
         self.ctx = Ctx(job_id=job.id, attempt=job.attempt, queue=job.queue, tenant=job.tenant,
-                       name=job.name, signal=self.signal, driver=driver, lease=self.lease)
+                       name=job.name, signal=self.signal, driver=driver, lease=self.lease, steps=steps)
         self.started_ms = now_ms
         self.renewed_ms = now_ms
         timeout = handle.timeout_ms
@@ -92,6 +106,21 @@ class Run:
     def seconds(self, now_ms: float) -> float:
         """How long the run took, for the duration histogram."""
         return max(0.0, (now_ms - self.started_ms) / 1000.0)
+
+    def _arm_step(self, timeout_ms: float | None) -> None:
+        """From the body's thread: a ``step.run`` with a ceiling started (or ended); the loop
+        is woken so it times the step from now."""
+        assert self._clock is not None
+        self.step_deadline_ms = None if timeout_ms is None else self._clock() + timeout_ms
+        if timeout_ms is not None and self._poke is not None:
+            self._poke()
+
+    def due_ms(self) -> float | None:
+        """The nearest ceiling of this run: its own timeout, or its running step's."""
+        step, run = self.step_deadline_ms, self.deadline_ms
+        if step is None or run is None:
+            return run if step is None else step
+        return min(step, run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +145,10 @@ def describe(error: BaseException) -> str:
 
 
 def settlement_for(run: Run, error: BaseException | None, timed_out: bool = False) -> Settlement:
+    if run.ctx.fence.parked:
+        # a sleep or a wait suspended the job in the transaction that recorded the step: not a
+        # failure, no attempt burned, nothing more to write
+        return Settlement("suspended")
     code = run.signal.code if timed_out else run.code_at_return
     if code in (LEASE_LOST, CANCELLED):
         # somebody else owns the row now (or an operator ended it): write nothing
@@ -293,6 +326,10 @@ class Results:
         # the signal as the body left it: a drain after the body returned does not change it
         run.code_at_return = run.signal.code
         self._queue.append((run, error))
+        self.poke()
+
+    def poke(self) -> None:
+        """Wake the loop (from any thread): a result waits, or a run's deadline moved."""
         if not self._poked:
             self._poked = True
             with self._lock:

@@ -72,12 +72,14 @@ class LeaseKeeper:
             cancelled = self._driver.job_get(run.job.id).state == "cancelled"
         except Exception:
             cancelled = False
-        self._runs.finish(run)
+        # the reason first: settling sets the signal too, and the first reason is the one kept
         if cancelled:
             run.signal.abort(CANCELLED, "cancelled by an operator")
+            self._runs.finish(run)
             self._stats.outcome(run.job.name, "cancelled", run.seconds(now_ms))
         else:
             run.signal.abort(LEASE_LOST, f"lease lost: {why}")
+            self._runs.finish(run)
             self._stats.bump("lease_lost")
             log.warning("worker %s: lost the lease on %s#%s: %s", self._identity, run.job.name,
                         run.job.id, why)

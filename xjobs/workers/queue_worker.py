@@ -122,6 +122,7 @@ class QueueWorker:
         self._capped_queues: set[str] = set()
         self._more: set[str] = set()
         self._next_poll = self._next_rescue = self._next_prune = self._next_slots = 0.0
+        self._next_wake = 0.0
         self._rotation = 0
         self.passes = 0      # test hook: how many passes have completed
 
@@ -256,6 +257,8 @@ class QueueWorker:
         self.quarantine.advance(now_ms, self.accepting)
         if self.accepting:
             self._claim(now_ms, notified)
+        if self.maintain and now_ms >= self._next_wake:
+            self._wake(now_ms)
         if self.maintain and now_ms >= self._next_rescue:
             self._sweep(now_ms)
         self.passes += 1
@@ -269,7 +272,7 @@ class QueueWorker:
             return 0.0
         due = [self.leases.next_due()]
         if self.maintain:
-            due.append(self._next_rescue)
+            due += [self._next_rescue, self._next_wake]
         if self.admission is not None and self.admission.holds_slots:
             due.append(self._next_slots)
         if self.accepting:
@@ -328,7 +331,7 @@ class QueueWorker:
             self.leases.lost(stale, now_ms, "the job was handed out again")
         handle = self._handles.get(job.name)
         if handle is None:
-            run = Run(job, UnknownJob(job.name, DEFAULT_RETRY), self.driver, now_ms)
+            run = Run(job, UnknownJob(job.name, DEFAULT_RETRY), self.driver, now_ms, clock=self.clock)
             self.runs.hold(run)
             self.results.put(run, LookupError(f"no handler for job {job.name!r} in worker {self.identity}"))
             return None
@@ -337,10 +340,18 @@ class QueueWorker:
         if isinstance(admitted, Shed):
             self.settler.shed(job, admitted.delay_ms, admitted.why, now_ms)
             return None
-        run = Run(job, handle, self.driver, now_ms)
+        run = Run(job, handle, self.driver, now_ms, clock=self.clock, poke=self.results.poke)
         self.admission.bind(run, admitted)
         self.runs.hold(run)
         return run
+
+    def _wake(self, now_ms: float) -> None:
+        """Due sleepers and timed-out waits back to ready, on a short timer of their own."""
+        self._next_wake = now_ms + self.settings.wake_ms
+        try:
+            self.driver.job_wake(_SWEEP_LIMIT)
+        except Exception as exc:
+            log.warning("worker %s: waking due suspensions failed: %s", self.identity, exc)
 
     def _sweep(self, now_ms: float) -> None:
         self._next_rescue = now_ms + self.settings.rescue_ms
@@ -353,6 +364,7 @@ class QueueWorker:
                 # wall clock may run days ahead
                 self.driver.job_prune(self.settings.retention_completed_ms,
                                       self.settings.retention_finished_ms, _SWEEP_LIMIT)
+                self.driver.event_prune(self.settings.event_retention_ms, _SWEEP_LIMIT)
         except Exception as exc:
             log.warning("worker %s: maintenance sweep failed: %s", self.identity, exc)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
+from ..context import SETTLED
 from .execute import Run
 
 
@@ -39,8 +40,10 @@ class RunTable:
         self.busy[run.job.queue] += 1
 
     def finish(self, run: Run) -> None:
-        """The run is settled: nothing more is written or renewed for it."""
+        """The run is settled: nothing more is written or renewed for it, and its signal is
+        set, so a step or a transaction a leftover thread of its body attempts is refused."""
         run.settled = True
+        run.signal.abort(SETTLED, "the run is settled; it writes nothing more")
         if self.held.get(run.job.id) is run:  # a newer claim of the same job may hold the key
             del self.held[run.job.id]
 

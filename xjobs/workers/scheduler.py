@@ -85,7 +85,7 @@ class Scheduler(RoleBase):
         self.is_leader = False
         self.tasks: list[Any] = []
         self.totals = {"rounds": 0, "dispatched": 0, "deduped": 0, "dropped": 0, "rescued": 0,
-                       "pruned": 0, "elections_won": 0, "sweeps": 0}
+                       "pruned": 0, "elections_won": 0, "sweeps": 0, "woken": 0}
         self._round_lock = threading.Lock()
         self._round_done = threading.Condition(self._round_lock)
         self._in_round = False
@@ -93,6 +93,7 @@ class Scheduler(RoleBase):
         self._next_round = 0.0
         self._next_rescue = 0.0
         self._next_prune = 0.0
+        self._next_wake = 0.0
         self.abandoned = False
 
     @classmethod
@@ -168,7 +169,7 @@ class Scheduler(RoleBase):
             self._maintain(now_ms)
         due = [self._next_round]
         if self.is_leader and self.maintain:
-            due += [self._next_rescue, self._next_prune]
+            due += [self._next_rescue, self._next_prune, self._next_wake]
         return max(0.0, min(due) - self.clock())
 
     def tick(self) -> RoundReport:
@@ -280,6 +281,11 @@ class Scheduler(RoleBase):
         """The fleet's maintenance, on the leader only: its cost does not grow with the number
         of worker processes."""
         try:
+            if now_ms >= self._next_wake:
+                # sleeps that ended and waits that timed out, on their own short timer: a sleep
+                # of 2 s must not wait for the next rescue sweep
+                self._next_wake = now_ms + self.settings.wake_ms
+                self.totals["woken"] += self.driver.job_wake(_SWEEP_LIMIT)
             if now_ms >= self._next_rescue:
                 self._next_rescue = now_ms + self.settings.rescue_ms
                 self.totals["sweeps"] += 1
@@ -290,5 +296,6 @@ class Scheduler(RoleBase):
                                                                self.settings.retention_finished_ms,
                                                                _SWEEP_LIMIT)
                 self.driver.outbox_prune(self.settings.outbox_retention_ms, _SWEEP_LIMIT)
+                self.driver.event_prune(self.settings.event_retention_ms, _SWEEP_LIMIT)
         except Exception as exc:
             log.warning("scheduler %s: maintenance failed: %s", self.identity, exc)

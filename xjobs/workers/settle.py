@@ -23,9 +23,9 @@ import logging
 from typing import Any
 
 from ..config import Settings
-from ..context import LEASE_LOST, TIMED_OUT
+from ..context import LEASE_LOST, STEP_TIMED_OUT, TIMED_OUT
 from ..drivers.base import ClaimedJob, Nack
-from ..errors import JobTimeout
+from ..errors import JobTimeout, StepTimeout, XJobsError
 from .execute import Executor, Results, Run, Settlement, given_back, settlement_for
 from .runs import RunTable
 from .stats import WorkerStats
@@ -48,7 +48,7 @@ class Settler:
 
     def next_due(self) -> float | None:
         """When a pass must run for this settler: a progress report waits, or a run's deadline."""
-        due = [run.deadline_ms for run in self._runs.held.values() if run.deadline_ms is not None]
+        due = [at for run in self._runs.held.values() if (at := run.due_ms()) is not None]
         if any(run.ctx.pending_progress() is not None for run in self._runs.held.values()):
             due.append(self._next_progress)
         return min(due) if due else None
@@ -67,6 +67,7 @@ class Settler:
                               run.job.id, exc)
                 outcome = Settlement(None)  # write nothing: the lease lapses, the job runs again
             self._runs.finish(run)
+            self._count_steps(run)
             if outcome.ack:
                 acks.append(run)
             elif outcome.nack is not None:
@@ -91,19 +92,30 @@ class Settler:
             self._write_nack(run, nack, now_ms)
 
     def expire(self, now_ms: float) -> None:
+        """Runs past their deadline, or past their running step's: cancel the body first, then
+        fail the attempt (a timeout is the job's own failure even while draining: it follows
+        the retry policy)."""
         for run in [r for r in self._runs.held.values()
-                    if r.deadline_ms is not None and now_ms >= r.deadline_ms
-                    and not r.ctx.completed_in_transaction]:
-            timeout = run.handle.timeout_ms
-            run.signal.abort(TIMED_OUT, f"job timed out after {timeout:g}ms")
+                    if (due := r.due_ms()) is not None and now_ms >= due
+                    and not r.ctx.completed_in_transaction and not r.ctx.fence.parked]:
+            step_due = run.step_deadline_ms
+            error: XJobsError
+            if step_due is not None and now_ms >= step_due:
+                ceiling = run.handle.step_timeout_ms or 0.0
+                code, error = STEP_TIMED_OUT, StepTimeout(f"a step ran past step_timeout={ceiling:g}ms")
+            else:
+                ceiling = run.handle.timeout_ms or 0.0
+                code, error = TIMED_OUT, JobTimeout(f"timed out after {ceiling:g}ms")
+            run.signal.abort(code, str(error))
             self._executor.cancel(run)  # cancel first, then fail the attempt
             self._stats.bump("timed_out")
             self._runs.finish(run)
+            self._count_steps(run)
             if not run.handle.is_async:
-                log.warning("job %s#%s timed out; its thread keeps running until the body returns "
-                            "(it ignores ctx.signal)", run.job.name, run.job.id)
-            # a timeout is the job's own failure even while draining: it follows the retry policy
-            outcome = settlement_for(run, JobTimeout(f"timed out after {timeout:g}ms"), timed_out=True)
+                log.warning("job %s#%s: %s; its thread keeps running until the body returns "
+                            "(it ignores ctx.signal), and nothing it writes lands", run.job.name,
+                            run.job.id, error)
+            outcome = settlement_for(run, error, timed_out=True)
             if outcome.nack is not None:
                 self._write_nack(run, outcome.nack, now_ms)
 
@@ -158,6 +170,11 @@ class Settler:
             self._write_nack(run, Nack(run.job.id, run.job.token, error, self._settings.lease_ms,
                                        counts_as_attempt=False, outcome="interrupted"),
                              now_ms, abandoned=True)
+
+    def _count_steps(self, run: Run) -> None:
+        steps = run.ctx.steps_used
+        if steps is not None:
+            self._stats.steps(steps.counts)
 
     def _write_acks(self, acks: list[Run], now_ms: float) -> None:
         try:

@@ -11,6 +11,8 @@ from bisect import bisect_left
 from typing import Any
 
 OUTCOMES = ("completed", "retried", "dead", "interrupted", "cancelled", "suspended", "shed")
+# what runs did with ctx.step, as worker counters "steps_<kind>" (xjobs_steps_total{kind})
+STEP_COUNTS = ("run", "replayed", "woke", "delivered", "timed_out")
 # seconds; the last bucket (+Inf) is implied by "count"
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                     300.0, 900.0)
@@ -22,13 +24,20 @@ class WorkerStats:
         # "abandoned": runs still going at the close deadline, handed back one lease later. A
         # counter, not an outcome: such a run has not settled, it is delivered again.
         self.totals = {name: 0 for name in ("claimed", *OUTCOMES, "lease_lost", "settle_failed",
-                                            "timed_out", "abandoned", "sweeps")}
+                                            "timed_out", "abandoned", "sweeps",
+                                            *(f"steps_{kind}" for kind in STEP_COUNTS))}
         self.jobs: dict[str, dict[str, int]] = {}
         self.durations: dict[str, list[float]] = {}   # name -> [bucket counts..., sum, count]
 
     def bump(self, key: str, n: int = 1) -> None:
         with self._lock:
             self.totals[key] += n
+
+    def steps(self, counts: dict[str, int]) -> None:
+        with self._lock:
+            for kind, n in counts.items():
+                if n:
+                    self.totals[f"steps_{kind}"] += n
 
     def outcome(self, job: str, outcome: str, seconds: float | None) -> None:
         self.outcomes([(job, outcome, seconds)])
