@@ -22,7 +22,8 @@ from ..errors import (IdempotencyKeyRequired, InvalidOption, PayloadInvalid, Pay
 if TYPE_CHECKING:
     from ..drivers.base import JobDriver
 
-_TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at")
+_TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at", "started_at",
+                "wake_at", "until")
 
 # refusals of what the user typed or configured: exit 2, like argparse's own
 USAGE_ERRORS = (InvalidOption, UnknownJob, PayloadInvalid, PayloadTooLarge, TenantRequired,

@@ -6,6 +6,7 @@ Each verb is one small handler over ``xjobs.admin`` (the same functions every su
     xjobsd jobs ls [--queue Q] [--name N] [--state S] [--tenant T] [--since WHEN] [--until WHEN]
                    [--error-contains TEXT] [--limit N] [--before ID] [--follow]
     xjobsd jobs retry ID | --all | FILTERS [--dry-run]     dead or cancelled jobs back to ready
+    xjobsd jobs retry ID --from-step NAME    a finished job runs again from that step
     xjobsd jobs cancel ID | --all | FILTERS [--dry-run]    ready, running or suspended jobs
 
 WHEN is an ISO-8601 time (``2026-12-01T10:00Z``) or an age (``15m``, ``2h``: that long ago,
@@ -27,7 +28,7 @@ from typing import Callable
 import orjson
 
 from .. import admin
-from ..drivers.base import STATES, JobDriver, JobView, ListFilter
+from ..drivers.base import LATEST_MS, STATES, JobDriver, JobView, ListFilter
 from ..errors import InvalidOption
 from ..options import duration_ms
 from .common import (add_database_flags, driver_from, iso, plain, print_json, print_table,
@@ -63,6 +64,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     retry = verbs.add_parser("retry", help="put one dead or cancelled job back to ready, or every one matching filters")
     retry.add_argument("id", type=int, nargs="?")
+    retry.add_argument("--from-step", metavar="NAME",
+                       help="re-open this step and every step recorded after it, and run the "
+                            "(completed, dead or cancelled) job again from there")
     _filters(retry, admin.REQUEUABLE)
     _bulk_flags(retry)
     retry.set_defaults(handler=retry_jobs)
@@ -193,13 +197,38 @@ def dead_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def waiting_for(view: JobView) -> dict | None:
+    """What a suspended job waits for: the sleep or the event of its parked step."""
+    if view.state != "suspended":
+        return None
+    for step in reversed(view.steps):
+        if step.state == "sleeping":
+            return {"step": step.name, "sleep": True, "until": step.wake_at}
+        if step.state == "waiting":
+            until = step.wake_at if step.wake_at is not None and step.wake_at < LATEST_MS else None
+            return {"step": step.name, "event": step.event, "key": step.event_key or None,
+                    "until": until}
+    return None
+
+
+def _shown(view: JobView) -> dict:
+    """``jobs show --json``: the job, its steps (without their results: those are the
+    application's data) and what it waits for."""
+    data = plain(replace(view, steps=()))
+    data["steps"] = [plain(step.as_json()) for step in view.steps]
+    data["waiting_for"] = plain(waiting_for(view))
+    return data
+
+
 def _print_one(view: JobView, as_json: bool) -> None:
     if as_json:
-        print_json(view)
+        print_json(_shown(view))
         return
-    data = plain(view)
+    data = _shown(view)
     history = data.pop("history")
     progress = data.pop("progress")
+    steps = data.pop("steps")
+    waits = data.pop("waiting_for")
     data["payload"] = orjson.dumps(data["payload"]).decode()   # as JSON, the way it was given
     width = max(len(k) for k in data)
     for key, value in data.items():
@@ -209,6 +238,16 @@ def _print_one(view: JobView, as_json: bool) -> None:
         done = f"{progress['done']:g}" + (f"/{total:g}" if total is not None else "")
         note = f"  {progress['note']}" if progress.get("note") else ""
         print(f"{'progress'.ljust(width)}  {done}{note}  (at {progress.get('at')})")   # plain() made it ISO
+    if waits:
+        what = (f"sleep until {waits['until']}" if waits.get("sleep") else
+                f"event {waits['event']!r}" + (f" key {waits['key']!r}" if waits["key"] else "")
+                + (f" until {waits['until']}" if waits["until"] else " (no timeout)"))
+        print(f"{'waiting for'.ljust(width)}  {what} (step {waits['step']!r})")
+    if steps:
+        print("\nsteps:")
+        print_table(["name", "kind", "state", "attempt", "at", "duration_ms"],
+                    [[st["name"], st["kind"], st["state"], st["attempt"],
+                      st["finished_at"] or st["started_at"], st["duration_ms"]] for st in steps])
     if history:
         print("\nhistory:")
         print_table(["at", "attempt", "outcome", "error"],
@@ -248,6 +287,13 @@ def cancel_jobs(args: argparse.Namespace) -> int:
 
 
 def retry_jobs(args: argparse.Namespace) -> int:
+    if args.from_step is not None:
+        # the step and every later one: a later step's record (a cursor, a counter) was computed
+        # from what the re-opened step returned, so keeping it would skip the work it stands for
+        if args.id is None or _has_filter(args) or args.all or args.dry_run:
+            raise InvalidOption("from-step", "re-opens the steps of ONE job: give its id and no filters")
+        _print_one(_driver(args).step_reopen(args.id, args.from_step), args.json)
+        return 0
     return _bulk(args, lambda d, job_id: d.job_requeue(job_id),
                  lambda d, where: admin.retry_jobs(d, where, by=_by(), dry_run=args.dry_run,
                                                    batch=args.batch))
