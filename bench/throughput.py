@@ -8,7 +8,10 @@ same run, so the ratio is what the queue's features cost over raw SQL. The outbo
 jobs in committed transactions (``stage_many``, 1,000 per transaction) and time the relay
 publishing them into the queue (its rate is shown against the bulk enqueue, the path it ends
 in); the latency rows time one job from its enqueue (or its staging commit) to its body's
-start on an idle worker.
+start on an idle worker. The step rows drain a job of three ``ctx.step.run`` calls against
+the no-op job in the same run, and count the driver's step statements per job: each
+``step_list`` (the attempt's one read) and each ``step_put`` (a step's one write) is one
+statement, one round trip.
 
     python bench/throughput.py [--jobs 20000] [--concurrency 256] [--dsn ...]
 """
@@ -72,24 +75,30 @@ def drop_schema(dsn: str, schema: str) -> None:
         conn.execute(f"drop schema {schema} cascade")
 
 
-def bench_queue(dsn: str, jobs: int, concurrency: int, is_async: bool) -> tuple[float, float]:
+def bench_queue(dsn: str, jobs: int, concurrency: int, is_async: bool,
+                steps: int = 0) -> tuple[float, float, dict[str, int]]:
+    """(enqueue rate, drain rate, step statements issued) for ``jobs`` no-op jobs, each with
+    ``steps`` ``ctx.step.run`` calls."""
     schema = fresh_schema(dsn)
     registry = xjobs.Registry()
     if is_async:
         @xjobs.job(queue="bench", idempotency_key=lambda i: str(i), tenant="none", registry=registry, name="noop")
         async def noop(ctx, input):  # noqa: ARG001
-            return None
+            for n in range(steps):
+                await ctx.step.run(f"s{n}", lambda: n)
     else:
         @xjobs.job(queue="bench", idempotency_key=lambda i: str(i), tenant="none", registry=registry, name="noop")
         def noop(ctx, input):  # noqa: ARG001
-            return None
+            for n in range(steps):
+                ctx.step.run(f"s{n}", lambda: n)
     driver = PostgresDriver(dsn, schema=schema)
     started = time.perf_counter()
     for start in range(0, jobs, 10_000):
         enqueue_many(noop, list(range(start, min(jobs, start + 10_000))), driver=driver)
     enqueue_rate = jobs / (time.perf_counter() - started)
-    worker = QueueWorker(driver=PostgresDriver(dsn, schema=schema), registry=registry,
-                         queue="bench", concurrency=concurrency)
+    worker_driver = PostgresDriver(dsn, schema=schema)
+    calls = _count_calls(worker_driver, ("step_list", "step_put"))
+    worker = QueueWorker(driver=worker_driver, registry=registry, queue="bench", concurrency=concurrency)
     host = InProcessHost(worker)
     started = time.perf_counter()
     host.run(until=lambda: worker.stats_.totals["completed"] >= jobs)
@@ -98,7 +107,22 @@ def bench_queue(dsn: str, jobs: int, concurrency: int, is_async: bool) -> tuple[
     driver.close()
     drop_schema(dsn, schema)
     assert stats == {"completed": jobs}, stats
-    return enqueue_rate, drain_rate
+    return enqueue_rate, drain_rate, calls
+
+
+def _count_calls(driver: PostgresDriver, verbs: tuple[str, ...]) -> dict[str, int]:
+    """Count calls of ``verbs`` on this driver object (each is one statement)."""
+    counts = {verb: 0 for verb in verbs}
+    lock = threading.Lock()
+    for verb in verbs:
+        original = getattr(driver, verb)
+
+        def counted(*args, _verb=verb, _original=original, **kwargs):
+            with lock:
+                counts[_verb] += 1
+            return _original(*args, **kwargs)
+        setattr(driver, verb, counted)
+    return counts
 
 
 def idle_pickup(dsn: str, samples: int) -> list[float]:
@@ -216,12 +240,16 @@ def main() -> int:
     xjobs.configure(dsn=args.dsn)
 
     raw, sync_drain, async_drain, enqueue, staged, relayed = [], [], [], [], [], []
+    stepped, stepped_async, step_calls = [], [], {}
     for _ in range(args.rounds):
         raw.append(raw_baseline(args.dsn, args.jobs, args.concurrency))
-        rate_in, rate_out = bench_queue(args.dsn, args.jobs, args.concurrency, is_async=False)
+        rate_in, rate_out, _ = bench_queue(args.dsn, args.jobs, args.concurrency, is_async=False)
         enqueue.append(rate_in)
         sync_drain.append(rate_out)
         async_drain.append(bench_queue(args.dsn, args.jobs, args.concurrency, is_async=True)[1])
+        _, rate, step_calls = bench_queue(args.dsn, args.jobs, args.concurrency, is_async=False, steps=3)
+        stepped.append(rate)
+        stepped_async.append(bench_queue(args.dsn, args.jobs, args.concurrency, is_async=True, steps=3)[1])
         stage_rate, publish_rate = bench_outbox(args.dsn, args.jobs)
         staged.append(stage_rate)
         relayed.append(publish_rate)
@@ -234,6 +262,9 @@ def main() -> int:
         ("xjobs bulk enqueue", bulk, "-"),
         ("xjobs drain, def no-op", statistics.median(sync_drain), f"{statistics.median(sync_drain) / base:.2f}"),
         ("xjobs drain, async def no-op", statistics.median(async_drain), f"{statistics.median(async_drain) / base:.2f}"),
+        ("xjobs drain, def 3 steps", statistics.median(stepped), f"{statistics.median(stepped) / base:.2f}"),
+        ("xjobs drain, async def 3 steps", statistics.median(stepped_async),
+         f"{statistics.median(stepped_async) / base:.2f}"),
         ("outbox stage_many (committed)", statistics.median(staged), "-"),
         ("outbox relay stage-to-enqueue", statistics.median(relayed),
          f"{statistics.median(relayed) / bulk:.2f}*"),
@@ -243,6 +274,12 @@ def main() -> int:
     for name, rate, ratio in rows:
         print(f"{name:<36} {rate:>10,.0f} {ratio:>7}")
     print("* against the bulk enqueue, the path the relay ends in")
+    sync_rate = statistics.median(sync_drain)
+    print(f"\n3-step job vs no-step job (def): {statistics.median(stepped) / sync_rate:.2f}x the jobs/s; "
+          f"per job {step_calls['step_list'] / args.jobs:.2f} step read(s) and "
+          f"{step_calls['step_put'] / args.jobs:.2f} step write(s) "
+          f"= {step_calls['step_put'] / (3 * args.jobs):.2f} write(s) per step, "
+          f"{(step_calls['step_list'] + step_calls['step_put']) / (3 * args.jobs):.2f} round trips per step")
     print(f"\n{'latency from idle (ms)':<36} {'p50':>10} {'p99':>7}")
     for name, samples in (("enqueue to body start", pickup), ("outbox commit to body start", outbox_latency)):
         p50, p99 = percentiles(samples)

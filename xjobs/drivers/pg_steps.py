@@ -5,6 +5,10 @@ on its claim: ``step_put`` locks the job row ``for share`` in the statement that
 a sleep's or a wait's transaction starts with ``step_own`` (``for update``), so no write of a
 run lands after a cancel, a rescue or a hand-back took its job away.
 
+Step statements run on the bodies' pool (``PgDatabase.body_connection``), never on the pool
+of the claim, ack and heartbeat: a thousand bodies recording steps at once must not starve
+the renewals that keep their own leases alive.
+
 A wait and a send of one (event, key) take turns on a transaction-scoped advisory lock
 (``event_lock``), always before any job row is locked: either the wait sees the event and
 completes, or it parks before the send looks for parked waiters and is woken by it.
@@ -12,7 +16,8 @@ completes, or it parks before the send looks for parked waiters and is woken by 
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+import contextlib
+from typing import Any, Iterator, NoReturn
 
 import orjson
 import psycopg
@@ -37,21 +42,24 @@ class PgSteps:
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
 
+    def _cursor(self) -> contextlib.AbstractContextManager[psycopg.Cursor]:
+        return _body_cursor(self._db)
+
     def list(self, job_id: int) -> StepLog:
-        with self._db.cursor() as cur:
+        with self._cursor() as cur:
             cur.execute(self._db.sql["step_list"], {**self._db.now(), "id": job_id})
             rows = cur.fetchall()
         return StepLog(now_ms=rows[0][0], steps=tuple(record(r[1:]) for r in rows if r[1] is not None))
 
     def put(self, lease: Lease, step: StepResult) -> bool:
-        with self._db.cursor() as cur:
+        with self._cursor() as cur:
             cur.execute(self._db.sql["step_put"], {
                 **self._db.now(), "id": lease.job_id, "token": lease.token, "name": step.name,
                 "attempt": step.attempt, "result": step.result.decode(), "duration": step.duration_ms})
             return cur.fetchone() is not None
 
     def sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome:
-        with self._db.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._db.body_connection() as conn, conn.transaction(), conn.cursor() as cur:
             if not self._own(cur, lease):
                 return StepOutcome(False, fenced=True)
             state = self._begin(cur, lease, sleep.name, "sleep", "sleeping", sleep.attempt,
@@ -65,7 +73,7 @@ class PgSteps:
             return self._park(cur, lease, state[3])
 
     def wait(self, lease: Lease, wait: StepWait) -> StepOutcome:
-        with self._db.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._db.body_connection() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute(self._db.sql["event_lock"], {"name": wait.event, "key": wait.key})
             if not self._own(cur, lease):
                 return StepOutcome(False, fenced=True)
@@ -148,6 +156,12 @@ class PgSteps:
             cur.execute(self._db.sql["event_prune"], {**self._db.now(), "retention": retention_ms,
                                                       "limit": limit})
             return int(first_row(cur)[0])
+
+
+@contextlib.contextmanager
+def _body_cursor(db: PgDatabase) -> Iterator[psycopg.Cursor]:
+    with db.body_connection() as conn, conn.cursor() as cur:
+        yield cur
 
 
 def _mismatch(name: str, recorded: str) -> NoReturn:

@@ -41,7 +41,9 @@ slow database never blocks the body's event loop, and ``fn`` may be a coroutine 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -263,6 +265,21 @@ def _drive_sync(plan: _Plan) -> Any:
             error = exc
 
 
+_IO_THREADS = 16      # as many as a driver's bodies' pool holds connections by default
+_io_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_io_pool_lock = threading.Lock()
+
+
+def _io_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that make async bodies' step statements: the event loop's default
+    executor has a handful of threads, too few for a worker running hundreds of async bodies."""
+    global _io_pool
+    with _io_pool_lock:
+        if _io_pool is None:
+            _io_pool = concurrent.futures.ThreadPoolExecutor(_IO_THREADS, thread_name_prefix="xjobs-steps")
+        return _io_pool
+
+
 async def _drive_async(plan: _Plan) -> Any:
     send: Any = None
     error: BaseException | None = None
@@ -274,7 +291,7 @@ async def _drive_async(plan: _Plan) -> Any:
         send, error = None, None
         try:
             if isinstance(need, _Io):
-                send = await asyncio.to_thread(need.call)
+                send = await asyncio.get_running_loop().run_in_executor(_io_executor(), need.call)
             else:
                 send = need.fn()
                 if inspect.isawaitable(send):
