@@ -279,3 +279,21 @@ def test_a_sleep_of_no_finite_length_is_refused(memory_driver, registry, duratio
     pacer = Pacer(make_worker(memory_driver, registry))
     pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
     assert codes == ["X_INVALID_OPTION"]
+
+
+def test_run_until_idle_moves_the_clock_through_a_sleep_and_inline_bodies_have_no_steps(registry):
+    from xjobs import testing
+
+    def body(ctx, i):
+        ctx.step.sleep("a day", "1d")
+        ctx.step.run("after", lambda: None)
+    handle = declare(registry, body, name="day_sleeper")
+    with testing.memory_queue() as queue:
+        job_id = handle.enqueue({"n": 1}).id
+        summary = testing.run_until_idle("q", registry=registry, with_scheduled=True)
+        assert summary.jobs == {"day_sleeper": {"suspended": 1, "completed": 1}}
+        assert summary.advanced_ms >= 86_400_000
+        assert queue.job_get(job_id).attempt == 1
+    with pytest.raises(xjobs.XJobsError) as err:
+        testing.run_inline(handle, {"n": 1})
+    assert err.value.code == "X_NOT_CONFIGURED"

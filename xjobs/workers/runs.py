@@ -65,8 +65,10 @@ class RunTable:
         return [r for r in self.held.values() if not r.settled]
 
     def renewable(self) -> list[Run]:
-        # a run whose transaction already completed the job holds nothing left to renew
-        return [r for r in self.held.values() if not r.settled and not r.ctx.completed_in_transaction]
+        # a run whose transaction completed the job, or whose step parked it, holds nothing
+        # left to renew (a renewal would only find the job gone and call it a lost lease)
+        return [r for r in self.held.values() if not r.settled and not r.ctx.completed_in_transaction
+                and not r.ctx.fence.parked]
 
     def running_given_up(self) -> bool:
         """Whether a body this worker gave up on (timed out, lease lost) still runs."""
