@@ -2,25 +2,30 @@
 
 Hypothesis drives enqueue (with duplicate keys, delays, priorities, dedupe windows), claim
 (ordinary and alone), ack, nack (retry, dead, park, not counting), heartbeat, progress,
-cancel, requeue, bulk requeue and cancel, rescue, release (crashed or not), pause, prune and
-the clock;
-after every step both drivers must hold the same rows. The Postgres tables are truncated with
-``restart identity`` between examples, so job ids line up and are compared as they are; only
-lease tokens differ (each driver draws its own), so a lease is the pair of them.
+cancel, requeue, bulk requeue and cancel, rescue, release (crashed or not), pause, prune,
+durable steps (put, sleep, wait, retry from a step, list; and ``work``, a worker's turn that
+replays a job's body of steps), events (send, prune), wake and the clock; after every step
+both drivers must hold the same rows. The Postgres tables are truncated with ``restart
+identity`` between examples, so job and event ids line up and are compared as they are; only
+lease tokens differ (each driver draws its own), so a lease is the pair of them. A step's
+``seq`` is compared by its order only: it orders a job's steps, and Postgres draws it from an
+identity that an ``on conflict`` insert consumes too, so its values have gaps.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import orjson
 import psycopg
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, invariant, multiple, rule,
-                                 run_state_machine_as_test)
+from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, multiple,
+                                 rule, run_state_machine_as_test)
 
-from xjobs.drivers.base import Dispatch, Lease, ListFilter, Nack, NewJob, Progress, TenantRoom
+from xjobs.drivers.base import (Dispatch, Lease, ListFilter, Nack, NewEvent, NewJob, Progress,
+                                StepResult, StepSleep, StepWait, TenantRoom)
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.errors import XJobsError
 from xjobs.payload import encode_payload
@@ -70,6 +75,39 @@ def _answer(call):
 
 
 HOLDERS = ("d1", "d2")
+# few names, so a later attempt reaches a step recorded earlier (or as another kind of step)
+STEP_NAMES = ("s1", "s2", "s3")
+EVENTS = ("e1", "e2")
+EVENT_KEYS = ("", "k1")
+VALUES = (None, 1, "x", {"b": [1, 2.5], "a": None})
+# what ``work`` runs of a job (picked by its id), as a body of ctx.step calls would: every
+# attempt replays it from the top; ("sleep", name, ms), ("wait", name, event, key, timeout, poll)
+BODIES = (
+    (("sleep", "s1", 0), ("wait", "s2", "e1", "k1", None, None), ("put", "s3")),
+    (("put", "s1"), ("sleep", "s2", 300), ("wait", "s3", "e1", "k1", 2000, None)),
+    (("wait", "s1", "e1", "", None, 300), ("sleep", "s2", 1500), ("put", "s3")),
+    (("put", "s1"), ("wait", "s2", "e2", "k1", 500, None)),
+)
+
+
+def _outcome(outcome) -> tuple:
+    return (outcome.done, outcome.value, _time(outcome.wake_at), outcome.timed_out, outcome.fenced)
+
+
+def _reopened(view) -> tuple:
+    return (_row(view), _steps(view.steps))
+
+
+def _log(log) -> tuple:
+    return (_time(log.now_ms), _steps(log.steps))
+
+
+def _steps(steps) -> list[tuple]:
+    """A job's steps as both drivers must agree on them: ``seq`` by its order only."""
+    seqs = [s.seq for s in steps]
+    assert seqs == sorted(set(seqs)), seqs
+    return [(s.name, s.kind, s.state, s.attempt, s.result, _time(s.started_at), _time(s.finished_at),
+             _time(s.wake_at), s.event, s.event_key, s.timed_out) for s in steps]
 
 
 def _claim_pair(mem, pg):
@@ -86,9 +124,18 @@ class DriverPair(RuleBasedStateMachine):
         self.pg, self.clock = pg, clock
         self.memory = MemoryDriver(clock=clock)
         self.enqueued = 0
+        self.started = 0
 
     def both(self, call):
         mem, pg = _answer(lambda: call(self.memory)), _answer(lambda: call(self.pg))
+        assert mem == pg
+        return mem
+
+    def both_held(self, lease, call):
+        """``call(driver, lease)`` on each driver with its own token of the pair."""
+        job_id, mem_token, pg_token = lease
+        mem = _answer(lambda: call(self.memory, Lease(job_id, mem_token)))
+        pg = _answer(lambda: call(self.pg, Lease(job_id, pg_token)))
         assert mem == pg
         return mem
 
@@ -258,6 +305,102 @@ class DriverPair(RuleBasedStateMachine):
         else:
             self.both(lambda d: d.slot_release(job, slot, holder))
 
+    @initialize()
+    def ready_jobs(self):
+        """A job in each queue to begin with, so a short example still has runs to step through."""
+        jobs = [NewJob(name="n1", queue=q, payload=encode_payload({"init": q}),
+                       idempotency_key=f"init:{q}", max_attempts=2) for q in QUEUES]
+        self.enqueued += len(jobs)
+        self.both(lambda d: d.job_enqueue(jobs))
+
+    @rule(target=leases, queue=st.sampled_from(QUEUES), worker=st.sampled_from(WORKERS))
+    def start(self, queue, worker):
+        """A fresh job, claimed at once: what the step verbs need is a run that holds its job
+        (the claim may hand out an older ready job of the queue instead; a lease all the same)."""
+        self.started += 1
+        job = NewJob(name="n1", queue=queue, payload=encode_payload({"run": self.started}),
+                     idempotency_key=f"run{self.started}", max_attempts=2)
+        self.enqueued += 1
+        self.both(lambda d: d.job_enqueue([job]))
+        mem = self.memory.job_claim([queue], 1, 3000, worker)
+        pg = self.pg.job_claim([queue], 1, 3000, worker)
+        return self.remember(mem, pg)
+
+    @rule(target=leases, queue=st.sampled_from(QUEUES), worker=st.sampled_from(WORKERS),
+          idle=st.sampled_from([0, 0, 300, 1500]))
+    def work(self, queue, worker, idle):
+        """One turn of a worker, ``idle`` ms after its last: wake due suspensions, claim one job
+        and run its body of steps until a step parks it (or the run lost its job), acking it
+        when the body is done."""
+        self.clock.advance(idle)
+        self.both(lambda d: d.job_wake(10))
+        mem = self.memory.job_claim([queue], 1, 3000, worker)
+        pg = self.pg.job_claim([queue], 1, 3000, worker)
+        claimed = self.remember(mem, pg)
+        for m, p in zip(mem, pg):
+            self.run_body((m.id, m.token, p.token), m.attempt)
+        return claimed
+
+    def run_body(self, lease, attempt):
+        """The job's body (``BODIES``) from the top, as attempt ``attempt``, on both drivers."""
+        for op in BODIES[lease[0] % len(BODIES)]:
+            if op[0] == "put":
+                result = StepResult(op[1], orjson.dumps({"job": lease[0], "step": op[1]}), attempt, 5)
+                self.both_held(lease, lambda d, held: d.step_put(held, result))
+                continue
+            if op[0] == "sleep":
+                sleep = StepSleep(op[1], op[2], attempt)
+                answer = self.both_held(lease, lambda d, held: _outcome(d.step_sleep(held, sleep)))
+            else:
+                wait = StepWait(*op[1:], attempt)
+                answer = self.both_held(lease, lambda d, held: _outcome(d.step_wait(held, wait)))
+            if answer[0] != "ok" or not answer[1][0]:
+                return                        # parked, fenced or refused: the run ends here
+        job_id, mem_token, pg_token = lease
+        assert self.memory.job_ack(job_id, mem_token) == self.pg.job_ack(job_id, pg_token)
+
+    @rule(lease=leases, name=st.sampled_from(STEP_NAMES), value=st.sampled_from(VALUES),
+          attempt=st.integers(1, 3), duration=st.sampled_from([0, 40]))
+    def step_put(self, lease, name, value, attempt, duration):
+        result = StepResult(name, orjson.dumps(value), attempt, duration)
+        self.both_held(lease, lambda d, held: d.step_put(held, result))
+
+    @rule(lease=leases, name=st.sampled_from(STEP_NAMES), duration=st.sampled_from([0, 300, 1500]),
+          attempt=st.integers(1, 3))
+    def step_sleep(self, lease, name, duration, attempt):
+        sleep = StepSleep(name, duration, attempt)
+        self.both_held(lease, lambda d, held: _outcome(d.step_sleep(held, sleep)))
+
+    @rule(lease=leases, name=st.sampled_from(STEP_NAMES), event=st.sampled_from(EVENTS),
+          key=st.sampled_from(EVENT_KEYS), timeout=st.sampled_from([None, 0, 500, 2000]),
+          poll=st.sampled_from([None, None, 300]), attempt=st.integers(1, 3))
+    def step_wait(self, lease, name, event, key, timeout, poll, attempt):
+        wait = StepWait(name, event, key, timeout, poll, attempt)
+        self.both_held(lease, lambda d, held: _outcome(d.step_wait(held, wait)))
+
+    @rule(event=st.sampled_from(EVENTS), key=st.sampled_from(EVENT_KEYS), value=st.sampled_from(VALUES))
+    def event_send(self, event, key, value):
+        sent = NewEvent(event, key, orjson.dumps(value))
+        self.both(lambda d: d.event_send(sent))
+
+    @rule(retention=st.sampled_from([0, 1000]), limit=st.integers(0, 3))
+    def event_prune(self, retention, limit):
+        self.both(lambda d: d.event_prune(retention, limit))
+
+    @rule(limit=st.integers(0, 4))
+    def wake(self, limit):
+        self.both(lambda d: d.job_wake(limit))
+
+    @rule(data=st.data(), name=st.sampled_from(STEP_NAMES))
+    def step_reopen(self, data, name):
+        job_id = data.draw(st.integers(1, self.enqueued + 1), label="job_id")
+        self.both(lambda d: _reopened(d.step_reopen(job_id, name)))
+
+    @rule(data=st.data())
+    def step_list(self, data):
+        job_id = data.draw(st.integers(1, self.enqueued + 1), label="job_id")
+        self.both(lambda d: _log(d.step_list(job_id)))
+
     @rule(ms=st.sampled_from([1, 250, 500, 1000, 2500]))
     def advance(self, ms):
         self.clock.advance(ms)
@@ -286,6 +429,7 @@ class DriverPair(RuleBasedStateMachine):
         for view in self.memory.job_list(ListFilter(limit=1000)):
             mem, pg = self.memory.job_get(view.id), self.pg.job_get(view.id)
             assert mem.payload == pg.payload
+            assert _steps(mem.steps) == _steps(pg.steps)
             assert [(_time(h["at"]), h["attempt"], h["outcome"], h["error"]) for h in mem.history] == \
                 [(_time(h["at"]), h["attempt"], h["outcome"], h["error"]) for h in pg.history]
 
@@ -296,7 +440,8 @@ def test_memory_and_postgres_drivers_agree(pg_driver, pg_dsn, clock):
             conn.execute(f"truncate {pg_driver.schema}.jobs, {pg_driver.schema}.job_history, "
                          f"{pg_driver.schema}.queues, {pg_driver.schema}.crashed_workers, "
                          f"{pg_driver.schema}.scheduler_leader, {pg_driver.schema}.scheduler_state, "
-                         f"{pg_driver.schema}.outbox, {pg_driver.schema}.job_slots restart identity")
+                         f"{pg_driver.schema}.outbox, {pg_driver.schema}.job_slots, "
+                         f"{pg_driver.schema}.job_steps, {pg_driver.schema}.events restart identity")
             return DriverPair(pg_driver, clock)
 
         run_state_machine_as_test(fresh_pair, settings=settings(
