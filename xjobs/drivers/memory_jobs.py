@@ -39,6 +39,7 @@ class MemoryTransaction:
     lease: Lease
     inserted: list[int] = field(default_factory=list)
     events: list[int] = field(default_factory=list)    # sent through it (memory_steps)
+    woken: list[tuple[int, float]] = field(default_factory=list)   # jobs its sends woke, and their run_at
 
 
 class IdleListener:
@@ -239,6 +240,11 @@ class MemoryJobs:
                     if (inserted := table.rows.get(job_id)) is not None:
                         table.forget(inserted)
                 table.forget_events(tx.events)
+                for job_id, run_at in tx.woken:   # a send that rolled back woke nobody
+                    row = table.rows.get(job_id)
+                    if row is not None and row.state == "ready":
+                        table.move(row, "suspended")
+                        row.run_at = run_at
             raise
 
     def listen(self) -> IdleListener:

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from ..errors import StepDuplicate
+from ..errors import InvalidOption, StepDuplicate
 from .backend import Outcome, StepReopen
 from .base import (LATEST_MS, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
                    StepResult, StepSleep, StepWait)
@@ -51,10 +51,11 @@ class MemorySteps:
             if table.held(lease.job_id, lease.token) is None:
                 return False
             steps = table.steps.setdefault(lease.job_id, {})
+            seq = table.take_seq()    # like the identity column: the attempted insert consumes one
             if step.name in steps:
                 return False
             at = table.now()
-            steps[step.name] = StepRow(step.name, "run", "completed", table.take_seq(), step.attempt,
+            steps[step.name] = StepRow(step.name, "run", "completed", seq, step.attempt,
                                        ts(at - ts(step.duration_ms)), as_stored(step.result), at)
             return True
 
@@ -109,8 +110,9 @@ class MemorySteps:
                wake_in: float | None, event: str | None, key: str | None) -> StepRow:
         steps = self._table.steps.setdefault(row.id, {})
         step = steps.get(name)
+        seq = self._table.take_seq()    # the insert is attempted every time, found or not
         if step is None:
-            step = steps[name] = StepRow(name, kind, state, self._table.take_seq(), attempt, at,
+            step = steps[name] = StepRow(name, kind, state, seq, attempt, at,
                                          wake_at=None if wake_in is None else plus(at, wake_in),
                                          event=event, event_key=key)
         return step
@@ -153,8 +155,11 @@ class MemorySteps:
     # -- events -------------------------------------------------------------------------------
 
     def send(self, event: NewEvent, conn: Any) -> SentEvent:
-        """``event_lock`` and ``event_send``: store it, wake every job parked on it."""
+        """``event_lock`` and ``event_send``: store it, wake every job parked on it. Through a
+        transaction of this driver, both are undone if it rolls back."""
         table = self._table
+        if conn is not None and not (isinstance(conn, MemoryTransaction) and conn.table is table):
+            raise InvalidOption("conn", "the memory driver joins only a transaction from its own job_transaction()")
         with table.lock:
             at = table.now()
             event_id = table.take_event_id()
@@ -167,11 +172,13 @@ class MemorySteps:
                     continue
                 if any(s.state == "waiting" and s.event == event.name and s.event_key == event.key
                        for s in steps.values()):
+                    if conn is not None:
+                        conn.woken.append((row.id, row.run_at))
                     table.move(row, "ready")
                     row.run_at = at
                     woken += 1
-        if isinstance(conn, MemoryTransaction):
-            conn.events.append(event_id)
+            if conn is not None:
+                conn.events.append(event_id)
         return SentEvent(event_id, woken)
 
     def prune(self, retention_ms: float, limit: int) -> int:
