@@ -768,3 +768,12 @@ def test_a_wait_finds_its_event_with_one_index_probe(pg_driver):
     _, lease = run(pg_driver)
     send(pg_driver, "e7", "k7", "later")
     assert wait(pg_driver, lease, "w", "e7", "k7").value == {}     # the first of (e7, k7) stored
+
+
+def test_a_parked_job_is_counted_suspended_and_never_in_the_depth(driver, clock):
+    job_id, lease = run(driver)
+    assert not sleep(driver, lease, "nap", 60_000).done
+    clock.advance(1)
+    assert driver.queue_summary().get("default") is None or driver.queue_summary()["default"].depth == 0
+    assert driver.queue_counts()["default"].get("suspended") == 1
+    assert driver.queue_counts()["default"].get("ready", 0) == 0
