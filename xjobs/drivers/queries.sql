@@ -833,12 +833,20 @@ with sent as (
     insert into {schema}.events (name, key, payload, sent_at)
     values (%(name)s, %(key)s, %(payload)s::jsonb, {now})
     returning id
+), parked as (
+    -- locked in id order, as every statement that locks several job rows does: no deadlock
+    -- with a bulk cancel that takes the same rows
+    select j.id from {schema}.jobs j
+    join {schema}.job_steps s on s.job_id = j.id
+    where s.state = 'waiting' and s.event = %(name)s and s.event_key = %(key)s
+      and j.state = 'suspended'
+    order by j.id
+    for update of j
 ), woken as (
     update {schema}.jobs j
     set state = 'ready', run_at = {now}
-    from {schema}.job_steps s
-    where s.state = 'waiting' and s.event = %(name)s and s.event_key = %(key)s
-      and j.id = s.job_id and j.state = 'suspended'
+    from parked
+    where j.id = parked.id and j.state = 'suspended'
     returning j.id, j.queue
 ), notified as (
     select pg_notify(%(channel)s, q.queue) from (select distinct queue from woken) as q
