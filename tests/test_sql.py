@@ -98,6 +98,7 @@ PARAMS: dict[str, tuple[str, object]] = {
     "duration": ("float8", 5.0),
     "wake_in": ("float8", 1000.0),
     "wake": ("float8", 1_800_000_000_000.0),
+    "poll": ("float8", None),
     "timed_out": ("bool", False),
     "event": ("text", None),
     "key": ("text", "o-1"),

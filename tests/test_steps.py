@@ -162,13 +162,17 @@ def test_a_sleep_parks_without_an_attempt_and_wakes_on_the_database_clock(driver
 
 
 def test_waits_get_events_sent_before_during_and_by_key(driver, registry, clock):
+    """A wait takes the first event of its key sent since its job was enqueued: before the
+    wait began or while it was parked; one from before the job existed is not its."""
     got: dict = {}
 
     def body(ctx, i):
         got[i["n"]] = ctx.step.wait_for_event("paid", "order.paid", key=f"o-{i['n']}", timeout="1h")
     handle = declare(registry, body, name="waiter")
-    xjobs.send_event("order.paid", key="o-1", payload={"amount": 1}, driver=driver)   # before
+    xjobs.send_event("order.paid", key="o-3", payload={"stale": True}, driver=driver)  # before job 3 existed
+    clock.advance(1)
     first, second, late = enqueue(handle, driver, 1), enqueue(handle, driver, 2), enqueue(handle, driver, 3)
+    xjobs.send_event("order.paid", key="o-1", payload={"amount": 1}, driver=driver)   # before the wait
     pacer = Pacer(make_worker(driver, registry))
     pacer.until(lambda: pacer.totals()["completed"] == 1 and pacer.totals()["suspended"] == 2, advance_ms=100)
     assert got == {1: {"amount": 1}}
@@ -178,7 +182,7 @@ def test_waits_get_events_sent_before_during_and_by_key(driver, registry, clock)
     assert got == {1: {"amount": 1}, 2: {"amount": 2}}
     clock.advance(3_600_001)            # the third one's timeout
     pacer.until(lambda: pacer.totals()["completed"] == 3, advance_ms=300)
-    assert got[3] is None and steps_of(driver, late)["paid"].timed_out
+    assert got[3] is None and steps_of(driver, late)["paid"].timed_out   # the stale event is not its
     assert pacer.totals()["steps_delivered"] == 2 and pacer.totals()["steps_timed_out"] == 1
     assert [driver.job_get(j).attempt for j in (first, second, late)] == [1, 1, 1]
 
@@ -213,6 +217,9 @@ def test_a_run_that_lost_its_job_mid_step_writes_nothing(driver, registry, clock
     pacer.until(lambda: "refused" in outcome, advance_ms=100)
     assert outcome == {"refused": "X_ABORTED"}
     assert list(steps_of(driver, job_id)) == ["first"]
+    if how == "cancelled":   # counted as the operator's cancel, not as a lost lease
+        pacer.until(lambda: pacer.totals()["cancelled"] == 1, advance_ms=100)
+        assert pacer.totals()["lease_lost"] == 0
 
 
 def test_a_step_timeout_cancels_the_step_then_fails_the_attempt(driver, registry):
@@ -297,3 +304,30 @@ def test_run_until_idle_moves_the_clock_through_a_sleep_and_inline_bodies_have_n
     with pytest.raises(xjobs.XJobsError) as err:
         testing.run_inline(handle, {"n": 1})
     assert err.value.code == "X_NOT_CONFIGURED"
+
+
+def test_after_its_transaction_completed_the_job_a_run_writes_no_step(driver, registry):
+    outcome = {}
+
+    def body(ctx, i):
+        with ctx.transaction():
+            pass
+        try:
+            ctx.step.run("late", lambda: 1)
+        except Aborted as exc:
+            outcome["cause"] = exc.details["cause"]
+    job_id = enqueue(declare(registry, body, name="done_early"), driver)
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
+    assert outcome == {"cause": "X_JOB_COMPLETED"} and driver.step_list(job_id).steps == ()
+    assert pacer.totals()["lease_lost"] == 0
+
+
+def test_send_event_refuses_what_a_wait_could_not_tell_from_a_timeout(memory_driver):
+    with pytest.raises(xjobs.XJobsError) as err:
+        xjobs.send_event("order.paid", key="o-1", payload=None, driver=memory_driver)
+    assert err.value.code == "X_PAYLOAD_INVALID"
+    for bad in ("", "a\x00b", "x" * 300):
+        with pytest.raises(InvalidOption):
+            xjobs.send_event(bad, driver=memory_driver)
+    assert xjobs.send_event("order.paid", driver=memory_driver).woken == 0   # payload {} by default

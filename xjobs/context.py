@@ -89,16 +89,24 @@ class Fence:
     ``ctx.transaction()``. Refused with ``X_ABORTED`` once the run's signal is set (the
     first reason stays in ``err.details["cause"]``); a write the database refused (the job is
     no longer running under this claim) sets the signal and is refused the same way, which is
-    what unwinds a body that ignores its signal. ``parked``: a sleep or a wait suspended the
-    job, so nothing of this run is written any more and its settlement writes nothing."""
+    what unwinds a body that ignores its signal.
 
-    __slots__ = ("_signal", "parked")
+    Flags the worker reads: ``refused`` (the database refused a write: the job was cancelled
+    or taken back), ``parking`` (a sleep or a wait is suspending the job: its lease is not
+    renewed any more, and the job leaving ``running`` is not a lost lease), ``parked`` (it
+    did: the run settles as suspended and writes nothing) and ``completed`` (its
+    ``ctx.transaction()`` completed the job: nothing more may be written for it)."""
+
+    __slots__ = ("_signal", "refused", "parking", "parked", "completed")
 
     def __init__(self, signal: RunSignal) -> None:
         self._signal = signal
-        self.parked = False
+        self.refused = self.parking = self.parked = self.completed = False
 
     def check(self) -> None:
+        if self.completed:
+            raise Aborted("the job was completed by ctx.transaction(); the run writes nothing more",
+                          code="X_ABORTED", cause="X_JOB_COMPLETED")
         self._signal.raise_if_set()
 
     def write(self, what: str, call: Callable[[], T], accepted: Callable[[T], bool] = bool) -> T:
@@ -109,6 +117,7 @@ class Fence:
         return answer
 
     def refuse(self, what: str) -> NoReturn:
+        self.refused = True
         self._signal.abort(LEASE_LOST, f"{what}: the job is no longer held by this run "
                                        "(cancelled, rescued or handed back); nothing was written")
         raise Aborted(f"{what}: {self._signal.reason}", code="X_ABORTED", cause=self._signal.code)
@@ -216,7 +225,7 @@ class Ctx:
                 yield conn
         except LeaseLost:
             self.fence.refuse("ctx.transaction()")
-        self.completed_in_transaction = True
+        self.completed_in_transaction = self.fence.completed = True
 
     def __repr__(self) -> str:
         return f"<Ctx job={self.name}#{self.job_id} attempt={self.attempt} queue={self.queue}>"

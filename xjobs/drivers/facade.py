@@ -163,7 +163,7 @@ class CheckedDriver:
         view = self._operator.get(job_id)
         if view is None:
             raise JobNotFound(f"no job with id {job_id}")
-        return replace(view, steps=self._steps.list(job_id).steps)
+        return replace(view, steps=self._steps.list(job_id, for_run=False).steps)
 
     def job_dead(self, limit: int = 50) -> list[JobView]:
         return self.job_list(ListFilter(state="dead", limit=limit))

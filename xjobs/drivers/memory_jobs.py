@@ -39,7 +39,8 @@ class MemoryTransaction:
     lease: Lease
     inserted: list[int] = field(default_factory=list)
     events: list[int] = field(default_factory=list)    # sent through it (memory_steps)
-    woken: list[tuple[int, float]] = field(default_factory=list)   # jobs its sends woke, and their run_at
+    # jobs its sends woke: id, run_at before, the waits it completed
+    woken: list[tuple[int, float, list[str]]] = field(default_factory=list)
 
 
 class IdleListener:
@@ -240,11 +241,15 @@ class MemoryJobs:
                     if (inserted := table.rows.get(job_id)) is not None:
                         table.forget(inserted)
                 table.forget_events(tx.events)
-                for job_id, run_at in tx.woken:   # a send that rolled back woke nobody
+                for job_id, run_at, names in tx.woken:   # a send that rolled back woke nobody
                     row = table.rows.get(job_id)
                     if row is not None and row.state == "ready":
                         table.move(row, "suspended")
                         row.run_at = run_at
+                    for name in names:
+                        step = table.steps.get(job_id, {}).get(name)
+                        if step is not None:
+                            step.state, step.result, step.finished_at = "waiting", None, None
             raise
 
     def listen(self) -> IdleListener:

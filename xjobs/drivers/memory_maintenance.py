@@ -46,12 +46,28 @@ class MemoryMaintenance:
                     error=(f"lease expired, held by {holder}" if alone else
                            f"lease expired beside other jobs of {holder}; attempt not counted, runs alone next"),
                     outcome="lapsed" if alone else "quarantined")
-            return len(lapsed) + self._wake_locked(limit, at)
+            return len(lapsed) + self._wake_locked(limit, at) + self._wake_delivered_locked(limit)
 
     def wake(self, limit: int) -> int:
         """``job_wake_due``: due suspensions back to ready."""
         with self._table.lock:
             return self._wake_locked(limit, self._table.now())
+
+    def _wake_delivered_locked(self, limit: int) -> int:
+        """``job_wake_delivered``: parked waits whose event is stored go back to ready."""
+        table = self._table
+        woken = 0
+        for job_id in sorted(table.steps):
+            row = table.rows.get(job_id)
+            if woken >= limit or row is None or row.state != "suspended":
+                continue
+            if any(s.state == "waiting" and s.event is not None and s.event_key is not None
+                   and table.first_event(s.event, s.event_key, row.created_at) is not None
+                   for s in table.steps[job_id].values()):
+                table.move(row, "ready")
+                row.run_at = table.now()
+                woken += 1
+        return woken
 
     def _wake_locked(self, limit: int, at: float) -> int:
         due = heapq.nsmallest(limit, (r for r in self._table.rows.values()

@@ -37,8 +37,8 @@ class MemorySteps:
     def __init__(self, table: MemoryTable) -> None:
         self._table = table
 
-    def list(self, job_id: int) -> StepLog:
-        """``step_list``."""
+    def list(self, job_id: int, for_run: bool = True) -> StepLog:
+        """``step_list`` (there is one lock, whoever reads)."""
         table = self._table
         with table.lock:
             steps = sorted(table.steps.get(job_id, {}).values(), key=lambda s: s.seq)
@@ -93,9 +93,8 @@ class MemorySteps:
                           else f"a wait for {step.event!r} key {step.event_key!r}")
             if step.state == "completed":
                 return StepOutcome(True, _decoded(step.result), step.wake_at, step.timed_out)
-            ids = table.events_by_key.get((wait.event, wait.key))
-            if ids:
-                payload = table.events[ids[0]][2]
+            payload = table.first_event(wait.event, wait.key, row.created_at)
+            if payload is not None:
                 self._complete(step, wait.attempt, at, payload, False)
                 return StepOutcome(True, orjson.loads(payload), step.wake_at)
             if step.wake_at is not None and step.wake_at <= at:
@@ -103,7 +102,7 @@ class MemorySteps:
                 return StepOutcome(True, None, step.wake_at, timed_out=True)
             wake = LATEST_MS if step.wake_at is None else step.wake_at
             if wait.poll_ms is not None:
-                wake = min(wake, at + wait.poll_ms)
+                wake = min(wake, plus(at, wait.poll_ms))
             return self._park(row, at, wake)
 
     def _begin(self, row: Row, name: str, kind: str, state: str, attempt: int, at: float,
@@ -130,7 +129,7 @@ class MemorySteps:
         row.run_at = ts(wake_at)
         row.lease_token = row.lease_expires_at = None
         table.record(row.id, at, row.attempt + 1, "suspended", None)
-        return StepOutcome(False, wake_at=wake_at)
+        return StepOutcome(False, wake_at=row.run_at)
 
     def reopen(self, job_id: int, name: str) -> StepReopen:
         """``step_reopen``: forget the step and every later one; the job runs again."""
@@ -166,17 +165,22 @@ class MemorySteps:
             table.events[event_id] = (event.name, event.key, as_stored(event.payload), at)
             table.events_by_key.setdefault((event.name, event.key), []).append(event_id)
             woken = 0
-            for job_id, steps in table.steps.items():
+            payload = table.events[event_id][2]
+            for job_id in sorted(table.steps):
                 row = table.rows.get(job_id)
                 if row is None or row.state != "suspended":
                     continue
-                if any(s.state == "waiting" and s.event == event.name and s.event_key == event.key
-                       for s in steps.values()):
-                    if conn is not None:
-                        conn.woken.append((row.id, row.run_at))
-                    table.move(row, "ready")
-                    row.run_at = at
-                    woken += 1
+                waiting = [s for s in table.steps[job_id].values()
+                           if s.state == "waiting" and s.event == event.name and s.event_key == event.key]
+                if not waiting:
+                    continue
+                if conn is not None:
+                    conn.woken.append((row.id, row.run_at, [s.name for s in waiting]))
+                for step in waiting:   # delivered: recorded here, whatever happens to the event
+                    self._complete(step, row.attempt + 1, at, payload, False)
+                table.move(row, "ready")
+                row.run_at = at
+                woken += 1
             if conn is not None:
                 conn.events.append(event_id)
         return SentEvent(event_id, woken)

@@ -205,6 +205,13 @@ class MemoryTable:
             if not windowed:
                 del self.windowed[row.namespace]
 
+    def first_event(self, name: str, key: str, since: float) -> bytes | None:
+        """``event_first``: the payload of the first event of (name, key) sent at or after
+        ``since`` (the waiting job's creation)."""
+        sent = [(self.events[i][3], i) for i in self.events_by_key.get((name, key), ())
+                if self.events[i][3] >= since]
+        return self.events[min(sent)[1]][2] if sent else None
+
     def forget_events(self, ids: list[int]) -> None:
         """Delete stored events (their retention passed, or their transaction rolled back)."""
         for event_id in ids:

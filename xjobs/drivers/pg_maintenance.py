@@ -18,12 +18,15 @@ class PgMaintenance:
         self._db = db
 
     def rescue(self, limit: int) -> int:
-        """``job_rescue_lapsed`` then ``job_wake_due``, each bounded by ``limit``."""
+        """``job_rescue_lapsed``, ``job_wake_due`` and ``job_wake_delivered``, each bounded by
+        ``limit``."""
         params = {**self._db.now(), "limit": limit}
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_rescue_lapsed"], params)
             moved = cur.fetchall()
             cur.execute(self._db.sql["job_wake_due"], params)
+            moved += cur.fetchall()
+            cur.execute(self._db.sql["job_wake_delivered"], params)
             moved += cur.fetchall()
             self._db.notify(cur, moved)
             return len(moved)

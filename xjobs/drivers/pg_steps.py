@@ -23,7 +23,7 @@ import orjson
 import psycopg
 from psycopg import errors as pg_errors
 
-from ..errors import StepDuplicate
+from ..errors import InvalidOption, StepDuplicate
 from .backend import Outcome, StepReopen
 from .base import (LATEST_MS, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
                    StepResult, StepSleep, StepWait)
@@ -45,8 +45,9 @@ class PgSteps:
     def _cursor(self) -> contextlib.AbstractContextManager[psycopg.Cursor]:
         return _body_cursor(self._db)
 
-    def list(self, job_id: int) -> StepLog:
-        with self._cursor() as cur:
+    def list(self, job_id: int, for_run: bool = True) -> StepLog:
+        """A run's read goes to the bodies' pool; an operator's (``job_get``) to the verbs'."""
+        with (self._cursor() if for_run else self._db.cursor()) as cur:
             cur.execute(self._db.sql["step_list"], {**self._db.now(), "id": job_id})
             rows = cur.fetchall()
         return StepLog(now_ms=rows[0][0], steps=tuple(record(r[1:]) for r in rows if r[1] is not None))
@@ -84,7 +85,8 @@ class PgSteps:
                 _mismatch(wait.name, kind if kind != "wait" else f"a wait for {event!r} key {key!r}")
             if status == "completed":
                 return StepOutcome(True, result, wake_at, timed_out)
-            cur.execute(self._db.sql["event_first"], {"name": wait.event, "key": wait.key})
+            cur.execute(self._db.sql["event_first"], {"name": wait.event, "key": wait.key,
+                                                      "id": lease.job_id})
             found = cur.fetchone()
             if found is not None:
                 self._complete(cur, lease, wait.name, wait.attempt, orjson.dumps(found[1]), False)
@@ -92,11 +94,7 @@ class PgSteps:
             if due:
                 self._complete(cur, lease, wait.name, wait.attempt, None, True)
                 return StepOutcome(True, None, wake_at, timed_out=True)
-            wake = LATEST_MS if wake_at is None else wake_at
-            if wait.poll_ms is not None:
-                cur.execute(self._db.sql["clock_now"], self._db.now())
-                wake = min(wake, first_row(cur)[0] + wait.poll_ms)
-            return self._park(cur, lease, wake)
+            return self._park(cur, lease, LATEST_MS if wake_at is None else wake_at, wait.poll_ms)
 
     def _own(self, cur: psycopg.Cursor, lease: Lease) -> bool:
         cur.execute(self._db.sql["step_own"], {"id": lease.job_id, "token": lease.token})
@@ -115,10 +113,12 @@ class PgSteps:
             **self._db.now(), "id": lease.job_id, "name": name, "attempt": attempt,
             "result": None if result is None else result.decode(), "timed_out": timed_out})
 
-    def _park(self, cur: psycopg.Cursor, lease: Lease, wake_at: float) -> StepOutcome:
+    def _park(self, cur: psycopg.Cursor, lease: Lease, wake_at: float,
+              poll_ms: float | None = None) -> StepOutcome:
         cur.execute(self._db.sql["step_park"], {**self._db.now(), "id": lease.job_id,
-                                                "token": lease.token, "wake": wake_at})
-        return StepOutcome(False, wake_at=wake_at, fenced=cur.fetchone() is None)
+                                                "token": lease.token, "wake": wake_at, "poll": poll_ms})
+        row = cur.fetchone()
+        return StepOutcome(False, wake_at=wake_at if row is None else row[0], fenced=row is None)
 
     def reopen(self, job_id: int, name: str) -> StepReopen:
         try:
@@ -139,13 +139,20 @@ class PgSteps:
     def send(self, event: NewEvent, conn: Any) -> SentEvent:
         params = {**self._db.now(), "name": event.name, "key": event.key,
                   "payload": event.payload.decode(), "channel": self._db.channel}
-        if conn is not None:   # the caller's transaction: the lock is held until it ends
-            return self._send(conn, params)
-        with self._db.connection() as own, own.transaction():
-            return self._send(own, params)
+        if conn is None:
+            with self._db.connection() as own:
+                return self._send(own, params)
+        level = getattr(conn, "isolation_level", None)
+        if level is not None and level != psycopg.IsolationLevel.READ_COMMITTED:
+            # its snapshot would not see a waiter that parked after the transaction began
+            raise InvalidOption("conn", f"send_event joins a read committed transaction only, "
+                                        f"got {level.name.lower().replace('_', ' ')}")
+        return self._send(conn, params)
 
     def _send(self, conn: Any, params: dict[str, Any]) -> SentEvent:
-        with self._db.cursor(conn) as cur:
+        # a transaction of its own on an autocommit connection (or a savepoint in the
+        # caller's): the lock must be held until the send's statement is committed
+        with conn.transaction(), self._db.cursor(conn) as cur:
             cur.execute(self._db.sql["event_lock"], params)
             cur.execute(self._db.sql["event_send"], params)
             row = first_row(cur)

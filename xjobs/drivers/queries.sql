@@ -798,50 +798,66 @@ where job_id = %(id)s and name = %(name)s
 returning job_id
 
 -- name: step_park
--- the job waits for its step: suspended until %(wake)s (epoch ms), its attempt given back (a
--- wait is not a failure and burns no attempt), no error recorded, its lease let go
+-- the job waits for its step: suspended until %(wake)s (epoch ms), or %(poll)s ms from now when
+-- that is sooner (a wait's event_poll), its attempt given back (a wait is not a failure and
+-- burns no attempt), no error recorded, its lease let go; answers when it wakes
 with parked as (
     update {schema}.jobs
     set state = 'suspended', attempt = greatest(attempt - 1, 0),
-        run_at = to_timestamp(%(wake)s / 1000.0), lease_token = null, lease_expires_at = null
+        run_at = least(to_timestamp(%(wake)s / 1000.0), {now} + %(poll)s * interval '1 millisecond'),
+        lease_token = null, lease_expires_at = null
     where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
-    returning id, attempt
+    returning id, attempt, run_at
+), logged as (
+    insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+    select parked.id, {now}, parked.attempt + 1, 'suspended', null::text
+    from parked
 )
-insert into {schema}.job_history (job_id, at, attempt, outcome, error)
-select parked.id, {now}, parked.attempt + 1, 'suspended', null::text
-from parked
-returning job_id
+select extract(epoch from parked.run_at)::float8 * 1000 from parked
 
 -- name: event_lock
 -- a send and a wait of one (name, key) take turns: a wait that finds no event parks before a
 -- send can look for waiters, so a send never misses a waiter that is about to park. A
--- transaction-scoped lock: released at commit or rollback, never carried by a pooled connection
-select pg_advisory_xact_lock(hashtextextended('xjobs.event:' || %(name)s || chr(31) || %(key)s, 0))
+-- transaction-scoped lock (released at commit or rollback, never carried by a pooled
+-- connection), keyed by schema too: two installs in one database never contend
+select pg_advisory_xact_lock(
+    hashtextextended('{schema}.event:' || %(name)s || chr(31) || %(key)s, 0))
 
 -- name: event_first
--- the first stored event of (name, key): one probe of events_lookup_idx
-select id, payload
-from {schema}.events
-where name = %(name)s and key = %(key)s
-order by id
+-- the first stored event of (name, key) sent since the job was created: one probe of
+-- events_lookup_idx (an older event of that name is somebody else's business)
+select e.id, e.payload
+from {schema}.events e
+where e.name = %(name)s and e.key = %(key)s
+  and e.sent_at >= (select created_at from {schema}.jobs where id = %(id)s)
+order by e.sent_at, e.id
 limit 1
 
 -- name: event_send
--- store the event and wake every job parked on it, in the sender's transaction (a rolled-back
--- send is never delivered); the woken queues are notified by the same transaction
+-- store the event, complete the waits parked on it with its payload (delivery is recorded
+-- here, so it does not depend on the event still being stored when the job runs) and wake
+-- those jobs, all in the sender's transaction: a rolled-back send is never delivered. The
+-- woken queues are notified by the same transaction
 with sent as (
     insert into {schema}.events (name, key, payload, sent_at)
     values (%(name)s, %(key)s, %(payload)s::jsonb, {now})
     returning id
 ), parked as (
-    -- locked in id order, as every statement that locks several job rows does: no deadlock
-    -- with a bulk cancel that takes the same rows
-    select j.id from {schema}.jobs j
+    -- locked in id order, as every statement that locks several job rows does
+    select j.id, j.attempt from {schema}.jobs j
     join {schema}.job_steps s on s.job_id = j.id
     where s.state = 'waiting' and s.event = %(name)s and s.event_key = %(key)s
       and j.state = 'suspended'
     order by j.id
     for update of j
+), delivered as (
+    update {schema}.job_steps s
+    set state = 'completed', result = %(payload)s::jsonb, finished_at = {now},
+        attempt = parked.attempt + 1
+    from parked
+    where s.job_id = parked.id and s.state = 'waiting' and s.event = %(name)s
+      and s.event_key = %(key)s
+    returning s.job_id
 ), woken as (
     update {schema}.jobs j
     set state = 'ready', run_at = {now}
@@ -851,7 +867,26 @@ with sent as (
 ), notified as (
     select pg_notify(%(channel)s, q.queue) from (select distinct queue from woken) as q
 )
-select (select id from sent), (select count(*) from woken), (select count(*) from notified)
+select (select id from sent), (select count(*) from woken), (select count(*) from notified),
+       (select count(*) from delivered)
+
+-- name: job_wake_delivered
+-- the safety net of the event bus: parked waits whose event is stored (a send whose snapshot
+-- could not see the park, or an event inserted by other means) go back to ready; their
+-- replay finds the event. Run on the rescue timer, bounded
+with due as (
+    select j.id from {schema}.jobs j
+    join {schema}.job_steps s on s.job_id = j.id and s.state = 'waiting'
+    where j.state = 'suspended'
+      and exists (select 1 from {schema}.events e
+                  where e.name = s.event and e.key = s.event_key and e.sent_at >= j.created_at)
+    order by j.id
+    limit %(limit)s
+    for update of j skip locked
+)
+update {schema}.jobs j set state = 'ready', run_at = {now}
+from due where j.id = due.id
+returning j.id, j.queue, j.state
 
 -- name: event_prune
 -- events past their retention, oldest first, in a bounded batch

@@ -300,7 +300,8 @@ class StepRecord:
 @dataclass(frozen=True, slots=True)
 class StepLog:
     """Every recorded step of one job in ``seq`` order, read in ONE statement at the start of
-    an attempt, and the database's now at that read (a replayed sleep compares on it)."""
+    an attempt, and the database's now at that read. Whether a sleep is over is decided by
+    ``step_sleep`` on the same clock, in the statement that acts on it, not from this reading."""
 
     now_ms: float
     steps: tuple[StepRecord, ...]

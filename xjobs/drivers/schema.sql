@@ -177,10 +177,10 @@ create table if not exists {schema}.job_steps (
 create index if not exists job_steps_waiting_idx on {schema}.job_steps (event, event_key)
     where state = 'waiting';
 
--- The event bus of step.wait_for_event: stored, so an event sent before its waiter starts
--- waiting is still delivered; kept for event_retention, pruned in bounded batches. A wait
--- reads the first event of its (name, key): one probe of events_lookup_idx however many
--- other events are stored.
+-- The event bus of step.wait_for_event: stored, so an event sent after a job was enqueued but
+-- before it started waiting is still delivered; kept for event_retention, pruned in bounded
+-- batches. A wait reads the first event of its (name, key) sent since its job was created:
+-- one probe of events_lookup_idx however many other events are stored.
 create table if not exists {schema}.events (
     id       bigint generated always as identity primary key,
     name     text        not null,
@@ -188,7 +188,7 @@ create table if not exists {schema}.events (
     payload  jsonb       not null,
     sent_at  timestamptz not null
 );
-create index if not exists events_lookup_idx on {schema}.events (name, key, id);
+create index if not exists events_lookup_idx on {schema}.events (name, key, sent_at, id);
 create index if not exists events_sent_idx on {schema}.events (sent_at);
 
 -- Staging wakes the relay at once instead of at its next poll.

@@ -12,8 +12,8 @@ The verdict, in order:
 
 1. the run was already settled (a timeout won the race)      -> ignore the late result
 2. a step parked the job (sleep, wait_for_event)             -> suspended, already written
-3. the lease is gone (cancelled, rescued, released)          -> write NOTHING
-4. the body committed ``ctx.transaction()``                  -> completed, already written
+3. the body committed ``ctx.transaction()``                  -> completed, already written
+4. the lease is gone (cancelled, rescued, released)          -> write NOTHING
 5. no error                                                  -> ack (batched)
 6. the signal said drained when the body returned           -> interrupted: back to ready
                                                                 now, the attempt given back
@@ -149,15 +149,16 @@ def settlement_for(run: Run, error: BaseException | None, timed_out: bool = Fals
         # a sleep or a wait suspended the job in the transaction that recorded the step: not a
         # failure, no attempt burned, nothing more to write
         return Settlement("suspended")
-    code = run.signal.code if timed_out else run.code_at_return
-    if code in (LEASE_LOST, CANCELLED):
-        # somebody else owns the row now (or an operator ended it): write nothing
-        return Settlement("cancelled" if code == CANCELLED else None)
     if run.ctx.completed_in_transaction:
+        # the job IS completed, whatever the run was told afterwards
         if error is not None:
             log.warning("job %s#%s raised after its transaction committed; it stays completed: %s",
                         run.job.name, run.job.id, describe(error))
         return Settlement("completed")
+    code = run.signal.code if timed_out else run.code_at_return
+    if code in (LEASE_LOST, CANCELLED):
+        # somebody else owns the row now (or an operator ended it): write nothing
+        return Settlement("cancelled" if code == CANCELLED else None)
     if error is None:
         return Settlement("completed", ack=True)
     if code == DRAINED and not timed_out:

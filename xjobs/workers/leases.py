@@ -94,7 +94,8 @@ class LeaseKeeper:
             log.warning("worker %s: lease renewal failed: %s", self._identity, exc)
             return
         for run in runs:
-            if run.settled or run.ctx.completed_in_transaction:
+            # a park that began while the renewal was in flight took the job out of running
+            if run.settled or run.ctx.completed_in_transaction or run.ctx.fence.parking:
                 continue
             if run.job.id in alive:
                 run.renewed_ms = now_ms

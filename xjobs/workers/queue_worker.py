@@ -327,7 +327,9 @@ class QueueWorker:
         """Hold a claimed job and answer its run, or settle it at once when nothing here can
         run it (answers None). Its body is not started: the caller submits it."""
         stale = self.runs.get(job.id)
-        if stale is not None:  # cancelled and retried, or rescued, and handed to us again
+        # cancelled and retried, or rescued, and handed to us again; or parked by its own step
+        # and woken already (that run settles as suspended when its body unwinds)
+        if stale is not None and not stale.ctx.fence.parking:
             self.leases.lost(stale, now_ms, "the job was handed out again")
         handle = self._handles.get(job.name)
         if handle is None:

@@ -68,7 +68,7 @@ class RunTable:
         # a run whose transaction completed the job, or whose step parked it, holds nothing
         # left to renew (a renewal would only find the job gone and call it a lost lease)
         return [r for r in self.held.values() if not r.settled and not r.ctx.completed_in_transaction
-                and not r.ctx.fence.parked]
+                and not r.ctx.fence.parking]
 
     def running_given_up(self) -> bool:
         """Whether a body this worker gave up on (timed out, lease lost) still runs."""

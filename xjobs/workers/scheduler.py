@@ -280,12 +280,15 @@ class Scheduler(RoleBase):
     def _maintain(self, now_ms: float) -> None:
         """The fleet's maintenance, on the leader only: its cost does not grow with the number
         of worker processes."""
-        try:
-            if now_ms >= self._next_wake:
-                # sleeps that ended and waits that timed out, on their own short timer: a sleep
-                # of 2 s must not wait for the next rescue sweep
-                self._next_wake = now_ms + self.settings.wake_ms
+        if now_ms >= self._next_wake:
+            # sleeps that ended and waits that timed out, on their own short timer: a sleep of
+            # 2 s must not wait for the next rescue sweep (and a failure here skips nothing else)
+            self._next_wake = now_ms + self.settings.wake_ms
+            try:
                 self.totals["woken"] += self.driver.job_wake(_SWEEP_LIMIT)
+            except Exception as exc:
+                log.warning("scheduler %s: waking due suspensions failed: %s", self.identity, exc)
+        try:
             if now_ms >= self._next_rescue:
                 self._next_rescue = now_ms + self.settings.rescue_ms
                 self.totals["sweeps"] += 1

@@ -74,6 +74,8 @@ class Settler:
                 nacks.append((run, outcome.nack))
             elif outcome.outcome is not None:
                 self._stats.outcome(run.job.name, outcome.outcome, run.seconds(now_ms))
+            elif run.ctx.fence.refused:
+                self._refused(run, now_ms)
             elif run.code_at_return == LEASE_LOST:
                 # the lease watch stopped it before the loop could look: the database may still
                 # honour the lease (a renewal slower than the window). Give the job back now,
@@ -95,17 +97,21 @@ class Settler:
         """Runs past their deadline, or past their running step's: cancel the body first, then
         fail the attempt (a timeout is the job's own failure even while draining: it follows
         the retry policy)."""
-        for run in [r for r in self._runs.held.values()
-                    if (due := r.due_ms()) is not None and now_ms >= due
-                    and not r.ctx.completed_in_transaction and not r.ctx.fence.parked]:
-            step_due = run.step_deadline_ms
+        for run in list(self._runs.held.values()):
+            if run.ctx.completed_in_transaction or run.ctx.fence.parked:
+                continue
+            # the body's thread arms and clears its step's ceiling: read it ONCE, and decide
+            # both whether the run is due and why from that one reading
+            step_due, run_due = run.step_deadline_ms, run.deadline_ms
             error: XJobsError
             if step_due is not None and now_ms >= step_due:
                 ceiling = run.handle.step_timeout_ms or 0.0
                 code, error = STEP_TIMED_OUT, StepTimeout(f"a step ran past step_timeout={ceiling:g}ms")
-            else:
+            elif run_due is not None and now_ms >= run_due:
                 ceiling = run.handle.timeout_ms or 0.0
                 code, error = TIMED_OUT, JobTimeout(f"timed out after {ceiling:g}ms")
+            else:
+                continue
             run.signal.abort(code, str(error))
             self._executor.cancel(run)  # cancel first, then fail the attempt
             self._stats.bump("timed_out")
@@ -145,6 +151,7 @@ class Settler:
         """Settle a run this worker lets go of without it failing: back to ready now, fenced
         on its lease, the attempt not counted."""
         self._runs.finish(run)
+        self._count_steps(run)
         self._write_nack(run, given_back(run, why), now_ms)
 
     def abandon(self, now_ms: float) -> None:
@@ -163,6 +170,7 @@ class Settler:
                     ", ".join(f"{r.job.name}#{r.job.id}" for r in abandoned[:20]))
         for run in abandoned:
             self._runs.finish(run)
+            self._count_steps(run)
             if run.ctx.completed_in_transaction:
                 continue
             error = (f"abandoned at the drain deadline of worker {self._identity}; "
@@ -170,6 +178,20 @@ class Settler:
             self._write_nack(run, Nack(run.job.id, run.job.token, error, self._settings.lease_ms,
                                        counts_as_attempt=False, outcome="interrupted"),
                              now_ms, abandoned=True)
+
+    def _refused(self, run: Run, now_ms: float) -> None:
+        """The database refused one of the run's writes: the job is not its own any more. An
+        operator's cancel is counted as such; anything else took the job back (a lost lease)."""
+        try:
+            state = self._driver.job_get(run.job.id).state
+        except Exception:
+            state = None
+        if state == "cancelled":
+            self._stats.outcome(run.job.name, "cancelled", run.seconds(now_ms))
+            return
+        self._stats.bump("lease_lost")
+        log.warning("worker %s: %s#%s no longer held its job (%s); nothing it wrote after that "
+                    "landed", self._identity, run.job.name, run.job.id, state or "state unknown")
 
     def _count_steps(self, run: Run) -> None:
         steps = run.ctx.steps_used

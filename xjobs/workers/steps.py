@@ -204,12 +204,21 @@ class StepRunner:
         if recorded.kind != kind:
             raise StepDuplicate(f"step {name!r} was recorded as a {recorded.kind}; a step name "
                                 "means one step")
-        self.counts["replayed"] += 1
+        # a wait completed by its event's send for THIS attempt to pick up is a delivery
+        delivered = kind == "wait" and recorded.attempt == self._attempt and not recorded.timed_out
+        self.counts["delivered" if delivered else "replayed"] += 1
         return recorded
 
     def _park(self, name: str, write: Callable[[], StepOutcome]) -> StepOutcome:
-        """A sleep's or a wait's one transaction, through the fence (a park raises below)."""
-        return self._fence.write(f"step {name!r}", write, lambda outcome: not outcome.fenced)
+        """A sleep's or a wait's one transaction, through the fence (a park raises below).
+        ``parking`` is raised first: from the moment the transaction may suspend the job, the
+        worker neither renews the lease nor takes the job leaving ``running`` for a loss."""
+        self._fence.check()
+        self._fence.parking = True
+        outcome = self._fence.write(f"step {name!r}", write, lambda outcome: not outcome.fenced)
+        if outcome.done:
+            self._fence.parking = False
+        return outcome
 
     def _settled(self, name: str, kind: str, outcome: StepOutcome) -> None:
         if not outcome.done:
