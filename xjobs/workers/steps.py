@@ -196,14 +196,11 @@ class StepRunner:
             log: StepLog = yield _Io(lambda: self._store.step_list(self._lease.job_id))
             self._recorded = {step.name: step for step in log.steps}
         recorded = self._recorded.get(name)
-        if recorded is None or recorded.state != "completed":
-            if recorded is not None and recorded.kind != kind:
-                raise StepDuplicate(f"step {name!r} was recorded as a {recorded.kind}; a step name "
-                                    "means one step")
-            return None
-        if recorded.kind != kind:
+        if recorded is not None and recorded.kind != kind:   # the body changed between attempts
             raise StepDuplicate(f"step {name!r} was recorded as a {recorded.kind}; a step name "
                                 "means one step")
+        if recorded is None or recorded.state != "completed":
+            return None     # never reached, or a sleep or a wait that is not over yet
         # a wait completed by its event's send for THIS attempt to pick up is a delivery
         delivered = kind == "wait" and recorded.attempt == self._attempt and not recorded.timed_out
         self.counts["delivered" if delivered else "replayed"] += 1
