@@ -33,6 +33,7 @@ CANCELLED = "X_JOB_CANCELLED"
 SLOT_LOST = "X_JOB_SLOT_LOST"
 STEP_TIMED_OUT = "X_STEP_TIMEOUT"
 SETTLED = "X_JOB_SETTLED"     # set once the run is settled: a leftover thread writes nothing
+PARKED = "X_JOB_PARKED"       # set once a step parked the job: the run writes nothing more
 
 _log = logging.getLogger("xjobs.job")
 
@@ -126,8 +127,6 @@ class Fence:
         self.parked = True
         self._signal.abort(PARKED, "the job is parked until its step is due")
 
-
-PARKED = "X_JOB_PARKED"
 
 
 class Ctx:
