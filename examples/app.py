@@ -1,7 +1,9 @@
-"""A small example application: two queues, a retrying job and a transactional one.
+"""A small example application: two queues, a retrying job, a long one, an async one and a
+durable workflow with steps.
 
     xjobsd run --app examples.app
     xjobsd enqueue welcome --app examples.app --input '{"user_id": 1, "org_id": "acme"}'
+    xjobsd enqueue onboard --app examples.app --input '{"user_id": 1, "org_id": "acme"}'
 """
 
 from __future__ import annotations
@@ -36,3 +38,15 @@ def build_report(ctx, input):
 async def tick(ctx, input):
     """An async body: runs on the worker's event loop instead of a thread."""
     ctx.log.info("tick %s at %.3f", input["n"], time.time())
+
+
+@job(queue="default", idempotency_key=lambda i: f"onboard:{i['user_id']}", tenant=lambda i: i["org_id"],
+     step_timeout="10s")
+def onboard(ctx, input):
+    """A durable workflow: each step runs once per job, the sleep holds no worker, and the
+    wait ends when ``xjobs.send_event("trial.converted", key=str(user_id), ...)`` is sent."""
+    account = ctx.step.run("create account", lambda: {"user": input["user_id"], "plan": "trial"})
+    ctx.step.sleep("let them look around", "5s")
+    converted = ctx.step.wait_for_event("converted", "trial.converted", key=str(input["user_id"]),
+                                        timeout="30s")
+    ctx.log.info("user %s %s", account["user"], "converted" if converted else "did not convert yet")
