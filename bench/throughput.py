@@ -176,7 +176,8 @@ def bench_outbox(dsn: str, jobs: int) -> tuple[float, float]:
     relay = OutboxRelay(driver=PostgresDriver(dsn, schema=schema), identity="bench-relay", batch=1_000)
     relay.initialize()
     started = time.perf_counter()
-    relay.publish()
+    while relay.publish() == 0.0:    # a pass yields every second while a backlog is left
+        pass
     publish_rate = jobs / (time.perf_counter() - started)
     relay.close()
     published, pending = relay.stats()["published"], driver.outbox_summary().pending
