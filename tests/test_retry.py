@@ -60,3 +60,83 @@ def test_duration_units(value, unit):
     expected = float(f"{value:.3f}") * factor
     if expected <= 10 * 365 * 86_400_000:
         assert duration_ms(text, "x") == expected
+
+
+def test_the_default_policy_is_durable_api():
+    from xjobs import DEFAULT_RETRY, retry_schedule
+    assert (DEFAULT_RETRY.attempts, DEFAULT_RETRY.delay_ms, DEFAULT_RETRY.max_delay_ms,
+            DEFAULT_RETRY.backoff, DEFAULT_RETRY.jitter) == (5, 1000.0, 600_000.0, "exponential", True)
+    assert retry_schedule(DEFAULT_RETRY) == [(0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, 8.0)]
+    assert retry_schedule(Retry(attempts=4, delay="1m", max_delay="90s", jitter=False)) == [
+        (60.0, 60.0), (90.0, 90.0), (90.0, 90.0)]
+    assert retry_schedule(Retry(attempts=1)) == []
+
+
+class Upstream(Exception):
+    pass
+
+
+class RateLimited(Upstream):
+    pass
+
+
+class Invalid(ValueError):
+    pass
+
+
+def test_exceptions_you_did_not_write_are_classified_by_the_job():
+    policy = Retry(attempts=5, delay=0, jitter=False)
+
+    def verdict(error, **kw):
+        return decide(policy, 1, 5, error, **kw)
+    assert verdict(Invalid("x"), terminal_on=(ValueError,)).dead
+    assert "terminal_on" in verdict(Invalid("x"), terminal_on=(ValueError,)).reason
+    assert not verdict(KeyError("x"), terminal_on=(ValueError,)).dead          # not listed: the policy
+    # only what retry_on lists is retried
+    assert not verdict(RateLimited(), retry_on=(Upstream,)).dead
+    assert "not in retry_on" in verdict(KeyError("x"), retry_on=(Upstream,)).reason
+    # both match: the nearer class in the error's MRO decides
+    assert not verdict(RateLimited(), terminal_on=(Upstream,), retry_on=(RateLimited,)).dead
+    assert verdict(RateLimited(), terminal_on=(RateLimited,), retry_on=(Upstream,)).dead
+    # the explicit ones still win
+    assert verdict(Terminal("stop"), retry_on=(Exception,)).dead
+    assert not verdict(RetryAfter(3), terminal_on=(RetryAfter,)).dead
+    assert verdict(RetryAfter(3), terminal_on=(RetryAfter,)).delay_ms == 3000.0
+
+
+def test_job_refuses_what_is_not_an_exception_class():
+    import pytest
+
+    import xjobs
+    from xjobs.errors import InvalidOption
+    registry = xjobs.Registry()
+    for bad in ("ValueError", (ValueError, 3), (int,), 42):
+        with pytest.raises(InvalidOption):
+            xjobs.job(idempotency_key=str, tenant="none", registry=registry, terminal_on=bad)(lambda c, i: None)
+    with pytest.raises(InvalidOption):
+        xjobs.job(idempotency_key=str, tenant="none", registry=registry, retry_on=(KeyError,),
+                  terminal_on=(KeyError,))(lambda c, i: None)
+    handle = xjobs.job(idempotency_key=str, tenant="none", registry=registry, name="one",
+                       terminal_on=ValueError)(lambda c, i: None)
+    assert handle.terminal_on == (ValueError,) and handle.retry_on == ()
+
+
+def test_one_curve_and_jitter_in_the_package():
+    """The backoff curve (a power of two with a variable exponent) and its jitter (a random
+    draw) live in retry.py; a second copy anywhere else would drift from it."""
+    import ast
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parent.parent / "xjobs"
+    copies = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "retry.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            curve = (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow)
+                     and isinstance(node.left, ast.Constant) and node.left.value in (2, 2.0)
+                     and not isinstance(node.right, ast.Constant))
+            draw = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("random", "uniform", "expovariate"))
+            if curve or draw:
+                copies.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert copies == [], f"a second curve or jitter: {copies}; use xjobs.retry.Retry"

@@ -74,6 +74,18 @@ def test_terminal_dead_letters_at_once(driver, registry):
     assert "Terminal: bad card" in view.last_error and "terminal error" in view.last_error
 
 
+def test_a_third_party_error_the_job_lists_as_terminal_dead_letters_at_once(driver, registry):
+    def strict(ctx, i):
+        raise KeyError("missing field") if i["n"] == 1 else ValueError("bad input")
+    handle = declare(registry, strict, name="strict", retry=xjobs.Retry(attempts=5, delay=0),
+                     terminal_on=(ValueError,))
+    retried, dead = enqueue(handle, driver, {"n": 1}), enqueue(handle, driver, {"n": 2})
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: pacer.totals()["dead"] == 1 and pacer.totals()["retried"] >= 1)
+    assert driver.job_get(dead[0]).attempt == 1 and "terminal_on" in driver.job_get(dead[0]).last_error
+    assert driver.job_get(retried[0]).state in ("ready", "running")   # a KeyError follows the policy
+
+
 def test_retry_after_is_clamped_by_the_policy(driver, registry, clock):
     def later(ctx, i):
         raise RetryAfter(i["s"])

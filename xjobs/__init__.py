@@ -5,10 +5,10 @@ from .drivers.base import Enqueued
 from .errors import RetryAfter, StepSuspension, Terminal, XJobsError
 from .events import send_event
 from .registry import REGISTRY, JobHandle, Registry, job
-from .retry import Retry
+from .retry import DEFAULT_RETRY, Retry, retry_schedule
 from .tasks import TaskHandle, task
 
-__all__ = ["Enqueued", "JobHandle", "REGISTRY", "Registry", "Retry", "RetryAfter", "Settings",
+__all__ = ["DEFAULT_RETRY", "Enqueued", "JobHandle", "REGISTRY", "Registry", "Retry", "RetryAfter", "Settings",
            "StepSuspension", "TaskHandle", "Terminal", "XJobsError", "configure", "current_driver", "job",
-           "load_settings", "send_event", "task"]
+           "load_settings", "retry_schedule", "send_event", "task"]
 __version__ = "0.1.0"

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 from .errors import (DuplicateJob, IdempotencyKeyRequired, InvalidOption, PayloadInvalid,
                      TenantRequired, UnknownJob)
 from .options import duration_ms, finite_count, plain_name
-from .retry import DEFAULT_RETRY, Retry
+from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
 
 _MAX_KEY = 1024
 NO_TENANT = "none"
@@ -34,7 +34,8 @@ class JobHandle:
                  idempotency_key: Callable[[Any], str], tenant: Any, retry: Retry,
                  timeout_ms: float | None, concurrency: int | None, priority: int,
                  dedupe_window_ms: float | None = None, step_timeout_ms: float | None = None,
-                 event_poll_ms: float | None = None) -> None:
+                 event_poll_ms: float | None = None, retry_on: ErrorTypes = (),
+                 terminal_on: ErrorTypes = ()) -> None:
         self.fn = fn
         self.name = name
         self.queue = queue
@@ -48,6 +49,8 @@ class JobHandle:
         self.dedupe_window_ms = dedupe_window_ms
         self.step_timeout_ms = step_timeout_ms    # the ceiling of each ctx.step.run call
         self.event_poll_ms = event_poll_ms        # a parked wait looks again at least this often
+        self.retry_on = retry_on                  # exception types: only these retry (when given)
+        self.terminal_on = terminal_on            # exception types that dead-letter at once
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -167,15 +170,16 @@ _MISSING = object()
 def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any = _MISSING,
         name: str | None = None, retry: Retry | None = None, timeout: object = None,
         concurrency: int | None = None, priority: int = 0, dedupe_window: object = None,
-        step_timeout: object = None, event_poll: object = None,
-        registry: Registry | None = None) -> Callable[[Callable[..., Any]], JobHandle]:
+        step_timeout: object = None, event_poll: object = None, retry_on: object = (),
+        terminal_on: object = (), registry: Registry | None = None) -> Callable[[Callable[..., Any]], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
     ``step_timeout``: the ceiling of each ``ctx.step.run`` call (the step is cancelled, then
     the attempt fails with ``X_STEP_TIMEOUT``). ``event_poll``: how often a job parked in
     ``ctx.step.wait_for_event`` looks for its event anyway (a send wakes it at once; this
     bounds how long an event inserted by other means goes unnoticed). Both must be positive
-    and finite when given."""
+    and finite when given. ``retry_on``/``terminal_on``: exception classes that decide retry or
+    dead letter for errors you did not write (see ``retry.decide``)."""
     queue = plain_name(queue, "queue")
     if idempotency_key is _MISSING or idempotency_key is None:
         raise IdempotencyKeyRequired("job(): idempotency_key is required, e.g. idempotency_key=lambda i: f\"order:{i['id']}\"")
@@ -198,6 +202,10 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     step_timeout_ms = (None if step_timeout is None else
                        duration_ms(step_timeout, "step_timeout", exclusive_minimum=True))
     event_poll_ms = None if event_poll is None else duration_ms(event_poll, "event_poll", exclusive_minimum=True)
+    retry_types = check_error_types(retry_on, "retry_on")
+    terminal_types = check_error_types(terminal_on, "terminal_on")
+    if set(retry_types) & set(terminal_types):
+        raise InvalidOption("retry_on", "a class cannot be in both retry_on and terminal_on")
     target = registry if registry is not None else REGISTRY
 
     def declare(fn: Callable[..., Any]) -> JobHandle:
@@ -208,7 +216,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
                            tenant=tenant, retry=retry, timeout_ms=timeout_ms,
                            concurrency=concurrency, priority=priority,
                            dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
-                           event_poll_ms=event_poll_ms)
+                           event_poll_ms=event_poll_ms, retry_on=retry_types,
+                           terminal_on=terminal_types)
         return target.add(handle)
 
     return declare

@@ -4,7 +4,16 @@ The decision reads the ERROR as well as the attempt count:
 
 * ``Terminal``        -> dead now, whatever attempts remain;
 * ``RetryAfter(s)``   -> retry after ``s`` seconds, clamped to the policy's ``max_delay``;
+* a type the job lists in ``terminal_on`` -> dead now; with ``retry_on`` given, a type it
+  does NOT list -> dead now (an exception matching both is judged by the nearer class in its
+  MRO: ``terminal_on=(HTTPError,), retry_on=(TooManyRequests,)`` retries the subclass);
 * anything else       -> the policy's backoff curve.
+
+Third-party exceptions are classified by these declarations, never by attributes they happen
+to carry: an unclassified error follows the policy. ``DEFAULT_RETRY`` (5 attempts, 1 s doubling
+to at most 10 min, equal jitter) is durable API, pinned by a test. ``retry_schedule(policy)``
+lists the delays a policy waits. The curve and its jitter are implemented once, here; the
+supervisor's restart backoff is a ``Retry`` too.
 
 Attempts are 1-based: attempt 1 is the first run. The curve's delay is clamped to
 ``max_delay`` BEFORE jitter, and jitter is EQUAL jitter (half fixed, half random), so a
@@ -77,11 +86,49 @@ class RetryVerdict:
     reason: str
 
 
+def retry_schedule(policy: Retry) -> list[tuple[float, float]]:
+    """The wait after each failed attempt but the last, in seconds, as (least, most): the
+    curve clamped to ``max_delay``, and with jitter anywhere from half of it to all of it."""
+    waits = []
+    for attempt in range(1, policy.attempts):
+        most = policy.curve_ms(attempt) / 1000.0
+        waits.append((most / 2.0 if policy.jitter else most, most))
+    return waits
+
+
+ErrorTypes = tuple[type[BaseException], ...]
+
+
+def check_error_types(value: object, option: str) -> ErrorTypes:
+    """A job's ``retry_on``/``terminal_on``: a tuple (or list) of exception classes."""
+    if isinstance(value, type):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in value):
+        raise InvalidOption(option, f"must be a tuple of exception classes, got {value!r}")
+    return tuple(value)
+
+
+def _nearest(error: BaseException, types: ErrorTypes) -> int | None:
+    """How far up the error's MRO the nearest listed class is (None: none is)."""
+    for depth, cls in enumerate(type(error).__mro__):
+        if cls in types:
+            return depth
+    return None
+
+
 def decide(policy: Retry, attempt: int, max_attempts: int, error: BaseException,
-           rand: Callable[[], float] = random.random) -> RetryVerdict:
+           rand: Callable[[], float] = random.random, *, retry_on: ErrorTypes = (),
+           terminal_on: ErrorTypes = ()) -> RetryVerdict:
     """The one retry decision. ``max_attempts`` is the row's (it may outlive a policy change)."""
     if isinstance(error, Terminal):
         return RetryVerdict(True, 0.0, "dead: terminal error, not retried")
+    if not isinstance(error, RetryAfter) and (retry_on or terminal_on):
+        terminal, retryable = _nearest(error, terminal_on), _nearest(error, retry_on)
+        if terminal is not None and (retryable is None or terminal < retryable):
+            return RetryVerdict(True, 0.0, f"dead: {type(error).__name__} is in terminal_on, not retried")
+        if retry_on and retryable is None:
+            return RetryVerdict(True, 0.0, f"dead: {type(error).__name__} is not in retry_on, not retried")
     if attempt >= max_attempts:
         return RetryVerdict(True, 0.0, f"dead: attempts exhausted ({attempt}/{max_attempts})")
     if isinstance(error, RetryAfter):

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, Protocol
 from ..context import CANCELLED, DRAINED, LEASE_LOST, SLOT_LOST, Ctx, RunSignal
 from ..drivers.base import ClaimedJob, Lease, Nack, RunStore
 from ..errors import JobTimeout
-from ..retry import Retry, decide
+from ..retry import ErrorTypes, Retry, decide
 from .steps import StepOptions
 
 log = logging.getLogger("xjobs.worker")
@@ -51,6 +51,8 @@ class Handle(Protocol):
     step_timeout_ms: float | None
     event_poll_ms: float | None
     retry: Retry
+    retry_on: ErrorTypes
+    terminal_on: ErrorTypes
 
     def fn(self, ctx: Ctx, payload: Any) -> Any: ...
 
@@ -63,6 +65,8 @@ class UnknownJob:
     timeout_ms: float | None = None
     step_timeout_ms: float | None = None
     event_poll_ms: float | None = None
+    retry_on: ErrorTypes = ()
+    terminal_on: ErrorTypes = ()
 
     def __init__(self, name: str, retry: Retry) -> None:
         self.name = name
@@ -171,7 +175,8 @@ def settlement_for(run: Run, error: BaseException | None, timed_out: bool = Fals
         text = f"{SLOT_LOST}: {run.signal.reason} -- interrupted, attempt not counted"
         return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, text, 0.0,
                                                    counts_as_attempt=False, outcome="interrupted"))
-    verdict = decide(run.handle.retry, run.job.attempt, run.job.max_attempts, error)
+    verdict = decide(run.handle.retry, run.job.attempt, run.job.max_attempts, error,
+                     retry_on=run.handle.retry_on, terminal_on=run.handle.terminal_on)
     text = f"{describe(error)} -- {verdict.reason}"
     outcome = "dead" if verdict.dead else "retried"
     return Settlement(outcome, nack=Nack(run.job.id, run.job.token, text, verdict.delay_ms,
