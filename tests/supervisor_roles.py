@@ -59,7 +59,7 @@ class FakeRole:
             self.lease_lost += 1
         return 20.0
 
-    def stop_accepting(self, reason: str, interrupt: bool = True) -> None:
+    def stop_accepting(self, reason: str, interrupt: bool = True, deadline_ms: float | None = None) -> None:
         self.calls.append(("stop_accepting", reason) if interrupt else ("stop_accepting", reason, False))
         self.accepting = False
         if interrupt and "deaf" not in self.behavior:

@@ -93,6 +93,8 @@ PARAMS: dict[str, tuple[str, object]] = {
     "application_name": ("text", "xjobs-tests"),
     "kind": ("text", "sleep"),
     "step_state": ("text", "sleeping"),
+    "run_tenant": ("text", "acme"),
+    "cross": ("text", "off"),
     "attempt": ("int4", 1),
     "result": ("text", "{}"),
     "duration": ("float8", 5.0),

@@ -4,11 +4,12 @@ from .config import Settings, configure, current_driver, load_settings
 from .drivers.base import Enqueued
 from .errors import RetryAfter, StepSuspension, Terminal, XJobsError
 from .events import send_event
-from .registry import REGISTRY, JobHandle, Registry, job
+from .context import current
+from .registry import REGISTRY, JobHandle, Registry, job, run_context
 from .retry import DEFAULT_RETRY, Retry, retry_schedule
 from .tasks import TaskHandle, task
 
 __all__ = ["DEFAULT_RETRY", "Enqueued", "JobHandle", "REGISTRY", "Registry", "Retry", "RetryAfter", "Settings",
-           "StepSuspension", "TaskHandle", "Terminal", "XJobsError", "configure", "current_driver", "job",
-           "load_settings", "retry_schedule", "send_event", "task"]
+           "StepSuspension", "TaskHandle", "Terminal", "XJobsError", "configure", "current", "current_driver", "job",
+           "load_settings", "retry_schedule", "run_context", "send_event", "task"]
 __version__ = "0.1.0"

@@ -9,7 +9,9 @@ never hands a run a signal that was set for an earlier one.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
+import math
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
@@ -134,11 +136,11 @@ class Ctx:
 
     __slots__ = ("job_id", "attempt", "queue", "tenant", "name", "signal", "_driver", "_lease",
                  "_log", "completed_in_transaction", "_progress", "_written", "fence",
-                 "_step_options", "_steps")
+                 "_step_options", "_steps", "deadline", "_cross_tenant")
 
     def __init__(self, *, job_id: int, attempt: int, queue: str, tenant: str | None, name: str,
                  signal: RunSignal, driver: "RunStore", lease: "Lease",
-                 steps: "StepOptions | None" = None) -> None:
+                 steps: "StepOptions | None" = None, deadline: float | None = None) -> None:
         self.job_id = job_id
         self.attempt = attempt
         self.queue = queue
@@ -154,6 +156,37 @@ class Ctx:
         self.fence = Fence(signal)
         self._step_options = steps
         self._steps: "StepRunner | None" = None
+        # when the run must be done, epoch seconds: the job's timeout, lowered by a drain's or a
+        # tick's deadline (``bound``); None while nothing bounds it
+        self.deadline: float | None = deadline
+        self._cross_tenant: str | None = None
+
+    def remaining(self) -> float:
+        """Seconds left before the timeout, the drain or the tick ends the run, whichever is
+        first (``math.inf`` while nothing bounds it): do a slice, checkpoint it with a step,
+        and let the next attempt or tick go on from there."""
+        if self.deadline is None:
+            return math.inf
+        return max(0.0, self.deadline - time.time())
+
+    def bound(self, deadline: float) -> None:
+        """Lower the run's deadline (epoch seconds) to ``deadline``: a drain or a tick began."""
+        if self.deadline is None or deadline < self.deadline:
+            self.deadline = deadline
+
+    @contextlib.contextmanager
+    def cross_tenant(self, reason: str) -> Iterator[None]:
+        """The one way a run writes beyond its tenant: ``ctx.transaction()`` inside this block
+        sets ``xjobs.cross_tenant`` to ``on`` besides ``xjobs.tenant``, for policies that allow
+        it, and the reason is logged. Never implicit: without it a body writes as its tenant."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidOption("cross_tenant.reason", "say why the run spans tenants")
+        self.log.warning("cross-tenant: %s", reason)
+        before, self._cross_tenant = self._cross_tenant, reason
+        try:
+            yield
+        finally:
+            self._cross_tenant = before
 
     @property
     def steps_used(self) -> "StepRunner | None":
@@ -217,10 +250,15 @@ class Ctx:
         worker no longer holds the job (cancelled, lease lost) the transaction rolls back
         and is refused like every write of a stopped run: ``X_ABORTED`` (cause
         ``X_JOB_LEASE_LOST``). Only for jobs whose tables share the queue's database.
+
+        The run's tenant is set for the transaction (``current_setting('xjobs.tenant')``; empty
+        for a job with ``tenant="none"``), so row-level security policies scope the body's
+        writes; see ``cross_tenant`` for the explicit escape.
         """
         self.fence.check()
         try:
-            with self._driver.job_transaction(self._lease) as conn:
+            with self._driver.job_transaction(self._lease, tenant=self.tenant,
+                                              cross_tenant=self._cross_tenant is not None) as conn:
                 yield conn
         except LeaseLost:
             self.fence.refuse("ctx.transaction()")
@@ -228,3 +266,24 @@ class Ctx:
 
     def __repr__(self) -> str:
         return f"<Ctx job={self.name}#{self.job_id} attempt={self.attempt} queue={self.queue}>"
+
+
+_current: contextvars.ContextVar[Ctx | None] = contextvars.ContextVar("xjobs_current_run", default=None)
+
+
+def current() -> Ctx | None:
+    """The run whose body is executing here (``def`` and ``async def`` alike), or None outside
+    one: app code far from the body (an ORM hook, a log filter) reads its job id, name, queue,
+    attempt, tenant and deadline without being handed ``ctx``."""
+    return _current.get()
+
+
+@contextlib.contextmanager
+def running(ctx: Ctx) -> Iterator[None]:
+    """Make ``ctx`` the current run for the body's duration, and forget it after: a pool
+    thread or an event-loop task never shows the next run an earlier one."""
+    token = _current.set(ctx)
+    try:
+        yield
+    finally:
+        _current.reset(token)

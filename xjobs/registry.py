@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, ContextManager, Iterable
 
 from .errors import (DuplicateJob, IdempotencyKeyRequired, InvalidOption, PayloadInvalid,
                      TenantRequired, UnknownJob)
@@ -101,6 +101,8 @@ class JobHandle:
 
 class Registry:
     def __init__(self) -> None:
+        # what wraps every run of this registry's jobs (``run_context``): ctx -> a context manager
+        self.run_context: Callable[[Any], ContextManager[Any]] | None = None
         self._jobs: dict[str, JobHandle] = {}
         self._tasks: dict[str, Any] = {}     # name -> TaskHandle (tasks.py)
         self._lock = threading.Lock()
@@ -221,3 +223,21 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         return target.add(handle)
 
     return declare
+
+
+def run_context(fn: Callable[[Any], ContextManager[Any]], *,
+                registry: Registry | None = None) -> Callable[[Any], ContextManager[Any]]:
+    """Declare what wraps every run of the app's jobs, in every worker that runs them::
+
+        @xjobs.run_context
+        @contextlib.contextmanager
+        def in_session(ctx):
+            with Session() as session, structlog.contextvars.bound_contextvars(job_id=ctx.job_id):
+                yield
+
+    It is entered in the body's own thread (or task) after ``xjobs.current()`` is set, and
+    left when the body ends, however it ends. One per registry: a second one replaces it."""
+    if not callable(fn):
+        raise InvalidOption("run_context", "takes a callable: ctx -> a context manager")
+    (registry if registry is not None else REGISTRY).run_context = fn
+    return fn

@@ -53,7 +53,7 @@ import orjson
 
 from . import config
 from .clock import SYSTEM_CLOCK, Clock, ManualClock, monotonic_ms
-from .context import Ctx, RunSignal
+from .context import Ctx, RunSignal, running
 from .drivers.base import LATEST_MS, LIVE_STATES, STATES, JobDriver, JobView, Lease, ListFilter, RunStore
 from .drivers.jsonb import as_stored
 from .drivers.memory import MemoryDriver
@@ -92,7 +92,8 @@ class _InlineTransactions:
         self.conn = conn
 
     @contextlib.contextmanager
-    def job_transaction(self, lease: Lease) -> Iterator[Any]:
+    def job_transaction(self, lease: Lease, tenant: str | None = None,
+                        cross_tenant: bool = False) -> Iterator[Any]:
         if self.conn is None:
             raise NoTransaction("run_inline has no job row for ctx.transaction() to complete; pass "
                                 "conn= (a psycopg connection) to run the body's writes in "
@@ -117,13 +118,18 @@ def run_inline(handle: JobHandle, input: Any, *, attempt: int = 1, job_id: int =
               # no steps inline (ctx.step says so): only the transaction is stood in for
               driver=cast(RunStore, _InlineTransactions(conn)), lease=Lease(job_id, 0))
     if not handle.is_async:
-        return handle.fn(ctx, payload)
+        with running(ctx):       # xjobs.current() answers it, as in a worker
+            return handle.fn(ctx, payload)
+
+    async def body() -> Any:
+        with running(ctx):
+            return await handle.fn(ctx, payload)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(handle.fn(ctx, payload))
+        return asyncio.run(body())
     with concurrent.futures.ThreadPoolExecutor(1) as pool:   # asyncio.run refuses a nested loop
-        return pool.submit(lambda: asyncio.run(handle.fn(ctx, payload))).result()
+        return pool.submit(lambda: asyncio.run(body())).result()
 
 
 # -- run_until_idle -------------------------------------------------------------------------------

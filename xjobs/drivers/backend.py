@@ -92,7 +92,8 @@ class JobsBackend(Protocol):
     def heartbeat(self, leases: Sequence[Lease], lease_ms: float) -> set[int]: ...
     def progress(self, reports: Sequence[Progress]) -> set[int]: ...
 
-    def transaction(self, lease: Lease, held: bool) -> AbstractContextManager[Any]:
+    def transaction(self, lease: Lease, held: bool, tenant: str | None,
+                    cross_tenant: bool) -> AbstractContextManager[Any]:
         """``held=False``: the lease cannot be matched at all (not a bigint), so the body runs
         and the transaction rolls back with ``lease_lost``."""
         ...

@@ -60,10 +60,12 @@ class JobListener(Protocol):
 class JobTransactions(Protocol):
     """The one capability a run's ``Ctx`` needs: ``ctx.transaction()``."""
 
-    def job_transaction(self, lease: Lease) -> AbstractContextManager[Any]:
+    def job_transaction(self, lease: Lease, tenant: str | None = None,
+                        cross_tenant: bool = False) -> AbstractContextManager[Any]:
         """A connection in a transaction that, on a clean exit, also completes the job fenced on
         ``lease``; a lost lease rolls it all back with ``LeaseLost``. What it yields is the
-        driver's connection (a psycopg one in production), for the body's own statements."""
+        driver's connection (a psycopg one in production), for the body's own statements,
+        with ``xjobs.tenant`` (and ``xjobs.cross_tenant``) set for the transaction."""
         ...
 
 

@@ -126,8 +126,11 @@ class CheckedDriver:
         return self._jobs.progress(reports) if reports else set()
 
     @contextlib.contextmanager
-    def job_transaction(self, lease: Lease) -> Iterator[Any]:
-        with self._jobs.transaction(lease, held(lease)) as conn:
+    def job_transaction(self, lease: Lease, tenant: str | None = None,
+                        cross_tenant: bool = False) -> Iterator[Any]:
+        if tenant is not None and (not isinstance(tenant, str) or "\x00" in tenant):
+            raise InvalidOption("tenant", "must be a string without NUL characters")
+        with self._jobs.transaction(lease, held(lease), tenant, bool(cross_tenant)) as conn:
             yield conn
 
     def job_listen(self) -> JobListener:

@@ -220,7 +220,8 @@ class MemoryJobs:
             return written
 
     @contextlib.contextmanager
-    def transaction(self, lease: Lease, held: bool) -> Iterator[MemoryTransaction]:
+    def transaction(self, lease: Lease, held: bool, tenant: str | None,
+                    cross_tenant: bool) -> Iterator[MemoryTransaction]:
         """``job_complete_fenced`` on a clean exit; ``LeaseLost`` if the lease is gone.
 
         Jobs enqueued with ``conn=`` the yielded object are deleted again on any failure, so

@@ -139,14 +139,18 @@ class PgJobs:
             return {r[0] for r in cur.fetchall()}
 
     @contextlib.contextmanager
-    def transaction(self, lease: Lease, held: bool) -> Iterator[psycopg.Connection]:
+    def transaction(self, lease: Lease, held: bool, tenant: str | None,
+                    cross_tenant: bool) -> Iterator[psycopg.Connection]:
         """A connection in a transaction that, on a clean exit, also completes the job.
 
         The completion is fenced like ``ack``: if the lease was lost the whole transaction
-        rolls back and ``LeaseLost`` is raised, so the body's writes land exactly once.
+        rolls back and ``LeaseLost`` is raised, so the body's writes land exactly once. The
+        run's tenant is set first (``job_tenant``), local to the transaction.
         """
         with self._db.body_connection() as conn:
             with conn.transaction():
+                conn.execute(self._db.sql["job_tenant"], {"run_tenant": tenant or "",
+                                                          "cross": "on" if cross_tenant else "off"})
                 yield conn
                 done = None
                 if held:

@@ -531,6 +531,13 @@ set state = 'completed', finished_at = {now},
 where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
 returning id
 
+-- name: job_tenant
+-- the first statement of a body's transaction: its run's tenant ('' for a job without one)
+-- and whether it declared a cross-tenant write, local to the transaction, for row-level
+-- security policies (current_setting('xjobs.tenant', true))
+select set_config('xjobs.tenant', %(run_tenant)s, true),
+       set_config('xjobs.cross_tenant', %(cross)s, true)
+
 -- name: queue_notify
 -- wake idle workers of queues that got jobs back (release, rescue, requeue): the insert
 -- trigger only sees new rows

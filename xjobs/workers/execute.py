@@ -23,17 +23,19 @@ The verdict, in order:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
 import queue
 import threading
+import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, ContextManager, Iterator, Protocol
 
-from ..context import CANCELLED, DRAINED, LEASE_LOST, SLOT_LOST, Ctx, RunSignal
+from ..context import CANCELLED, DRAINED, LEASE_LOST, SLOT_LOST, Ctx, RunSignal, running
 from ..drivers.base import ClaimedJob, Lease, Nack, RunStore
 from ..errors import JobTimeout
 from ..retry import ErrorTypes, Retry, decide
@@ -76,15 +78,19 @@ class UnknownJob:
         raise LookupError(f"no handler for job {self.name!r}")
 
 
+RunHook = Callable[[Ctx], ContextManager[Any]]   # what wraps every run (``QueueWorker(context=)``)
+
+
 class Run:
     """One attempt of one job, owned by the worker's loop thread."""
 
     __slots__ = ("job", "handle", "lease", "signal", "ctx", "started_ms", "deadline_ms",
                  "settled", "future", "renewed_ms", "code_at_return", "step_deadline_ms",
-                 "_clock", "_poke")
+                 "_clock", "_poke", "hook")
 
     def __init__(self, job: ClaimedJob, handle: Handle, driver: RunStore, now_ms: float, *,
-                 clock: Callable[[], float] | None = None, poke: Callable[[], None] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, poke: Callable[[], None] | None = None,
+                 hook: RunHook | None = None) -> None:
         self.job = job
         self.handle = handle
         self.lease = Lease(job.id, job.token)
@@ -95,8 +101,11 @@ class Run:
         steps = StepOptions(is_async=handle.is_async, step_timeout_ms=handle.step_timeout_ms,
                             event_poll_ms=handle.event_poll_ms,
                             arm=self._arm_step if clock is not None else None)
+        self.hook = hook
+        timeout_ms = handle.timeout_ms
         self.ctx = Ctx(job_id=job.id, attempt=job.attempt, queue=job.queue, tenant=job.tenant,
-                       name=job.name, signal=self.signal, driver=driver, lease=self.lease, steps=steps)
+                       name=job.name, signal=self.signal, driver=driver, lease=self.lease, steps=steps,
+                       deadline=None if timeout_ms is None else time.time() + timeout_ms / 1000.0)
         self.started_ms = now_ms
         self.renewed_ms = now_ms
         timeout = handle.timeout_ms
@@ -188,17 +197,25 @@ def given_back(run: Run, why: str) -> Nack:
     return Nack(run.job.id, run.job.token, why, 0.0, counts_as_attempt=False, outcome="interrupted")
 
 
+def _around(run: Run) -> ContextManager[Any]:
+    """What a body runs inside: the app's hook (a session, log fields), when it gave one."""
+    return run.hook(run.ctx) if run.hook is not None else contextlib.nullcontext()
+
+
 def _call_sync(run: Run) -> BaseException | None:
     try:
-        run.handle.fn(run.ctx, run.job.payload)
+        with running(run.ctx), _around(run):
+            run.handle.fn(run.ctx, run.job.payload)
     except BaseException as exc:  # a body's SystemExit must not take the worker thread down
         return exc
     return None
 
 
 async def _call_async(run: Run) -> BaseException | None:
+    # a task runs in a copy of the context it was created in: what is set here stays here
     try:
-        await run.handle.fn(run.ctx, run.job.payload)
+        with running(run.ctx), _around(run):
+            await run.handle.fn(run.ctx, run.job.payload)
     except BaseException as exc:
         return exc
     return None

@@ -62,12 +62,12 @@ class Lifecycle:
             self.state = "draining"
             self.deadline = deadline
             self.interrupted = interrupt
-            self.role.stop_accepting(reason, interrupt=interrupt)
+            self.role.stop_accepting(reason, interrupt=interrupt, deadline_ms=_finite(deadline))
             return True
         self.deadline = min(self.deadline, deadline)
         if interrupt and not self.interrupted:
             self.interrupted = True
-            self.role.stop_accepting(reason, interrupt=True)
+            self.role.stop_accepting(reason, interrupt=True, deadline_ms=_finite(self.deadline))
         return False
 
     def close_now(self, deadline: float, reason: str) -> bool:
@@ -197,3 +197,7 @@ def drain_until_idle(role: Role, idle_passes: int = 1) -> None:
         return seen["quiet"] > idle_passes
 
     host.run(until=idle)
+
+
+def _finite(deadline: float) -> float | None:
+    return deadline if math.isfinite(deadline) else None

@@ -79,7 +79,8 @@ class OutboxRelay(RoleBase):
     def stats(self) -> dict:
         return dict(self.totals)
 
-    def stop_accepting(self, reason: str = "drain", interrupt: bool = True) -> None:
+    def stop_accepting(self, reason: str = "drain", interrupt: bool = True,
+                       deadline_ms: float | None = None) -> None:
         if self.accepting:
             self.accepting = False
             self.state = "draining"

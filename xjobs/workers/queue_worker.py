@@ -43,6 +43,7 @@ import logging
 import os
 import select
 import socket
+import time
 import uuid
 from typing import Any, Callable, Mapping, Sequence
 
@@ -55,7 +56,7 @@ from ..options import finite_count, plain_name
 from ..registry import JobHandle, Registry
 from ..retry import DEFAULT_RETRY
 from .admission import Admission, Shed
-from .execute import Executor, Results, Run, UnknownJob
+from .execute import Executor, Results, Run, RunHook, UnknownJob
 from .leases import LeaseKeeper
 from .quarantine import Quarantine
 from .runs import RunTable
@@ -84,7 +85,11 @@ class QueueWorker:
     def __init__(self, *, driver: Any, registry: Registry, queue: str | None = None,
                  concurrency: int = 16, queues: Mapping[str, int] | None = None,
                  settings: Settings | None = None, identity: str | None = None,
-                 clock: Callable[[], float] = monotonic_ms, maintain: bool = True) -> None:
+                 clock: Callable[[], float] = monotonic_ms, maintain: bool = True,
+                 context: RunHook | None = None) -> None:
+        """``context``: a callable taking the run's ``ctx`` and answering a context manager that
+        wraps every body (open a session, bind log fields); by default the registry's
+        (``xjobs.run_context``)."""
         if queues is None:
             if queue is None:
                 raise InvalidOption("queue", "a worker needs a queue or a queues mapping")
@@ -97,6 +102,7 @@ class QueueWorker:
         self.queue = next(iter(slots)) if len(slots) == 1 else None
         self.driver = driver
         self.registry = registry
+        self._hook = context if context is not None else registry.run_context
         self.settings = settings or Settings()
         self.identity = identity or new_identity()
         self.clock = clock            # the loop's clock: every now_ms handed to run_once reads it
@@ -194,12 +200,19 @@ class QueueWorker:
                 break
         return out
 
-    def stop_accepting(self, reason: str = "drain", interrupt: bool = True) -> None:
+    def stop_accepting(self, reason: str = "drain", interrupt: bool = True,
+                       deadline_ms: float | None = None) -> None:
         """Accept phase: stop claiming and, for a drain, tell every running body; returns at once.
 
         ``interrupt=False`` (a process being recycled or replaced) lets running bodies go on
         to the close deadline: interrupting them on every replacement would starve long jobs.
+        ``deadline_ms`` (on the loop's clock): when the drain ends, what ``ctx.remaining()``
+        counts down to from now on.
         """
+        if deadline_ms is not None:
+            at = time.time() + (deadline_ms - self.clock()) / 1000.0
+            for run in list(self.runs.held.values()):
+                run.ctx.bound(at)
         if interrupt:
             for run in list(self.runs.held.values()):
                 run.signal.abort(DRAINED, f"worker {self.identity} is draining ({reason})")
@@ -342,7 +355,8 @@ class QueueWorker:
         if isinstance(admitted, Shed):
             self.settler.shed(job, admitted.delay_ms, admitted.why, now_ms)
             return None
-        run = Run(job, handle, self.driver, now_ms, clock=self.clock, poke=self.results.poke)
+        run = Run(job, handle, self.driver, now_ms, clock=self.clock, poke=self.results.poke,
+                  hook=self._hook)
         self.admission.bind(run, admitted)
         self.runs.hold(run)
         return run

@@ -121,7 +121,8 @@ class Scheduler(RoleBase):
         return {**self.totals, "leader": 1 if self.is_leader else 0, "tasks": len(self.tasks),
                 "in_flight": self.in_flight()}
 
-    def stop_accepting(self, reason: str = "drain", interrupt: bool = True) -> None:
+    def stop_accepting(self, reason: str = "drain", interrupt: bool = True,
+                       deadline_ms: float | None = None) -> None:
         """Accept phase: no round starts from now on; a round in flight stops before its
         next task."""
         if self.accepting:
