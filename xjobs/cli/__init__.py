@@ -23,7 +23,8 @@ from .common import USAGE_ERRORS
 # modules under xjobs.cli, each exposing add_parser(subparsers) that registers its
 # subcommand(s) with a handler(args) -> exit code; ``control`` registers the verbs that change
 # what a running daemon does (drain, reload, scale)
-SUBCOMMAND_MODULES = ("run", "status", "control", "migrate", "enqueue", "jobs", "queues", "tasks")
+SUBCOMMAND_MODULES = ("run", "status", "control", "migrate", "enqueue", "jobs", "queues", "tasks",
+                      "manifest")
 
 # what a shell reports for a process that SIGPIPE ended (128 + 13)
 _EXIT_PIPE_CLOSED = 141
