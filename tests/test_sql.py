@@ -94,6 +94,7 @@ PARAMS: dict[str, tuple[str, object]] = {
     "kind": ("text", "sleep"),
     "step_state": ("text", "sleeping"),
     "run_tenant": ("text", "acme"),
+    "names": ("text[]", None),
     "cross": ("text", "off"),
     "attempt": ("int4", 1),
     "result": ("text", "{}"),

@@ -211,14 +211,34 @@ def test_timeout_of_a_sync_body_that_ignores_its_signal(driver, registry):
     assert driver.job_get(job_id).state == "dead"  # the late return changed nothing
 
 
-def test_unknown_job_names_are_retried_with_a_reason(driver, registry):
-    other = xjobs.Registry()
-    handle = declare(other, lambda ctx, i: None, name="elsewhere")
-    declare(registry, lambda ctx, i: None, name="here")
-    [job_id] = enqueue(handle, driver, {"n": 1})
-    pacer = Pacer(make_worker(driver, registry))
-    pacer.until(lambda: pacer.totals()["retried"] == 1)
-    assert "no handler for job 'elsewhere'" in driver.job_get(job_id).last_error
+def test_a_worker_never_claims_a_job_name_it_has_no_body_for(driver, registry):
+    """A rolling deploy: an old worker (without job B) and a new one (with B) share a queue;
+    B's jobs wait for the new worker and never burn an attempt on the old one."""
+    new = xjobs.Registry()
+    declare(registry, lambda ctx, i: None, name="a")                 # the old code: A only
+    a = declare(new, lambda ctx, i: None, name="a")
+    b = declare(new, lambda ctx, i: None, name="b")                  # the new code: A and B
+    [b_id] = enqueue(b, driver, {"n": 1})
+    [a_id] = enqueue(a, driver, {"n": 2})
+    old_worker = Pacer(make_worker(driver, registry))
+    old_worker.until(lambda: old_worker.totals()["completed"] == 1, advance_ms=100)
+    old_worker.pass_(advance_ms=1000)
+    view = driver.job_get(b_id)
+    assert (view.state, view.attempt, view.last_error) == ("ready", 0, None)
+    assert driver.job_get(a_id).state == "completed" and old_worker.totals()["claimed"] == 1
+    new_worker = Pacer(make_worker(driver, new))
+    new_worker.until(lambda: new_worker.totals()["completed"] == 1, advance_ms=100)
+    assert driver.job_get(b_id).attempt == 1
+
+
+def test_a_claim_limited_to_names_answers_only_those(driver):
+    from xjobs.drivers.base import NewJob
+    driver.job_enqueue([NewJob(name=n, queue="q", payload=b"{}", idempotency_key=n) for n in ("x", "y")])
+    assert driver.job_claim(["q"], 10, 1000, "w", names=[]) == []
+    assert [j.name for j in driver.job_claim(["q"], 10, 1000, "w", names=["y", "z"])] == ["y"]
+    with pytest.raises(InvalidOption):
+        driver.job_claim(["q"], 10, 1000, "w", names="x")
+    assert [j.name for j in driver.job_claim(["q"], 10, 1000, "w")] == ["x"]
 
 
 def test_a_slow_queue_never_starves_another(driver, registry):

@@ -80,15 +80,18 @@ class JobStore(JobTransactions, Protocol):
 
     def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
                   caps: Mapping[str, int] | None = None,
-                  tenants: TenantRoom | None = None) -> list[ClaimedJob]:
-        """``caps`` (job name -> ``job(concurrency=N)``): a capped job whose every slot is held
+                  tenants: TenantRoom | None = None,
+                  names: Sequence[str] | None = None) -> list[ClaimedJob]:
+        """``names``: claim only jobs of these names (the ones the worker has bodies for; None:
+        any), so a worker deployed without a job never takes one of it.
+        ``caps`` (job name -> ``job(concurrency=N)``): a capped job whose every slot is held
         is left ready, and no more of one is claimed than it has free slots (a filter, not
         the grant: ``slot_acquire`` grants). ``tenants``: what a worker's per-process tenant
         limits leave room for. Both filter a claim on ONE queue (a worker's); a claim on
         several queues with either is refused."""
         ...
     def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
-                        waited_ms: float = 0.0) -> list[ClaimedJob]: ...
+                        waited_ms: float = 0.0, names: Sequence[str] | None = None) -> list[ClaimedJob]: ...
     def job_ack_many(self, leases: Sequence[Lease]) -> set[int]: ...
     def job_ack(self, job_id: int, token: int) -> bool: ...
     def job_nack(self, nack: Nack) -> bool: ...

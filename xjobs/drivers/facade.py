@@ -35,7 +35,7 @@ from .base import (ClaimedJob, Dispatch, Enqueued, JobListener, JobView, LeaderV
                    StepSleep, StepWait, TenantRoom, Watermark, NewEvent)
 from .refusals import (check_batch, check_cap, check_caps, check_tenant_room, check_charge, check_claim,
                        check_claim_token, check_dispatch, check_filter, check_lease, check_nack,
-                       check_name, check_new_event, check_new_jobs, check_row_limit, check_slot,
+                       check_job_names, check_name, check_new_event, check_new_jobs, check_row_limit, check_slot,
                        check_step_name, check_step_result, check_step_sleep, check_step_wait, held, is_bigint,
                        matchable)
 
@@ -88,19 +88,24 @@ class CheckedDriver:
 
     def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
                   caps: Mapping[str, int] | None = None,
-                  tenants: TenantRoom | None = None) -> list[ClaimedJob]:
-        names, count, lease = check_claim(queues, limit, lease_ms)
+                  tenants: TenantRoom | None = None,
+                  names: Sequence[str] | None = None) -> list[ClaimedJob]:
+        queue_names, count, lease = check_claim(queues, limit, lease_ms)
+        only = check_job_names(names)
         capped = check_caps(caps) if caps else {}
         room = check_tenant_room(tenants) if tenants is not None else None
-        if (capped or room is not None) and len(names) != 1:
+        if (capped or room is not None) and len(queue_names) != 1:
             raise InvalidOption("claim", "caps and tenant limits filter a claim on one queue "
                                          "(a worker's); claim each queue on its own")
-        return self._jobs.claim(names, count, lease, worker_id, capped, room) if count else []
+        if not count or only == frozenset():
+            return []
+        return self._jobs.claim(queue_names, count, lease, worker_id, capped, room, only)
 
     def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
-                        waited_ms: float = 0.0) -> list[ClaimedJob]:
+                        waited_ms: float = 0.0, names: Sequence[str] | None = None) -> list[ClaimedJob]:
         lease, waited = check_lease(lease_ms, "claim.lease"), duration_ms(waited_ms, "claim.waited")
-        return self._jobs.claim_alone(queue, lease, worker_id, waited)
+        only = check_job_names(names)
+        return [] if only == frozenset() else self._jobs.claim_alone(queue, lease, worker_id, waited, only)
 
     def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
         leases = matchable(leases)

@@ -102,7 +102,8 @@ class MemoryJobs:
         return results
 
     def claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
-              caps: Mapping[str, int], tenants: TenantRoom | None) -> list[ClaimedJob]:
+              caps: Mapping[str, int], tenants: TenantRoom | None,
+              names: frozenset[str] | None = None) -> list[ClaimedJob]:
         """``job_claim_one`` / ``job_claim_many`` / ``job_claim_filtered``: due ready rows by
         priority, run_at, id; filtered as ``job_claim_filtered`` says (the picks are counted
         per job and per tenant over everything picked, as its window functions count)."""
@@ -115,7 +116,8 @@ class MemoryJobs:
             blocked = set(room.blocked)
             due = (r for r in table.rows.values()
                    if r.state == "ready" and r.queue in wanted and r.run_at <= at and r.crashes == 0
-                   and slots.get(r.name, 1) > 0 and (r.tenant or "") not in blocked)
+                   and slots.get(r.name, 1) > 0 and (r.tenant or "") not in blocked
+                   and (names is None or r.name in names))
             picked = heapq.nsmallest(limit, due, key=_by_claim_order)
             of_job: dict[str, int] = {}
             of_tenant: dict[str, int] = {}
@@ -132,7 +134,7 @@ class MemoryJobs:
             return self._take(chosen, at, lease_ms, worker_id)
 
     def claim_alone(self, queue: str, lease_ms: float, worker_id: str,
-                    waited_ms: float) -> list[ClaimedJob]:
+                    waited_ms: float, names: frozenset[str] | None = None) -> list[ClaimedJob]:
         """``job_claim_alone``: one suspect that has waited ``waited_ms``, to run with nothing beside it."""
         table = self._table
         with table.lock:
@@ -141,7 +143,8 @@ class MemoryJobs:
                 return []
             since = ts(at - ts(waited_ms))
             due = (r for r in table.rows.values()
-                   if r.state == "ready" and r.queue == queue and r.crashes > 0 and r.run_at <= since)
+                   if r.state == "ready" and r.queue == queue and r.crashes > 0 and r.run_at <= since
+                   and (names is None or r.name in names))
             return self._take(heapq.nsmallest(1, due, key=_by_claim_order), at, lease_ms, worker_id)
 
     def _take(self, picked: list[Row], at: float, lease_ms: float, worker_id: str) -> list[ClaimedJob]:

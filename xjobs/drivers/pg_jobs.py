@@ -75,12 +75,14 @@ class PgJobs:
         raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
 
     def claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
-              caps: Mapping[str, int], tenants: TenantRoom | None) -> list[ClaimedJob]:
+              caps: Mapping[str, int], tenants: TenantRoom | None,
+              names: frozenset[str] | None = None) -> list[ClaimedJob]:
         """``job_claim_one`` (the common case: one queue, nothing to filter),
         ``job_claim_filtered`` (a worker with capped jobs or tenant limits) or
         ``job_claim_many`` (whose callers filter nothing)."""
         params: dict[str, Any] = {**self._db.now(), "limit": limit, "token": secrets.randbits(63),
-                                  "worker": worker_id, "lease": lease_ms}
+                                  "worker": worker_id, "lease": lease_ms,
+                                  "names": None if names is None else sorted(names)}
         if len(queues) == 1 and (caps or tenants is not None):
             room = tenants or TenantRoom()
             name, params["queue"] = "job_claim_filtered", queues[0]
@@ -95,10 +97,10 @@ class PgJobs:
         return self._claimed(name, params)
 
     def claim_alone(self, queue: str, lease_ms: float, worker_id: str,
-                    waited_ms: float) -> list[ClaimedJob]:
+                    waited_ms: float, names: frozenset[str] | None = None) -> list[ClaimedJob]:
         return self._claimed("job_claim_alone", {
             **self._db.now(), "queue": queue, "token": secrets.randbits(63), "worker": worker_id,
-            "lease": lease_ms, "wait": waited_ms})
+            "lease": lease_ms, "wait": waited_ms, "names": None if names is None else sorted(names)})
 
     def _claimed(self, statement: str, params: dict[str, Any]) -> list[ClaimedJob]:
         with self._db.cursor() as cur:

@@ -41,11 +41,14 @@ where j.state in ('ready', 'running', 'suspended')
 order by j.state = 'completed', j.id desc
 
 -- name: job_claim_one
--- suspects (crashes > 0) are left to job_claim_alone; a paused queue is claimed by nobody
+-- suspects (crashes > 0) are left to job_claim_alone; a paused queue is claimed by nobody; a
+-- worker claims only the job names it runs (%(names)s; null: any), so during a rolling deploy
+-- an old worker never takes, and fails, a job of a name it does not have
 with picked as (
     select id from {schema}.jobs
     where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
+      and (%(names)s::text[] is null or name = any(%(names)s::text[]))
     order by priority, run_at, id
     limit %(limit)s
     for update skip locked
@@ -64,6 +67,7 @@ with picked as (
     select id from {schema}.jobs
     where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= {now} and crashes = 0
       and queue not in (select p.name from {schema}.queues p where p.paused)
+      and (%(names)s::text[] is null or name = any(%(names)s::text[]))
     order by priority, run_at, id
     limit %(limit)s
     for update skip locked
@@ -84,6 +88,7 @@ with picked as (
     where state = 'ready' and queue = %(queue)s and crashes > 0
       and run_at <= {now} - %(wait)s * interval '1 millisecond'
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
+      and (%(names)s::text[] is null or name = any(%(names)s::text[]))
     order by priority, run_at, id
     limit 1
     for update skip locked
@@ -724,6 +729,7 @@ with caps as (
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and not exists (select 1 from caps where caps.n = j.name and caps.room <= 0)
       and coalesce(tenant, '') <> all(%(skip)s::text[])
+      and (%(names)s::text[] is null or name = any(%(names)s::text[]))
     order by priority, run_at, id
     limit %(limit)s
     for update skip locked

@@ -48,6 +48,17 @@ def check_claim(queues: Sequence[str], limit: object, lease_ms: object) -> tuple
     return list(queues), count, check_lease(lease_ms, "claim.lease")
 
 
+def check_job_names(names: Sequence[str] | None) -> frozenset[str] | None:
+    """The job names a claim is limited to (None: any); a bare string is refused, not split."""
+    if names is None:
+        return None
+    if isinstance(names, (str, bytes)) or not all(isinstance(n, str) for n in names):
+        raise InvalidOption("claim.names", "must be a sequence of job names")
+    if len(names) > MAX_ROWS:
+        raise InvalidOption("claim.names", f"at most {MAX_ROWS} names")
+    return frozenset(names)
+
+
 def check_lease(lease_ms: object, option: str) -> float:
     """A lease's length: a duration longer than zero."""
     return duration_ms(lease_ms, option, exclusive_minimum=True)

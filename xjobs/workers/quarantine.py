@@ -26,7 +26,7 @@ any claim), starts its body on the worker's executor, and lets go of one through
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..config import Settings
 from ..drivers.base import ClaimedJob
@@ -53,6 +53,7 @@ class Quarantine:
         self._stats = stats
         self._settings = settings
         self._identity = identity
+        self.names: Sequence[str] | None = None     # the job names the worker runs (claims filter on them)
         self.run: Run | None = None     # the suspect reserved or running alone
         self.started = False
         self.due = False                # look for the next suspect now, not at the next poll
@@ -71,7 +72,8 @@ class Quarantine:
         waited = 0.0 if in_flight == 0 else 2.0 * self._settings.poll_ms
         for queue in queues:
             try:
-                jobs = self._driver.job_claim_alone(queue, self._settings.lease_ms, self._identity, waited)
+                jobs = self._driver.job_claim_alone(queue, self._settings.lease_ms, self._identity, waited,
+                                                    names=self.names)
             except Exception as exc:
                 log.warning("worker %s: claiming a suspect on %r failed: %s", self._identity, queue, exc)
                 continue

@@ -124,6 +124,7 @@ class QueueWorker:
         self.admission: Admission | None = None    # built at initialize, from the registry
         self._listener: Any = None
         self._handles: dict[str, JobHandle] = {}
+        self._names: list[str] = []
         self._caps: dict[str, int] = {}
         self._capped_queues: set[str] = set()
         self._more: set[str] = set()
@@ -143,6 +144,10 @@ class QueueWorker:
         if idle:
             raise InvalidOption("queue", f"no registered job uses queue(s) {', '.join(map(repr, idle))}")
         self._handles = handles
+        # claims take only names this process has bodies for: in a rolling deploy an old worker
+        # leaves a new job type to the new workers instead of failing its attempts
+        self._names = sorted(handles)
+        self.quarantine.names = self._names
         self._caps = {h.name: h.concurrency for h in handles.values()
                       if h.concurrency is not None and h.queue in self.runs.slots}
         self._capped_queues = {h.queue for h in handles.values() if h.name in self._caps}
@@ -319,7 +324,7 @@ class QueueWorker:
                 tenants, asked = self.admission.tenant_room(now_ms), True
             try:
                 jobs = self.driver.job_claim([queue], free, self.settings.lease_ms, self.identity,
-                                             caps=self._caps, tenants=tenants)
+                                             caps=self._caps, tenants=tenants, names=self._names)
             except Exception as exc:  # the database is away: the poll timer retries
                 log.warning("worker %s: claim on %r failed: %s", self.identity, queue, exc)
                 self._more.discard(queue)
