@@ -142,3 +142,17 @@ def test_with_no_database_configured_an_embedded_one_starts_under_dot_xjobs(daem
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_job_no_worker_has_a_body_for_waits_and_shows_as_unknown(daemon_env):
+    env = daemon_env
+    daemon = env.start("--app", "tests.apps.daemon_app", "--queue", "alpha=1x2", XJOBS_STATS_INTERVAL="200ms")
+    daemon.ready()
+    ghost = env.enqueue_one("ghost", "alpha", {"n": 1}, "ghost:1")      # a job type this code lacks
+    known = env.enqueue_one("touch_alpha", "alpha", {"n": 2}, "a:2")
+    wait_for(lambda: env.job(known)["state"] == "completed", 10, "the known job to run")
+    wait_for(lambda: daemon.status()["queues"]["alpha"].get("unknown_jobs") == 1, 10, "status to show it")
+    wait_for(lambda: daemon.sample("xjobs_queue_unknown_jobs", queue="alpha") == 1, 10, "/metrics to show it")
+    assert env.job(ghost) == {"state": "ready", "attempt": 0, "last_error": None}   # never claimed
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(15) == 0

@@ -191,3 +191,12 @@ def test_a_bad_dedupe_window_is_refused_at_declaration(window):
         xjobs.job(idempotency_key=lambda i: "k", tenant="none", dedupe_window=window,
                   registry=xjobs.Registry())
     assert refused.value.option == "dedupe_window"
+
+
+def test_queue_unknown_counts_ready_jobs_of_names_nobody_runs(driver):
+    from xjobs.drivers.base import NewJob
+    driver.job_enqueue([NewJob(name=name, queue=queue, payload=b"{}", idempotency_key=f"{name}:{queue}")
+                        for name, queue in (("known", "a"), ("ghost", "a"), ("ghost", "b"), ("other", "b"))])
+    assert driver.queue_unknown(["known", "other"]) == {"a": 1, "b": 1}
+    assert driver.queue_unknown(["known", "other", "ghost"]) == {}
+    assert driver.queue_unknown([]) == {"a": 2, "b": 2}

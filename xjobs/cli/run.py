@@ -125,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
 
         arbiter = Arbiter(settings, specs, options=options, configure=configure,
                           make_probe=lambda **kw: DatabaseProbe(
-                              lambda: default_driver_factory(arbiter.settings)(), **kw),
+                              lambda: default_driver_factory(arbiter.settings)(),
+                              names=lambda: [job.name for job in REGISTRY.jobs()], **kw),
                           metrics=metrics, control=(control_path, listener),
                           registered=registered_queues(REGISTRY),
                           make_queue_specs=lambda queue, processes, concurrency: queue_specs(

@@ -87,9 +87,10 @@ def status(args: argparse.Namespace) -> int:
     print()
     queues = [[name, _dash(q["depth"]), _age(q["oldest_ready_seconds"]) if q["oldest_ready_seconds"] is not None else "-",
                q["in_flight"], f"{q['processes']}x{q['concurrency']}", "paused" if q.get("paused") else "",
-               q.get("quarantined") or ""]
+               q.get("quarantined") or "", q.get("unknown_jobs") or ""]
               for name, q in answer["queues"].items()]
-    print_table(["queue", "depth", "oldest ready", "in flight", "processes", "paused", "quarantined"], queues)
+    print_table(["queue", "depth", "oldest ready", "in flight", "processes", "paused", "quarantined",
+                 "unknown jobs"], queues)
     print(_figures_age(answer["queues"]))
     for c in answer["children"]:
         if c.get("last_exit"):

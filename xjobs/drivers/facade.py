@@ -214,6 +214,10 @@ class CheckedDriver:
     def queue_counts(self) -> dict[str, dict[str, int]]:
         return self._queues.counts()
 
+    def queue_unknown(self, names: Sequence[str]) -> dict[str, int]:
+        known = check_job_names(names)
+        return self._queues.unknown(known if known is not None else frozenset())
+
     # -- LeaderStore and ScheduleStore ------------------------------------------------------------
 
     def leader_elect(self, election: str, holder: str, lease_ms: float) -> bool:

@@ -36,6 +36,15 @@ class MemoryQueues:
         return {q: QueueSummary(depth=n, oldest_ready_ms=ts(at - first))
                 for q, (n, first) in oldest.items()}
 
+    def unknown(self, names: frozenset[str]) -> dict[str, int]:
+        """``queue_unknown``: ready jobs of names not in ``names``, per queue."""
+        with self._table.lock:
+            counts: dict[str, int] = {}
+            for row in self._table.rows.values():
+                if row.state == "ready" and row.name not in names:
+                    counts[row.queue] = counts.get(row.queue, 0) + 1
+            return counts
+
     def counts(self) -> dict[str, dict[str, int]]:
         """``queue_counts``: the states the hot indexes hold, and the ready suspects."""
         counts: dict[str, dict[str, int]] = {}

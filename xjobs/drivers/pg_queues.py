@@ -40,6 +40,12 @@ class PgQueues:
         """``queue_counts``: live states and dead letters per queue, each from its own index."""
         return self._per_queue("queue_counts")
 
+    def unknown(self, names: frozenset[str]) -> dict[str, int]:
+        """``queue_unknown``: ready jobs of names not in ``names``, per queue."""
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["queue_unknown"], {"names": sorted(names)})
+            return {queue: int(count) for queue, count in cur.fetchall()}
+
     def stats(self) -> dict[str, dict[str, int]]:
         """``job_stats``: every row counted once, under its queue and state."""
         return self._per_queue("job_stats")

@@ -529,6 +529,14 @@ from {schema}.jobs
 where state = 'ready' and run_at <= {now}
 group by queue
 
+-- name: queue_unknown
+-- ready jobs of a name no deployed worker has a body for (%(names)s: the names this daemon's
+-- code declares), per queue: claims filter on names, so these wait; /metrics shows them
+select queue, count(*)::int
+from {schema}.jobs
+where state = 'ready' and name <> all(%(names)s::text[])
+group by queue
+
 -- name: job_complete_fenced
 update {schema}.jobs
 set state = 'completed', finished_at = {now},

@@ -131,6 +131,11 @@ class SnapshotCollector:
                          "running when a worker process crashed, waiting to run alone.",
                          queues, {q: c.get("quarantined", 0) for q, c in snap.get("states", {}).items()})
 
+        yield _per_queue(GaugeMetricFamily, "xjobs_queue_unknown_jobs", "Ready jobs of a name no "
+                         "worker of this daemon's code has a body for: no claim takes them (a "
+                         "rolling deploy, or a job removed from the code).", queues,
+                         snap.get("unknown", {}))
+
         restarts = CounterMetricFamily("xjobs_child_restarts", "Child processes started again after "
                                        "an unexpected exit, per role.", labels=["role"])
         for role, n in sorted(snap.get("restarts", {}).items()):

@@ -38,8 +38,8 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
 
 from ..config import Settings
 
@@ -70,6 +70,7 @@ class Summary:
     paused: frozenset[str] = frozenset()        # queues paused fleet-wide (xjobsd queues pause)
     outbox_pending: int = 0                     # outbox rows not yet published, fleet-wide
     outbox_oldest_seconds: float = 0.0          # age of the oldest of them
+    unknown: dict[str, int] = field(default_factory=dict)   # queue -> ready jobs no worker has a body for
 
 
 class Probe(Protocol):
@@ -103,8 +104,12 @@ def default_driver_factory(settings: Settings) -> Callable[[], Any]:
 
 class DatabaseProbe:
     def __init__(self, make_driver: Callable[[], Any], *, interval_s: float,
-                 fork_lock: threading.Lock, wake: Callable[[], None]) -> None:
+                 fork_lock: threading.Lock, wake: Callable[[], None],
+                 names: Callable[[], Sequence[str]] | None = None) -> None:
+        """``names``: the job names the daemon's code declares now (after a reload too); ready
+        jobs of other names are counted as unknown."""
         self._make_driver = make_driver
+        self._names = names
         self.interval_s = interval_s
         self._fork_lock = fork_lock
         self._wake = wake
@@ -226,10 +231,11 @@ class DatabaseProbe:
         states = driver.queue_counts()   # never a scan of the finished bulk
         paused = frozenset(c.name for c in driver.queue_control() if c.paused)
         outbox = driver.outbox_summary()       # outbox_pending_idx: the unpublished rows only
+        unknown = driver.queue_unknown(list(self._names())) if self._names is not None else {}
         queues = {name: {"depth": s.depth, "oldest_ready_seconds": s.oldest_ready_ms / 1000.0}
                   for name, s in summary.items()}
         self._emit("summary", Summary(time.monotonic(), queues, states, paused, outbox.pending,
-                                      outbox.oldest_ms / 1000.0))
+                                      outbox.oldest_ms / 1000.0, unknown))
 
     def _set_reachable(self, ok: bool, exc: Exception | None) -> None:
         if ok != self.reachable:

@@ -115,6 +115,7 @@ def queues(arbiter: "Arbiter", now: float) -> dict[str, dict]:
             "in_flight": sum(c.in_flight for s in slots for c in s.children()),
             "states": dict(summary.states.get(name, {})) if summary else {},
             "quarantined": summary.states.get(name, {}).get("quarantined", 0) if summary else 0,
+            "unknown_jobs": summary.unknown.get(name, 0) if summary else 0,
             "paused": name in summary.paused if summary else None,
             "as_of_seconds": round(now - summary.at, 3) if summary else None,
         }
@@ -222,6 +223,7 @@ def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
         "queues": served_queues(arbiter),
         "summary": summary.queues if summary is not None else {},
         "states": summary.states if summary is not None else {},
+        "unknown": summary.unknown if summary is not None else {},
         "paused": sorted(summary.paused) if summary is not None else [],
         "outbox": ({"pending": summary.outbox_pending, "oldest_seconds": summary.outbox_oldest_seconds}
                    if summary is not None else None),
