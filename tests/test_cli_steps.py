@@ -73,3 +73,20 @@ def test_retry_from_a_step_reopens_it_and_every_later_one(xjobsd, pg_dsn, pg_sch
     assert again["state"] == "ready" and again["attempt"] == 0
     assert [s["name"] for s in again["steps"]] == ["a"]
     assert again["history"][-1]["outcome"] == "requeued" and "from step b" in again["history"][-1]["error"]
+
+
+def test_show_prints_a_failed_attempts_traceback_whole(xjobsd, pg_dsn, pg_schema):
+    from xjobs.drivers.base import Nack
+    xjobsd("migrate")
+    driver = PostgresDriver(pg_dsn, schema=pg_schema)
+    trace = "Traceback (most recent call last):\n" + "".join(
+        f'  File "app.py", line {n}, in step_{n}\n    call_{n}()\n' for n in range(60)) + "ValueError: boom\n"
+    try:
+        job = _claimed(driver, "failing")
+        assert driver.job_nack(Nack(job.id, job.token, "ValueError: boom -- dead", dead=True, outcome="dead",
+                                    traceback=trace))
+    finally:
+        driver.close()
+    text = xjobsd("jobs", "show", str(job.id)).stdout
+    assert "traceback of attempt 1 (dead at " in text and trace.rstrip("\n") in text   # every line
+    assert as_json(xjobsd("jobs", "show", str(job.id), "--json"))["history"][0]["traceback"] == trace

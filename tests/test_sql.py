@@ -85,6 +85,7 @@ PARAMS: dict[str, tuple[str, object]] = {
     "delay": ("float8", 0.0),
     "error": ("text", "boom"),
     "outcome": ("text", "retried"),
+    "traceback": ("text", None),
     "completed_for": ("float8", 86_400_000.0),
     "finished_for": ("float8", 86_400_000.0),
     "state": ("text", None),

@@ -274,3 +274,35 @@ def test_odd_queue_names_are_plain_data(driver, registry, queue):
     pacer = Pacer(make_worker(driver, registry, queue=queue))
     pacer.until(lambda: pacer.totals()["completed"] == 1)
     assert driver.job_stats() == {queue: {"completed": 1}}
+
+
+def test_a_failed_attempt_keeps_its_whole_traceback_in_the_history(driver, registry):
+    def deep(ctx, i):
+        def inner():
+            raise KeyError("missing")
+        try:
+            inner()
+        except KeyError as exc:
+            raise RuntimeError("while loading") from exc
+    handle = declare(registry, deep, name="deep", retry=xjobs.Retry(attempts=2, delay=0))
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: pacer.totals()["dead"] == 1, advance_ms=100)
+    retried, dead = driver.job_get(job_id).history
+    for entry in (retried, dead):
+        trace = entry["traceback"]
+        assert trace.startswith("Traceback (most recent call last):") and "in inner" in trace
+        assert "KeyError: 'missing'" in trace and "RuntimeError: while loading" in trace
+        assert "direct cause" in trace          # the chain, not only the last exception
+    assert (retried["outcome"], dead["outcome"]) == ("retried", "dead")
+
+
+def test_a_huge_traceback_is_bounded_head_and_tail():
+    from xjobs.workers.execute import full_traceback
+    try:
+        raise ValueError("start " + "x" * 40_000 + " end")
+    except ValueError as exc:
+        trace = full_traceback(exc)
+    assert trace is not None and len(trace) < 17_000
+    assert trace.startswith("Traceback (most recent call last):") and "characters cut" in trace
+    assert trace.rstrip().endswith(" end")          # where it failed is kept

@@ -252,6 +252,10 @@ def _print_one(view: JobView, as_json: bool) -> None:
         print("\nhistory:")
         print_table(["at", "attempt", "outcome", "error"],
                     [[h["at"], h["attempt"], h["outcome"], _short(h["error"], 80)] for h in history])
+    for entry in history:   # whole: a traceback is read, not skimmed
+        if entry.get("traceback"):
+            print(f"\ntraceback of attempt {entry['attempt']} ({entry['outcome']} at {entry['at']}):")
+            print(entry["traceback"].rstrip("\n"))
 
 
 def show_job(args: argparse.Namespace) -> int:

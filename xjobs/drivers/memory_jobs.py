@@ -194,7 +194,7 @@ class MemoryJobs:
             row.lease_token = row.lease_expires_at = None
             if not shed:   # a shed is counted by the worker, not an event in the job's history
                 ran = row.attempt if nack.counts_as_attempt else row.attempt + 1
-                table.record(row.id, at, ran, nack.outcome, nack.error)
+                table.record(row.id, at, ran, nack.outcome, nack.error, nack.traceback)
             return True
 
     def heartbeat(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:

@@ -53,8 +53,9 @@ class MemoryOperator:
         history: tuple[dict, ...] = ()
         if full:
             entries = sorted(enumerate(self._table.history.get(row.id, ())), key=lambda e: (e[1][0], e[0]))
-            history = tuple({"at": at, "attempt": attempt, "outcome": outcome, "error": error}
-                            for _, (at, attempt, outcome, error) in entries)
+            history = tuple({"at": at, "attempt": attempt, "outcome": outcome, "error": error,
+                             "traceback": trace}
+                            for _, (at, attempt, outcome, error, trace) in entries)
         return JobView(id=row.id, name=row.name, queue=row.queue, state=row.state,
                        attempt=row.attempt, max_attempts=row.max_attempts, tenant=row.tenant,
                        idempotency_key=row.idempotency_key, priority=row.priority,

@@ -100,7 +100,7 @@ class MemoryTable:
         self.clock = clock
         self.lock = threading.Lock()
         self.rows: dict[int, Row] = {}
-        self.history: dict[int, list[tuple[float, int, str, str | None]]] = {}
+        self.history: dict[int, list[tuple[float, int, str, str | None, str | None]]] = {}
         self.live: dict[Namespace, int] = {}
         self.windowed: dict[Namespace, list[int]] = {}
         self.paused: dict[str, tuple[bool, float, str | None]] = {}   # the queues table
@@ -172,9 +172,10 @@ class MemoryTable:
             return None
         return row
 
-    def record(self, job_id: int, at: float, attempt: int, outcome: str, error: str | None) -> None:
+    def record(self, job_id: int, at: float, attempt: int, outcome: str, error: str | None,
+               traceback: str | None = None) -> None:
         """A row of ``job_history``."""
-        self.history.setdefault(job_id, []).append((at, attempt, outcome, error))
+        self.history.setdefault(job_id, []).append((at, attempt, outcome, error, traceback))
 
     def complete(self, row: Row, at: float) -> None:
         self.move(row, "completed")

@@ -122,7 +122,8 @@ class PgJobs:
             cur.execute(self._db.sql["job_nack"], {
                 **self._db.now(), "id": nack.job_id, "token": nack.token,
                 "dead": nack.dead, "park": nack.park, "counts": nack.counts_as_attempt,
-                "delay": nack.delay_ms, "error": nack.error, "outcome": nack.outcome})
+                "delay": nack.delay_ms, "error": nack.error, "outcome": nack.outcome,
+                "traceback": nack.traceback})
             return cur.fetchone() is not None
 
     def heartbeat(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:

@@ -54,7 +54,7 @@ class PgOperator:
             if row is None:
                 return None
             cur.execute(self._db.sql["job_history"], {"id": job_id})
-            history = tuple({"at": h[0], "attempt": h[1], "outcome": h[2], "error": h[3]}
+            history = tuple({"at": h[0], "attempt": h[1], "outcome": h[2], "error": h[3], "traceback": h[4]}
                             for h in cur.fetchall())
         return _view(row, payload=row[18], history=history)
 

@@ -126,10 +126,10 @@ with settled as (
     where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
     returning id, attempt
 ), logged as (
-    insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+    insert into {schema}.job_history (job_id, at, attempt, outcome, error, traceback)
     select settled.id, {now},
            case when %(counts)s then settled.attempt else settled.attempt + 1 end,
-           %(outcome)s, %(error)s::text
+           %(outcome)s, %(error)s::text, %(traceback)s::text
     from settled
     where %(outcome)s is distinct from 'shed'
 )
@@ -363,7 +363,7 @@ from {schema}.jobs
 where id = %(id)s
 
 -- name: job_history
-select extract(epoch from at)::float8 * 1000, attempt, outcome, error
+select extract(epoch from at)::float8 * 1000, attempt, outcome, error, traceback
 from {schema}.job_history
 where job_id = %(id)s
 order by at, seq

@@ -106,6 +106,7 @@ class Nack:
     park: bool = False
     dead: bool = False
     outcome: str = "retried"    # recorded in the job's history: retried, dead, interrupted, ...
+    traceback: str | None = None   # the failure's full traceback, for the history (bounded)
 
 
 @dataclass(frozen=True, slots=True)

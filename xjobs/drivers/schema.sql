@@ -191,6 +191,11 @@ create table if not exists {schema}.events (
 create index if not exists events_lookup_idx on {schema}.events (name, key, sent_at, id);
 create index if not exists events_sent_idx on {schema}.events (sent_at);
 
+-- Version 5 ------------------------------------------------------------------------------------
+
+-- A failed attempt's full traceback (bounded by the worker), beside its one-line error.
+alter table {schema}.job_history add column if not exists traceback text;
+
 -- Staging wakes the relay at once instead of at its next poll.
 create or replace function {schema}.notify_outbox() returns trigger language plpgsql as $fn$
 begin

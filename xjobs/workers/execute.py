@@ -143,6 +143,24 @@ class Settlement:
     nack: Nack | None = None
 
 
+_MAX_TRACEBACK = 16_384   # characters of a traceback kept in the history
+_TRACEBACK_HEAD = 2_048   # ... the first ones (where the run began) and the last (where it failed)
+
+
+def full_traceback(error: BaseException) -> str | None:
+    """The failure as Python prints it, chained causes included, bounded: the head and the
+    tail are kept (the raise site is at the end), the middle is cut and the cut is said."""
+    try:
+        text = "".join(traceback.format_exception(error))
+    except Exception:   # an exception whose formatting fails still gets its one-line error
+        return None
+    if len(text) <= _MAX_TRACEBACK:
+        return text
+    tail = _MAX_TRACEBACK - _TRACEBACK_HEAD
+    return (f"{text[:_TRACEBACK_HEAD]}\n... {len(text) - _MAX_TRACEBACK} characters cut ...\n"
+            f"{text[-tail:]}")
+
+
 def describe(error: BaseException) -> str:
     try:
         message = str(error)
@@ -189,7 +207,8 @@ def settlement_for(run: Run, error: BaseException | None, timed_out: bool = Fals
     text = f"{describe(error)} -- {verdict.reason}"
     outcome = "dead" if verdict.dead else "retried"
     return Settlement(outcome, nack=Nack(run.job.id, run.job.token, text, verdict.delay_ms,
-                                         dead=verdict.dead, outcome=outcome))
+                                         dead=verdict.dead, outcome=outcome,
+                                         traceback=full_traceback(error)))
 
 
 def given_back(run: Run, why: str) -> Nack:
