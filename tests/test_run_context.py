@@ -167,3 +167,28 @@ def test_row_level_security_scopes_a_bodys_writes_to_its_tenant(pg_dsn, pg_schem
     owner.close()
     assert outcome == {"own": "written", "other": "refused", "declared": "written"}
     assert rows == [("other-org", "declared"), ("acme", "own")]
+
+
+def test_every_failed_attempt_reaches_the_apps_error_hook_with_its_verdict(memory_driver, registry):
+    reports, done = [], threading.Event()
+
+    def hook(ctx, error, verdict):
+        reports.append((ctx.job_id, ctx.attempt, type(error).__name__, verdict.dead))
+        if verdict.dead:
+            done.set()
+
+    def broken(ctx, error, verdict):
+        raise RuntimeError("the reporter itself failed")
+    xjobs.on_error(broken, registry=registry)          # logged and dropped; the next one still runs
+    xjobs.on_error(hook, registry=registry)
+
+    def body(ctx, i):
+        raise ValueError("nope")
+    handle = declare(registry, body, name="failing", retry=xjobs.Retry(attempts=2, delay=0))
+    [job] = enqueue_many(handle, [{"n": 1}], driver=memory_driver)
+    pacer = Pacer(make_worker(memory_driver, registry))
+    pacer.until(lambda: pacer.totals()["dead"] == 1, advance_ms=100)
+    assert done.wait(5)
+    assert reports == [(job.id, 1, "ValueError", False), (job.id, 2, "ValueError", True)]
+    with pytest.raises(xjobs.XJobsError):
+        xjobs.on_error("not callable", registry=registry)

@@ -103,6 +103,8 @@ class Registry:
     def __init__(self) -> None:
         # what wraps every run of this registry's jobs (``run_context``): ctx -> a context manager
         self.run_context: Callable[[Any], ContextManager[Any]] | None = None
+        # called for every failed attempt (``xjobs.on_error``): (ctx, error, verdict)
+        self.error_hooks: list[Callable[..., Any]] = []
         self._jobs: dict[str, JobHandle] = {}
         self._tasks: dict[str, Any] = {}     # name -> TaskHandle (tasks.py)
         self._lock = threading.Lock()

@@ -38,7 +38,7 @@ from typing import Any, Callable, ContextManager, Iterator, Protocol
 from ..context import CANCELLED, DRAINED, LEASE_LOST, SLOT_LOST, Ctx, RunSignal, running
 from ..drivers.base import ClaimedJob, Lease, Nack, RunStore
 from ..errors import JobTimeout
-from ..retry import ErrorTypes, Retry, decide
+from ..retry import ErrorTypes, Retry, RetryVerdict, decide
 from .steps import StepOptions
 
 log = logging.getLogger("xjobs.worker")
@@ -141,6 +141,7 @@ class Settlement:
     outcome: str | None          # jobs_total outcome, or None when nothing is counted
     ack: bool = False
     nack: Nack | None = None
+    verdict: RetryVerdict | None = None    # a failure's retry decision (for xjobs.on_error)
 
 
 _MAX_TRACEBACK = 16_384   # characters of a traceback kept in the history
@@ -208,7 +209,7 @@ def settlement_for(run: Run, error: BaseException | None, timed_out: bool = Fals
     outcome = "dead" if verdict.dead else "retried"
     return Settlement(outcome, nack=Nack(run.job.id, run.job.token, text, verdict.delay_ms,
                                          dead=verdict.dead, outcome=outcome,
-                                         traceback=full_traceback(error)))
+                                         traceback=full_traceback(error)), verdict=verdict)
 
 
 def given_back(run: Run, why: str) -> Nack:

@@ -56,6 +56,7 @@ from ..options import finite_count, plain_name
 from ..registry import JobHandle, Registry
 from ..retry import DEFAULT_RETRY
 from .admission import Admission, Shed
+from ..reporting import Reporter
 from .execute import Executor, Results, Run, RunHook, UnknownJob
 from .leases import LeaseKeeper
 from .quarantine import Quarantine
@@ -113,9 +114,10 @@ class QueueWorker:
         self.runs = RunTable(slots)
         self.results = Results()
         self._executor = Executor(sum(slots.values()), self.results.put, name=f"xjobs-{next(iter(slots))}")
+        self.reporter = Reporter(registry.error_hooks, self.identity)
         self.settler = Settler(driver=driver, runs=self.runs, results=self.results,
                                executor=self._executor, stats=self.stats_, settings=self.settings,
-                               identity=self.identity)
+                               identity=self.identity, reporter=self.reporter)
         self.leases = LeaseKeeper(driver=driver, runs=self.runs, stats=self.stats_,
                                   settings=self.settings, identity=self.identity)
         self.quarantine = Quarantine(driver=driver, runs=self.runs, settler=self.settler,
@@ -255,6 +257,7 @@ class QueueWorker:
 
     def _close_resources(self) -> None:
         self.leases.stop()
+        self.reporter.close()
         self._executor.shutdown()
         if self._listener is not None:
             self._listener.close()

@@ -27,6 +27,8 @@ from ..context import LEASE_LOST, STEP_TIMED_OUT, TIMED_OUT
 from ..drivers.base import ClaimedJob, Nack
 from ..errors import JobTimeout, StepTimeout, XJobsError
 from .execute import Executor, Results, Run, Settlement, given_back, settlement_for
+from ..reporting import Reporter
+from ..retry import RetryVerdict
 from .runs import RunTable
 from .stats import WorkerStats
 
@@ -36,7 +38,8 @@ _PROGRESS_EVERY_MS = 1_000.0   # progress reports are written at most this often
 
 class Settler:
     def __init__(self, *, driver: Any, runs: RunTable, results: Results, executor: Executor,
-                 stats: WorkerStats, settings: Settings, identity: str) -> None:
+                 stats: WorkerStats, settings: Settings, identity: str,
+                 reporter: Reporter | None = None) -> None:
         self._driver = driver
         self._runs = runs
         self._results = results
@@ -44,6 +47,7 @@ class Settler:
         self._stats = stats
         self._settings = settings
         self._identity = identity
+        self._reporter = reporter
         self._next_progress = 0.0
 
     def next_due(self) -> float | None:
@@ -72,6 +76,8 @@ class Settler:
                 acks.append(run)
             elif outcome.nack is not None:
                 nacks.append((run, outcome.nack))
+                if error is not None and outcome.verdict is not None:
+                    self._report(run, error, outcome.verdict)
             elif outcome.outcome is not None:
                 self._stats.outcome(run.job.name, outcome.outcome, run.seconds(now_ms))
             elif run.ctx.fence.refused:
@@ -122,6 +128,8 @@ class Settler:
                             "(it ignores ctx.signal), and nothing it writes lands", run.job.name,
                             run.job.id, error)
             outcome = settlement_for(run, error, timed_out=True)
+            if outcome.verdict is not None:
+                self._report(run, error, outcome.verdict)
             if outcome.nack is not None:
                 self._write_nack(run, outcome.nack, now_ms)
 
@@ -178,6 +186,10 @@ class Settler:
             self._write_nack(run, Nack(run.job.id, run.job.token, error, self._settings.lease_ms,
                                        counts_as_attempt=False, outcome="interrupted"),
                              now_ms, abandoned=True)
+
+    def _report(self, run: Run, error: BaseException, verdict: RetryVerdict) -> None:
+        if self._reporter is not None:
+            self._reporter.report(run.ctx, error, verdict)
 
     def _refused(self, run: Run, now_ms: float) -> None:
         """The database refused one of the run's writes: the job is not its own any more. An
