@@ -16,11 +16,25 @@ from xjobs.cli import build_parser
 from xjobs.options import duration_ms
 
 
-def unit() -> configparser.ConfigParser:
+def unit(name: str = "xjobsd.service") -> configparser.ConfigParser:
     parser = configparser.ConfigParser(strict=False, interpolation=None)
     parser.optionxform = str
-    parser.read(ROOT / "systemd" / "xjobsd.service")
+    parser.read(ROOT / "systemd" / name)
     return parser
+
+
+def test_the_tick_units_run_one_bounded_pass_a_minute():
+    service = unit("xjobsd-tick.service")["Service"]
+    assert service["Type"] == "oneshot" and service["SuccessExitStatus"] == "1"
+    command = service["ExecStart"].split()
+    assert command[:2] == ["/opt/xjobs/venv/bin/xjobsd", "tick"]
+    args = build_parser().parse_args(command[1:])       # the flags the unit passes exist
+    deadline_s = duration_ms(args.deadline, "deadline") / 1000
+    assert int(service["TimeoutStartSec"]) >= deadline_s + 5   # the pass settles before systemd kills it
+    for hardening in ("NoNewPrivileges", "ProtectSystem", "PrivateTmp", "ProtectHome"):
+        assert hardening in service
+    timer = unit("xjobsd-tick.timer")
+    assert timer["Timer"]["OnCalendar"] == "*-*-* *:*:00" and timer["Install"]["WantedBy"] == "timers.target"
 
 
 def test_the_unit_file_matches_the_daemon():

@@ -56,7 +56,7 @@ from ..options import finite_count, plain_name
 from ..registry import JobHandle, Registry
 from ..retry import DEFAULT_RETRY
 from .admission import Admission, Shed
-from ..reporting import Reporter
+from ..reporting import ErrorHook, Reporter
 from .execute import Executor, Results, Run, RunHook, UnknownJob
 from .leases import LeaseKeeper
 from .quarantine import Quarantine
@@ -87,7 +87,7 @@ class QueueWorker:
                  concurrency: int = 16, queues: Mapping[str, int] | None = None,
                  settings: Settings | None = None, identity: str | None = None,
                  clock: Callable[[], float] = monotonic_ms, maintain: bool = True,
-                 context: RunHook | None = None) -> None:
+                 context: RunHook | None = None, error_hooks: Sequence[ErrorHook] | None = None) -> None:
         """``context``: a callable taking the run's ``ctx`` and answering a context manager that
         wraps every body (open a session, bind log fields); by default the registry's
         (``xjobs.run_context``)."""
@@ -114,7 +114,8 @@ class QueueWorker:
         self.runs = RunTable(slots)
         self.results = Results()
         self._executor = Executor(sum(slots.values()), self.results.put, name=f"xjobs-{next(iter(slots))}")
-        self.reporter = Reporter(registry.error_hooks, self.identity)
+        self.reporter = Reporter(registry.error_hooks if error_hooks is None else error_hooks, self.identity)
+        self._bound_at: float | None = None    # a deadline every run gets (epoch s): a tick's
         self.settler = Settler(driver=driver, runs=self.runs, results=self.results,
                                executor=self._executor, stats=self.stats_, settings=self.settings,
                                identity=self.identity, reporter=self.reporter)
@@ -217,9 +218,7 @@ class QueueWorker:
         counts down to from now on.
         """
         if deadline_ms is not None:
-            at = time.time() + (deadline_ms - self.clock()) / 1000.0
-            for run in list(self.runs.held.values()):
-                run.ctx.bound(at)
+            self.bound_runs(deadline_ms)
         if interrupt:
             for run in list(self.runs.held.values()):
                 run.signal.abort(DRAINED, f"worker {self.identity} is draining ({reason})")
@@ -227,6 +226,14 @@ class QueueWorker:
             return
         self.accepting = False
         self.state = "draining"
+
+    def bound_runs(self, deadline_ms: float) -> None:
+        """Every run, held now or claimed later, must end by ``deadline_ms`` (the loop's clock):
+        what ``ctx.remaining()`` counts down to (a drain's end, a tick's deadline)."""
+        at = time.time() + (deadline_ms - self.clock()) / 1000.0
+        self._bound_at = at if self._bound_at is None else min(self._bound_at, at)
+        for run in list(self.runs.held.values()):
+            run.ctx.bound(self._bound_at)
 
     def close(self, deadline_ms: float | None = None, now: Callable[[], float] | None = None) -> None:
         """Close phase: wait for bodies up to the deadline, settle, abandon the rest, close."""
@@ -365,6 +372,8 @@ class QueueWorker:
             return None
         run = Run(job, handle, self.driver, now_ms, clock=self.clock, poke=self.results.poke,
                   hook=self._hook)
+        if self._bound_at is not None:
+            run.ctx.bound(self._bound_at)
         self.admission.bind(run, admitted)
         self.runs.hold(run)
         return run

@@ -1,0 +1,97 @@
+"""``xjobsd tick`` as a cron runs it: a subprocess with a deadline, its summary and exit code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+
+from tests.daemon_fixtures import daemon_env  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+APP = "tests.apps.tick_app"
+
+
+def tick(env, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "xjobs.cli", "tick", "--app", APP, "--json", *args],
+                            cwd=ROOT, env=env.process_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def finish(proc: subprocess.Popen) -> tuple[int, dict]:
+    out, err = proc.communicate(timeout=60)
+    assert out, err
+    return proc.returncode, orjson.loads(out)
+
+
+def due_minute(env) -> None:
+    """The task's watermark just before the last minute boundary: exactly one occurrence is due."""
+    env.sql("insert into {schema}.scheduler_state (task, watermark_ms, updated_at) "
+            "values ('every_minute', (floor(extract(epoch from now()) / 60) * 60 - 1) * 1000, now())")
+
+
+def enqueue_work(env, per_queue: int = 4) -> None:
+    for n in range(1, 6):
+        env.enqueue(f"work_t{n}", f"t{n}", [{"n": i} for i in range(per_queue)], key=lambda i, n=n: f"t{n}:{i['n']}")
+
+
+def test_a_tick_isolates_a_failure_hands_back_a_hung_job_and_fires_cron_once(daemon_env):
+    env = daemon_env
+    due_minute(env)
+    enqueue_work(env)
+    [failing] = env.enqueue("fails", "t1", [{"n": 1}], key=lambda i: "fails:1")
+    [hung] = env.enqueue("hangs", "t2", [{"n": 1}], key=lambda i: "hangs:1")
+    began = time.monotonic()
+    code, summary = finish(tick(env, "--deadline", "3s"))
+    took = time.monotonic() - began
+    assert code == 1 and summary["failed"] and summary["reached_deadline"]
+    assert summary["elapsed_s"] <= 3 + 1, summary
+    assert took < 3 + 1 + 3, took            # plus the interpreter's start and the app's import
+    assert summary["cron"]["dispatched"] == 1 and summary["cron"]["leader"] is True
+    for n in range(1, 6):
+        assert summary["jobs"][f"work_t{n}"] == {"completed": 4}        # siblings untouched
+    assert summary["jobs"]["minutely"] == {"completed": 1}
+    assert summary["jobs"]["fails"] == {"retried": 1}
+    [failure] = summary["failures"]
+    assert (failure["job_id"], failure["name"], failure["dead"]) == (failing, "fails", False)
+    assert "ValueError: the upstream said no" in failure["error"] and failure["verdict"].startswith("retry 2/")
+    assert summary["abandoned"] == 1
+    assert env.job(hung)["state"] == "ready" and env.job(hung)["attempt"] == 0     # no attempt spent
+    assert env.one("select count(*) from {schema}.jobs where name = 'minutely'") == 1
+
+
+def test_a_tick_with_nothing_failing_exits_zero_and_two_ticks_fire_an_occurrence_once(daemon_env):
+    env = daemon_env
+    due_minute(env)
+    enqueue_work(env, per_queue=2)
+    first, second = tick(env, "--deadline", "5s"), tick(env, "--deadline", "5s")
+    (code_a, a), (code_b, b) = finish(first), finish(second)
+    assert (code_a, code_b) == (0, 0) and not a["reached_deadline"] and not b["reached_deadline"]
+    assert a["cron"]["dispatched"] + b["cron"]["dispatched"] == 1
+    assert env.one("select count(*) from {schema}.jobs where name = 'minutely'") == 1
+    ran = env.one("select count(*) from {schema}.effects where name like 'work_t%'")
+    assert ran == 10 and env.one("select count(*) from {schema}.jobs where state <> 'completed'") == 0
+    assert env.one("select count(distinct job_id) from {schema}.effects") == 11     # each ran once
+    code, again = finish(tick(env, "--deadline", "5s"))
+    assert code == 0 and again["jobs"] == {} and again["failures"] == []
+
+
+def test_long_work_goes_on_across_ticks_in_slices_each_done_once(daemon_env):
+    env = daemon_env
+    [job] = env.enqueue("sliced", "t4", [{"n": 1, "units": 6, "unit_s": 0.2}], key=lambda i: "sliced:1")
+    ticks = 0
+    while env.job(job)["state"] != "completed":
+        ticks += 1
+        assert ticks <= 6, "the work never finished"
+        code, summary = finish(tick(env, "--deadline", "900ms", "--queue", "t4"))
+        assert code == 0, summary
+    assert ticks >= 2                                  # it did not fit in one tick
+    units = env.sql("select name, count(*) from {schema}.effects group by name order by name")
+    assert units == [(f"unit:{u}", 1) for u in range(6)]   # each slice's work done once
+    assert env.job(job)["attempt"] == 1                  # the pauses spent no attempt

@@ -1,0 +1,67 @@
+"""``xjobsd tick``: one bounded pass of the app's background work (``xjobs.tick``), for a
+systemd timer, a Kubernetes CronJob or a serverless cron.
+
+    xjobsd tick --app myapp.jobs [--deadline 25s] [--queue emails ...] [--concurrency 16] [--json]
+
+Prints one summary: per job name what its runs came to, every failure with its retry verdict,
+the cron round. Exit 0 when nothing failed, 1 when a job failed (it is retried or dead-lettered
+as its policy says), 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..options import duration_ms
+from ..registry import REGISTRY
+from ..tick import TickSummary, run_tick
+from .common import add_database_flags, driver_from, import_apps, print_json, print_table, settings_from
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("tick", help="one bounded pass: due cron, then the queues, until empty or the deadline",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--app", action="append", default=[], help="module declaring the jobs (repeatable)")
+    parser.add_argument("--deadline", default="25s", help="the pass's budget (default 25s)")
+    parser.add_argument("--queue", action="append", default=[], help="work only this queue (repeatable)")
+    parser.add_argument("--concurrency", type=int, default=16, help="bodies at once per queue (16)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_database_flags(parser)
+    parser.set_defaults(handler=tick)
+
+
+def tick(args: argparse.Namespace) -> int:
+    deadline_s = duration_ms(args.deadline, "deadline", exclusive_minimum=True, maximum_ms=3_600_000) / 1000.0
+    settings = settings_from(args)
+    import_apps(args.app or list(settings.apps))
+    driver = driver_from(settings, application_name="xjobsd-tick")
+    try:
+        summary = run_tick(driver=driver, registry=REGISTRY, settings=settings, deadline_s=deadline_s,
+                           queues=args.queue or None, concurrency=args.concurrency)
+    finally:
+        driver.close()
+    if args.json:
+        print_json(summary.as_json())
+    else:
+        _print(summary)
+    return 1 if summary.failed else 0
+
+
+def _print(summary: TickSummary) -> None:
+    ending = "reached its deadline" if summary.reached_deadline else "ran out of work"
+    print(f"tick {summary.identity}: {ending} after {summary.elapsed_s:.2f}s of {summary.deadline_s:g}s")
+    cron = summary.cron
+    if cron.get("leader") is not None:
+        print(f"cron: {'led the round' if cron['leader'] else 'another scheduler leads'}, "
+              f"{cron.get('dispatched', 0)} occurrence(s) dispatched")
+    outcomes = sorted({o for counts in summary.jobs.values() for o in counts})
+    if summary.jobs:
+        print_table(["job", *outcomes], [[name, *(counts.get(o, 0) for o in outcomes)]
+                                         for name, counts in summary.jobs.items()])
+    else:
+        print("no job was due")
+    if summary.abandoned:
+        print(f"{summary.abandoned} run(s) ignored the deadline: handed back, attempt not counted")
+    for failure in summary.failures:
+        print(f"FAILED {failure['name']}#{failure['job_id']} attempt {failure['attempt']}: "
+              f"{failure['error']} -- {failure['verdict']}")
