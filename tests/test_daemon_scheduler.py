@@ -130,3 +130,20 @@ def test_maintenance_runs_on_the_leader_only_and_survives_its_scheduler_being_ki
     assert all(w["stats"]["sweeps"] == 0 for w in daemon.children())
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(15) == 0
+
+
+def test_the_leaders_scheduler_runs_a_due_scan_once_and_counts_it(daemon_env):
+    env = daemon_env
+    daemons = [env.start("--app", "tests.apps.tick_app", "--queue", "t3=1x1") for _ in range(2)]
+    for daemon in daemons:
+        daemon.ready()
+    wait_for(lambda: env.one("select count(*) from {schema}.effects where name = 'reconcile'") == 1, 15,
+             "the scan to run on the leader")
+    wait_for(lambda: sum(d.sample("xjobs_jobs", "xjobs_jobs_total", job_name="reconcile", outcome="completed")
+                         for d in daemons) == 1, 15, "the scan's run in /metrics")
+    assert env.one("select count(*) from {schema}.scheduler_state where task = 'scan:reconcile'") == 1
+    for daemon in daemons:
+        daemon.signal(signal.SIGTERM)
+    for daemon in daemons:
+        assert daemon.wait(20) == 0
+    assert env.one("select count(*) from {schema}.effects where name = 'reconcile'") == 1   # hourly: once

@@ -77,9 +77,12 @@ def test_a_tick_with_nothing_failing_exits_zero_and_two_ticks_fire_an_occurrence
     assert env.one("select count(*) from {schema}.jobs where name = 'minutely'") == 1
     ran = env.one("select count(*) from {schema}.effects where name like 'work_t%'")
     assert ran == 10 and env.one("select count(*) from {schema}.jobs where state <> 'completed'") == 0
-    assert env.one("select count(distinct job_id) from {schema}.effects") == 11     # each ran once
+    assert env.one("select count(distinct job_id) from {schema}.effects where name <> 'reconcile'") == 11
+    # the scan ran once in one of the two passes, not in the later one (its hour is not up)
+    assert env.one("select count(*) from {schema}.effects where name = 'reconcile'") == 1
+    assert sorted(a["cron"]["scans"] + b["cron"]["scans"]) == ["reconcile"]
     code, again = finish(tick(env, "--deadline", "5s"))
-    assert code == 0 and again["jobs"] == {} and again["failures"] == []
+    assert code == 0 and again["jobs"] == {} and again["failures"] == [] and again["cron"]["scans"] == []
 
 
 def test_long_work_goes_on_across_ticks_in_slices_each_done_once(daemon_env):
@@ -92,6 +95,35 @@ def test_long_work_goes_on_across_ticks_in_slices_each_done_once(daemon_env):
         code, summary = finish(tick(env, "--deadline", "900ms", "--queue", "t4"))
         assert code == 0, summary
     assert ticks >= 2                                  # it did not fit in one tick
-    units = env.sql("select name, count(*) from {schema}.effects group by name order by name")
+    units = env.sql("select name, count(*) from {schema}.effects where name like 'unit:%' group by name order by name")
     assert units == [(f"unit:{u}", 1) for u in range(6)]   # each slice's work done once
     assert env.job(job)["attempt"] == 1                  # the pauses spent no attempt
+
+
+def test_a_failing_scan_is_isolated_reported_and_runs_again_only_at_its_interval(pg_dsn, pg_schema):
+    import xjobs
+    from xjobs.config import Settings
+    from xjobs.drivers.postgres import PostgresDriver
+    from xjobs.tick import run_tick
+    registry = xjobs.Registry()
+    ran = []
+    xjobs.job(queue="q", idempotency_key=lambda i: str(i), tenant="none", registry=registry, name="noop")(
+        lambda ctx, i: None)
+
+    def broken(ctx):
+        ran.append(ctx.remaining())
+        raise RuntimeError("the ledger is locked")
+    xjobs.scan(name="broken", every="1h", fn=broken, registry=registry)
+    xjobs.scan(name="fine", every="1h", fn=lambda ctx: ran.append("fine"), registry=registry)
+    driver = PostgresDriver(pg_dsn, schema=pg_schema)
+    driver.migrate()
+    try:
+        first = run_tick(driver=driver, registry=registry, settings=Settings(), deadline_s=5)
+        second = run_tick(driver=driver, registry=registry, settings=Settings(), deadline_s=5)
+    finally:
+        driver.close()
+    assert first.failed and first.jobs == {"broken": {"retried": 1}, "fine": {"completed": 1}}
+    [failure] = first.failures
+    assert failure["name"] == "broken" and "the ledger is locked" in failure["error"]
+    assert 0 < ran[0] <= 5 and ran[1] == "fine"          # the tick's budget reached the scan
+    assert not second.failed and second.jobs == {} and len(ran) == 2

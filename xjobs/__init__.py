@@ -7,10 +7,11 @@ from .events import send_event
 from .context import current
 from .registry import REGISTRY, JobHandle, Registry, job, run_context
 from .reporting import on_error
+from .scans import scan
 from .retry import DEFAULT_RETRY, Retry, retry_schedule
 from .tasks import TaskHandle, task
 
 __all__ = ["DEFAULT_RETRY", "Enqueued", "JobHandle", "REGISTRY", "Registry", "Retry", "RetryAfter", "Settings",
            "StepSuspension", "TaskHandle", "Terminal", "XJobsError", "configure", "current", "current_driver", "job",
-           "load_settings", "on_error", "retry_schedule", "run_context", "send_event", "task"]
+           "load_settings", "on_error", "retry_schedule", "run_context", "scan", "send_event", "task"]
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""The job manifest: every job and cron task an app declares, as stable, sorted JSON.
+"""The job manifest: every job, cron task and scan an app declares, as stable, sorted JSON.
 
 An app commits the file (``xjobsd manifest --app myapp.jobs > xjobs.manifest.json``) and CI
 runs ``xjobsd manifest --app myapp.jobs --check xjobs.manifest.json``: a renamed job, a retry
@@ -47,7 +47,8 @@ def describe(registry: Registry) -> dict[str, Any]:
             "jobs": [_job(handle) for handle in registry.jobs()],
             "tasks": [{"name": task.name, "cron": task.cron, "tz": task.tz, "job": task.job.name,
                        "catch_up": task.catch_up, "max_catch_up": task.max_catch_up}
-                      for task in registry.tasks()]}
+                      for task in registry.tasks()],
+            "scans": [{"name": s.name, "every_ms": s.every_ms, "fn": s.spec.fn} for s in registry.scans()]}
 
 
 def render(registry: Registry) -> str:

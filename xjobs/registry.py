@@ -107,6 +107,7 @@ class Registry:
         self.error_hooks: list[Callable[..., Any]] = []
         self._jobs: dict[str, JobHandle] = {}
         self._tasks: dict[str, Any] = {}     # name -> TaskHandle (tasks.py)
+        self._scans: dict[str, Any] = {}     # name -> ScanHandle (scans.py)
         self._lock = threading.Lock()
 
     def add(self, handle: JobHandle) -> JobHandle:
@@ -142,6 +143,21 @@ class Registry:
             self._tasks[handle.name] = handle
             return handle
 
+    def add_scan(self, handle: Any) -> Any:
+        """Register a ``ScanHandle``; one declaration twice is one scan, two different ones
+        under one name are refused."""
+        with self._lock:
+            existing = self._scans.get(handle.name)
+            if existing is not None and existing.spec != handle.spec:
+                raise DuplicateJob(f"two different declarations of the scan {handle.name!r}",
+                                   code="X_SCAN_DUPLICATE")
+            self._scans[handle.name] = handle
+            return handle
+
+    def scans(self) -> list[Any]:
+        """Sorted by code point, like ``jobs()``."""
+        return [self._scans[name] for name in sorted(self._scans)]
+
     def tasks(self) -> list[Any]:
         """Sorted by code point, like ``jobs()``."""
         return [self._tasks[name] for name in sorted(self._tasks)]
@@ -156,6 +172,7 @@ class Registry:
         with self._lock:
             self._jobs.clear()
             self._tasks.clear()
+            self._scans.clear()
 
 
 def _same_body(a: Callable, b: Callable) -> bool:

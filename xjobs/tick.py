@@ -5,7 +5,8 @@ One process, one connection pool, one deadline::
 
     upkeep      lapsed leases back, due sleepers and timed-out waits woken
     cron        one scheduler round: due occurrences dispatched under the leader lease (taken
-                for the pass, handed back after it), so two overlapping ticks never double-fire
+                for the pass, handed back after it), so two overlapping ticks never double-fire;
+                then the due scans (``xjobs.scan``), each isolated
     queues      a worker runs the app's queues until nothing it can run is due, or the
                 deadline: every job isolated (one that raises is reported beside its siblings)
     deadline    running jobs are interrupted like a drain (their attempt given back); one that
@@ -22,6 +23,7 @@ import os
 import select
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
@@ -36,7 +38,8 @@ from .registry import Registry
 from .retry import RetryVerdict
 from .workers.execute import describe
 from .workers.queue_worker import QueueWorker
-from .workers.scheduler import Scheduler
+from .workers.scanning import ScanRun, run_due_scans
+from .workers.scheduler import ELECTION, Scheduler
 
 _IDLE_CHECK_MS = 100.0     # how often the pass asks the database whether anything is left
 _CLOSE_GRACE_MS = 500.0    # after the deadline: settle what the interrupt stopped
@@ -54,6 +57,7 @@ class TickSummary:
     jobs: dict[str, dict[str, int]] = field(default_factory=dict)   # name -> outcome -> runs
     failures: list[dict[str, Any]] = field(default_factory=list)
     abandoned: int = 0         # still running at the close: handed back, no attempt spent
+    jobs_scanned: dict[str, str] = field(default_factory=dict)   # scan -> its outcome this pass
 
     @property
     def failed(self) -> bool:
@@ -93,8 +97,14 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
     summary = TickSummary(identity, deadline_s)
     driver.job_rescue()
     driver.job_wake()
-    summary.cron = _cron_round(driver, registry, settings, identity, deadline)
     failures = _Failures()
+    summary.cron, scans = _cron_round(driver, registry, settings, identity, time.time() + deadline_s)
+    for run in scans:
+        summary.jobs_scanned[run.name] = "completed" if run.ok else "retried"
+        if not run.ok:
+            failures.items.append({"job_id": None, "name": run.name, "queue": None, "attempt": None,
+                                   "error": run.error, "verdict": "a scan runs again at its next interval",
+                                   "dead": False})
     worker = QueueWorker(driver=driver, registry=registry, queues={q: concurrency for q in names},
                          settings=replace(settings, poll_ms=_TICK_POLL_MS), identity=identity,
                          clock=clock, maintain=False, error_hooks=[*registry.error_hooks, failures])
@@ -107,7 +117,10 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
     finally:
         worker.close(deadline_ms=max(deadline, clock()) + _CLOSE_GRACE_MS)
     stats = worker.stats()
-    summary.jobs = {name: dict(outcomes) for name, outcomes in sorted(stats["jobs"].items())}
+    ran = {name: dict(outcomes) for name, outcomes in stats["jobs"].items()}
+    for name, outcome in summary.jobs_scanned.items():
+        ran.setdefault(name, {})[outcome] = ran.get(name, {}).get(outcome, 0) + 1
+    summary.jobs = dict(sorted(ran.items()))
     summary.abandoned = int(stats["abandoned"])
     summary.failures = sorted(failures.items, key=lambda f: (f["name"], f["job_id"], f["attempt"]))
     summary.elapsed_s = (clock() - began) / 1000.0
@@ -115,20 +128,26 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
 
 
 def _cron_round(driver: JobDriver, registry: Registry, settings: Settings, identity: str,
-                deadline: float) -> dict[str, Any]:
-    """One scheduler round with the lease taken for it, handed back after."""
-    if not registry.tasks():
-        return {"leader": None, "dispatched": 0}
+                deadline_at: float) -> tuple[dict[str, Any], list[ScanRun]]:
+    """One scheduler round with the lease taken for it, the due scans while it is held, then
+    the lease handed back."""
+    if not registry.tasks() and not registry.scans():
+        return {"leader": None, "dispatched": 0}, []
     scheduler = Scheduler(driver=driver, registry=registry, settings=settings, identity=identity,
                           maintain=False)
     scheduler.initialize()
+    scans: list[ScanRun] = []
     try:
         report = scheduler.tick()
+        if report.leader:
+            scans = run_due_scans(driver, registry, election=ELECTION, holder=scheduler.holder,
+                                  deadline=deadline_at)
     finally:
         scheduler.stop_accepting("the tick's round is over")
-        scheduler.close(deadline)
-    return {"leader": report.leader, "dispatched": report.dispatched, "deduped": report.deduped,
-            "dropped": report.dropped, "tasks": dict(report.tasks)}
+        scheduler.close(None)
+    return ({"leader": report.leader, "dispatched": report.dispatched, "deduped": report.deduped,
+             "dropped": report.dropped, "tasks": dict(report.tasks),
+             "scans": sorted(run.name for run in scans)}, scans)
 
 
 def _work(worker: QueueWorker, deadline: float, clock: Callable[[], float]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from xjobs import Retry, job, task
+from xjobs import Retry, job, scan, task
 
 from .daemon_app import record
 
@@ -53,3 +53,17 @@ def sliced(ctx, input):
             time.sleep(input["unit_s"])
             return unit
         ctx.step.run(f"unit {unit}", work)
+
+
+def reconcile(ctx):
+    """A scan: finds its own work, safe to run twice; records that it ran."""
+    import os
+
+    from .daemon_app import _db
+    schema = os.environ.get("XJOBS_SCHEMA", "xjobs")
+    with _db().connection() as db:
+        db.execute(f"insert into {schema}.effects (job_id, attempt, pid, name) values (0, 0, %s, 'reconcile')",
+                   (os.getpid(),))
+
+
+scan(name="reconcile", every="1h", fn=reconcile)

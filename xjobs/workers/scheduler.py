@@ -41,6 +41,7 @@ from ..config import Settings
 from ..cron import DEFAULT_RESOLVER, CronResolver
 from ..drivers.base import Dispatch, JobDriver
 from ..registry import Registry
+from .scanning import run_due_scans
 from .role import RoleBase, RoleContext, RoleGauge, RolePolicy
 
 log = logging.getLogger("xjobs.scheduler")
@@ -95,6 +96,9 @@ class Scheduler(RoleBase):
         self._next_prune = 0.0
         self._next_wake = 0.0
         self.abandoned = False
+        self._scans: threading.Thread | None = None      # due scans, off the loop thread
+        self._scan_counts: dict[str, dict[str, int]] = {}  # scan -> outcome -> runs (xjobs_jobs_total)
+        self._scan_lock = threading.Lock()
 
     @classmethod
     def build(cls, context: RoleContext) -> "Scheduler":
@@ -118,8 +122,32 @@ class Scheduler(RoleBase):
         return 1 if self._in_round else 0
 
     def stats(self) -> dict:
+        with self._scan_lock:
+            jobs = {name: dict(outcomes) for name, outcomes in self._scan_counts.items()}
         return {**self.totals, "leader": 1 if self.is_leader else 0, "tasks": len(self.tasks),
-                "in_flight": self.in_flight()}
+                "in_flight": self.in_flight(), "jobs": jobs}
+
+    def _start_scans(self) -> None:
+        """Run the due scans on a thread of their own (one batch at a time): a long scan must
+        not keep this loop from renewing the leader lease."""
+        if not self.registry.scans() or (self._scans is not None and self._scans.is_alive()):
+            return
+        self._scans = threading.Thread(target=self._run_scans, name=f"xjobs-scans-{self.identity}",
+                                       daemon=True)
+        self._scans.start()
+
+    def _run_scans(self) -> None:
+        try:
+            runs = run_due_scans(self.driver, self.registry, election=ELECTION, holder=self.holder,
+                                 stopping=lambda: not self.accepting)
+        except Exception as exc:
+            log.warning("scheduler %s: running due scans failed: %s", self.identity, exc)
+            return
+        with self._scan_lock:
+            for run in runs:
+                outcomes = self._scan_counts.setdefault(run.name, {})
+                outcome = "completed" if run.ok else "retried"   # a failed scan runs at its next interval
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
 
     def stop_accepting(self, reason: str = "drain", interrupt: bool = True,
                        deadline_ms: float | None = None) -> None:
@@ -166,6 +194,8 @@ class Scheduler(RoleBase):
         if self.accepting and now_ms >= self._next_round:
             wait = self._round_wait(self.tick())
             self._next_round = self.clock() + max(_ROUND_AT_LEAST_MS, wait)
+            if self.is_leader and self.accepting:
+                self._start_scans()
         if self.is_leader and self.maintain and self.accepting:
             self._maintain(now_ms)
         due = [self._next_round]
