@@ -9,6 +9,7 @@ import math
 import threading
 import time
 
+import orjson
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
@@ -192,3 +193,31 @@ def test_every_failed_attempt_reaches_the_apps_error_hook_with_its_verdict(memor
     assert reports == [(job.id, 1, "ValueError", False), (job.id, 2, "ValueError", True)]
     with pytest.raises(xjobs.XJobsError):
         xjobs.on_error("not callable", registry=registry)
+
+
+def test_the_json_formatter_writes_one_object_with_the_records_fields():
+    import io
+    import logging
+
+    from xjobs.logs import JsonFormatter, configure_logging
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("xjobs.test.json")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("job %s#%s dead", "send", 7, extra={"event": "job.dead", "job_id": 7, "tags": {"a": 1}})
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logger.exception("it broke")
+    finally:
+        logger.removeHandler(handler)
+    first, second = (orjson.loads(line) for line in stream.getvalue().splitlines())
+    assert (first["message"], first["event"], first["job_id"], first["level"]) == ("job send#7 dead", "job.dead", 7, "warning")
+    assert first["tags"] == {"a": 1} and first["logger"] == "xjobs.test.json" and "args" not in first
+    assert "ValueError: boom" in second["exc"]
+    for bad in ({"fmt": "xml"}, {"level": "LOUD"}):
+        with pytest.raises(xjobs.XJobsError):
+            configure_logging(**bad)

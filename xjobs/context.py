@@ -87,6 +87,15 @@ class RunSignal:
         return f"<RunSignal {'set: ' + str(self.code) if self.code else 'clear'}>"
 
 
+class RunLog(logging.LoggerAdapter):
+    """``ctx.log``: every record carries the run's fields, and the fields a call adds
+    (``ctx.log.info("sent", extra={"to": addr})``) are kept beside them, not dropped."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        return msg, kwargs
+
+
 class Fence:
     """The one path of every write a run makes: its step results, its sleeps and waits, and
     ``ctx.transaction()``. Refused with ``X_ABORTED`` once the run's signal is set (the
@@ -237,9 +246,8 @@ class Ctx:
     @property
     def log(self) -> logging.LoggerAdapter:
         if self._log is None:
-            self._log = logging.LoggerAdapter(_log, {"job_id": self.job_id, "job": self.name,
-                                                     "queue": self.queue, "attempt": self.attempt,
-                                                     "tenant": self.tenant})
+            self._log = RunLog(_log, {"job_id": self.job_id, "job": self.name, "queue": self.queue,
+                                      "attempt": self.attempt, "tenant": self.tenant})
         return self._log
 
     @contextlib.contextmanager

@@ -67,3 +67,9 @@ def reconcile(ctx):
 
 
 scan(name="reconcile", every="1h", fn=reconcile)
+
+
+@job(queue="t5", idempotency_key=lambda i: f"doomed:{i['n']}", tenant="none", retry=Retry(attempts=2, delay=0))
+def doomed(ctx, input):
+    ctx.log.info("about to fail", extra={"customer": input["n"]})
+    raise ValueError("always")

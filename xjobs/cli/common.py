@@ -139,3 +139,11 @@ def print_table(headers: list[str], rows: list[list[Any]]) -> None:
     print("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths)).rstrip())
     for row in cells:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def add_log_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default=None,
+                        help="DEBUG, INFO, WARNING or ERROR (default INFO, or XJOBS_LOG_LEVEL)")
+    parser.add_argument("--log-format", default=None, choices=("text", "json"),
+                        help="text for people, json for machines: one object per line (default text, "
+                             "or XJOBS_LOG_FORMAT)")

@@ -24,7 +24,8 @@ from typing import Any
 
 from ..config import Settings, load_settings
 from ..errors import InvalidOption
-from .common import import_apps
+from ..logs import configure_logging
+from .common import add_log_flags, import_apps
 
 log = logging.getLogger("xjobs.supervisor")
 
@@ -53,8 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="refuse to start when a registered job's queue is served by no process")
     p.add_argument("--embedded", action="store_true",
                    help="start the embedded PostgreSQL when no database is configured, even under systemd")
-    p.add_argument("--log-level", default=os.environ.get("XJOBS_LOG_LEVEL", "INFO"),
-                   help="DEBUG, INFO, WARNING or ERROR (default INFO, or XJOBS_LOG_LEVEL)")
+    add_log_flags(p)
     p.set_defaults(handler=run)
 
 
@@ -75,9 +75,7 @@ def _options(settings: Settings) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=str(args.log_level).upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
-    logging.getLogger("pgserver").setLevel(logging.WARNING)   # it narrates every initdb line
+    configure_logging(args.log_level, args.log_format)
     from ..registry import REGISTRY
     from ..supervisor import control as control_mod
     from ..supervisor import embedded as embedded_mod

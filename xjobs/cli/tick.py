@@ -15,7 +15,8 @@ import argparse
 from ..options import duration_ms
 from ..registry import REGISTRY
 from ..tick import TickSummary, run_tick
-from .common import add_database_flags, driver_from, import_apps, print_json, print_table, settings_from
+from ..logs import configure_logging
+from .common import add_database_flags, add_log_flags, driver_from, import_apps, print_json, print_table, settings_from
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,10 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="bodies at once per queue (16)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_database_flags(parser)
+    add_log_flags(parser)
     parser.set_defaults(handler=tick)
 
 
 def tick(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, args.log_format)
     deadline_s = duration_ms(args.deadline, "deadline", exclusive_minimum=True, maximum_ms=3_600_000) / 1000.0
     settings = settings_from(args)
     import_apps(args.app or list(settings.apps))

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from ..config import Settings
 from ..context import CANCELLED, LEASE_LOST
+from ..logs import event, run_fields
 from .execute import Run
 from .runs import RunTable
 from .stats import WorkerStats
@@ -77,12 +78,14 @@ class LeaseKeeper:
             run.signal.abort(CANCELLED, "cancelled by an operator")
             self._runs.finish(run)
             self._stats.outcome(run.job.name, "cancelled", run.seconds(now_ms))
+            event(log, logging.INFO, "job.cancelled", "job %s#%s was cancelled while it ran",
+                  run.job.name, run.job.id, **run_fields(run.job))
         else:
             run.signal.abort(LEASE_LOST, f"lease lost: {why}")
             self._runs.finish(run)
             self._stats.bump("lease_lost")
-            log.warning("worker %s: lost the lease on %s#%s: %s", self._identity, run.job.name,
-                        run.job.id, why)
+            event(log, logging.ERROR, "job.lease.lost", "worker %s: lost the lease on %s#%s: %s",
+                  self._identity, run.job.name, run.job.id, why, why=why, **run_fields(run.job))
 
     def _renew(self, now_ms: float) -> None:
         runs = self._runs.renewable()

@@ -52,11 +52,12 @@ from ..config import Settings
 from ..context import DRAINED
 from ..drivers.base import ClaimedJob, TenantRoom
 from ..errors import ConcurrencyUnenforceable, InvalidOption
+from ..logs import event, run_fields
 from ..options import finite_count, plain_name
 from ..registry import JobHandle, Registry
+from ..reporting import ErrorHook, Reporter
 from ..retry import DEFAULT_RETRY
 from .admission import Admission, Shed
-from ..reporting import ErrorHook, Reporter
 from .execute import Executor, Results, Run, RunHook, UnknownJob
 from .leases import LeaseKeeper
 from .quarantine import Quarantine
@@ -224,6 +225,9 @@ class QueueWorker:
                 run.signal.abort(DRAINED, f"worker {self.identity} is draining ({reason})")
         if not self.accepting:
             return
+        event(log, logging.INFO, "worker.drain.signalled", "worker %s: draining (%s), %d run(s) %s",
+              self.identity, reason, len(self.runs.held), "told to stop" if interrupt else "left to finish",
+              reason=reason, interrupted=interrupt, worker=self.identity)
         self.accepting = False
         self.state = "draining"
 
@@ -374,6 +378,9 @@ class QueueWorker:
                   hook=self._hook)
         if self._bound_at is not None:
             run.ctx.bound(self._bound_at)
+        if log.isEnabledFor(logging.DEBUG):
+            event(log, logging.DEBUG, "job.attempt.started", "job %s#%s attempt %s started", job.name,
+                  job.id, job.attempt, **run_fields(job))
         self.admission.bind(run, admitted)
         self.runs.hold(run)
         return run

@@ -26,9 +26,10 @@ from ..config import Settings
 from ..context import LEASE_LOST, STEP_TIMED_OUT, TIMED_OUT
 from ..drivers.base import ClaimedJob, Nack
 from ..errors import JobTimeout, StepTimeout, XJobsError
-from .execute import Executor, Results, Run, Settlement, given_back, settlement_for
+from ..logs import event, run_fields
 from ..reporting import Reporter
 from ..retry import RetryVerdict
+from .execute import Executor, Results, Run, Settlement, given_back, settlement_for
 from .runs import RunTable
 from .stats import WorkerStats
 
@@ -87,8 +88,8 @@ class Settler:
                 # honour the lease (a renewal slower than the window). Give the job back now,
                 # fenced on the token, rather than leave it a lease window; if the lease really
                 # is gone the nack matches nothing and counts the loss
-                log.warning("worker %s: lost the lease on %s#%s: %s", self._identity, run.job.name,
-                            run.job.id, run.signal.reason)
+                event(log, logging.ERROR, "job.lease.lost", "worker %s: lost the lease on %s#%s: %s",
+                      self._identity, run.job.name, run.job.id, run.signal.reason, **run_fields(run.job))
                 nacks.append((run, given_back(
                     run, "no lease renewal landed for a whole window; attempt not counted")))
         # a report made just before the run ended lands before its settlement (still fenced on
@@ -152,8 +153,9 @@ class Settler:
             return
         if held:
             self._stats.outcome(job.name, "shed", None)
-            log.debug("worker %s: shed %s#%s (%s); due again in %.0fms", self._identity, job.name,
-                      job.id, why, delay_ms)
+            event(log, logging.DEBUG, "job.shed", "worker %s: shed %s#%s (%s); due again in %.0fms",
+                  self._identity, job.name, job.id, why, delay_ms, why=why, delay_ms=delay_ms,
+                  **run_fields(job))
 
     def give_back(self, run: Run, why: str, now_ms: float) -> None:
         """Settle a run this worker lets go of without it failing: back to ready now, fenced
@@ -173,9 +175,10 @@ class Settler:
         abandoned = self._runs.live()
         if not abandoned:
             return
-        log.warning("worker %s: drain abandoned %d job(s) still running at the deadline; they are "
-                    "delivered again after one lease window: %s", self._identity, len(abandoned),
-                    ", ".join(f"{r.job.name}#{r.job.id}" for r in abandoned[:20]))
+        event(log, logging.WARNING, "worker.drain.abandoned", "worker %s: drain abandoned %d job(s) still "
+              "running at the deadline; they are delivered again after one lease window: %s",
+              self._identity, len(abandoned), ", ".join(f"{r.job.name}#{r.job.id}" for r in abandoned[:20]),
+              count=len(abandoned), job_ids=[r.job.id for r in abandoned[:100]], worker=self._identity)
         for run in abandoned:
             self._runs.finish(run)
             self._count_steps(run)
@@ -214,12 +217,18 @@ class Settler:
         try:
             acked = self._driver.job_ack_many([run.lease for run in acks])
         except Exception as exc:
-            log.error("worker %s: settling %d completed job(s) failed; their leases lapse and "
-                      "they run again: %s", self._identity, len(acks), exc)
+            event(log, logging.ERROR, "job.settle.failed", "worker %s: settling %d completed job(s) "
+                  "failed; their leases lapse and they run again: %s", self._identity, len(acks), exc,
+                  outcome="completed", count=len(acks), error=str(exc))
             self._stats.bump("settle_failed", len(acks))
             return
         self._stats.outcomes([(run.job.name, "completed", run.seconds(now_ms))
                               for run in acks if run.job.id in acked])
+        if log.isEnabledFor(logging.DEBUG):
+            for run in acks:
+                if run.job.id in acked:
+                    event(log, logging.DEBUG, "job.attempt.completed", "job %s#%s completed", run.job.name,
+                          run.job.id, seconds=round(run.seconds(now_ms), 6), **run_fields(run.job))
         lost = sum(1 for run in acks if run.job.id not in acked)
         if lost:
             self._stats.bump("lease_lost", lost)
@@ -228,16 +237,16 @@ class Settler:
         try:
             held = self._driver.job_nack(nack)
         except Exception as exc:
-            log.error("worker %s: settling %s#%s as %s failed: %s", self._identity, run.job.name,
-                      run.job.id, nack.outcome, exc)
+            event(log, logging.ERROR, "job.settle.failed", "worker %s: settling %s#%s as %s failed: %s",
+                  self._identity, run.job.name, run.job.id, nack.outcome, exc, outcome=nack.outcome,
+                  error=str(exc), **run_fields(run.job))
             self._stats.bump("settle_failed")
             return
         if held and abandoned:
             self._stats.bump("abandoned")
         elif held:
             self._stats.outcome(run.job.name, nack.outcome, run.seconds(now_ms))
-            if nack.dead:
-                log.warning("job %s#%s dead: %s", run.job.name, run.job.id, nack.error)
+            _settled_event(run, nack, run.seconds(now_ms))
         else:
             self._stats.bump("lease_lost")
 
@@ -254,6 +263,24 @@ class Settler:
             return
         for run, report in reports:
             run.ctx.progress_written(report)
+
+
+def _settled_event(run: Run, nack: Nack, seconds: float) -> None:
+    """The stable log events of a settled failure or interruption (``xjobs.logs``)."""
+    fields = {**run_fields(run.job), "seconds": round(seconds, 6)}
+    if nack.outcome in ("retried", "dead"):
+        verdict = "dead" if nack.dead else f"retry in {nack.delay_ms / 1000.0:.3f}s"
+        event(log, logging.INFO, "job.attempt.failed", "job %s#%s attempt %s failed: %s", run.job.name,
+              run.job.id, run.job.attempt, nack.error, error=nack.error, verdict=verdict, **fields)
+    if nack.outcome == "retried":
+        event(log, logging.INFO, "job.retried", "job %s#%s retried in %.3fs", run.job.name, run.job.id,
+              nack.delay_ms / 1000.0, delay_s=nack.delay_ms / 1000.0, **fields)
+    elif nack.dead:
+        event(log, logging.WARNING, "job.dead", "job %s#%s dead: %s", run.job.name, run.job.id, nack.error,
+              error=nack.error, **fields)
+    elif nack.outcome == "interrupted":
+        event(log, logging.INFO, "job.interrupted", "job %s#%s interrupted, attempt not counted: %s",
+              run.job.name, run.job.id, nack.error, error=nack.error, **fields)
 
 
 __all__ = ["Settler"]

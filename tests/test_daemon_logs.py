@@ -1,0 +1,40 @@
+"""The daemon's JSON log: one object per line, and a failing job's story found by its id."""
+
+from __future__ import annotations
+
+import signal
+
+import orjson
+import pytest
+
+from tests.daemon_fixtures import daemon_env, wait_for  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
+
+
+def test_a_failing_jobs_story_is_greppable_from_the_json_log_by_its_id(daemon_env):
+    env = daemon_env
+    daemon = env.start("--app", "tests.apps.tick_app", "--queue", "t5=1x1", "--log-format", "json",
+                       "--log-level", "debug")
+    daemon.ready()
+    job_id = env.enqueue_one("doomed", "t5", {"n": 7}, "doomed:7", max_attempts=2)
+    wait_for(lambda: env.job(job_id)["state"] == "dead", 15, "the job to die")
+
+    def story() -> list[dict]:
+        daemon.log.flush()
+        text = daemon.log_path.read_text(errors="replace")
+        lines = [orjson.loads(line) for line in text.splitlines() if line.startswith("{")]
+        return [line for line in lines if line.get("job_id") == job_id]
+    wait_for(lambda: any(line.get("event") == "job.dead" for line in story()), 10, "the dead letter in the log")
+    events = [line.get("event", line["message"]) for line in story()]
+    assert events == ["job.attempt.started", "about to fail", "job.attempt.failed", "job.retried",
+                      "job.attempt.started", "about to fail", "job.attempt.failed", "job.dead"], events
+    failed = [line for line in story() if line.get("event") == "job.attempt.failed"]
+    assert [f["verdict"] for f in failed][0].startswith("retry in") and failed[1]["verdict"] == "dead"
+    assert all(line["job"] == "doomed" and line["queue"] == "t5" for line in story())
+    assert [line["attempt"] for line in failed] == [1, 2]
+    said = next(line for line in story() if line["message"] == "about to fail")
+    assert said["customer"] == 7 and said["level"] == "info" and "ts" in said   # ctx.log's own fields
+    assert next(line for line in story() if line.get("event") == "job.dead")["level"] == "warning"
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(15) == 0
