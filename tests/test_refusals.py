@@ -216,3 +216,48 @@ def test_run_at_beyond_what_every_driver_holds_is_refused(driver):
     with pytest.raises(InvalidOption):
         enqueue_many(declare(), [{}], driver=driver, run_at=1e16)
     assert driver.job_list(ListFilter()) == []
+
+
+def test_a_jobs_input_validator_refuses_at_enqueue_and_normalises_what_it_keeps():
+    from xjobs.drivers.memory import MemoryDriver
+    from xjobs.enqueue import enqueue_many
+    registry = xjobs.Registry()
+    driver = MemoryDriver()
+
+    def order(value):
+        if not isinstance(value.get("order"), int):
+            raise ValueError("order must be an integer id")
+        return {"currency": "EUR", **value}
+    handle = xjobs.job(idempotency_key=lambda i: str(i["order"]), tenant="none", registry=registry,
+                       name="charge", input=order)(lambda ctx, i: None)
+    with pytest.raises(xjobs.XJobsError) as err:
+        enqueue_many(handle, [{"order": 1}, {"order": "two"}, {"order": 3}], driver=driver)
+    assert err.value.code == "X_JOB_INPUT_INVALID" and "order must be an integer id" in str(err.value)
+    assert driver.job_list(ListFilter()) == []                           # one bad input: nothing written
+    [done] = enqueue_many(handle, [{"order": 1}], driver=driver)
+    assert driver.job_get(done.id).payload == {"currency": "EUR", "order": 1}
+
+    class Model:            # the two methods xjobs uses of a pydantic model class
+        def __init__(self, data):
+            self.data = data
+
+        @classmethod
+        def model_validate(cls, value):
+            if "email" not in value:
+                raise ValueError("email: field required")
+            return cls(value)
+
+        def model_dump(self, mode="python"):
+            return {"email": self.data["email"].lower()}
+    modelled = xjobs.job(idempotency_key=lambda i: i["email"], tenant="none", registry=registry,
+                         name="welcome", input=Model)(lambda ctx, i: None)
+    [kept] = enqueue_many(modelled, [{"email": "A@B.example", "extra": 1}], driver=driver)
+    assert driver.job_get(kept.id).payload == {"email": "a@b.example"}
+    with pytest.raises(xjobs.XJobsError) as err:
+        enqueue_many(modelled, [{}], driver=driver)
+    assert err.value.code == "X_JOB_INPUT_INVALID"
+    with pytest.raises(InvalidOption):
+        xjobs.job(idempotency_key=str, tenant="none", registry=registry, name="bad", input=42)(lambda c, i: None)
+    with pytest.raises(xjobs.XJobsError):     # a cron task's input is checked at declaration
+        xjobs.task(name="nightly", cron="0 3 * * *", tz="UTC", job=handle, input={"order": "x"},
+                   registry=registry)

@@ -60,6 +60,7 @@ def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = No
     max_attempts = handle.retry.attempts
     if keys is not None and len(keys) != len(inputs):
         raise InvalidOption("keys", "one key per input")
+    inputs = [handle.validate(item) for item in inputs]   # every one, before anything is written
     jobs = [NewJob(name=handle.name, queue=handle.queue,
                    payload=encode_payload(item, max_payload_bytes),
                    idempotency_key=handle.key_for(item) if keys is None else keys[i],

@@ -69,6 +69,12 @@ class PayloadInvalid(XJobsError):
     code = "X_PAYLOAD_INVALID"
 
 
+class InputInvalid(XJobsError):
+    """A job's ``input=`` validator refused an input at enqueue; nothing was written."""
+
+    code = "X_JOB_INPUT_INVALID"
+
+
 class PayloadTooLarge(XJobsError):
     code = "X_PAYLOAD_TOO_LARGE"
 

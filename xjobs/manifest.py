@@ -27,6 +27,10 @@ def _type_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _callable_name(value: Any) -> str:
+    return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', type(value).__qualname__)}"
+
+
 def _job(handle: JobHandle) -> dict[str, Any]:
     retry = handle.retry
     return {"name": handle.name, "queue": handle.queue, "async": handle.is_async,
@@ -37,6 +41,7 @@ def _job(handle: JobHandle) -> dict[str, Any]:
             "retry": {"attempts": retry.attempts, "delay_ms": retry.delay_ms,
                       "max_delay_ms": retry.max_delay_ms, "backoff": retry.backoff,
                       "jitter": retry.jitter},
+            "input": None if handle._input is None else _callable_name(handle._input),
             "retry_on": sorted(_type_name(t) for t in handle.retry_on),
             "terminal_on": sorted(_type_name(t) for t in handle.terminal_on)}
 

@@ -18,7 +18,7 @@ import inspect
 import threading
 from typing import Any, Callable, ContextManager, Iterable
 
-from .errors import (DuplicateJob, IdempotencyKeyRequired, InvalidOption, PayloadInvalid,
+from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, InvalidOption, PayloadInvalid,
                      TenantRequired, UnknownJob)
 from .options import duration_ms, finite_count, plain_name
 from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
@@ -35,7 +35,7 @@ class JobHandle:
                  timeout_ms: float | None, concurrency: int | None, priority: int,
                  dedupe_window_ms: float | None = None, step_timeout_ms: float | None = None,
                  event_poll_ms: float | None = None, retry_on: ErrorTypes = (),
-                 terminal_on: ErrorTypes = ()) -> None:
+                 terminal_on: ErrorTypes = (), input: Any = None) -> None:
         self.fn = fn
         self.name = name
         self.queue = queue
@@ -49,6 +49,7 @@ class JobHandle:
         self.dedupe_window_ms = dedupe_window_ms
         self.step_timeout_ms = step_timeout_ms    # the ceiling of each ctx.step.run call
         self.event_poll_ms = event_poll_ms        # a parked wait looks again at least this often
+        self._input = input                       # the input= validator (see validate)
         self.retry_on = retry_on                  # exception types: only these retry (when given)
         self.terminal_on = terminal_on            # exception types that dead-letter at once
         self.__doc__ = fn.__doc__
@@ -62,6 +63,22 @@ class JobHandle:
             return fn(input)
         except Exception as exc:  # a malformed input, reported as such rather than as a crash
             raise PayloadInvalid(f"job {self.name!r}: {what}(input) raised {type(exc).__name__}: {exc}") from exc
+
+    def validate(self, input: Any) -> Any:
+        """The input as it is stored: ``input=`` a pydantic model class validates and dumps it
+        as JSON data; a callable raises to refuse it, and what it returns (unless None)
+        replaces it. Refused with ``X_JOB_INPUT_INVALID``, before anything is written."""
+        check = self._input
+        if check is None:
+            return input
+        try:
+            if _is_model(check):
+                return check.model_validate(input).model_dump(mode="json")
+            checked = check(input)
+        except Exception as exc:
+            raise InputInvalid(f"job {self.name!r}: the input was refused by its validator: "
+                               f"{type(exc).__name__}: {exc}") from exc
+        return input if checked is None else checked
 
     def key_for(self, input: Any) -> str:
         key = self._derive("idempotency_key", self._key, input)
@@ -175,6 +192,11 @@ class Registry:
             self._scans.clear()
 
 
+def _is_model(value: Any) -> bool:
+    """A pydantic (v2) model class, recognised without importing pydantic."""
+    return isinstance(value, type) and callable(getattr(value, "model_validate", None)) and hasattr(value, "model_dump")
+
+
 def _same_body(a: Callable, b: Callable) -> bool:
     # a module imported twice (as __main__ and by name) yields two function objects
     return a is b or (getattr(a, "__code__", None) is not None and a.__code__ is getattr(b, "__code__", None))
@@ -192,7 +214,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         name: str | None = None, retry: Retry | None = None, timeout: object = None,
         concurrency: int | None = None, priority: int = 0, dedupe_window: object = None,
         step_timeout: object = None, event_poll: object = None, retry_on: object = (),
-        terminal_on: object = (), registry: Registry | None = None) -> Callable[[Callable[..., Any]], JobHandle]:
+        terminal_on: object = (), input: Any = None, registry: Registry | None = None) -> Callable[[Callable[..., Any]], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
     ``step_timeout``: the ceiling of each ``ctx.step.run`` call (the step is cancelled, then
@@ -223,6 +245,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     step_timeout_ms = (None if step_timeout is None else
                        duration_ms(step_timeout, "step_timeout", exclusive_minimum=True))
     event_poll_ms = None if event_poll is None else duration_ms(event_poll, "event_poll", exclusive_minimum=True)
+    if input is not None and not (callable(input) or _is_model(input)):
+        raise InvalidOption("input", "must be a callable validating the input, or a pydantic model class")
     retry_types = check_error_types(retry_on, "retry_on")
     terminal_types = check_error_types(terminal_on, "terminal_on")
     if set(retry_types) & set(terminal_types):
@@ -238,7 +262,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
                            concurrency=concurrency, priority=priority,
                            dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
                            event_poll_ms=event_poll_ms, retry_on=retry_types,
-                           terminal_on=terminal_types)
+                           terminal_on=terminal_types, input=input)
         return target.add(handle)
 
     return declare

@@ -117,8 +117,8 @@ def task(*, name: str, cron: str, tz: str, job: "JobHandle", input: Any = None,
     if catch_up not in CATCH_UP:
         raise InvalidOption("task.catch_up", f"must be one of {', '.join(CATCH_UP)}, got {catch_up!r}")
     max_catch_up = finite_count(max_catch_up, "task.max_catch_up", minimum=1, maximum=10_000)
-    input = {} if input is None else input
-    encoded = encode_payload(input)          # the input is checked now, not at 3 a.m.
+    input = job.validate({} if input is None else input)   # checked now, not at 3 a.m.
+    encoded = encode_payload(input)
     job.key_for(input)
     job.tenant_for(input)
     spec = TaskSpec(name, cron, tz, job.name, encoded, catch_up, max_catch_up)
