@@ -261,3 +261,19 @@ def test_a_jobs_input_validator_refuses_at_enqueue_and_normalises_what_it_keeps(
     with pytest.raises(xjobs.XJobsError):     # a cron task's input is checked at declaration
         xjobs.task(name="nightly", cron="0 3 * * *", tz="UTC", job=handle, input={"order": "x"},
                    registry=registry)
+
+
+def test_only_the_declarations_register_and_the_registry_is_no_second_way_in():
+    from xjobs.registry import JobHandle
+    from xjobs.retry import DEFAULT_RETRY
+    registry = xjobs.Registry()
+    assert not hasattr(registry, "add")      # job(), task() and scan() are the way in
+    forged = JobHandle(lambda ctx, i: None, name="forged", queue="q", idempotency_key=str, tenant="none",
+                       retry=DEFAULT_RETRY, timeout_ms=None, concurrency=None, priority=0)
+    with pytest.raises(InvalidOption) as err:
+        registry._add(forged)
+    assert "only job() registers" in str(err.value)
+    with pytest.raises(InvalidOption):
+        registry._add_task(object())
+    declared = xjobs.job(idempotency_key=str, tenant="none", registry=registry, name="real")(lambda ctx, i: None)
+    assert registry.get("real") is declared

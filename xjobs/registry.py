@@ -37,6 +37,7 @@ class JobHandle:
                  event_poll_ms: float | None = None, retry_on: ErrorTypes = (),
                  terminal_on: ErrorTypes = (), input: Any = None) -> None:
         self.fn = fn
+        self._built: object = None    # job()'s proof, for the registry
         self.name = name
         self.queue = queue
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -127,7 +128,11 @@ class Registry:
         self._scans: dict[str, Any] = {}     # name -> ScanHandle (scans.py)
         self._lock = threading.Lock()
 
-    def add(self, handle: JobHandle) -> JobHandle:
+    # Registration is not public API: ``job()``, ``task()`` and ``scan()`` are the one way in,
+    # and each handle carries the proof (``BUILT``) that its declaration built and checked it.
+
+    def _add(self, handle: JobHandle) -> JobHandle:
+        _proven(handle, JobHandle, "job()")
         with self._lock:
             existing = self._jobs.get(handle.name)
             if existing is not None and not _same_body(existing.fn, handle.fn):
@@ -149,9 +154,11 @@ class Registry:
     def queues(self) -> list[str]:
         return sorted({h.queue for h in self._jobs.values()})
 
-    def add_task(self, handle: Any) -> Any:
+    def _add_task(self, handle: Any) -> Any:
         """Register a ``TaskHandle``; the same declaration twice (a module imported twice) is
         one task, two different ones under one name are refused."""
+        from .tasks import TaskHandle
+        _proven(handle, TaskHandle, "task()")
         with self._lock:
             existing = self._tasks.get(handle.name)
             if existing is not None and existing.spec != handle.spec:
@@ -160,9 +167,11 @@ class Registry:
             self._tasks[handle.name] = handle
             return handle
 
-    def add_scan(self, handle: Any) -> Any:
+    def _add_scan(self, handle: Any) -> Any:
         """Register a ``ScanHandle``; one declaration twice is one scan, two different ones
         under one name are refused."""
+        from .scans import ScanHandle
+        _proven(handle, ScanHandle, "scan()")
         with self._lock:
             existing = self._scans.get(handle.name)
             if existing is not None and existing.spec != handle.spec:
@@ -190,6 +199,15 @@ class Registry:
             self._jobs.clear()
             self._tasks.clear()
             self._scans.clear()
+
+
+BUILT = object()   # set by job(), task() and scan() on what they built: the registry's proof
+
+
+def _proven(handle: Any, kind: type, by: str) -> None:
+    if not isinstance(handle, kind) or getattr(handle, "_built", None) is not BUILT:
+        raise InvalidOption("registry", f"only {by} registers a {kind.__name__}; "
+                                        f"declare it with xjobs.{by[:-2]}(...)")
 
 
 def _is_model(value: Any) -> bool:
@@ -263,7 +281,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
                            dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
                            event_poll_ms=event_poll_ms, retry_on=retry_types,
                            terminal_on=terminal_types, input=input)
-        return target.add(handle)
+        handle._built = BUILT
+        return target._add(handle)
 
     return declare
 

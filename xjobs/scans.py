@@ -61,6 +61,7 @@ class ScanCtx:
 class ScanHandle:
     def __init__(self, spec: ScanSpec, fn: Callable[[ScanCtx], Any]) -> None:
         self.spec = spec
+        self._built: object = None    # scan()'s proof, for the registry
         self.name = spec.name
         self.every_ms = spec.every_ms
         self.fn = fn
@@ -85,7 +86,10 @@ def scan(*, name: str | None = None, every: object, fn: Callable[[ScanCtx], Any]
         scan_name = plain_name(name if name is not None else getattr(function, "__name__", ""), "scan.name")
         spec = ScanSpec(scan_name, every_ms, f"{getattr(function, '__module__', '?')}."
                                              f"{getattr(function, '__qualname__', '?')}")
-        return (registry if registry is not None else REGISTRY).add_scan(ScanHandle(spec, function))
+        from .registry import BUILT
+        handle = ScanHandle(spec, function)
+        handle._built = BUILT
+        return (registry if registry is not None else REGISTRY)._add_scan(handle)
     return declare(fn) if fn is not None else declare
 
 

@@ -56,6 +56,7 @@ class TaskHandle:
 
     def __init__(self, spec: TaskSpec, job: "JobHandle", input: Any) -> None:
         self.spec = spec
+        self._built: object = None    # task()'s proof, for the registry
         self.name = spec.name
         self.cron = spec.cron
         self.tz = spec.tz
@@ -123,4 +124,6 @@ def task(*, name: str, cron: str, tz: str, job: "JobHandle", input: Any = None,
     job.tenant_for(input)
     spec = TaskSpec(name, cron, tz, job.name, encoded, catch_up, max_catch_up)
     handle = TaskHandle(spec, job, input)
-    return (registry if registry is not None else REGISTRY).add_task(handle)
+    from .registry import BUILT
+    handle._built = BUILT
+    return (registry if registry is not None else REGISTRY)._add_task(handle)
