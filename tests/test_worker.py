@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -306,3 +307,20 @@ def test_a_huge_traceback_is_bounded_head_and_tail():
     assert trace is not None and len(trace) < 17_000
     assert trace.startswith("Traceback (most recent call last):") and "characters cut" in trace
     assert trace.rstrip().endswith(" end")          # where it failed is kept
+
+
+def test_a_manual_stop_of_the_in_process_host_lets_running_jobs_finish(driver, registry):
+    from xjobs.workers.host import InProcessHost
+    started, seen = threading.Event(), {}
+
+    def steady(ctx, i):
+        started.set()
+        time.sleep(0.3)
+        seen["signal"] = ctx.signal.code
+    [job_id] = enqueue(declare(registry, steady, name="steady"), driver, {"n": 1})
+    worker = make_worker(driver, registry)
+    host = InProcessHost(worker).start()
+    assert started.wait(10)
+    host.stop()                                    # no deadline, no interrupt: it finishes
+    assert seen == {"signal": None}
+    assert driver.job_get(job_id).state == "completed" and worker.state == "stopped"

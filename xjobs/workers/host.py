@@ -115,6 +115,7 @@ class InProcessHost:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self._deadline_ms: float | None = None
+        self._interrupt = False      # a manual stop tells running work nothing (see stop)
 
     def run(self, until: Callable[[], bool] | None = None) -> None:
         """Loop until ``stop()`` (or ``until()`` answers True after a pass), then drain and close."""
@@ -131,7 +132,8 @@ class InProcessHost:
                     if wait_ms > 0:
                         _wait(selector, [stop_r, *self.role.wakeup_fds()], wait_ms)
                 deadline = self._deadline_ms
-                lifecycle.drain(math.inf if deadline is None else deadline, "host stopped")
+                lifecycle.drain(math.inf if deadline is None else deadline, "host stopped",
+                                interrupt=self._interrupt)
                 while not lifecycle.finished(self.clock()):
                     wait_ms = self.role.run_once(self.clock())
                     _wait(selector, self.role.wakeup_fds(), lifecycle.bound_wait(wait_ms, self.clock()))
@@ -153,11 +155,15 @@ class InProcessHost:
         self._thread.start()
         return self
 
-    def stop(self, deadline_s: float | None = 30.0) -> None:
-        """Drain with a deadline (None waits for every running job), then close."""
+    def stop(self, deadline_s: float | None = None, *, interrupt: bool = False) -> None:
+        """Stop taking work, wait for what runs, then close. A manual stop aborts nothing: the
+        running jobs finish (a deadline is opt-in: what still runs then is handed back one
+        lease window later, its attempt not counted; ``interrupt=True`` also tells them to stop
+        early, as a drain does)."""
         if deadline_s is not None:
             deadline_s = finite_option(deadline_s, "deadline_s")
         self._deadline_ms = None if deadline_s is None else self.clock() + deadline_s * 1000.0
+        self._interrupt = bool(interrupt)
         self._stop.set()
         if self._stop_w is not None:
             try:
