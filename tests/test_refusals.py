@@ -277,3 +277,22 @@ def test_only_the_declarations_register_and_the_registry_is_no_second_way_in():
         registry._add_task(object())
     declared = xjobs.job(idempotency_key=str, tenant="none", registry=registry, name="real")(lambda ctx, i: None)
     assert registry.get("real") is declared
+
+
+def test_every_entry_point_enqueues_through_the_one_enqueue_module():
+    """Outside the drivers, only enqueue.py builds a NewJob or calls job_enqueue: a second
+    path would let the key, tenant, payload and timing rules drift apart."""
+    import ast
+    import pathlib
+    root = pathlib.Path(xjobs.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative == "enqueue.py" or relative.startswith("drivers/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if name in ("job_enqueue", "NewJob"):
+                    found.append(f"{relative}:{node.lineno} {name}")
+    assert found == []

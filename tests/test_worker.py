@@ -324,3 +324,39 @@ def test_a_manual_stop_of_the_in_process_host_lets_running_jobs_finish(driver, r
     host.stop()                                    # no deadline, no interrupt: it finishes
     assert seen == {"signal": None}
     assert driver.job_get(job_id).state == "completed" and worker.state == "stopped"
+
+
+def test_a_failed_ack_is_a_settle_failure_never_a_retry(memory_driver, registry, clock):
+    handle = declare(registry, lambda ctx, i: None, name="fine")
+    [job_id] = enqueue(handle, memory_driver, {"n": 1})
+    original, failures = memory_driver.job_ack_many, []
+
+    def flaky_ack(leases):
+        if not failures:
+            failures.append(leases)
+            raise ConnectionError("the connection dropped mid-ack")
+        return original(leases)
+    memory_driver.job_ack_many = flaky_ack
+    worker = make_worker(memory_driver, registry, lease_ms=1000, heartbeat_ms=500)
+    pacer = Pacer(worker)
+    pacer.until(lambda: pacer.totals()["settle_failed"] == 1, advance_ms=10)
+    view = memory_driver.job_get(job_id)
+    assert (view.state, view.attempt, view.last_error) == ("running", 1, None)   # no retry decided
+    assert pacer.totals()["retried"] == 0 and pacer.totals()["completed"] == 0
+    clock.advance(1001)                               # its lease lapses; a sweep hands it back
+    assert memory_driver.job_rescue() == 1
+    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
+    assert memory_driver.job_get(job_id).state == "completed"
+
+
+def test_a_close_that_throws_still_reaches_stopped(memory_driver, registry):
+    declare(registry, lambda ctx, i: None, name="fine")
+    worker = make_worker(memory_driver, registry)
+    worker.initialize()
+
+    def broken_close():
+        raise OSError("the socket was already gone")
+    memory_driver.close = broken_close
+    with pytest.raises(OSError):
+        worker.close(deadline_ms=worker.clock() + 1000)
+    assert worker.state == "stopped"

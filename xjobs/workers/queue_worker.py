@@ -263,17 +263,25 @@ class QueueWorker:
             self.run_once(clock())
             self.settler.abandon(clock())
         finally:  # a close that failed half-way still gives back every resource it holds
-            self._close_resources()
-            self.state = "stopped"
+            try:
+                self._close_resources()
+            finally:   # and is stopped whatever a resource's close raised: never stuck at closing
+                self.state = "stopped"
 
     def _close_resources(self) -> None:
-        self.leases.stop()
-        self.reporter.close()
-        self._executor.shutdown()
-        if self._listener is not None:
-            self._listener.close()
-        self.results.close()
-        self.driver.close()
+        """Every resource is let go of, even when one of them fails to close; the first
+        failure is raised after the rest are closed."""
+        failure: BaseException | None = None
+        closers = [self.leases.stop, self.reporter.close, self._executor.shutdown,
+                   *([self._listener.close] if self._listener is not None else []),
+                   self.results.close, self.driver.close]
+        for close in closers:
+            try:
+                close()
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     # -- one pass ------------------------------------------------------------------------------
 
