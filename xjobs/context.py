@@ -145,11 +145,12 @@ class Ctx:
 
     __slots__ = ("job_id", "attempt", "queue", "tenant", "name", "signal", "_driver", "_lease",
                  "_log", "completed_in_transaction", "_progress", "_written", "fence",
-                 "_step_options", "_steps", "deadline", "_cross_tenant")
+                 "_step_options", "_steps", "deadline", "_cross_tenant", "traceparent")
 
     def __init__(self, *, job_id: int, attempt: int, queue: str, tenant: str | None, name: str,
                  signal: RunSignal, driver: "RunStore", lease: "Lease",
-                 steps: "StepOptions | None" = None, deadline: float | None = None) -> None:
+                 steps: "StepOptions | None" = None, deadline: float | None = None,
+                 traceparent: str | None = None) -> None:
         self.job_id = job_id
         self.attempt = attempt
         self.queue = queue
@@ -169,6 +170,7 @@ class Ctx:
         # tick's deadline (``bound``); None while nothing bounds it
         self.deadline: float | None = deadline
         self._cross_tenant: str | None = None
+        self.traceparent = traceparent    # the enqueuing code's trace context (tracing.py)
 
     def remaining(self) -> float:
         """Seconds left before the timeout, the drain or the tick ends the run, whichever is

@@ -17,6 +17,7 @@ from .errors import InvalidOption
 from .options import duration_ms, finite_count, finite_option
 from .errors import PayloadTooLarge
 from .payload import encode_payload
+from .tracing import current_traceparent
 
 if TYPE_CHECKING:
     from .registry import JobHandle
@@ -61,12 +62,13 @@ def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = No
     if keys is not None and len(keys) != len(inputs):
         raise InvalidOption("keys", "one key per input")
     inputs = [handle.validate(item) for item in inputs]   # every one, before anything is written
+    traceparent = current_traceparent()   # stamped here, where the enqueuing code's span is
     jobs = [NewJob(name=handle.name, queue=handle.queue,
                    payload=encode_payload(item, max_payload_bytes),
                    idempotency_key=handle.key_for(item) if keys is None else keys[i],
                    tenant=handle.tenant_for(item),
                    enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at,
-                   delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms)
+                   delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent)
             for i, item in enumerate(inputs)]
     total = sum(len(job.payload) for job in jobs)
     if total > MAX_BATCH_BYTES:

@@ -95,7 +95,8 @@ class MemoryJobs:
                 id=job_id, name=job.name, queue=job.queue, state="ready", payload=as_stored(job.payload),
                 tenant=job.tenant, enqueued_by=job.enqueued_by, idempotency_key=job.idempotency_key,
                 priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at,
-                dedupe_window_ms=(None if job.dedupe_window_ms is None else ts(job.dedupe_window_ms))))
+                dedupe_window_ms=(None if job.dedupe_window_ms is None else ts(job.dedupe_window_ms)),
+                traceparent=job.traceparent))
             if conn is not None:
                 conn.inserted.append(job_id)
             results.append(Enqueued(job_id, False))
@@ -157,7 +158,7 @@ class MemoryJobs:
             row.progress = None
         picked.sort(key=lambda r: r.id)
         return [ClaimedJob(r.id, r.name, r.queue, orjson.loads(r.payload), r.tenant, r.attempt,
-                           r.max_attempts, r.priority, token) for r in picked]
+                           r.max_attempts, r.priority, token, r.traceparent) for r in picked]
 
     def ack(self, leases: Sequence[Lease]) -> set[int]:
         """``job_ack_many``: complete every job still held under its token."""

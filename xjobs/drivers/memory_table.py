@@ -69,6 +69,7 @@ class Row:
     crashes: int = 0
     dedupe_window_ms: float | None = None
     progress: dict | None = None
+    traceparent: str | None = None
 
     @property
     def namespace(self) -> Namespace:

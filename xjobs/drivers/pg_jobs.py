@@ -108,7 +108,7 @@ class PgJobs:
             rows = cur.fetchall()
         rows.sort()
         token = params["token"]
-        return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token) for r in rows]
+        return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token, r[8]) for r in rows]
 
     def ack(self, leases: Sequence[Lease]) -> set[int]:
         with self._db.cursor() as cur:

@@ -12,13 +12,14 @@
 -- declares a dedupe window (w, ms) is not inserted while a completed job of its namespace is
 -- inside that job's window: one lookup in jobs_dedupe_idx, made only for such jobs
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
-                           priority, max_attempts, run_at, created_at, dedupe_window)
+                           priority, max_attempts, run_at, created_at, dedupe_window, traceparent)
 -- run_at: the absolute time r when one is given, else now plus the delay d
 select u.n, u.q, 'ready', u.p, u.k, u.t, u.e, u.pr, u.m,
        coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now},
-       u.w * interval '1 millisecond'
+       u.w * interval '1 millisecond', u.tp
 from jsonb_to_recordset(%(rows)s::jsonb)
-     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, r float8, d float8, w float8)
+     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, r float8, d float8, w float8,
+          tp text)
 where u.w is null or not exists (
     select 1 from {schema}.jobs c
     where c.state = 'completed' and c.dedupe_window is not null
@@ -58,7 +59,7 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 from picked where j.id = picked.id
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
 
 -- name: job_claim_many
 -- its own statement: queue = any(...) cannot read jobs_ready_idx in order, so a worker
@@ -77,7 +78,7 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 from picked where j.id = picked.id
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
 
 -- name: job_claim_alone
 -- one suspect of a queue, for a worker that will run it with nothing beside it; a busy
@@ -98,7 +99,7 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 from picked where j.id = picked.id
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
 
 -- name: job_ack_many
 update {schema}.jobs j
@@ -757,7 +758,7 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 from chosen where j.id = chosen.id
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
 
 -- Durable steps and events ----------------------------------------------------------------------
 --

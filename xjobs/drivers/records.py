@@ -35,6 +35,7 @@ class NewJob:
     run_at_ms: float | None = None   # an absolute time; None: now plus delay_ms
     delay_ms: float = 0.0            # added to the driver's now (the server's, in production)
     dedupe_window_ms: float | None = None   # keep the key this long after completion
+    traceparent: str | None = None   # the W3C trace context of the enqueuing code
 
     @property
     def namespace(self) -> tuple[str, str, str]:
@@ -47,7 +48,7 @@ class NewJob:
         return {"n": self.name, "q": self.queue, "p": orjson.Fragment(self.payload),
                 "k": self.idempotency_key, "t": self.tenant, "e": self.enqueued_by,
                 "pr": self.priority, "m": self.max_attempts, "r": self.run_at_ms, "d": self.delay_ms,
-                "w": self.dedupe_window_ms}
+                "w": self.dedupe_window_ms, "tp": self.traceparent}
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> "NewJob":
@@ -55,7 +56,7 @@ class NewJob:
         return cls(name=doc["n"], queue=doc["q"], payload=orjson.dumps(doc["p"]), idempotency_key=doc["k"],
                    tenant=doc.get("t"), enqueued_by=doc.get("e"), priority=doc.get("pr", 0),
                    max_attempts=doc.get("m", 5), run_at_ms=doc.get("r"), delay_ms=doc.get("d") or 0.0,
-                   dedupe_window_ms=doc.get("w"))
+                   dedupe_window_ms=doc.get("w"), traceparent=doc.get("tp"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,7 @@ class ClaimedJob:
     max_attempts: int
     priority: int
     token: int
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

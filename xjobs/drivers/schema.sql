@@ -196,6 +196,11 @@ create index if not exists events_sent_idx on {schema}.events (sent_at);
 -- A failed attempt's full traceback (bounded by the worker), beside its one-line error.
 alter table {schema}.job_history add column if not exists traceback text;
 
+-- Version 6 ------------------------------------------------------------------------------------
+
+-- The W3C traceparent of the code that enqueued (or staged) the job, restored around its run.
+alter table {schema}.jobs add column if not exists traceparent text;
+
 -- Staging wakes the relay at once instead of at its next poll.
 create or replace function {schema}.notify_outbox() returns trigger language plpgsql as $fn$
 begin

@@ -39,6 +39,7 @@ from ..context import CANCELLED, DRAINED, LEASE_LOST, SLOT_LOST, Ctx, RunSignal,
 from ..drivers.base import ClaimedJob, Lease, Nack, RunStore
 from ..errors import JobTimeout
 from ..retry import ErrorTypes, Retry, RetryVerdict, decide
+from ..tracing import run_span
 from .steps import StepOptions
 
 log = logging.getLogger("xjobs.worker")
@@ -105,7 +106,8 @@ class Run:
         timeout_ms = handle.timeout_ms
         self.ctx = Ctx(job_id=job.id, attempt=job.attempt, queue=job.queue, tenant=job.tenant,
                        name=job.name, signal=self.signal, driver=driver, lease=self.lease, steps=steps,
-                       deadline=None if timeout_ms is None else time.time() + timeout_ms / 1000.0)
+                       deadline=None if timeout_ms is None else time.time() + timeout_ms / 1000.0,
+                       traceparent=job.traceparent)
         self.started_ms = now_ms
         self.renewed_ms = now_ms
         timeout = handle.timeout_ms
@@ -224,7 +226,7 @@ def _around(run: Run) -> ContextManager[Any]:
 
 def _call_sync(run: Run) -> BaseException | None:
     try:
-        with running(run.ctx), _around(run):
+        with running(run.ctx), run_span(run.ctx), _around(run):
             run.handle.fn(run.ctx, run.job.payload)
     except BaseException as exc:  # a body's SystemExit must not take the worker thread down
         return exc
@@ -234,7 +236,7 @@ def _call_sync(run: Run) -> BaseException | None:
 async def _call_async(run: Run) -> BaseException | None:
     # a task runs in a copy of the context it was created in: what is set here stays here
     try:
-        with running(run.ctx), _around(run):
+        with running(run.ctx), run_span(run.ctx), _around(run):
             await run.handle.fn(run.ctx, run.job.payload)
     except BaseException as exc:
         return exc
