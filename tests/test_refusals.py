@@ -296,3 +296,17 @@ def test_every_entry_point_enqueues_through_the_one_enqueue_module():
                 if name in ("job_enqueue", "NewJob"):
                     found.append(f"{relative}:{node.lineno} {name}")
     assert found == []
+
+
+def test_one_declaration_seen_twice_is_one_registration():
+    """A module imported as __main__ and by name declares its jobs twice: the same code is
+    one job, not a collision."""
+    registry = xjobs.Registry()
+
+    def body(ctx, i):
+        return None
+    first = xjobs.job(idempotency_key=str, tenant="none", registry=registry, name="twice")(body)
+    copy = type(body)(body.__code__, body.__globals__, "body")      # what a second import makes
+    second = xjobs.job(idempotency_key=str, tenant="none", registry=registry, name="twice")(copy)
+    assert registry.get("twice") is second and first.name == second.name
+    assert [job.name for job in registry.jobs()] == ["twice"]

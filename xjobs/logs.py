@@ -20,7 +20,10 @@ on a name, never on wording::
     job.settle.failed       error    outcome error
     job.shed                debug    why delay_ms
     worker.drain.signalled  info     reason interrupted
-    worker.drain.abandoned  warning  count
+    worker.drain.abandoned  warning  count job_ids
+    child.started           info     role queue pid child
+    child.exited            info     role pid how        (a drain or a replacement asked for it)
+    child.restarted         warning  role pid how uptime_s restart_in_s
 """
 
 from __future__ import annotations

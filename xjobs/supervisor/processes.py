@@ -38,6 +38,7 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from ..config import Settings
+from ..logs import event
 from . import report
 from .framing import Channel, FrameError
 from .messages import child_message_problem
@@ -150,6 +151,8 @@ class ProcessTable:
             slot.successor = child
         else:
             slot.child = child
+        event(log, logging.INFO, "child.started", "%s started as pid %d", child.title, child.pid,
+              role=child.role, queue=slot.spec.queue, pid=child.pid, child=child.identity)
         if self.retiring_all is not None:   # a drain began meanwhile
             self.retire(child, *self.retiring_all, interrupt=slot.spec.policy.interrupts)
         return child
@@ -316,7 +319,8 @@ class ProcessTable:
         elif slot.successor is child:
             slot.successor = None
         if child.retiring is not None or self.retiring_all is not None:
-            log.info("%s exited %s (%s)", child.title, how, child.retiring or "draining")
+            event(log, logging.INFO, "child.exited", "%s exited %s (%s)", child.title, how,
+                  child.retiring or "draining", role=child.role, pid=child.pid, how=how)
             return
         uptime = now - child.started_at
         if policy.restart == "never":
@@ -327,8 +331,9 @@ class ProcessTable:
             return
         delay = slot.restart_after(child, how, now, self.options.backoff)
         self.tally.add(("restarts", child.role))
-        log.warning("%s exited unexpectedly %s after %.1fs; restarting in %.2fs",
-                    child.title, slot.last_exit, uptime, delay)
+        event(log, logging.WARNING, "child.restarted", "%s exited unexpectedly %s after %.1fs; "
+              "restarting in %.2fs", child.title, slot.last_exit, uptime, delay, role=child.role,
+              pid=child.pid, how=slot.last_exit, uptime_s=round(uptime, 3), restart_in_s=round(delay, 3))
 
     def check(self, now: float) -> None:
         """Liveness of every child: deadlines passed, silence, startup, health."""
