@@ -73,15 +73,62 @@ def pg_schema(pg_dsn: str) -> Iterator[str]:
         drop_schema(pg_dsn, schema)
 
 
+# Installed schemas a finished test left as it found them (only emptied): the next test takes
+# one instead of installing its own, which costs more than the test itself for most of them.
+_SCHEMAS: list[str] = []
+_SHAPE: dict[str, list] = {}     # an installed schema's tables and identity columns
+
+
+def _tables(conn: psycopg.Connection, schema: str) -> list[str]:
+    return [r[0] for r in conn.execute("select tablename from pg_tables where schemaname = %s order by 1",
+                                       (schema,)).fetchall()]
+
+
+def _emptied(dsn: str, schema: str) -> bool:
+    """Empty a used schema for the next test (identities restarted); False when the test
+    changed its shape, so it is dropped instead."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = _tables(conn, schema)
+        if tables != _SHAPE.get("installed"):
+            return False
+        # delete and setval rather than truncate: truncate swaps every table's files, which
+        # costs more than installing the schema afresh
+        statements = [f"delete from {schema}.{table}" for table in tables if table != "meta"]
+        statements += [f"select setval(pg_get_serial_sequence('{schema}.{table}', '{column}'), 1, false)"
+                       for table, column in _SHAPE["identities"]]
+        conn.execute("; ".join(statements))
+    return True
+
+
+@pytest.fixture(scope="session")
+def schema_pool(pg_dsn: str) -> Iterator[list[str]]:
+    """The free installed schemas; dropped when the session ends."""
+    yield _SCHEMAS
+    while _SCHEMAS:
+        drop_schema(pg_dsn, _SCHEMAS.pop())
+
+
 @pytest.fixture
-def pg_driver(pg_dsn: str, pg_schema: str, clock: ManualClock) -> Iterator[PostgresDriver]:
-    driver = PostgresDriver(pg_dsn, schema=pg_schema, clock=clock, pool_size=2,
+def pg_driver(pg_dsn: str, clock: ManualClock, schema_pool: list[str]) -> Iterator[PostgresDriver]:
+    """A driver on an installed, empty schema of its own (a reused one when one is free)."""
+    schema = schema_pool.pop() if schema_pool else new_schema_name()
+    driver = PostgresDriver(pg_dsn, schema=schema, clock=clock, pool_size=2,
                             application_name="xjobs-tests")
     driver.migrate()
+    if "installed" not in _SHAPE:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            _SHAPE["installed"] = _tables(conn, schema)
+            _SHAPE["identities"] = [tuple(r) for r in conn.execute(
+                "select table_name, column_name from information_schema.columns "
+                "where table_schema = %s and is_identity = 'YES' order by 1, 2", (schema,)).fetchall()]
     try:
         yield driver
     finally:
         driver.close()
+        if not _emptied(pg_dsn, schema):
+            drop_schema(pg_dsn, schema)
+        else:
+            schema_pool.append(schema)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
 import xjobs
 from xjobs.enqueue import enqueue_many
@@ -18,15 +19,31 @@ from .worker_helpers import Pacer, make_worker
 EXPORTER = InMemorySpanExporter()
 
 
+class Switch(Sampler):
+    """Samples only while this module runs: opentelemetry takes a global provider once per
+    process, and the rest of the suite must not pay for recording its spans."""
+
+    on = False
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):
+        return SamplingResult(Decision.RECORD_AND_SAMPLE if Switch.on else Decision.DROP, attributes)
+
+    def get_description(self) -> str:
+        return "Switch"
+
+
 @pytest.fixture(scope="module", autouse=True)
 def provider():
-    """One SDK provider for the module (opentelemetry accepts a global provider once)."""
+    """One SDK provider for the module, recording only while the module runs."""
     current = trace.get_tracer_provider()
     if not isinstance(current, TracerProvider):
-        current = TracerProvider()
+        current = TracerProvider(sampler=Switch())
+        current.add_span_processor(SimpleSpanProcessor(EXPORTER))
         trace.set_tracer_provider(current)
-    current.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    Switch.on = True
     yield
+    Switch.on = False
+    EXPORTER.clear()
 
 
 @pytest.fixture(autouse=True)

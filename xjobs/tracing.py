@@ -76,9 +76,20 @@ def run_span(ctx: "Ctx") -> Iterator[None]:
     if ctx.tenant is not None:
         attributes["xjobs.tenant"] = ctx.tenant
     tracer = trace.get_tracer("xjobs")
+    # the span records the body's exception itself, guarded: an exception whose __str__ raises
+    # must still reach the settlement as itself, never as the tracer's error
     with tracer.start_as_current_span(f"job {ctx.name}", kind=trace.SpanKind.CONSUMER, links=links,
-                                      attributes=attributes):
-        yield
+                                      attributes=attributes, record_exception=False,
+                                      set_status_on_exception=False) as span:
+        try:
+            yield
+        except BaseException as exc:
+            try:
+                span.record_exception(exc)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+            except Exception:
+                pass
+            raise
 
 
 __all__ = ["current_traceparent", "run_span", "valid"]
