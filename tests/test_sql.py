@@ -380,3 +380,29 @@ def test_enqueue_joins_an_application_connection_whatever_its_row_factory(pg_dri
         assert pg_driver.job_enqueue(jobs[:1], conn=app) == [Enqueued(1, True)]
         assert app.execute("select 1 as one").fetchone() in ({"one": 1}, (1,))
     assert pg_driver.job_stats() == {"q": {"ready": 2}}
+
+
+def test_every_statement_names_its_verb_for_pg_stat_activity():
+    for name, sql in statements("xjobs", True).items():
+        assert sql.startswith(f"/* xjobs:{name} */ "), name
+
+
+@pytest.mark.postgres
+def test_a_running_statement_is_attributed_in_pg_stat_activity(pg_driver):
+    import threading
+    seen: list = []
+    with pg_driver.connect() as observer, pg_driver.connect() as blocker:
+        blocker.execute("begin")
+        blocker.execute(f"lock table {pg_driver.schema}.jobs in access exclusive mode")
+        claim = threading.Thread(target=lambda: pg_driver.job_claim(["q"], 1, 1000, "w"), daemon=True)
+        claim.start()
+        for _ in range(200):
+            rows = observer.execute("select query from pg_stat_activity where query like '/* xjobs:job_claim%%' "
+                                    "and pid <> pg_backend_pid()").fetchall()
+            if rows:
+                seen = rows
+                break
+            threading.Event().wait(0.02)
+        blocker.execute("rollback")
+        claim.join(10)
+    assert seen and seen[0][0].startswith("/* xjobs:job_claim_one */")

@@ -30,7 +30,7 @@ SNAPSHOT = {
 # list should name the same. No scheduler or outbox relay exists yet: their gauges are not here.
 SERVED = {"xjobs_queue_depth", "xjobs_queue_oldest_ready_seconds", "xjobs_queue_jobs", "xjobs_jobs",
           "xjobs_job_duration_seconds", "xjobs_lease_lost", "xjobs_jobs_released", "xjobs_in_flight",
-          "xjobs_queue_paused", "xjobs_queue_quarantined", "xjobs_child_restarts", "xjobs_child_crash_loop", "xjobs_children", "xjobs_steps", "xjobs_queue_unknown_jobs",
+          "xjobs_queue_paused", "xjobs_queue_quarantined", "xjobs_child_restarts", "xjobs_child_crash_loop", "xjobs_children", "xjobs_steps", "xjobs_queue_unknown_jobs", "xjobs_claim_failures",
           "xjobs_database_up"}
 
 

@@ -360,3 +360,19 @@ def test_a_close_that_throws_still_reaches_stopped(memory_driver, registry):
     with pytest.raises(OSError):
         worker.close(deadline_ms=worker.clock() + 1000)
     assert worker.state == "stopped"
+
+
+def test_a_failed_claim_round_is_counted_and_the_worker_tries_again(memory_driver, registry):
+    declare(registry, lambda ctx, i: None, name="fine")
+    [job_id] = enqueue(registry.get("fine"), memory_driver, {"n": 1})
+    original, failed = memory_driver.job_claim, []
+
+    def flaky_claim(*args, **kwargs):
+        if not failed:
+            failed.append(True)
+            raise ConnectionError("the database went away")
+        return original(*args, **kwargs)
+    memory_driver.job_claim = flaky_claim
+    pacer = Pacer(make_worker(memory_driver, registry))
+    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
+    assert pacer.totals()["claim_failed"] == 1 and memory_driver.job_get(job_id).state == "completed"

@@ -19,6 +19,7 @@ on a name, never on wording::
     job.lease.lost          error
     job.settle.failed       error    outcome error
     job.shed                debug    why delay_ms
+    worker.claim.failed     warning  queue error
     worker.drain.signalled  info     reason interrupted
     worker.drain.abandoned  warning  count job_ids
     child.started           info     role queue pid child

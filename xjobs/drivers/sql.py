@@ -57,9 +57,11 @@ CLIENT_NOW = "to_timestamp(%(now)s / 1000.0)"
 
 @lru_cache(maxsize=64)
 def statements(schema: str, server_clock: bool) -> dict[str, str]:
+    """Each statement rendered, and named in a leading comment (``/* xjobs:job_claim_one */``)
+    so ``pg_stat_activity`` and ``pg_stat_statements`` say which verb a query is."""
     schema = check_schema_name(schema)
     now = SERVER_NOW if server_clock else CLIENT_NOW
-    return {name: sql.replace("{schema}", schema).replace("{now}", now)
+    return {name: f"/* xjobs:{name} */ " + sql.replace("{schema}", schema).replace("{now}", now)
             for name, sql in raw_statements().items()}
 
 

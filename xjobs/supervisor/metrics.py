@@ -112,6 +112,9 @@ class SnapshotCollector:
                 steps.add_metric([q, kind], recorded.get((q, kind), 0))
         yield steps
 
+        yield _per_queue(CounterMetricFamily, "xjobs_claim_failures", "Claim rounds that failed (the "
+                         "database refused or was away), per queue: the worker tries again at its poll.",
+                         queues, snap.get("claim_failed", {}))
         yield _per_queue(CounterMetricFamily, "xjobs_lease_lost", "Leases a worker lost, per queue.",
                          queues, snap.get("lease_lost", {}))
         yield _per_queue(CounterMetricFamily, "xjobs_jobs_released", "Running jobs of a dead worker "

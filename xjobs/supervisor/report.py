@@ -231,6 +231,8 @@ def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
         "bounds": duration_bounds(),
         "durations": {k: (v[0], v[1], v[2]) for k, v in durations.items()},
         "lease_lost": {k[1]: v for k, v in tally.items("lease_lost")},
+        "claim_failed": {k[2]: v for k, v in tally.items("counter")
+                         if k[1] == "worker" and k[3] == "claim_failed"},
         "steps": {(k[2], k[3][len("steps_"):]): v for k, v in tally.items("counter")
                   if k[1] == "worker" and k[3].startswith("steps_")},
         "released": {k[1]: v for k, v in tally.items("released")},

@@ -348,7 +348,9 @@ class QueueWorker:
                 jobs = self.driver.job_claim([queue], free, self.settings.lease_ms, self.identity,
                                              caps=self._caps, tenants=tenants, names=self._names)
             except Exception as exc:  # the database is away: the poll timer retries
-                log.warning("worker %s: claim on %r failed: %s", self.identity, queue, exc)
+                self.stats_.bump("claim_failed")   # visible: xjobs_claim_failures_total
+                event(log, logging.WARNING, "worker.claim.failed", "worker %s: claim on %r failed: %s",
+                      self.identity, queue, exc, queue=queue, error=str(exc), worker=self.identity)
                 self._more.discard(queue)
                 continue
             # a full batch may have more behind it; so may a short one where capped jobs or a

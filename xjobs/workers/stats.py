@@ -24,7 +24,7 @@ class WorkerStats:
         # "abandoned": runs still going at the close deadline, handed back one lease later. A
         # counter, not an outcome: such a run has not settled, it is delivered again.
         self.totals = {name: 0 for name in ("claimed", *OUTCOMES, "lease_lost", "settle_failed",
-                                            "timed_out", "abandoned", "sweeps",
+                                            "timed_out", "abandoned", "sweeps", "claim_failed",
                                             *(f"steps_{kind}" for kind in STEP_COUNTS))}
         self.jobs: dict[str, dict[str, int]] = {}
         self.durations: dict[str, list[float]] = {}   # name -> [bucket counts..., sum, count]
