@@ -221,3 +221,23 @@ def test_the_json_formatter_writes_one_object_with_the_records_fields():
     for bad in ({"fmt": "xml"}, {"level": "LOUD"}):
         with pytest.raises(xjobs.XJobsError):
             configure_logging(**bad)
+
+
+@pytest.mark.postgres
+def test_the_ambient_path_enqueues_where_configure_says(pg_dsn, pg_schema, registry):
+    """handle.enqueue() with no driver: the one xjobs.configure(dsn=, schema=) names."""
+    from xjobs import config
+    handle = declare(registry, lambda ctx, i: None, name="ambient")
+    before = (config._settings, config._driver)
+    PostgresDriver(pg_dsn, schema=pg_schema).migrate()
+    try:
+        xjobs.configure(dsn=pg_dsn, schema=pg_schema)
+        done = handle.enqueue({"n": 1, "org": "acme"})
+        assert xjobs.current_driver().job_get(done.id).tenant == "acme"
+    finally:   # the process's configuration as it was, and the driver this test made closed
+        made = config._driver
+        config._settings, config._driver = before
+        if made is not None and made is not before[1]:
+            made.close()
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute(f"select name from {pg_schema}.jobs").fetchall() == [("ambient",)]
