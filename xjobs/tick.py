@@ -41,7 +41,7 @@ from .workers.queue_worker import QueueWorker
 from .workers.scanning import ScanRun, run_due_scans
 from .workers.scheduler import ELECTION, Scheduler
 
-_IDLE_CHECK_MS = 100.0     # how often the pass asks the database whether anything is left
+_IDLE_CHECK_MS = 100.0     # how often the pass looks whether it ran or claimed anything since
 _CLOSE_GRACE_MS = 500.0    # after the deadline: settle what the interrupt stopped
 _TICK_POLL_MS = 100.0      # a retry due now is claimed within this, not at the daemon's poll
 _QUIET_CHECKS = 3          # checks in a row with nothing claimed and nothing running: done
