@@ -13,6 +13,10 @@ the no-op job in the same run, and count the driver's step statements per job: e
 ``step_list`` (the attempt's one read) and each ``step_put`` (a step's one write) is one
 statement, one round trip.
 
+WAL B/job is the server's WAL written during a drain (``pg_current_wal_lsn()`` before and after)
+divided by the jobs drained: the database work one job costs, raw and through xjobs. It is
+server-wide, so run the benchmark on a quiet server.
+
     python bench/throughput.py [--jobs 20000] [--concurrency 256] [--dsn ...]
 """
 
@@ -51,6 +55,7 @@ def raw_baseline(dsn: str, jobs: int, batch: int) -> float:
                  f"where t.id = p.id returning t.id, t.payload")
         done = f"update {table} set state = 'done' where id = any(%s)"
         started = time.perf_counter()
+        wal_before = wal_lsn(dsn)
         total = 0
         while True:
             rows = conn.execute(claim, (batch,), prepare=True).fetchall()
@@ -59,9 +64,25 @@ def raw_baseline(dsn: str, jobs: int, batch: int) -> float:
             conn.execute(done, ([r[0] for r in rows],), prepare=True)
             total += len(rows)
         elapsed = time.perf_counter() - started
+        WAL["raw"].append(wal_since(dsn, wal_before) / jobs)
         conn.execute(f"drop table {table}")
     assert total == jobs, (total, jobs)
     return jobs / elapsed
+
+
+# WAL bytes per drained job, per measure: the database work a job costs beside the time
+WAL: dict[str, list[float]] = {"raw": [], "def": [], "async": [], "def 3 steps": [], "async 3 steps": []}
+
+
+def wal_lsn(dsn: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("select pg_current_wal_lsn()::text").fetchone()[0]
+
+
+def wal_since(dsn: str, before: str) -> float:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return float(conn.execute("select pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)",
+                                  (before,)).fetchone()[0])
 
 
 def fresh_schema(dsn: str) -> str:
@@ -100,9 +121,12 @@ def bench_queue(dsn: str, jobs: int, concurrency: int, is_async: bool,
     calls = _count_calls(worker_driver, ("step_list", "step_put"))
     worker = QueueWorker(driver=worker_driver, registry=registry, queue="bench", concurrency=concurrency)
     host = InProcessHost(worker)
+    wal_before = wal_lsn(dsn)
     started = time.perf_counter()
     host.run(until=lambda: worker.stats_.totals["completed"] >= jobs)
     drain_rate = jobs / (time.perf_counter() - started)
+    WAL[("async" if is_async else "def") + (f" {steps} steps" if steps else "")].append(
+        wal_since(dsn, wal_before) / jobs)
     stats = driver.job_stats()["bench"]
     driver.close()
     drop_schema(dsn, schema)
@@ -270,10 +294,15 @@ def main() -> int:
         ("outbox relay stage-to-enqueue", statistics.median(relayed),
          f"{statistics.median(relayed) / bulk:.2f}*"),
     ]
+    wal = {"raw psycopg claim+complete loop": "raw", "xjobs drain, def no-op": "def",
+           "xjobs drain, async def no-op": "async", "xjobs drain, def 3 steps": "def 3 steps",
+           "xjobs drain, async def 3 steps": "async 3 steps"}
     print(f"\n{args.jobs} jobs, batch/concurrency {args.concurrency}, median of {args.rounds} rounds")
-    print(f"{'measure':<36} {'jobs/s':>10} {'vs raw':>7}")
+    print(f"{'measure':<36} {'jobs/s':>10} {'vs raw':>7} {'WAL B/job':>10}")
     for name, rate, ratio in rows:
-        print(f"{name:<36} {rate:>10,.0f} {ratio:>7}")
+        samples = WAL.get(wal.get(name, ""), [])
+        per_job = f"{statistics.median(samples):,.0f}" if samples else "-"
+        print(f"{name:<36} {rate:>10,.0f} {ratio:>7} {per_job:>10}")
     print("* against the bulk enqueue, the path the relay ends in")
     sync_rate = statistics.median(sync_drain)
     print(f"\n3-step job vs no-step job (def): {statistics.median(stepped) / sync_rate:.2f}x the jobs/s; "
