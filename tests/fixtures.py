@@ -84,12 +84,17 @@ def _tables(conn: psycopg.Connection, schema: str) -> list[str]:
                                        (schema,)).fetchall()]
 
 
+def _version(conn: psycopg.Connection, schema: str) -> list:
+    """The installed schema version: a test that changed it leaves a schema nobody reuses."""
+    return conn.execute(f"select value from {schema}.meta where key = 'schema_version'").fetchall()
+
+
 def _emptied(dsn: str, schema: str) -> bool:
     """Empty a used schema for the next test (identities restarted); False when the test
     changed its shape, so it is dropped instead."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         tables = _tables(conn, schema)
-        if tables != _SHAPE.get("installed"):
+        if tables != _SHAPE.get("installed") or _version(conn, schema) != _SHAPE.get("version"):
             return False
         # delete and setval rather than truncate: truncate swaps every table's files, which
         # costs more than installing the schema afresh
@@ -118,6 +123,7 @@ def pg_driver(pg_dsn: str, clock: ManualClock, schema_pool: list[str]) -> Iterat
     if "installed" not in _SHAPE:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             _SHAPE["installed"] = _tables(conn, schema)
+            _SHAPE["version"] = _version(conn, schema)
             _SHAPE["identities"] = [tuple(r) for r in conn.execute(
                 "select table_name, column_name from information_schema.columns "
                 "where table_schema = %s and is_identity = 'YES' order by 1, 2", (schema,)).fetchall()]

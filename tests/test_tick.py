@@ -122,8 +122,35 @@ def test_a_failing_scan_is_isolated_reported_and_runs_again_only_at_its_interval
         second = run_tick(driver=driver, registry=registry, settings=Settings(), deadline_s=5)
     finally:
         driver.close()
-    assert first.failed and first.jobs == {"broken": {"retried": 1}, "fine": {"completed": 1}}
+    assert first.failed and first.jobs == {"scan:broken": {"retried": 1}, "scan:fine": {"completed": 1}}
     [failure] = first.failures
-    assert failure["name"] == "broken" and "the ledger is locked" in failure["error"]
+    assert failure["name"] == "scan:broken" and "the ledger is locked" in failure["error"]
     assert 0 < ran[0] <= 5 and ran[1] == "fine"          # the tick's budget reached the scan
     assert not second.failed and second.jobs == {} and len(ran) == 2
+
+
+def test_a_scan_is_told_when_the_ticks_deadline_passes_and_a_job_of_its_name_stays_apart(pg_dsn, pg_schema):
+    import xjobs
+    from xjobs.config import Settings
+    from xjobs.drivers.postgres import PostgresDriver
+    from xjobs.enqueue import enqueue_many
+    from xjobs.tick import run_tick
+    registry = xjobs.Registry()
+    told = []
+
+    def patient(ctx):
+        told.append(ctx.signal.wait(10))           # returns once the deadline tells it
+        raise RuntimeError("stopped at the deadline")
+    xjobs.scan(name="sync", every="1h", fn=patient, registry=registry)
+    xjobs.job(queue="q", idempotency_key=lambda i: str(i["n"]), tenant="none", registry=registry, name="sync",
+              retry=xjobs.Retry(attempts=3, delay="1m"))(lambda ctx, i: 1 / 0)
+    driver = PostgresDriver(pg_dsn, schema=pg_schema)
+    driver.migrate()
+    try:
+        enqueue_many(registry.get("sync"), [{"n": 1}], driver=driver)
+        summary = run_tick(driver=driver, registry=registry, settings=Settings(), deadline_s=1)
+    finally:
+        driver.close()
+    assert told == [True] and summary.elapsed_s < 1 + 1
+    assert summary.jobs["scan:sync"] == {"retried": 1}
+    assert [f["name"] for f in summary.failures] == ["scan:sync"]   # the job ran out of the deadline's time

@@ -70,7 +70,8 @@ class TickSummary:
 
 
 class _Failures:
-    """The pass's own error hook: every failed attempt, with its verdict (from any thread)."""
+    """The pass's own record of every failed attempt that settled, with its verdict: called by
+    the worker's settler on its loop thread, never through the app's best-effort hooks."""
 
     def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
@@ -99,15 +100,15 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
     driver.job_wake()
     failures = _Failures()
     summary.cron, scans = _cron_round(driver, registry, settings, identity, time.time() + deadline_s)
-    for run in scans:
-        summary.jobs_scanned[run.name] = "completed" if run.ok else "retried"
+    for run in scans:    # a scan is no job: listed as scan:NAME, so a job of that name stays apart
+        summary.jobs_scanned[f"scan:{run.name}"] = "completed" if run.ok else "retried"
         if not run.ok:
-            failures.items.append({"job_id": None, "name": run.name, "queue": None, "attempt": None,
-                                   "error": run.error, "verdict": "a scan runs again at its next interval",
-                                   "dead": False})
+            failures.items.append({"job_id": None, "name": f"scan:{run.name}", "queue": None,
+                                   "attempt": None, "error": run.error,
+                                   "verdict": "a scan runs again at its next interval", "dead": False})
     worker = QueueWorker(driver=driver, registry=registry, queues={q: concurrency for q in names},
                          settings=replace(settings, poll_ms=_TICK_POLL_MS), identity=identity,
-                         clock=clock, maintain=False, error_hooks=[*registry.error_hooks, failures])
+                         clock=clock, maintain=False, failures=failures)
     worker.initialize()
     worker.bound_runs(deadline)
     try:
@@ -122,7 +123,7 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
         ran.setdefault(name, {})[outcome] = ran.get(name, {}).get(outcome, 0) + 1
     summary.jobs = dict(sorted(ran.items()))
     summary.abandoned = int(stats["abandoned"])
-    summary.failures = sorted(failures.items, key=lambda f: (f["name"], f["job_id"], f["attempt"]))
+    summary.failures = sorted(failures.items, key=lambda f: (f["name"], f["job_id"] or 0, f["attempt"] or 0))
     summary.elapsed_s = (clock() - began) / 1000.0
     return summary
 
@@ -141,7 +142,7 @@ def _cron_round(driver: JobDriver, registry: Registry, settings: Settings, ident
         report = scheduler.tick()
         if report.leader:
             scans = run_due_scans(driver, registry, election=ELECTION, holder=scheduler.holder,
-                                  deadline=deadline_at)
+                                  deadline=deadline_at, stopping=lambda: time.time() >= deadline_at)
     finally:
         scheduler.stop_accepting("the tick's round is over")
         scheduler.close(None)

@@ -88,7 +88,8 @@ class QueueWorker:
                  concurrency: int = 16, queues: Mapping[str, int] | None = None,
                  settings: Settings | None = None, identity: str | None = None,
                  clock: Callable[[], float] = monotonic_ms, maintain: bool = True,
-                 context: RunHook | None = None, error_hooks: Sequence[ErrorHook] | None = None) -> None:
+                 context: RunHook | None = None, error_hooks: Sequence[ErrorHook] | None = None,
+                 failures: ErrorHook | None = None) -> None:
         """``context``: a callable taking the run's ``ctx`` and answering a context manager that
         wraps every body (open a session, bind log fields); by default the registry's
         (``xjobs.run_context``)."""
@@ -119,7 +120,7 @@ class QueueWorker:
         self._bound_at: float | None = None    # a deadline every run gets (epoch s): a tick's
         self.settler = Settler(driver=driver, runs=self.runs, results=self.results,
                                executor=self._executor, stats=self.stats_, settings=self.settings,
-                               identity=self.identity, reporter=self.reporter)
+                               identity=self.identity, reporter=self.reporter, failures=failures)
         self.leases = LeaseKeeper(driver=driver, runs=self.runs, stats=self.stats_,
                                   settings=self.settings, identity=self.identity)
         self.quarantine = Quarantine(driver=driver, runs=self.runs, settler=self.settler,

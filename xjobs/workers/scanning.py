@@ -7,10 +7,12 @@ scan must not keep the loop from renewing its lease); a tick calls it inside its
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
+from ..context import TIMED_OUT
 from ..drivers.base import Dispatch, JobDriver
 from ..registry import Registry
 from ..scans import ScanCtx, ScanHandle
@@ -28,10 +30,13 @@ class ScanRun:
 
 
 def run_due_scans(driver: JobDriver, registry: Registry, *, election: str, holder: str,
-                  deadline: float | None = None,
-                  stopping: Callable[[], bool] = lambda: False) -> list[ScanRun]:
+                  deadline: float | None = None, stopping: Callable[[], bool] = lambda: False,
+                  started: Callable[[ScanCtx | None], None] = lambda ctx: None) -> list[ScanRun]:
     """Start every scan whose interval has passed, each only if this holder still leads and
-    nobody moved its watermark meanwhile (the move is fenced before ``fn`` is called)."""
+    nobody moved its watermark meanwhile (the move is fenced before ``fn`` is called).
+
+    ``deadline`` (epoch s): each scan's ``ctx.signal`` is set when it passes. ``started`` is
+    told the ctx of the scan running now (None after), so a drain can set its signal too."""
     scans = registry.scans()
     if not scans:
         return []
@@ -49,18 +54,29 @@ def run_due_scans(driver: JobDriver, registry: Registry, *, election: str, holde
                                                   watermark_ms=int(now)))
         if moved is None:      # another leader, or another pass, started it
             continue
-        runs.append(_run(handle, deadline))
+        runs.append(_run(handle, deadline, started))
     return runs
 
 
-def _run(handle: ScanHandle, deadline: float | None) -> ScanRun:
+def _run(handle: ScanHandle, deadline: float | None, started: Callable[[ScanCtx | None], None]) -> ScanRun:
     ctx = ScanCtx(handle.name, deadline)
+    timer = None
+    if deadline is not None:   # the budget ends: tell the scan, as a drain tells a job
+        timer = threading.Timer(max(0.0, deadline - time.time()), ctx.signal.abort,
+                                (TIMED_OUT, f"scan {handle.name}: its deadline passed"))
+        timer.daemon = True
+        timer.start()
+    started(ctx)
     began = time.perf_counter()
     try:
         handle.fn(ctx)
     except Exception as exc:   # isolated: reported, counted, run again at its next interval
         log.error("scan %s failed: %s", handle.name, describe(exc))
         return ScanRun(handle.name, False, time.perf_counter() - began, describe(exc))
+    finally:
+        started(None)
+        if timer is not None:
+            timer.cancel()
     return ScanRun(handle.name, True, time.perf_counter() - began)
 
 

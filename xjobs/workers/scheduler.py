@@ -41,6 +41,8 @@ from ..config import Settings
 from ..cron import DEFAULT_RESOLVER, CronResolver
 from ..drivers.base import Dispatch, JobDriver
 from ..registry import Registry
+from ..context import DRAINED
+from ..scans import ScanCtx
 from .scanning import run_due_scans
 from .role import RoleBase, RoleContext, RoleGauge, RolePolicy
 
@@ -99,6 +101,7 @@ class Scheduler(RoleBase):
         self._scans: threading.Thread | None = None      # due scans, off the loop thread
         self._scan_counts: dict[str, dict[str, int]] = {}  # scan -> outcome -> runs (xjobs_jobs_total)
         self._scan_lock = threading.Lock()
+        self._scan_ctx: ScanCtx | None = None           # the scan running now (a drain tells it)
 
     @classmethod
     def build(cls, context: RoleContext) -> "Scheduler":
@@ -136,10 +139,15 @@ class Scheduler(RoleBase):
                                        daemon=True)
         self._scans.start()
 
+    def _scan_started(self, ctx: ScanCtx | None) -> None:
+        self._scan_ctx = ctx
+        if ctx is not None and not self.accepting:
+            ctx.signal.abort(DRAINED, f"scheduler {self.identity} is draining")
+
     def _run_scans(self) -> None:
         try:
             runs = run_due_scans(self.driver, self.registry, election=ELECTION, holder=self.holder,
-                                 stopping=lambda: not self.accepting)
+                                 stopping=lambda: not self.accepting, started=self._scan_started)
         except Exception as exc:
             log.warning("scheduler %s: running due scans failed: %s", self.identity, exc)
             return
@@ -156,6 +164,9 @@ class Scheduler(RoleBase):
         if self.accepting:
             self.accepting = False
             self.state = "draining"
+        scan = self._scan_ctx
+        if scan is not None:    # a scan running now is told, as a drain tells a job
+            scan.signal.abort(DRAINED, f"scheduler {self.identity} is draining ({reason})")
 
     def close(self, deadline_ms: float | None = None) -> None:
         """Close phase: wait out a round in flight (up to the deadline), then hand the lease
@@ -186,6 +197,10 @@ class Scheduler(RoleBase):
         finally:
             self.is_leader = False    # a lease not handed back is never assumed held
             self.state = "stopped"
+            scans = self._scans       # told to stop by the drain: given until the deadline to
+            if scans is not None and scans.is_alive():   # end, before its driver is closed
+                left = None if deadline_ms is None else max(0.0, (deadline_ms - self.clock()) / 1000.0)
+                scans.join(left)
             self.driver.close()
 
     # -- the loop ----------------------------------------------------------------------------------

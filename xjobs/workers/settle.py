@@ -20,7 +20,7 @@ collaborator that lets go of a run it never started (``quarantine.py``) ``give_b
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from ..config import Settings
 from ..context import LEASE_LOST, STEP_TIMED_OUT, TIMED_OUT
@@ -40,7 +40,8 @@ _PROGRESS_EVERY_MS = 1_000.0   # progress reports are written at most this often
 class Settler:
     def __init__(self, *, driver: Any, runs: RunTable, results: Results, executor: Executor,
                  stats: WorkerStats, settings: Settings, identity: str,
-                 reporter: Reporter | None = None) -> None:
+                 reporter: Reporter | None = None,
+                 failures: Callable[[Any, BaseException, RetryVerdict], None] | None = None) -> None:
         self._driver = driver
         self._runs = runs
         self._results = results
@@ -49,6 +50,7 @@ class Settler:
         self._settings = settings
         self._identity = identity
         self._reporter = reporter
+        self._failures = failures     # called on this thread for each settled failure
         self._next_progress = 0.0
 
     def next_due(self) -> float | None:
@@ -61,6 +63,7 @@ class Settler:
     def settle(self, now_ms: float) -> None:
         acks: list[Run] = []
         nacks: list[tuple[Run, Nack]] = []
+        verdicts: dict[int, tuple[BaseException, RetryVerdict]] = {}   # id(run) -> what to report
         for run, error in self._results.drain():
             self._runs.vacate(run)
             if run.settled:
@@ -78,7 +81,7 @@ class Settler:
             elif outcome.nack is not None:
                 nacks.append((run, outcome.nack))
                 if error is not None and outcome.verdict is not None:
-                    self._report(run, error, outcome.verdict)
+                    verdicts[id(run)] = (error, outcome.verdict)
             elif outcome.outcome is not None:
                 self._stats.outcome(run.job.name, outcome.outcome, run.seconds(now_ms))
             elif run.ctx.fence.refused:
@@ -98,7 +101,7 @@ class Settler:
         if acks:
             self._write_acks(acks, now_ms)
         for run, nack in nacks:
-            self._write_nack(run, nack, now_ms)
+            self._write_nack(run, nack, now_ms, report=verdicts.get(id(run)))
 
     def expire(self, now_ms: float) -> None:
         """Runs past their deadline, or past their running step's: cancel the body first, then
@@ -129,10 +132,9 @@ class Settler:
                             "(it ignores ctx.signal), and nothing it writes lands", run.job.name,
                             run.job.id, error)
             outcome = settlement_for(run, error, timed_out=True)
-            if outcome.verdict is not None:
-                self._report(run, error, outcome.verdict)
             if outcome.nack is not None:
-                self._write_nack(run, outcome.nack, now_ms)
+                self._write_nack(run, outcome.nack, now_ms,
+                                 report=None if outcome.verdict is None else (error, outcome.verdict))
 
     def report_progress(self, now_ms: float) -> None:
         """Once a second: write the latest report of every run still going."""
@@ -191,6 +193,10 @@ class Settler:
                              now_ms, abandoned=True)
 
     def _report(self, run: Run, error: BaseException, verdict: RetryVerdict) -> None:
+        """A failure that settled (its nack landed): to the synchronous sink (a tick's summary)
+        and to the app's hooks (on their thread)."""
+        if self._failures is not None:
+            self._failures(run.ctx, error, verdict)
         if self._reporter is not None:
             self._reporter.report(run.ctx, error, verdict)
 
@@ -233,7 +239,8 @@ class Settler:
         if lost:
             self._stats.bump("lease_lost", lost)
 
-    def _write_nack(self, run: Run, nack: Nack, now_ms: float, *, abandoned: bool = False) -> None:
+    def _write_nack(self, run: Run, nack: Nack, now_ms: float, *, abandoned: bool = False,
+                    report: tuple[BaseException, RetryVerdict] | None = None) -> None:
         try:
             held = self._driver.job_nack(nack)
         except Exception as exc:
@@ -247,6 +254,8 @@ class Settler:
         elif held:
             self._stats.outcome(run.job.name, nack.outcome, run.seconds(now_ms))
             _settled_event(run, nack, run.seconds(now_ms))
+            if report is not None:
+                self._report(run, *report)
         else:
             self._stats.bump("lease_lost")
 
