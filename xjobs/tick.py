@@ -36,7 +36,7 @@ from .errors import InvalidOption
 from .options import finite_count
 from .registry import Registry
 from .retry import RetryVerdict
-from .workers.execute import describe
+from .workers.failures import describe
 from .workers.queue_worker import QueueWorker
 from .workers.scanning import ScanRun, run_due_scans
 from .workers.scheduler import ELECTION, Scheduler

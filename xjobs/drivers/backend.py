@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, NoReturn, Protocol, Sequence
 
 from ..clock import Clock
-from ..errors import LeaseLost
+from ..errors import LeaseLost, StepDuplicate
 from .base import (ClaimedJob, Dispatch, Enqueued, JobListener, JobView, LeaderView, Lease, ListFilter,
                    Matching, Nack, NewEvent, NewJob, OutboxClaim, OutboxSummary, Progress, QueueControl,
                    QueueSummary, Released, SentEvent, StepLog, StepOutcome, StepResult, StepSleep,
@@ -63,6 +63,12 @@ class StepReopen:
     outcome: Outcome
     recorded: bool
     forgotten: int
+
+
+def step_kind_mismatch(name: str, recorded: str) -> NoReturn:
+    """What both drivers raise when a step name was recorded as another kind of step (the
+    body changed between attempts)."""
+    raise StepDuplicate(f"step {name!r} was recorded as {recorded}; a step name means one step")
 
 
 def lease_lost(lease: Lease) -> LeaseLost:

@@ -9,12 +9,12 @@ rolls back, as a rolled-back insert would be; there is no other transaction in m
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 import orjson
 
-from ..errors import InvalidOption, StepDuplicate
-from .backend import Outcome, StepReopen
+from ..errors import InvalidOption
+from .backend import Outcome, StepReopen, step_kind_mismatch
 from .base import (LATEST_MS, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
                    StepResult, StepSleep, StepWait)
 from .jsonb import as_stored
@@ -70,7 +70,7 @@ class MemorySteps:
             step = self._begin(row, sleep.name, "sleep", "sleeping", sleep.attempt, at,
                                sleep.duration_ms, None, None)
             if step.kind != "sleep":
-                _mismatch(sleep.name, step.kind)
+                step_kind_mismatch(sleep.name, step.kind)
             if step.state == "completed" or (step.wake_at is not None and step.wake_at <= at):
                 if step.state != "completed":
                     self._complete(step, sleep.attempt, at, None, False)
@@ -89,7 +89,7 @@ class MemorySteps:
             step = self._begin(row, wait.name, "wait", "waiting", wait.attempt, at, wait.timeout_ms,
                                wait.event, wait.key)
             if step.kind != "wait" or (step.event, step.event_key) != (wait.event, wait.key):
-                _mismatch(wait.name, step.kind if step.kind != "wait"
+                step_kind_mismatch(wait.name, step.kind if step.kind != "wait"
                           else f"a wait for {step.event!r} key {step.event_key!r}")
             if step.state == "completed":
                 return StepOutcome(True, _decoded(step.result), step.wake_at, step.timed_out)
@@ -198,7 +198,3 @@ class MemorySteps:
 
 def _decoded(result: bytes | None) -> Any:
     return None if result is None else orjson.loads(result)
-
-
-def _mismatch(name: str, recorded: str) -> NoReturn:
-    raise StepDuplicate(f"step {name!r} was recorded as {recorded}; a step name means one step")

@@ -17,14 +17,14 @@ completes, or it parks before the send looks for parked waiters and is woken by 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, NoReturn
+from typing import Any, Iterator
 
 import orjson
 import psycopg
 from psycopg import errors as pg_errors
 
-from ..errors import InvalidOption, StepDuplicate
-from .backend import Outcome, StepReopen
+from ..errors import InvalidOption
+from .backend import Outcome, StepReopen, step_kind_mismatch
 from .base import (LATEST_MS, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
                    StepResult, StepSleep, StepWait)
 from .pg_database import PgDatabase, first_row
@@ -66,7 +66,7 @@ class PgSteps:
             state = self._begin(cur, lease, sleep.name, "sleep", "sleeping", sleep.attempt,
                                 sleep.duration_ms, None, None)
             if state[0] != "sleep":
-                _mismatch(sleep.name, state[0])
+                step_kind_mismatch(sleep.name, state[0])
             if state[1] == "completed" or state[4]:
                 if state[1] != "completed":
                     self._complete(cur, lease, sleep.name, sleep.attempt, None, False)
@@ -82,7 +82,7 @@ class PgSteps:
                                 wait.timeout_ms, wait.event, wait.key)
             kind, status, result, wake_at, due, event, key, timed_out = state
             if kind != "wait" or (event, key) != (wait.event, wait.key):
-                _mismatch(wait.name, kind if kind != "wait" else f"a wait for {event!r} key {key!r}")
+                step_kind_mismatch(wait.name, kind if kind != "wait" else f"a wait for {event!r} key {key!r}")
             if status == "completed":
                 return StepOutcome(True, result, wake_at, timed_out)
             cur.execute(self._db.sql["event_first"], {"name": wait.event, "key": wait.key,
@@ -169,8 +169,3 @@ class PgSteps:
 def _body_cursor(db: PgDatabase) -> Iterator[psycopg.Cursor]:
     with db.body_connection() as conn, conn.cursor() as cur:
         yield cur
-
-
-def _mismatch(name: str, recorded: str) -> NoReturn:
-    """A step name recorded as another kind of step (the body changed between attempts)."""
-    raise StepDuplicate(f"step {name!r} was recorded as {recorded}; a step name means one step")

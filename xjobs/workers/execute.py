@@ -30,7 +30,6 @@ import os
 import queue
 import threading
 import time
-import traceback
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator, Protocol
@@ -40,10 +39,10 @@ from ..drivers.base import ClaimedJob, Lease, Nack, RunStore
 from ..errors import JobTimeout
 from ..retry import ErrorTypes, Retry, RetryVerdict, decide
 from ..tracing import run_span
+from .failures import describe, full_traceback
 from .steps import StepOptions
 
 log = logging.getLogger("xjobs.worker")
-_MAX_ERROR = 4000
 
 
 class Handle(Protocol):
@@ -144,38 +143,6 @@ class Settlement:
     ack: bool = False
     nack: Nack | None = None
     verdict: RetryVerdict | None = None    # a failure's retry decision (for xjobs.on_error)
-
-
-_MAX_TRACEBACK = 16_384   # characters of a traceback kept in the history
-_TRACEBACK_HEAD = 2_048   # ... the first ones (where the run began) and the last (where it failed)
-
-
-def full_traceback(error: BaseException) -> str | None:
-    """The failure as Python prints it, chained causes included, bounded: the head and the
-    tail are kept (the raise site is at the end), the middle is cut and the cut is said."""
-    try:
-        text = "".join(traceback.format_exception(error))
-    except Exception:   # an exception whose formatting fails still gets its one-line error
-        return None
-    if len(text) <= _MAX_TRACEBACK:
-        return text
-    tail = _MAX_TRACEBACK - _TRACEBACK_HEAD
-    return (f"{text[:_TRACEBACK_HEAD]}\n... {len(text) - _MAX_TRACEBACK} characters cut ...\n"
-            f"{text[-tail:]}")
-
-
-def describe(error: BaseException) -> str:
-    try:
-        message = str(error)
-    except Exception:  # an exception whose __str__ raises still gets recorded
-        message = f"<unprintable {type(error).__name__}>"
-    try:
-        frames: list[traceback.FrameSummary] = traceback.extract_tb(error.__traceback__)
-    except Exception:
-        frames = []
-    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    text = f"{type(error).__name__}: {message}{where}"
-    return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 3] + "..."
 
 
 def settlement_for(run: Run, error: BaseException | None, timed_out: bool = False) -> Settlement:

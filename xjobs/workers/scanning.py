@@ -16,7 +16,7 @@ from ..context import TIMED_OUT
 from ..drivers.base import Dispatch, JobDriver
 from ..registry import Registry
 from ..scans import ScanCtx, ScanHandle
-from .execute import describe
+from .failures import describe
 
 log = logging.getLogger("xjobs.scan")
 
