@@ -112,9 +112,10 @@ class PgJobs:
 
     def ack(self, leases: Sequence[Lease]) -> set[int]:
         with self._db.cursor() as cur:
+            # planned for this batch, never generic (see job_ack_many)
             cur.execute(self._db.sql["job_ack_many"], {
                 **self._db.now(), "ids": _int_array(l.job_id for l in leases),
-                "tokens": _int_array(l.token for l in leases)})
+                "tokens": _int_array(l.token for l in leases)}, prepare=False)
             return {r[0] for r in cur.fetchall()}
 
     def nack(self, nack: Nack) -> bool:
@@ -131,7 +132,7 @@ class PgJobs:
             cur.execute(self._db.sql["job_heartbeat_many"], {
                 **self._db.now(), "lease": lease_ms,
                 "ids": _int_array(l.job_id for l in leases),
-                "tokens": _int_array(l.token for l in leases)})
+                "tokens": _int_array(l.token for l in leases)}, prepare=False)
             return {r[0] for r in cur.fetchall()}
 
     def progress(self, reports: Sequence[Progress]) -> set[int]:

@@ -1,0 +1,203 @@
+"""Running ``xjobsd`` as a user runs it, for the benchmarks: a fresh schema, a subprocess with
+the bench app (``noop_app.py``), a drain timed on the database's own clock, and the server's
+work during it (statements, WAL bytes).
+
+A drain is timed from the first job's start to the last job's finish (``started_at`` and
+``finished_at``, both taken by the server), so the daemon's start-up is not counted and the
+reading needs no polling precision; the poll that waits for the end asks two ``exists``
+questions of the partial indexes, so the watcher costs the server next to nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import psycopg
+
+from xjobs.drivers.postgres import PostgresDriver
+from xjobs.enqueue import enqueue_many
+
+BENCH = Path(__file__).resolve().parent
+XJOBSD = str(Path(sys.executable).with_name("xjobsd"))
+
+
+def fresh_schema(dsn: str) -> str:
+    schema = f"xjobs_bench_{uuid.uuid4().hex[:8]}"
+    PostgresDriver(dsn, schema=schema).migrate()
+    return schema
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"drop schema {schema} cascade")
+
+
+@dataclass
+class ServerWork:
+    """What the whole server did between two readings: WAL bytes and statements. Statements are
+    ``pg_stat_statements`` calls when the extension is loaded, else committed transactions
+    (every statement of an autocommit session is one), both server-wide."""
+
+    wal: str
+    statements: int
+    source: str
+
+    @classmethod
+    def read(cls, dsn: str) -> "ServerWork":
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("select pg_stat_clear_snapshot()")
+            wal = conn.execute("select pg_current_wal_lsn()::text").fetchone()[0]
+            try:
+                calls = conn.execute("select coalesce(sum(calls), 0)::bigint from pg_stat_statements").fetchone()[0]
+                return cls(wal, int(calls), "pg_stat_statements")
+            except psycopg.Error:
+                pass
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # the statistics are flushed at most every 10 ms and at a session's end: wait that out
+            time.sleep(0.05)
+            xacts = conn.execute("select sum(xact_commit + xact_rollback)::bigint from pg_stat_database"
+                                 ).fetchone()[0]
+            return cls(wal, int(xacts), "transactions")
+
+    def since(self, dsn: str, before: "ServerWork") -> tuple[float, int]:
+        """(WAL bytes, statements) from ``before`` to this reading."""
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            wal = conn.execute("select pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", (self.wal, before.wal)).fetchone()[0]
+        return float(wal), self.statements - before.statements
+
+
+@dataclass
+class Drain:
+    jobs: int
+    seconds: float
+    wal_per_job: float
+    statements_per_job: float
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds
+
+
+class Daemon:
+    """``xjobsd run --app noop_app`` on ``schema``, as a subprocess."""
+
+    def __init__(self, dsn: str, schema: str, queues: list[str], *extra: str) -> None:
+        self.dsn, self.schema = dsn, schema
+        self._tmp = tempfile.TemporaryDirectory(prefix="xjobs-bench-")
+        self.control = os.path.join(self._tmp.name, "xjobsd.sock")
+        env = {**os.environ, "XJOBS_DATABASE_URL": dsn, "XJOBS_SCHEMA": schema,
+               "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])}
+        argv = [XJOBSD, "run", "--app", "noop_app", "--control", self.control, "--metrics", "off",
+                *[arg for q in queues for arg in ("--queue", q)], *extra]
+        self.proc = subprocess.Popen(argv, env=env, cwd=self._tmp.name, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+
+    def pids(self) -> dict[str, int]:
+        """Every process of this daemon by its title: the supervisor and its children."""
+        out = {}
+        for pid in [self.proc.pid, *_children(self.proc.pid)]:
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+            except OSError:
+                continue
+            out[title] = pid
+        return out
+
+    def wait_ready(self, workers: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"xjobsd exited: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                up = conn.execute("select count(*) from pg_stat_activity where application_name like 'worker:%%' "
+                                  "and datname = current_database()").fetchone()[0]
+            if up >= workers:
+                time.sleep(0.3)   # their first (empty) claim and listen are done
+                return
+            time.sleep(0.05)
+        raise RuntimeError("xjobsd did not become ready")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> "Daemon":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _children(pid: int) -> Iterator[int]:
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return
+    for kid in kids:
+        yield int(kid)
+        yield from _children(int(kid))
+
+
+def enqueue_noops(dsn: str, schema: str, jobs: int, first: int = 0) -> None:
+    import noop_app   # the bench app, on sys.path beside this file
+    driver = PostgresDriver(dsn, schema=schema)
+    try:
+        for start in range(first, first + jobs, 10_000):
+            enqueue_many(noop_app.noop, list(range(start, min(first + jobs, start + 10_000))), driver=driver)
+    finally:
+        driver.close()
+
+
+def wait_drained(dsn: str, schema: str, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            busy = conn.execute(f"select exists(select 1 from {schema}.jobs where state = 'ready') "
+                                f"or exists(select 1 from {schema}.jobs where state = 'running')").fetchone()[0]
+            if not busy:
+                return
+            time.sleep(0.1)
+    raise RuntimeError("the drain did not finish")
+
+
+def daemon_drain(dsn: str, jobs: int, queues: list[str], *, schema: str | None = None) -> Drain:
+    """Enqueue ``jobs`` no-op jobs, start ``xjobsd`` on them and time the drain.
+
+    With ``schema`` the jobs go into that (prepared) schema, which is left in place."""
+    own = schema is None
+    schema = schema or fresh_schema(dsn)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            first = conn.execute(f"select coalesce(max(id), 0) from {schema}.jobs").fetchone()[0]
+        enqueue_noops(dsn, schema, jobs)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"analyze {schema}.jobs")
+        before = ServerWork.read(dsn)
+        with Daemon(dsn, schema, queues):
+            wait_drained(dsn, schema)
+            after = ServerWork.read(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            began, ended, done = conn.execute(
+                f"select min(started_at), max(finished_at), count(*) filter (where state = 'completed') "
+                f"from {schema}.jobs where id > %s", (first,)).fetchone()
+        assert done == jobs, (done, jobs)
+        wal, statements = after.since(dsn, before)
+        return Drain(jobs, (ended - began).total_seconds(), wal / jobs, statements / jobs)
+    finally:
+        if own:
+            drop_schema(dsn, schema)
