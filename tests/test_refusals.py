@@ -188,6 +188,13 @@ def test_queue_specs_are_checked(spec):
 def test_queue_spec_forms():
     assert QueueSpec.parse("emails=2x16") == ("emails", QueueSpec(2, 16))
     assert QueueSpec.parse("emails=4") == ("emails", QueueSpec(1, 4))
+    # N jobs at once: one process up to 128 of them, then spread up to two processes per core
+    assert QueueSpec.spread(128, cores=2) == QueueSpec(1, 128)
+    assert QueueSpec.spread(256, cores=2) == QueueSpec(2, 128)
+    assert QueueSpec.spread(1024, cores=2) == QueueSpec(4, 256)
+    assert QueueSpec.spread(1024, cores=8) == QueueSpec(8, 128)
+    with pytest.raises(InvalidOption):
+        QueueSpec.parse("emails=99999999")
     assert QueueSpec.parse("emails") == ("emails", QueueSpec())
 
 

@@ -32,7 +32,8 @@ class QueueSpec:
 
     @classmethod
     def parse(cls, text: str, option: str = "queue") -> tuple[str, "QueueSpec"]:
-        """``emails=2x16`` (2 processes, 16 jobs each), ``emails=4`` (1 process, 4 jobs) or ``emails``."""
+        """``emails=2x16`` (2 processes, 16 jobs each), ``emails=N`` (N jobs at once, spread
+        over processes by ``spread``) or ``emails`` (1x16)."""
         name, _, spec = text.partition("=")
         name = plain_name(name.strip(), option)
         if not spec:
@@ -41,16 +42,37 @@ class QueueSpec:
         try:
             if sep:
                 return name, cls.checked(_number(procs, option), _number(conc, option), option)
-            return name, cls.checked(1, _number(procs, option), option)
+            total = finite_count(_number(procs, option), f"{option}.concurrency", minimum=1,
+                                 maximum=10_000 * MAX_PROCESSES)
+            spread = cls.spread(total)
+            return name, cls.checked(spread.processes, spread.concurrency, option)
         except InvalidOption as exc:  # name the part that was refused, and the spec it came from
             raise InvalidOption(exc.option, f"{exc.reason} (in {text!r})") from None
         except ValueError:
             raise InvalidOption(option, f"expected NAME=PROCSxCONC like emails=2x16, got {text!r}") from None
 
     @classmethod
+    def spread(cls, total: int, cores: int | None = None) -> "QueueSpec":
+        """``total`` jobs at once on this machine, as processes x slots. Up to 128 slots share
+        one process; past that the jobs are spread over more, up to two per core: a worker
+        spends much of a busy pass waiting on the database, and a second process per core
+        computes meanwhile (measured in ``bench/README.md``: on 2 cores 4x256 drains about a
+        third faster than 2x256, and 1x512 waits on one GIL)."""
+        cores = cores or _cores()
+        processes = max(1, min(-(-total // 128), 2 * cores))
+        return cls(processes, -(-total // processes))
+
+    @classmethod
     def checked(cls, processes: object, concurrency: object, option: str = "queue") -> "QueueSpec":
         return cls(finite_count(processes, f"{option}.processes", minimum=1, maximum=MAX_PROCESSES),
                    finite_count(concurrency, f"{option}.concurrency", minimum=1, maximum=10_000))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))   # what this process may run on (a container's share)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _number(text: str, option: str) -> float:
