@@ -41,6 +41,12 @@ def drop_schema(dsn: str, schema: str) -> None:
         conn.execute(f"drop schema {schema} cascade")
 
 
+def _one(conn: psycopg.Connection[Any], query: str, *params: Any) -> Any:
+    row = conn.execute(query, params or None).fetchone()
+    assert row is not None
+    return row[0]
+
+
 @dataclass
 class ServerWork:
     """What the whole server did between two readings: WAL bytes and statements. Statements are
@@ -55,23 +61,22 @@ class ServerWork:
     def read(cls, dsn: str) -> "ServerWork":
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("select pg_stat_clear_snapshot()")
-            wal = conn.execute("select pg_current_wal_lsn()::text").fetchone()[0]
+            wal = _one(conn, "select pg_current_wal_lsn()::text")
             try:
-                calls = conn.execute("select coalesce(sum(calls), 0)::bigint from pg_stat_statements").fetchone()[0]
+                calls = _one(conn, "select coalesce(sum(calls), 0)::bigint from pg_stat_statements")
                 return cls(wal, int(calls), "pg_stat_statements")
             except psycopg.Error:
                 pass
         with psycopg.connect(dsn, autocommit=True) as conn:
             # the statistics are flushed at most every 10 ms and at a session's end: wait that out
             time.sleep(0.05)
-            xacts = conn.execute("select sum(xact_commit + xact_rollback)::bigint from pg_stat_database"
-                                 ).fetchone()[0]
+            xacts = _one(conn, "select sum(xact_commit + xact_rollback)::bigint from pg_stat_database")
             return cls(wal, int(xacts), "transactions")
 
     def since(self, dsn: str, before: "ServerWork") -> tuple[float, int]:
         """(WAL bytes, statements) from ``before`` to this reading."""
         with psycopg.connect(dsn, autocommit=True) as conn:
-            wal = conn.execute("select pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", (self.wal, before.wal)).fetchone()[0]
+            wal = _one(conn, "select pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", self.wal, before.wal)
         return float(wal), self.statements - before.statements
 
 
@@ -112,14 +117,18 @@ class Daemon:
             out[title] = pid
         return out
 
+    def rss_mib(self) -> dict[str, float]:
+        """Resident memory of every process of this daemon, by title."""
+        return {title: rss for title, pid in self.pids().items() if (rss := rss_mib(pid)) is not None}
+
     def wait_ready(self, workers: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"xjobsd exited: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
             with psycopg.connect(self.dsn, autocommit=True) as conn:
-                up = conn.execute("select count(*) from pg_stat_activity where application_name like 'worker:%%' "
-                                  "and datname = current_database()").fetchone()[0]
+                up = _one(conn, "select count(*) from pg_stat_activity where application_name like 'worker:%%' "
+                                "and datname = current_database()")
             if up >= workers:
                 time.sleep(0.3)   # their first (empty) claim and listen are done
                 return
@@ -141,6 +150,16 @@ class Daemon:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def rss_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
 
 
 def _children(pid: int) -> Iterator[int]:
@@ -167,8 +186,8 @@ def wait_drained(dsn: str, schema: str, timeout: float = 600.0) -> None:
     deadline = time.monotonic() + timeout
     with psycopg.connect(dsn, autocommit=True) as conn:
         while time.monotonic() < deadline:
-            busy = conn.execute(f"select exists(select 1 from {schema}.jobs where state = 'ready') "
-                                f"or exists(select 1 from {schema}.jobs where state = 'running')").fetchone()[0]
+            busy = _one(conn, f"select exists(select 1 from {schema}.jobs where state = 'ready') "
+                              f"or exists(select 1 from {schema}.jobs where state = 'running')")
             if not busy:
                 return
             time.sleep(0.1)
@@ -183,18 +202,22 @@ def daemon_drain(dsn: str, jobs: int, queues: list[str], *, schema: str | None =
     schema = schema or fresh_schema(dsn)
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            first = conn.execute(f"select coalesce(max(id), 0) from {schema}.jobs").fetchone()[0]
+            first = _one(conn, f"select coalesce(max(id), 0) from {schema}.jobs")
         enqueue_noops(dsn, schema, jobs)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"analyze {schema}.jobs")
         before = ServerWork.read(dsn)
         with Daemon(dsn, schema, queues):
             wait_drained(dsn, schema)
-            after = ServerWork.read(dsn)
+        # read once the daemon's sessions ended: a busy session publishes its counters at most
+        # once a second, and at its end
+        after = ServerWork.read(dsn)
         with psycopg.connect(dsn, autocommit=True) as conn:
-            began, ended, done = conn.execute(
+            row = conn.execute(
                 f"select min(started_at), max(finished_at), count(*) filter (where state = 'completed') "
                 f"from {schema}.jobs where id > %s", (first,)).fetchone()
+            assert row is not None
+            began, ended, done = row
         assert done == jobs, (done, jobs)
         wal, statements = after.since(dsn, before)
         return Drain(jobs, (ended - began).total_seconds(), wal / jobs, statements / jobs)

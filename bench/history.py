@@ -33,9 +33,9 @@ def load_finished(dsn: str, schema: str, rows: int) -> float:
             select 'noop', 'bench', s, jsonb_build_object('n', g), 'old-' || g, 'none', 0, 1, 5, t, t, t, t,
                    case when s = 'completed' then null else 'boom' end
             from generate_series(1, %s) g,
-                 lateral (select case when g % 50 = 0 then 'dead' when g % 97 = 0 then 'cancelled'
+                 lateral (select case when g %% 50 = 0 then 'dead' when g %% 97 = 0 then 'cancelled'
                                       else 'completed' end as s,
-                                 now() - (g % 525600) * interval '1 minute' as t) x""", (rows,))
+                                 now() - (g %% 525600) * interval '1 minute' as t) x""", (rows,))
         conn.execute(f"vacuum analyze {schema}.jobs")
     return time.perf_counter() - started
 

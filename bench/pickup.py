@@ -3,7 +3,7 @@
 The body (``noop_app.ping``) reports its start on the machine's monotonic clock over a
 datagram socket; the enqueue is timed on the same clock, so the figure holds the commit, the
 notification, the claim, the hand-over to a thread and nothing of the benchmark itself.
-``load`` keeps a steady stream of no-op jobs going on another queue of the same daemon while
+``load_per_s`` keeps a steady stream of no-op jobs going on another queue of the same daemon while
 the pings are timed (a fraction of what that daemon drains flat out).
 """
 
@@ -16,13 +16,16 @@ import threading
 import time
 
 from daemon import Daemon, drop_schema, fresh_schema
+from xjobs.config import QueueSpec
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
 
 
 def daemon_pickup(dsn: str, samples: int, *, schema: str | None = None, load_per_s: float = 0.0,
-                  queues: tuple[str, ...] = ("idle=1x4",)) -> list[float]:
-    """Milliseconds from enqueue to body start for ``samples`` pings, one at a time."""
+                  load_queue: str = "bench=2x128", queues: tuple[str, ...] = ("idle=1x4",),
+                  warmup: int = 5) -> list[float]:
+    """Milliseconds from enqueue to body start for ``samples`` pings, one at a time, after
+    ``warmup`` pings that are not counted (a fresh process prepares its statements)."""
     import noop_app
     own = schema is None
     schema = schema or fresh_schema(dsn)
@@ -36,21 +39,23 @@ def daemon_pickup(dsn: str, samples: int, *, schema: str | None = None, load_per
         stop = threading.Event()
         feeder = threading.Thread(target=_feed, args=(dsn, schema, load_per_s, stop), daemon=True)
         try:
-            with Daemon(dsn, schema, [*queues, *(["bench=2x64"] if load_per_s else [])]) as daemon:
-                daemon.wait_ready(len(queues) + (2 if load_per_s else 0))
+            load = [load_queue] if load_per_s else []
+            with Daemon(dsn, schema, [*queues, *load]) as daemon:
+                daemon.wait_ready(len(queues) + (QueueSpec.parse(load_queue)[1].processes if load else 0))
                 if load_per_s:
                     feeder.start()
                     time.sleep(1.0)
                 latencies = []
                 base = int(time.time() * 1000)
-                for n in range(samples):
+                for n in range(warmup + samples):
                     sent = time.monotonic()
                     enqueue_many(noop_app.ping, [base + n], driver=driver)
                     while True:
                         got, started = sock.recv(200).decode().split()
                         if int(got) == base + n:
                             break
-                    latencies.append((float(started) - sent) * 1000.0)
+                    if n >= warmup:
+                        latencies.append((float(started) - sent) * 1000.0)
                     time.sleep(0.02)   # the queue is idle again before the next one
         finally:
             stop.set()

@@ -1,23 +1,34 @@
-"""Throughput benchmark: bulk enqueue, in-process worker drain, the outbox relay, and a raw
-psycopg baseline.
+"""Throughput, cost per job, enqueue, pickup and memory, in one run, as users run xjobs.
 
-Prints one table from one run. The baseline is the minimal batched claim-and-complete loop on
-a bare table (one ``update ... for update skip locked ... returning id`` to claim a batch and
-one ``update ... where id = any(...)`` to complete it), measured on the same server in the
-same run, so the ratio is what the queue's features cost over raw SQL. The outbox rows stage
-jobs in committed transactions (``stage_many``, 1,000 per transaction) and time the relay
-publishing them into the queue (its rate is shown against the bulk enqueue, the path it ends
-in); the latency rows time one job from its enqueue (or its staging commit) to its body's
-start on an idle worker. The step rows drain a job of three ``ctx.step.run`` calls against
-the no-op job in the same run, and count the driver's step statements per job: each
-``step_list`` (the attempt's one read) and each ``step_put`` (a step's one write) is one
-statement, one round trip.
+Prints one table per concern from one run on one server (run it on a quiet machine: WAL and
+statements are read server-wide).
 
-WAL B/job is the server's WAL written during a drain (``pg_current_wal_lsn()`` before and after)
-divided by the jobs drained: the database work one job costs, raw and through xjobs. It is
-server-wide, so run the benchmark on a quiet server.
+Drain: N no-op jobs are enqueued, then drained
 
-    python bench/throughput.py [--jobs 20000] [--concurrency 256] [--dsn ...]
+* by the raw loop: ``RAW_CONNECTIONS`` sessions claiming ``RAW_BATCH`` rows at a time with
+  ``for update skip locked`` and completing each batch with one ``update ... where id =
+  any(...)``, on a bare table (id, state, payload) and on a freshly installed xjobs ``jobs``
+  table with every index the queue keeps ("vs table": what xjobs costs over the same SQL work
+  on the same table; "vs bare": over the least a queue table can be);
+* by ``xjobsd run`` as a subprocess (``bench/daemon.py``), timed on the server's clock from
+  the first start to the last finish, for each ``--queue`` shape;
+* by a ``QueueWorker`` in this process (def, async def, and a job of three ``ctx.step.run``).
+
+stmts/job: statements the server ran per job (``pg_stat_statements`` calls when the
+extension is loaded, else committed transactions: every statement of an autocommit session
+is one); for the raw loop, its two statements per batch. WAL B/job: ``pg_current_wal_lsn()``
+before and after, over the jobs drained.
+
+Enqueue: one job per ``enqueue()`` call and transaction against a raw single-row ``INSERT``
+per transaction on the same table; ``enqueue_many`` in batches of 10,000 and as ONE call of N
+inputs in a fresh process (its peak client memory is the resident-set growth of that call).
+
+Pickup: ``enqueue()`` called to the body's first line, through ``xjobsd``, on an idle queue
+and while another queue of the same daemon drains a steady stream at half of what the first
+``--queue`` shape drained (``bench/pickup.py``). Memory: RSS of every process of an idle
+``xjobsd --queue bench``.
+
+    python bench/throughput.py [--jobs 100000] [--queue bench=256 ...] [--rounds 3] [--dsn ...]
 """
 
 from __future__ import annotations
@@ -25,14 +36,20 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
+import orjson
 import psycopg
 
 import xjobs
+from daemon import Daemon, ServerWork, daemon_drain, drop_schema, enqueue_noops, fresh_schema
+from pickup import daemon_pickup
+from xjobs.config import QueueSpec
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
 from xjobs.outbox import stage, stage_many
@@ -41,59 +58,78 @@ from xjobs.workers.outbox_relay import OutboxRelay
 from xjobs.workers.queue_worker import QueueWorker
 
 
-def raw_baseline(dsn: str, jobs: int, batch: int) -> float:
-    table = f"xjobs_raw_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"create table {table} (id bigint generated always as identity primary key, "
-                     "state text not null default 'ready', payload jsonb not null default '{}')")
-        conn.execute(f"create index on {table} (id) where state = 'ready'")
-        conn.execute(f"insert into {table} (payload) select jsonb_build_object('n', g) "
-                     f"from generate_series(1, {jobs}) g")
-        conn.execute(f"analyze {table}")
+RAW_BATCH = 500
+RAW_CONNECTIONS = 2
+
+
+def raw_loop(dsn: str, jobs: int, *, on_jobs_table: bool) -> tuple[float, float]:
+    """(jobs/s, WAL bytes per job) of the raw loop: ``RAW_CONNECTIONS`` sessions, each claiming
+    ``RAW_BATCH`` rows with ``for update skip locked`` and completing them with one ``update
+    ... where id = any(...)``.
+
+    On a bare table (id, state, payload) with one partial index, or on a freshly installed
+    xjobs ``jobs`` table (every index the queue keeps, jobs enqueued through ``enqueue_many``),
+    setting the columns a claim and a completion set: the same SQL work minus everything
+    xjobs does around it."""
+    if on_jobs_table:
+        schema = fresh_schema(dsn)
+        enqueue_noops(dsn, schema, jobs)
+        table = f"{schema}.jobs"
+        claim = (f"update {table} t set state = 'running', attempt = t.attempt + 1, lease_token = 1, "
+                 f"claimed_by = 'raw', started_at = now(), lease_expires_at = now() + interval '1 minute' "
+                 f"from (select id from {table} where state = 'ready' and queue = 'bench' "
+                 f"order by priority, run_at, id limit %s for update skip locked) p "
+                 f"where t.id = p.id returning t.id, t.payload")
+        done = (f"update {table} set state = 'completed', finished_at = now(), lease_token = null, "
+                f"lease_expires_at = null where id = any(%s)")
+    else:
+        schema, table = "", f"xjobs_raw_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"create table {table} (id bigint generated always as identity primary key, "
+                         "state text not null default 'ready', payload jsonb not null default '{}')")
+            conn.execute(f"create index on {table} (id) where state = 'ready'")
+            conn.execute(f"insert into {table} (payload) select jsonb_build_object('n', g) "
+                         f"from generate_series(1, {jobs}) g")
         claim = (f"update {table} t set state = 'running' from (select id from {table} "
                  f"where state = 'ready' order by id limit %s for update skip locked) p "
                  f"where t.id = p.id returning t.id, t.payload")
         done = f"update {table} set state = 'done' where id = any(%s)"
-        started = time.perf_counter()
-        wal_before = wal_lsn(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"analyze {table}")
+    counts: list[int] = []
+    go = threading.Event()
+
+    def loop() -> None:
         total = 0
-        while True:
-            rows = conn.execute(claim, (batch,), prepare=True).fetchall()
-            if not rows:
-                break
-            conn.execute(done, ([r[0] for r in rows],), prepare=True)
-            total += len(rows)
-        elapsed = time.perf_counter() - started
-        WAL["raw"].append(wal_since(dsn, wal_before) / jobs)
-        conn.execute(f"drop table {table}")
-    assert total == jobs, (total, jobs)
-    return jobs / elapsed
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            go.wait()
+            while rows := conn.execute(claim, (RAW_BATCH,), prepare=True).fetchall():
+                conn.execute(done, ([r[0] for r in rows],), prepare=True)
+                total += len(rows)
+        counts.append(total)
+
+    threads = [threading.Thread(target=loop) for _ in range(RAW_CONNECTIONS)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)   # every session connected: time the loop, not the connects
+    before = ServerWork.read(dsn)
+    started = time.perf_counter()
+    go.set()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    wal, _ = ServerWork.read(dsn).since(dsn, before)
+    if schema:
+        drop_schema(dsn, schema)
+    else:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"drop table {table}")
+    assert sum(counts) == jobs, (counts, jobs)
+    return jobs / elapsed, wal / jobs
 
 
 # WAL bytes per drained job, per measure: the database work a job costs beside the time
-WAL: dict[str, list[float]] = {"raw": [], "def": [], "async": [], "def 3 steps": [], "async 3 steps": []}
-
-
-def wal_lsn(dsn: str) -> str:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute("select pg_current_wal_lsn()::text").fetchone()[0]
-
-
-def wal_since(dsn: str, before: str) -> float:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return float(conn.execute("select pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)",
-                                  (before,)).fetchone()[0])
-
-
-def fresh_schema(dsn: str) -> str:
-    schema = f"xjobs_bench_{uuid.uuid4().hex[:8]}"
-    PostgresDriver(dsn, schema=schema).migrate()
-    return schema
-
-
-def drop_schema(dsn: str, schema: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"drop schema {schema} cascade")
+WAL: dict[str, list[float]] = {"def": [], "async": [], "def 3 steps": []}
 
 
 def bench_queue(dsn: str, jobs: int, concurrency: int, is_async: bool,
@@ -121,12 +157,12 @@ def bench_queue(dsn: str, jobs: int, concurrency: int, is_async: bool,
     calls = _count_calls(worker_driver, ("step_list", "step_put"))
     worker = QueueWorker(driver=worker_driver, registry=registry, queue="bench", concurrency=concurrency)
     host = InProcessHost(worker)
-    wal_before = wal_lsn(dsn)
+    before = ServerWork.read(dsn)
     started = time.perf_counter()
     host.run(until=lambda: worker.stats_.totals["completed"] >= jobs)
     drain_rate = jobs / (time.perf_counter() - started)
     WAL[("async" if is_async else "def") + (f" {steps} steps" if steps else "")].append(
-        wal_since(dsn, wal_before) / jobs)
+        ServerWork.read(dsn).since(dsn, before)[0] / jobs)
     stats = driver.job_stats()["bench"]
     driver.close()
     drop_schema(dsn, schema)
@@ -149,36 +185,68 @@ def _count_calls(driver: PostgresDriver, verbs: tuple[str, ...]) -> dict[str, in
     return counts
 
 
-def idle_pickup(dsn: str, samples: int) -> list[float]:
-    """Enqueue one job into an empty, idle queue and time until its body starts."""
+def enqueue_single(dsn: str, jobs: int) -> tuple[float, float]:
+    """(raw single-row inserts/s, ``enqueue()`` calls/s): one job per call, one transaction
+    each, on one autocommit connection of the same settings. The raw insert writes the columns
+    an enqueue writes, into the same table with the same indexes."""
+    import noop_app
     schema = fresh_schema(dsn)
-    registry = xjobs.Registry()
-    started: dict[int, float] = {}
-    arrived = threading.Event()
-
-    @xjobs.job(queue="idle", idempotency_key=lambda i: str(i), tenant="none", registry=registry, name="ping")
-    def ping(ctx, input):
-        started[input] = time.perf_counter()
-        arrived.set()
-
-    driver = PostgresDriver(dsn, schema=schema)
-    worker = QueueWorker(driver=PostgresDriver(dsn, schema=schema), registry=registry, queue="idle",
-                         concurrency=4, settings=xjobs.Settings(poll_ms=5000))
-    host = InProcessHost(worker).start()
-    latencies = []
-    time.sleep(0.3)  # let the worker reach its idle wait: this measures pickup from idle
-    for n in range(samples):
-        arrived.clear()
-        sent = time.perf_counter()
-        enqueue_many(ping, [n], driver=driver)
-        if not arrived.wait(10):
-            raise RuntimeError("idle pickup timed out")
-        latencies.append((started[n] - sent) * 1000.0)
-        time.sleep(0.05)
-    host.stop()
+    raw = (f"insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, priority, "
+           f"max_attempts, run_at, created_at) values ('noop', 'bench', 'ready', %s, %s, 'none', 0, 5, "
+           f"now(), now()) on conflict do nothing returning id")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        started = time.perf_counter()
+        for n in range(jobs):
+            conn.execute(raw, (orjson.dumps(n).decode(), f"raw-{n}"), prepare=True).fetchone()
+        raw_rate = jobs / (time.perf_counter() - started)
+    driver = PostgresDriver(dsn, schema=schema, pool_size=1)
+    enqueue_many(noop_app.noop, [-1], driver=driver)   # the pool's connection is open
+    started = time.perf_counter()
+    for n in range(jobs):
+        enqueue_many(noop_app.noop, [n], driver=driver)
+    rate = jobs / (time.perf_counter() - started)
     driver.close()
     drop_schema(dsn, schema)
-    return latencies
+    return raw_rate, rate
+
+
+_BULK = """
+import resource, sys, time
+sys.path.insert(0, {bench!r})
+import noop_app
+from xjobs.drivers.postgres import PostgresDriver
+from xjobs.enqueue import enqueue_many
+driver = PostgresDriver({dsn!r}, schema={schema!r})
+enqueue_many(noop_app.noop, [-1], driver=driver)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+started = time.perf_counter()
+enqueue_many(noop_app.noop, range({jobs}), driver=driver)
+elapsed = time.perf_counter() - started
+print({jobs} / elapsed, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024.0)
+"""
+
+
+def enqueue_bulk(dsn: str, jobs: int) -> tuple[float, float]:
+    """(jobs/s, MiB of client memory the call added at its peak) for ONE ``enqueue_many`` call
+    of ``jobs`` inputs, in a fresh process so its peak is its own."""
+    schema = fresh_schema(dsn)
+    code = _BULK.format(bench=str(Path(__file__).resolve().parent), dsn=dsn, schema=schema, jobs=jobs)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    drop_schema(dsn, schema)
+    rate, peak = out.split()
+    return float(rate), float(peak)
+
+
+def idle_memory(dsn: str) -> dict[str, float]:
+    """RSS (MiB) of each process of an idle ``xjobsd`` serving one queue at the default shape."""
+    schema = fresh_schema(dsn)
+    try:
+        with Daemon(dsn, schema, ["bench"]) as daemon:
+            daemon.wait_ready(1)
+            time.sleep(2.0)   # a few heartbeats and stats rounds
+            return daemon.rss_mib()
+    finally:
+        drop_schema(dsn, schema)
 
 
 def bench_outbox(dsn: str, jobs: int) -> tuple[float, float]:
@@ -258,62 +326,94 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=os.environ.get("XJOBS_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
-    parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--jobs", type=int, default=100_000, help="jobs per drain")
+    parser.add_argument("--queue", action="append",
+                        help="an xjobsd shape to drain with (repeatable; default bench=256 and bench=1024)")
+    parser.add_argument("--concurrency", type=int, default=256, help="slots of the in-process worker")
+    parser.add_argument("--step-jobs", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     xjobs.configure(dsn=args.dsn)
+    dsn, jobs = args.dsn, args.jobs
+    shapes = args.queue or ["bench=256", "bench=1024"]
 
-    raw, sync_drain, async_drain, enqueue, staged, relayed = [], [], [], [], [], []
-    stepped, stepped_async, step_calls = [], [], {}
+    drains: dict[str, list[float]] = {}
+    wal: dict[str, list[float]] = {}
+    statements: dict[str, list[float]] = {}
+
+    def record(name: str, rate: float, wal_per_job: float, per_job: float | None = None) -> None:
+        drains.setdefault(name, []).append(rate)
+        wal.setdefault(name, []).append(wal_per_job)
+        if per_job is not None:
+            statements.setdefault(name, []).append(per_job)
+
+    raw_statements = 2 / RAW_BATCH
+    enqueue, staged, relayed, step_calls = [], [], [], {}
     for _ in range(args.rounds):
-        raw.append(raw_baseline(args.dsn, args.jobs, args.concurrency))
-        rate_in, rate_out, _ = bench_queue(args.dsn, args.jobs, args.concurrency, is_async=False)
+        record("raw loop, bare table", *raw_loop(dsn, jobs, on_jobs_table=False), raw_statements)
+        record("raw loop, xjobs jobs table", *raw_loop(dsn, jobs, on_jobs_table=True), raw_statements)
+        for shape in shapes:
+            spec = QueueSpec.parse(shape)[1]
+            drain = daemon_drain(dsn, jobs, [shape])
+            record(f"xjobsd --queue {shape} ({spec.processes}x{spec.concurrency})", drain.rate,
+                   drain.wal_per_job, drain.statements_per_job)
+        rate_in, rate_out, _ = bench_queue(dsn, jobs // 5, args.concurrency, is_async=False)
         enqueue.append(rate_in)
-        sync_drain.append(rate_out)
-        async_drain.append(bench_queue(args.dsn, args.jobs, args.concurrency, is_async=True)[1])
-        _, rate, step_calls = bench_queue(args.dsn, args.jobs, args.concurrency, is_async=False, steps=3)
-        stepped.append(rate)
-        stepped_async.append(bench_queue(args.dsn, args.jobs, args.concurrency, is_async=True, steps=3)[1])
-        stage_rate, publish_rate = bench_outbox(args.dsn, args.jobs)
+        record("in-process worker, def no-op", rate_out, WAL["def"][-1])
+        record("in-process worker, async no-op", bench_queue(dsn, jobs // 5, args.concurrency, is_async=True)[1],
+               WAL["async"][-1])
+        _, rate, step_calls = bench_queue(dsn, args.step_jobs, args.concurrency, is_async=False, steps=3)
+        record("in-process worker, def 3 steps", rate, WAL["def 3 steps"][-1])
+        stage_rate, publish_rate = bench_outbox(dsn, jobs // 5)
         staged.append(stage_rate)
         relayed.append(publish_rate)
-    pickup = idle_pickup(args.dsn, 30)
-    outbox_latency = outbox_pickup(args.dsn, 30)
+    single_raw, single = enqueue_single(dsn, 2_000)
+    bulk_rate, bulk_peak = enqueue_bulk(dsn, jobs)
+    main_shape = shapes[0]
+    capacity = statistics.median(drains[next(k for k in drains if k.startswith(f"xjobsd --queue {main_shape} "))])
+    idle = daemon_pickup(dsn, 200, load_queue=main_shape)
+    loaded = daemon_pickup(dsn, 200, load_per_s=capacity / 2, load_queue=main_shape)
+    outbox_latency = outbox_pickup(dsn, 30)
+    memory = idle_memory(dsn)
 
-    base, bulk = statistics.median(raw), statistics.median(enqueue)
-    rows = [
-        ("raw psycopg claim+complete loop", base, "1.00"),
-        ("xjobs bulk enqueue", bulk, "-"),
-        ("xjobs drain, def no-op", statistics.median(sync_drain), f"{statistics.median(sync_drain) / base:.2f}"),
-        ("xjobs drain, async def no-op", statistics.median(async_drain), f"{statistics.median(async_drain) / base:.2f}"),
-        ("xjobs drain, def 3 steps", statistics.median(stepped), f"{statistics.median(stepped) / base:.2f}"),
-        ("xjobs drain, async def 3 steps", statistics.median(stepped_async),
-         f"{statistics.median(stepped_async) / base:.2f}"),
-        ("outbox stage_many (committed)", statistics.median(staged), "-"),
-        ("outbox relay stage-to-enqueue", statistics.median(relayed),
-         f"{statistics.median(relayed) / bulk:.2f}*"),
-    ]
-    wal = {"raw psycopg claim+complete loop": "raw", "xjobs drain, def no-op": "def",
-           "xjobs drain, async def no-op": "async", "xjobs drain, def 3 steps": "def 3 steps",
-           "xjobs drain, async def 3 steps": "async 3 steps"}
-    print(f"\n{args.jobs} jobs, batch/concurrency {args.concurrency}, median of {args.rounds} rounds")
-    print(f"{'measure':<36} {'jobs/s':>10} {'vs raw':>7} {'WAL B/job':>10}")
-    for name, rate, ratio in rows:
-        samples = WAL.get(wal.get(name, ""), [])
-        per_job = f"{statistics.median(samples):,.0f}" if samples else "-"
-        print(f"{name:<36} {rate:>10,.0f} {ratio:>7} {per_job:>10}")
-    print("* against the bulk enqueue, the path the relay ends in")
-    sync_rate = statistics.median(sync_drain)
-    print(f"\n3-step job vs no-step job (def): {statistics.median(stepped) / sync_rate:.2f}x the jobs/s; "
-          f"per job {step_calls['step_list'] / args.jobs:.2f} step read(s) and "
-          f"{step_calls['step_put'] / args.jobs:.2f} step write(s) "
-          f"= {step_calls['step_put'] / (3 * args.jobs):.2f} write(s) per step, "
-          f"{(step_calls['step_list'] + step_calls['step_put']) / (3 * args.jobs):.2f} round trips per step")
-    print(f"\n{'latency from idle (ms)':<36} {'p50':>10} {'p99':>7}")
-    for name, samples in (("enqueue to body start", pickup), ("outbox commit to body start", outbox_latency)):
+    bare, table = statistics.median(drains["raw loop, bare table"]), statistics.median(drains["raw loop, xjobs jobs table"])
+    med = statistics.median
+    print(f"\nDrain of {jobs:,} no-op jobs, median of {args.rounds} rounds; raw loop: {RAW_CONNECTIONS} "
+          f"sessions, batches of {RAW_BATCH}; {os.cpu_count()} cores, server and workers on one machine")
+    print(f"{'drain':<44} {'jobs/s':>9} {'vs bare':>8} {'vs table':>9} {'stmts/job':>10} {'WAL B/job':>10} "
+          f"{'WAL vs table':>13}")
+    table_wal = med(wal["raw loop, xjobs jobs table"])
+    for name, rates in drains.items():
+        rate, per_job = med(rates), med(wal[name])
+        stmts = f"{med(statements[name]):.4f}" if name in statements else "-"
+        print(f"{name:<44} {rate:>9,.0f} {rate / bare:>8.2f} {rate / table:>9.2f} {stmts:>10} "
+              f"{per_job:>10,.0f} {per_job / table_wal:>13.2f}")
+    print(f"(xjobsd rows: statements from {ServerWork.read(dsn).source}, server-wide; per round: "
+          + "; ".join(f"{name.split(' (')[0]} {', '.join(f'{r:,.0f}' for r in rates)}"
+                      for name, rates in drains.items() if name.startswith("xjobsd")) + ")")
+
+    print(f"\n{'enqueue':<44} {'jobs/s':>9} {'vs raw':>8}")
+    print(f"{'raw single-row INSERT, one transaction each':<44} {single_raw:>9,.0f} {1.0:>8.2f}")
+    print(f"{'enqueue(), one job per call and transaction':<44} {single:>9,.0f} {single / single_raw:>8.2f}")
+    print(f"{'enqueue_many, batches of 10,000':<44} {med(enqueue):>9,.0f} {'-':>8}")
+    print(f"{f'enqueue_many, one call of {jobs:,}':<44} {bulk_rate:>9,.0f} {'-':>8}   "
+          f"client memory peak +{bulk_peak:.0f} MiB")
+    print(f"{'outbox stage_many (committed)':<44} {med(staged):>9,.0f} {'-':>8}")
+    print(f"{'outbox relay stage-to-enqueue':<44} {med(relayed):>9,.0f} {med(relayed) / med(enqueue):>8.2f}"
+          f"   (vs enqueue_many)")
+    per_step = (step_calls["step_list"] + step_calls["step_put"]) / (3 * args.step_jobs)
+    print(f"\n3-step job: {step_calls['step_list'] / args.step_jobs:.2f} step read(s) and "
+          f"{step_calls['step_put'] / args.step_jobs:.2f} step write(s) per job, {per_step:.2f} round trips per step")
+
+    print(f"\n{'pickup: enqueue() to body start (ms)':<44} {'p50':>9} {'p99':>8}")
+    for name, samples in ((f"xjobsd idle (idle=1x4)", idle),
+                          (f"xjobsd at 50% load ({capacity / 2:,.0f} jobs/s on {main_shape})", loaded),
+                          ("outbox commit to body start (in-process)", outbox_latency)):
         p50, p99 = percentiles(samples)
-        print(f"{name:<36} {p50:>10.2f} {p99:>7.2f}")
+        print(f"{name:<44} {p50:>9.2f} {p99:>8.2f}")
+    print(f"\n{'idle xjobsd --queue bench (1x16), RSS':<44} {'MiB':>9}")
+    for title, mib in sorted(memory.items()):
+        print(f"{title:<44} {mib:>9.1f}")
     return 0
 
 
