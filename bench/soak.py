@@ -3,7 +3,13 @@ few seconds. Prints jobs enqueued, completed, dead (with their verdicts grouped)
 be 0), run twice, the backlog, child restarts and the p50/p99/p99.9 enqueue-to-start
 latency, from SQL. Exits 1 when a job was lost or the daemon did not exit cleanly.
 
-    python bench/soak.py [--duration 60] [--rate 200] [--kill-every 3] [--dsn ...]
+    python bench/soak.py [--minutes 60 | --duration 60] [--rate 200] [--kill-every 3] [--dsn ...]
+
+Memory: the resident set of every process of the daemon is sampled each minute (and at the
+end of the enqueueing). A process is followed by its title (``xjobsd: worker queue=soak_a
+#1``), so a killed child's successor continues its line; the first sample after
+``--warmup`` seconds is the baseline, and the run FAILS when any title's last sample is more
+than 10% above its baseline (a leak), as it fails on a lost job.
 
 ``--kill-every 0`` is the baseline: the same load with no kills, to tell what the kills cost
 from what the load costs.
@@ -71,6 +77,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=os.environ.get("XJOBS_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of enqueueing (60)")
+    parser.add_argument("--minutes", type=float, help="minutes of enqueueing (overrides --duration)")
+    parser.add_argument("--warmup", type=float, default=60.0,
+                        help="seconds before the memory baseline is taken (60)")
     parser.add_argument("--rate", type=float, default=200.0, help="jobs per second, split over two queues (200)")
     parser.add_argument("--kill-every", type=float, default=3.0, help="mean seconds between child kills (3; 0: no kills)")
     parser.add_argument("--job-ms", type=float, default=20.0, help="mean body duration in ms (20)")
@@ -79,6 +88,8 @@ def main() -> int:
                         help="seconds the queue gets to finish after the enqueueing stops (120)")
     parser.add_argument("--keep", action="store_true", help="keep the schema afterwards")
     args = parser.parse_args()
+    if args.minutes is not None:
+        args.duration = args.minutes * 60.0
 
     schema = f"soak_{uuid.uuid4().hex[:8]}"
     driver = PostgresDriver(args.dsn, schema=schema, pool_size=2, application_name="xjobs-soak")
@@ -95,6 +106,7 @@ def main() -> int:
     log = open(workdir / "daemon.log", "wb")
     proc = subprocess.Popen(argv, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
     kills = restarts = 0
+    memory: list[dict[str, float]] = []   # RSS in MiB per process title, one dict per sample
     peak_depth = peak_age_ms = end_depth = 0.0
     try:
         wait_ready(control, proc)
@@ -119,6 +131,7 @@ def main() -> int:
         if args.kill_every > 0:
             thread.start()
         tick, next_sample = 0.1, started
+        next_rss = started + min(args.warmup, args.duration)
         while (now := time.monotonic()) - started < args.duration:
             due = int((now - started) * args.rate) - n
             if due > 0:
@@ -135,7 +148,11 @@ def main() -> int:
                 end_depth = sum(q.depth for q in summary)
                 peak_depth = max(peak_depth, end_depth)
                 peak_age_ms = max([peak_age_ms, *(q.oldest_ready_ms for q in summary)])
+            if now >= next_rss:
+                next_rss = now + 60.0
+                memory.append(process_rss(proc.pid))
             time.sleep(max(0.0, tick - (time.monotonic() - now)))
+        memory.append(process_rss(proc.pid))
         enqueue_s = time.monotonic() - started
         stop_killing.set()
         if thread.is_alive():
@@ -186,6 +203,8 @@ def main() -> int:
             conn.execute(f"drop schema {schema} cascade")
     driver.close()
     lost = live + hollow
+    grown = {title: (first, memory[-1][title]) for title, first in memory[0].items()
+             if title in memory[-1] and memory[-1][title] > first * 1.10} if len(memory) > 1 else {}
 
     ms = lambda v: "-" if v is None else f"{v:.1f} ms"  # noqa: E731
     rows = [("duration (enqueueing)", f"{enqueue_s:.1f} s"), ("rate", f"{args.rate:g} jobs/s"),
@@ -208,11 +227,34 @@ def main() -> int:
         print("  dead jobs by verdict:")
         for verdict, count in verdicts:
             print(f"    {count:>6}  {verdict}")
+    if memory:
+        print(f"  RSS per process, MiB ({len(memory)} samples: after warm-up, each minute, at the end):")
+        for title in sorted(memory[0]):
+            line = " ".join(f"{sample[title]:.1f}" if title in sample else "-" for sample in memory)
+            print(f"    {title:<36} {line}{'  GREW > 10%' if title in grown else ''}")
     if stuck:
         print("  lost jobs (first 10):")
         for job_id, state, attempt, error in stuck:
             print(f"    #{job_id} {state} attempt {attempt} {error}")
-    return 0 if lost == 0 and code == 0 else 1
+    return 0 if lost == 0 and code == 0 and not grown else 1
+
+
+def process_rss(root: int) -> dict[str, float]:
+    """RSS (MiB) of ``root`` and its descendants, by process title."""
+    out: dict[str, float] = {}
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+            status = Path(f"/proc/{pid}/status").read_text()
+            pending += [int(kid) for kid in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                out[title] = int(line.split()[1]) / 1024.0
+    return out
 
 
 if __name__ == "__main__":
