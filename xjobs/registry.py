@@ -159,25 +159,22 @@ class Registry:
         one task, two different ones under one name are refused."""
         from .tasks import TaskHandle
         _proven(handle, TaskHandle, "task()")
-        with self._lock:
-            existing = self._tasks.get(handle.name)
-            if existing is not None and existing.spec != handle.spec:
-                raise DuplicateJob(f"two different declarations of the task {handle.name!r}",
-                                   code="X_TASK_DUPLICATE")
-            self._tasks[handle.name] = handle
-            return handle
+        return self._add_declared(self._tasks, handle, "task", "X_TASK_DUPLICATE")
 
     def _add_scan(self, handle: Any) -> Any:
         """Register a ``ScanHandle``; one declaration twice is one scan, two different ones
         under one name are refused."""
         from .scans import ScanHandle
         _proven(handle, ScanHandle, "scan()")
+        return self._add_declared(self._scans, handle, "scan", "X_SCAN_DUPLICATE")
+
+    def _add_declared(self, table: dict[str, Any], handle: Any, kind: str, code: str) -> Any:
+        """A task or scan is its ``spec``: an equal one under the same name is the same."""
         with self._lock:
-            existing = self._scans.get(handle.name)
+            existing = table.get(handle.name)
             if existing is not None and existing.spec != handle.spec:
-                raise DuplicateJob(f"two different declarations of the scan {handle.name!r}",
-                                   code="X_SCAN_DUPLICATE")
-            self._scans[handle.name] = handle
+                raise DuplicateJob(f"two different declarations of the {kind} {handle.name!r}", code=code)
+            table[handle.name] = handle
             return handle
 
     def scans(self) -> list[Any]:

@@ -12,7 +12,8 @@ to collaborators it owns, each in its own module:
 * ``settler``    (``settle.py``)     what finished, timed-out and abandoned runs write;
 * ``leases``     (``leases.py``)     lease renewal, lost leases, and the lease watch thread;
 * ``quarantine`` (``quarantine.py``) suspects of a crash, run with nothing beside them;
-* ``admission``  (``admission.py``)  per-process limits and fleet-wide slots: run now, or shed.
+* ``admission``  (``admission.py``)  per-process limits and fleet-wide slots: run now, or shed;
+* ``upkeep``     (``upkeep.py``)     wake, rescue and prune on timers, when ``maintain``.
 
 One pass (``run_once``), all on the loop thread:
 
@@ -26,7 +27,7 @@ One pass (``run_once``), all on the loop thread:
 6. while accepting, claim per queue up to that queue's free slots, one queue per statement,
    so a slow queue only ever fills its own slots and never starves another (a suspect, when
    one is due, is reserved instead, and while one is held nothing else is claimed);
-7. sweep lapsed leases and due suspensions, and prune old finished rows, on their timers
+7. wake due suspensions, rescue lapsed leases and prune old rows, on their timers
    (``maintain``: a worker on its own does; under ``xjobsd`` the scheduler's leader does it
    for the whole fleet, so its cost does not grow with the number of worker processes).
 
@@ -64,11 +65,10 @@ from .quarantine import Quarantine
 from .runs import RunTable
 from .settle import Settler
 from .stats import WorkerStats
+from .upkeep import Upkeep
 
 log = logging.getLogger("xjobs.worker")
-_PRUNE_EVERY_MS = 60_000.0
 _REPORTED_RUNS = 20
-_SWEEP_LIMIT = 1000
 
 
 def new_identity(role: str = "worker") -> str:
@@ -127,14 +127,17 @@ class QueueWorker:
                                      executor=self._executor, take=self.take, stats=self.stats_,
                                      settings=self.settings, identity=self.identity)
         self.admission: Admission | None = None    # built at initialize, from the registry
+        # a worker counts its sweeps; what they rescued is the scheduler's figure
+        self.upkeep = Upkeep(driver=driver, settings=self.settings, who=f"worker {self.identity}",
+                             count=lambda name, n: self.stats_.bump(name, n) if name == "sweeps" else None,
+                             outbox=False)
         self._listener: Any = None
         self._handles: dict[str, JobHandle] = {}
         self._names: list[str] = []
         self._caps: dict[str, int] = {}
         self._capped_queues: set[str] = set()
         self._more: set[str] = set()
-        self._next_poll = self._next_rescue = self._next_prune = self._next_slots = 0.0
-        self._next_wake = 0.0
+        self._next_poll = self._next_slots = 0.0
         self._rotation = 0
         self.passes = 0      # test hook: how many passes have completed
 
@@ -298,10 +301,8 @@ class QueueWorker:
         self.quarantine.advance(now_ms, self.accepting)
         if self.accepting:
             self._claim(now_ms, notified)
-        if self.maintain and now_ms >= self._next_wake:
-            self._wake(now_ms)
-        if self.maintain and now_ms >= self._next_rescue:
-            self._sweep(now_ms)
+        if self.maintain:
+            self.upkeep.run(now_ms)
         self.passes += 1
         return self._sleep_ms(now_ms)
 
@@ -313,7 +314,7 @@ class QueueWorker:
             return 0.0
         due = [self.leases.next_due()]
         if self.maintain:
-            due += [self._next_rescue, self._next_wake]
+            due.append(self.upkeep.next_due())
         if self.admission is not None and self.admission.holds_slots:
             due.append(self._next_slots)
         if self.accepting:
@@ -395,29 +396,6 @@ class QueueWorker:
         self.admission.bind(run, admitted)
         self.runs.hold(run)
         return run
-
-    def _wake(self, now_ms: float) -> None:
-        """Due sleepers and timed-out waits back to ready, on a short timer of their own."""
-        self._next_wake = now_ms + self.settings.wake_ms
-        try:
-            self.driver.job_wake(_SWEEP_LIMIT)
-        except Exception as exc:
-            log.warning("worker %s: waking due suspensions failed: %s", self.identity, exc)
-
-    def _sweep(self, now_ms: float) -> None:
-        self._next_rescue = now_ms + self.settings.rescue_ms
-        self.stats_.bump("sweeps")
-        try:
-            self.driver.job_rescue(_SWEEP_LIMIT)
-            if now_ms >= self._next_prune:
-                self._next_prune = now_ms + _PRUNE_EVERY_MS
-                # retention is measured by the driver on the database's clock: this machine's
-                # wall clock may run days ahead
-                self.driver.job_prune(self.settings.retention_completed_ms,
-                                      self.settings.retention_finished_ms, _SWEEP_LIMIT)
-                self.driver.event_prune(self.settings.event_retention_ms, _SWEEP_LIMIT)
-        except Exception as exc:
-            log.warning("worker %s: maintenance sweep failed: %s", self.identity, exc)
 
 
 __all__ = ["QueueWorker", "new_identity"]

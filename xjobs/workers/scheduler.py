@@ -44,13 +44,12 @@ from ..registry import Registry
 from ..context import DRAINED
 from ..scans import ScanCtx
 from .scanning import run_due_scans
+from .upkeep import Upkeep
 from .role import RoleBase, RoleContext, RoleGauge, RolePolicy
 
 log = logging.getLogger("xjobs.scheduler")
 
 ELECTION = "scheduler"
-_PRUNE_EVERY_MS = 60_000.0
-_SWEEP_LIMIT = 1000
 _ROUND_AT_LEAST_MS = 50.0     # never spin: a round is at least this far from the last one
 
 
@@ -94,9 +93,9 @@ class Scheduler(RoleBase):
         self._in_round = False
         self._last_outcome: RoundReport | BaseException = RoundReport()
         self._next_round = 0.0
-        self._next_rescue = 0.0
-        self._next_prune = 0.0
-        self._next_wake = 0.0
+        # the fleet's upkeep, on the leader only: its cost does not grow with the worker count
+        self.upkeep = Upkeep(driver=driver, settings=self.settings, who=f"scheduler {identity}",
+                             count=self._count)
         self.abandoned = False
         self._scans: threading.Thread | None = None      # due scans, off the loop thread
         self._scan_counts: dict[str, dict[str, int]] = {}  # scan -> outcome -> runs (xjobs_jobs_total)
@@ -212,10 +211,10 @@ class Scheduler(RoleBase):
             if self.is_leader and self.accepting:
                 self._start_scans()
         if self.is_leader and self.maintain and self.accepting:
-            self._maintain(now_ms)
+            self.upkeep.run(now_ms)
         due = [self._next_round]
         if self.is_leader and self.maintain:
-            due += [self._next_rescue, self._next_prune, self._next_wake]
+            due.append(self.upkeep.next_due())
         return max(0.0, min(due) - self.clock())
 
     def tick(self) -> RoundReport:
@@ -320,31 +319,8 @@ class Scheduler(RoleBase):
                 log.warning("scheduler %s: computing the next round failed: %s", self.identity, exc)
         return wait
 
+    def _count(self, name: str, n: int) -> None:
+        self.totals[name] += n
+
     def _lease_ms(self) -> float:
         return self.settings.leader_lease_ms
-
-    def _maintain(self, now_ms: float) -> None:
-        """The fleet's maintenance, on the leader only: its cost does not grow with the number
-        of worker processes."""
-        if now_ms >= self._next_wake:
-            # sleeps that ended and waits that timed out, on their own short timer: a sleep of
-            # 2 s must not wait for the next rescue sweep (and a failure here skips nothing else)
-            self._next_wake = now_ms + self.settings.wake_ms
-            try:
-                self.totals["woken"] += self.driver.job_wake(_SWEEP_LIMIT)
-            except Exception as exc:
-                log.warning("scheduler %s: waking due suspensions failed: %s", self.identity, exc)
-        try:
-            if now_ms >= self._next_rescue:
-                self._next_rescue = now_ms + self.settings.rescue_ms
-                self.totals["sweeps"] += 1
-                self.totals["rescued"] += self.driver.job_rescue(_SWEEP_LIMIT)
-            if now_ms >= self._next_prune:
-                self._next_prune = now_ms + _PRUNE_EVERY_MS
-                self.totals["pruned"] += self.driver.job_prune(self.settings.retention_completed_ms,
-                                                               self.settings.retention_finished_ms,
-                                                               _SWEEP_LIMIT)
-                self.driver.outbox_prune(self.settings.outbox_retention_ms, _SWEEP_LIMIT)
-                self.driver.event_prune(self.settings.event_retention_ms, _SWEEP_LIMIT)
-        except Exception as exc:
-            log.warning("scheduler %s: maintenance failed: %s", self.identity, exc)

@@ -1,0 +1,67 @@
+"""The fleet's upkeep, on timers: wake due suspensions, rescue lapsed leases, prune old rows.
+
+Under ``xjobsd`` the scheduler's leader does it for the whole fleet (its cost does not grow
+with the number of worker processes); a worker running without a scheduler does it itself.
+Both own one ``Upkeep`` and call ``run`` on each pass.
+
+Each chore has its own timer and a failure of one skips nothing else: a sleep of 2 s must not
+wait for the next rescue sweep, and a failing prune must not stop the rescue. Retention is
+measured by the driver on the database's clock: this machine's wall clock may run days ahead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from ..config import Settings
+
+log = logging.getLogger("xjobs.worker")
+PRUNE_EVERY_MS = 60_000.0
+SWEEP_LIMIT = 1000
+
+
+class Upkeep:
+    def __init__(self, *, driver: Any, settings: Settings, who: str,
+                 count: Callable[[str, int], None], outbox: bool = True) -> None:
+        """``count(name, n)`` receives "sweeps", "rescued", "woken" and "pruned";
+        ``outbox``: prune published outbox rows too."""
+        self._driver = driver
+        self._settings = settings
+        self._who = who
+        self._count = count
+        self._outbox = outbox
+        self._next_wake = self._next_rescue = self._next_prune = 0.0
+
+    def next_due(self) -> float:
+        return min(self._next_wake, self._next_rescue, self._next_prune)
+
+    def run(self, now_ms: float) -> None:
+        settings, driver = self._settings, self._driver
+        if now_ms >= self._next_wake:
+            self._next_wake = now_ms + settings.wake_ms
+            self._chore("waking due suspensions", lambda: self._count("woken", driver.job_wake(SWEEP_LIMIT)))
+        if now_ms >= self._next_rescue:
+            self._next_rescue = now_ms + settings.rescue_ms
+            self._count("sweeps", 1)
+            self._chore("rescuing lapsed leases", lambda: self._count("rescued", driver.job_rescue(SWEEP_LIMIT)))
+        if now_ms >= self._next_prune:
+            self._next_prune = now_ms + PRUNE_EVERY_MS
+            self._chore("pruning", self._prune)
+
+    def _prune(self) -> None:
+        settings, driver = self._settings, self._driver
+        self._count("pruned", driver.job_prune(settings.retention_completed_ms,
+                                               settings.retention_finished_ms, SWEEP_LIMIT))
+        if self._outbox:
+            driver.outbox_prune(settings.outbox_retention_ms, SWEEP_LIMIT)
+        driver.event_prune(settings.event_retention_ms, SWEEP_LIMIT)
+
+    def _chore(self, what: str, call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception as exc:   # the database is away: the next timer tries again
+            log.warning("%s: %s failed: %s", self._who, what, exc)
+
+
+__all__ = ["PRUNE_EVERY_MS", "SWEEP_LIMIT", "Upkeep"]
