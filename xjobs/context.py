@@ -144,7 +144,7 @@ class Ctx:
     """The context of one attempt. ``transaction()`` is the driver's ``job_transaction``."""
 
     __slots__ = ("job_id", "attempt", "queue", "tenant", "name", "signal", "_driver", "_lease",
-                 "_log", "completed_in_transaction", "_progress", "_written", "fence",
+                 "_log", "_progress", "_written", "fence",
                  "_step_options", "_steps", "deadline", "_cross_tenant", "traceparent")
 
     def __init__(self, *, job_id: int, attempt: int, queue: str, tenant: str | None, name: str,
@@ -160,7 +160,6 @@ class Ctx:
         self._driver = driver
         self._lease = lease
         self._log: logging.LoggerAdapter | None = None
-        self.completed_in_transaction = False
         self._progress: "Progress | None" = None    # the latest report
         self._written: "Progress | None" = None     # the latest that landed
         self.fence = Fence(signal)
@@ -171,6 +170,11 @@ class Ctx:
         self.deadline: float | None = deadline
         self._cross_tenant: str | None = None
         self.traceparent = traceparent    # the enqueuing code's trace context (tracing.py)
+
+    @property
+    def completed_in_transaction(self) -> bool:
+        """The body's ``ctx.transaction()`` committed: the job IS completed, nothing more is written."""
+        return self.fence.completed
 
     def remaining(self) -> float:
         """Seconds left before the timeout, the drain or the tick ends the run, whichever is
@@ -272,7 +276,7 @@ class Ctx:
                 yield conn
         except LeaseLost:
             self.fence.refuse("ctx.transaction()")
-        self.completed_in_transaction = self.fence.completed = True
+        self.fence.completed = True
 
     def __repr__(self) -> str:
         return f"<Ctx job={self.name}#{self.job_id} attempt={self.attempt} queue={self.queue}>"

@@ -26,12 +26,17 @@ _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 
 def valid(traceparent: object) -> str | None:
     """``traceparent`` when it is a well-formed W3C header with non-zero ids, else None."""
+    match = _parsed(traceparent)
+    return None if match is None else match.string
+
+
+def _parsed(traceparent: object) -> "re.Match[str] | None":
     if not isinstance(traceparent, str):
         return None
     match = _TRACEPARENT.match(traceparent)
     if match is None or set(match.group(1)) == {"0"} or set(match.group(2)) == {"0"}:
         return None
-    return traceparent
+    return match
 
 
 @lru_cache(maxsize=1)
@@ -42,6 +47,12 @@ def _otel() -> Any:
     except ImportError:
         return None
     return trace
+
+
+@lru_cache(maxsize=4)
+def _tracer(provider: Any) -> Any:
+    """The xjobs tracer of ``provider`` (looked up once per provider, not per run)."""
+    return provider.get_tracer("xjobs")
 
 
 def current_traceparent() -> str | None:
@@ -60,14 +71,15 @@ def current_traceparent() -> str | None:
 def run_span(ctx: "Ctx") -> Iterator[None]:
     """The span of one run, linked to its enqueue (nothing without opentelemetry)."""
     trace = _otel()
-    if trace is None:
+    # with the API alone (no SDK has set a provider, as when another package pulled the API
+    # in) a span records nothing and leaves the current span invalid: skip it, on every run
+    if trace is None or isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider,
+                                                                  trace.NoOpTracerProvider)):
         yield
         return
     links = []
-    parent = valid(ctx.traceparent)
-    if parent is not None:
-        match = _TRACEPARENT.match(parent)
-        assert match is not None
+    match = _parsed(ctx.traceparent)
+    if match is not None:
         links.append(trace.Link(trace.SpanContext(int(match.group(1), 16), int(match.group(2), 16),
                                                   is_remote=True,
                                                   trace_flags=trace.TraceFlags(int(match.group(3), 16)))))
@@ -75,7 +87,7 @@ def run_span(ctx: "Ctx") -> Iterator[None]:
                   "xjobs.attempt": ctx.attempt}
     if ctx.tenant is not None:
         attributes["xjobs.tenant"] = ctx.tenant
-    tracer = trace.get_tracer("xjobs")
+    tracer = _tracer(trace.get_tracer_provider())
     # the span records the body's exception itself, guarded: an exception whose __str__ raises
     # must still reach the settlement as itself, never as the tracer's error
     with tracer.start_as_current_span(f"job {ctx.name}", kind=trace.SpanKind.CONSUMER, links=links,

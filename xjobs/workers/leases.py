@@ -69,23 +69,14 @@ class LeaseKeeper:
 
     def lost(self, run: Run, now_ms: float, why: str) -> None:
         """Settle ``run`` as lost: its signal is aborted and nothing it does is written."""
-        try:
-            cancelled = self._driver.job_get(run.job.id).state == "cancelled"
-        except Exception:
-            cancelled = False
+        cancelled = was_cancelled(self._driver, run)
         # the reason first: settling sets the signal too, and the first reason is the one kept
         if cancelled:
             run.signal.abort(CANCELLED, "cancelled by an operator")
-            self._runs.finish(run)
-            self._stats.outcome(run.job.name, "cancelled", run.seconds(now_ms))
-            event(log, logging.INFO, "job.cancelled", "job %s#%s was cancelled while it ran",
-                  run.job.name, run.job.id, **run_fields(run.job))
         else:
             run.signal.abort(LEASE_LOST, f"lease lost: {why}")
-            self._runs.finish(run)
-            self._stats.bump("lease_lost")
-            event(log, logging.ERROR, "job.lease.lost", "worker %s: lost the lease on %s#%s: %s",
-                  self._identity, run.job.name, run.job.id, why, why=why, **run_fields(run.job))
+        self._runs.finish(run)
+        count_loss(self._stats, self._identity, run, now_ms, why, cancelled)
 
     def _renew(self, now_ms: float) -> None:
         runs = self._runs.renewable()
@@ -110,6 +101,27 @@ class LeaseKeeper:
         for run in self._runs.renewable():
             if now_ms - run.renewed_ms >= window:
                 self.lost(run, now_ms, "no renewal landed for a whole lease window")
+
+
+def was_cancelled(driver: Any, run: Run) -> bool:
+    """Whether the job a run lost was cancelled by an operator (else it was taken back)."""
+    try:
+        return bool(driver.job_get(run.job.id).state == "cancelled")
+    except Exception:
+        return False
+
+
+def count_loss(stats: WorkerStats, identity: str, run: Run, now_ms: float, why: str, cancelled: bool) -> None:
+    """A run that lost its job: an operator's cancel counts as the ``cancelled`` outcome,
+    anything else as a lost lease."""
+    if cancelled:
+        stats.outcome(run.job.name, "cancelled", run.seconds(now_ms))
+        event(log, logging.INFO, "job.cancelled", "job %s#%s was cancelled while it ran",
+              run.job.name, run.job.id, **run_fields(run.job))
+    else:
+        stats.bump("lease_lost")
+        event(log, logging.ERROR, "job.lease.lost", "worker %s: lost the lease on %s#%s: %s",
+              identity, run.job.name, run.job.id, why, why=why, **run_fields(run.job))
 
 
 class LeaseWatch:

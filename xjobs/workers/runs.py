@@ -30,6 +30,7 @@ class RunTable:
         self.held: dict[int, Run] = {}              # job id -> its run, until settled
         self.busy = {q: 0 for q in self.slots}      # queue -> bodies running, settled or not
         self.on_vacate: Callable[[Run], None] | None = None   # what else a body's end frees
+        self.on_finish: Callable[[Run], None] | None = None   # what is counted once a run settles
 
     def get(self, job_id: int) -> Run | None:
         return self.held.get(job_id)
@@ -42,10 +43,13 @@ class RunTable:
     def finish(self, run: Run) -> None:
         """The run is settled: nothing more is written or renewed for it, and its signal is
         set, so a step or a transaction a leftover thread of its body attempts is refused."""
+        first = not run.settled
         run.settled = True
         run.signal.abort(SETTLED, "the run is settled; it writes nothing more")
         if self.held.get(run.job.id) is run:  # a newer claim of the same job may hold the key
             del self.held[run.job.id]
+        if first and self.on_finish is not None:
+            self.on_finish(run)
 
     def vacate(self, run: Run) -> None:
         """The run's body ended, or will never start: its slot is free again (and whatever the

@@ -30,11 +30,20 @@ from ..logs import event, run_fields
 from ..reporting import Reporter
 from ..retry import RetryVerdict
 from .execute import Executor, Results, Run, Settlement, given_back, settlement_for
+from .leases import count_loss, was_cancelled
 from .runs import RunTable
 from .stats import WorkerStats
 
 log = logging.getLogger("xjobs.worker")
 _PROGRESS_EVERY_MS = 1_000.0   # progress reports are written at most this often, in one batch
+
+
+_Report = tuple[BaseException, RetryVerdict]    # a settled failure, for xjobs.on_error
+
+
+def _reported(error: BaseException | None, outcome: Settlement) -> _Report | None:
+    """What a failure's nack reports once it lands: its error and the retry decision."""
+    return None if error is None or outcome.verdict is None else (error, outcome.verdict)
 
 
 class Settler:
@@ -52,6 +61,8 @@ class Settler:
         self._reporter = reporter
         self._failures = failures     # called on this thread for each settled failure
         self._next_progress = 0.0
+        # every run's step counters, whoever settles it (this settler, a lost lease, a timeout)
+        runs.on_finish = self._count_steps
 
     def next_due(self) -> float | None:
         """When a pass must run for this settler: a progress report waits, or a run's deadline."""
@@ -62,8 +73,7 @@ class Settler:
 
     def settle(self, now_ms: float) -> None:
         acks: list[Run] = []
-        nacks: list[tuple[Run, Nack]] = []
-        verdicts: dict[int, tuple[BaseException, RetryVerdict]] = {}   # id(run) -> what to report
+        nacks: list[tuple[Run, Nack, _Report | None]] = []
         for run, error in self._results.drain():
             self._runs.vacate(run)
             if run.settled:
@@ -75,13 +85,10 @@ class Settler:
                               run.job.id, exc)
                 outcome = Settlement(None)  # write nothing: the lease lapses, the job runs again
             self._runs.finish(run)
-            self._count_steps(run)
             if outcome.ack:
                 acks.append(run)
             elif outcome.nack is not None:
-                nacks.append((run, outcome.nack))
-                if error is not None and outcome.verdict is not None:
-                    verdicts[id(run)] = (error, outcome.verdict)
+                nacks.append((run, outcome.nack, _reported(error, outcome)))
             elif outcome.outcome is not None:
                 self._stats.outcome(run.job.name, outcome.outcome, run.seconds(now_ms))
             elif run.ctx.fence.refused:
@@ -94,14 +101,14 @@ class Settler:
                 event(log, logging.ERROR, "job.lease.lost", "worker %s: lost the lease on %s#%s: %s",
                       self._identity, run.job.name, run.job.id, run.signal.reason, **run_fields(run.job))
                 nacks.append((run, given_back(
-                    run, "no lease renewal landed for a whole window; attempt not counted")))
+                    run, "no lease renewal landed for a whole window; attempt not counted"), None))
         # a report made just before the run ended lands before its settlement (still fenced on
         # the lease), so a finished job shows how far it got
-        self._write_progress(acks + [run for run, _ in nacks])
+        self._write_progress(acks + [run for run, _, _ in nacks])
         if acks:
             self._write_acks(acks, now_ms)
-        for run, nack in nacks:
-            self._write_nack(run, nack, now_ms, report=verdicts.get(id(run)))
+        for run, nack, report in nacks:
+            self._write_nack(run, nack, now_ms, report=report)
 
     def expire(self, now_ms: float) -> None:
         """Runs past their deadline, or past their running step's: cancel the body first, then
@@ -126,15 +133,13 @@ class Settler:
             self._executor.cancel(run)  # cancel first, then fail the attempt
             self._stats.bump("timed_out")
             self._runs.finish(run)
-            self._count_steps(run)
             if not run.handle.is_async:
                 log.warning("job %s#%s: %s; its thread keeps running until the body returns "
                             "(it ignores ctx.signal), and nothing it writes lands", run.job.name,
                             run.job.id, error)
             outcome = settlement_for(run, error, timed_out=True)
             if outcome.nack is not None:
-                self._write_nack(run, outcome.nack, now_ms,
-                                 report=None if outcome.verdict is None else (error, outcome.verdict))
+                self._write_nack(run, outcome.nack, now_ms, report=_reported(error, outcome))
 
     def report_progress(self, now_ms: float) -> None:
         """Once a second: write the latest report of every run still going."""
@@ -163,7 +168,6 @@ class Settler:
         """Settle a run this worker lets go of without it failing: back to ready now, fenced
         on its lease, the attempt not counted."""
         self._runs.finish(run)
-        self._count_steps(run)
         self._write_nack(run, given_back(run, why), now_ms)
 
     def abandon(self, now_ms: float) -> None:
@@ -183,7 +187,6 @@ class Settler:
               count=len(abandoned), job_ids=[r.job.id for r in abandoned[:100]], worker=self._identity)
         for run in abandoned:
             self._runs.finish(run)
-            self._count_steps(run)
             if run.ctx.completed_in_transaction:
                 continue
             error = (f"abandoned at the drain deadline of worker {self._identity}; "
@@ -201,18 +204,9 @@ class Settler:
             self._reporter.report(run.ctx, error, verdict)
 
     def _refused(self, run: Run, now_ms: float) -> None:
-        """The database refused one of the run's writes: the job is not its own any more. An
-        operator's cancel is counted as such; anything else took the job back (a lost lease)."""
-        try:
-            state = self._driver.job_get(run.job.id).state
-        except Exception:
-            state = None
-        if state == "cancelled":
-            self._stats.outcome(run.job.name, "cancelled", run.seconds(now_ms))
-            return
-        self._stats.bump("lease_lost")
-        log.warning("worker %s: %s#%s no longer held its job (%s); nothing it wrote after that "
-                    "landed", self._identity, run.job.name, run.job.id, state or "state unknown")
+        """The database refused one of the run's writes: the job is not its own any more."""
+        count_loss(self._stats, self._identity, run, now_ms, "the database refused one of its writes; "
+                   "nothing it wrote after that landed", was_cancelled(self._driver, run))
 
     def _count_steps(self, run: Run) -> None:
         steps = run.ctx.steps_used
@@ -240,7 +234,7 @@ class Settler:
             self._stats.bump("lease_lost", lost)
 
     def _write_nack(self, run: Run, nack: Nack, now_ms: float, *, abandoned: bool = False,
-                    report: tuple[BaseException, RetryVerdict] | None = None) -> None:
+                    report: _Report | None = None) -> None:
         try:
             held = self._driver.job_nack(nack)
         except Exception as exc:
