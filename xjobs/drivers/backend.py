@@ -55,16 +55,6 @@ class Outcome:
     key_held: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class StepReopen:
-    """What ``step_reopen`` did: the outcome for the job (its ``view`` is left to the facade),
-    whether the job ever recorded that step, and how many steps it forgot."""
-
-    outcome: Outcome
-    recorded: bool
-    forgotten: int
-
-
 def step_kind_mismatch(name: str, recorded: str) -> NoReturn:
     """What both drivers raise when a step name was recorded as another kind of step (the
     body changed between attempts)."""
@@ -167,6 +157,9 @@ class Steps(Protocol):
     def put(self, lease: Lease, step: StepResult) -> bool: ...
     def sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome: ...
     def wait(self, lease: Lease, wait: StepWait) -> StepOutcome: ...
-    def reopen(self, job_id: int, name: str) -> StepReopen: ...
+    def reopen(self, job_id: int, name: str) -> Outcome:
+        """``step_reopen``: ``done`` or ``key_held``; its ``view`` is left to the facade, which
+        reads the job (and its steps, to tell a step never recorded) when it is not done."""
+        ...
     def send(self, event: NewEvent, conn: Any) -> SentEvent: ...
     def prune(self, retention_ms: float, limit: int) -> int: ...

@@ -305,15 +305,16 @@ class CheckedDriver:
     def step_reopen(self, job_id: int, name: str) -> JobView:
         name = check_step_name(name)
         done = self._steps.reopen(job_id, name) if is_bigint(job_id) else None
-        if done is not None and done.outcome.key_held:
+        if done is not None and done.key_held:
             raise DuplicateJob(f"job {job_id}: a live job already holds its idempotency key")
         view = self.job_get(job_id)
-        if done is None or not done.recorded:
+        if done is not None and done.done:
+            return view
+        # not reopened: the job's steps, as job_get read them, tell which refusal it is
+        if done is None or all(step.name != name for step in view.steps):
             raise StepNotFound(f"job {job_id} never recorded a step named {name!r}")
-        if not done.outcome.done:
-            raise NotRetryable(f"job {job_id} is {view.state}; only a completed, dead or cancelled "
-                               "job can be retried from a step")
-        return view
+        raise NotRetryable(f"job {job_id} is {view.state}; only a completed, dead or cancelled "
+                           "job can be retried from a step")
 
     def event_send(self, event: NewEvent, conn: Any = None) -> SentEvent:
         return self._steps.send(check_new_event(event), conn)

@@ -57,13 +57,12 @@ class MemoryMaintenance:
         """``job_wake_delivered``: parked waits whose event is stored go back to ready."""
         table = self._table
         woken = 0
-        for job_id in sorted(table.steps):
-            row = table.rows.get(job_id)
-            if woken >= limit or row is None or row.state != "suspended":
-                continue
-            if any(s.state == "waiting" and s.event is not None and s.event_key is not None
+        for row, waiting in table.parked_waits():
+            if woken >= limit:
+                break   # nothing past the limit changes
+            if any(s.event is not None and s.event_key is not None
                    and table.first_event(s.event, s.event_key, row.created_at) is not None
-                   for s in table.steps[job_id].values()):
+                   for s in waiting):
                 table.move(row, "ready")
                 row.run_at = table.now()
                 woken += 1

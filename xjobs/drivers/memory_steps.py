@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from ..errors import InvalidOption
-from .backend import Outcome, StepReopen, step_kind_mismatch
+from .backend import Outcome, step_kind_mismatch
 from .base import (LATEST_MS, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
                    StepResult, StepSleep, StepWait)
 from .jsonb import as_stored
@@ -131,7 +131,7 @@ class MemorySteps:
         table.record(row.id, at, row.attempt + 1, "suspended", None)
         return StepOutcome(False, wake_at=row.run_at)
 
-    def reopen(self, job_id: int, name: str) -> StepReopen:
+    def reopen(self, job_id: int, name: str) -> Outcome:
         """``step_reopen``: forget the step and every later one; the job runs again."""
         table = self._table
         with table.lock:
@@ -139,17 +139,16 @@ class MemorySteps:
             steps = table.steps.get(job_id, {})
             target = steps.get(name)
             if row is None or target is None or row.state not in _REOPENABLE:
-                return StepReopen(Outcome(None, False), target is not None, 0)
+                return Outcome(None, False)
             if table.key_held(row):
-                return StepReopen(Outcome(None, False, key_held=True), True, 0)
-            forgotten = [s.name for s in steps.values() if s.seq >= target.seq]
-            for step_name in forgotten:
+                return Outcome(None, False, key_held=True)
+            for step_name in [s.name for s in steps.values() if s.seq >= target.seq]:
                 del steps[step_name]
             at = table.now()
             table.move(row, "ready")
             row.attempt, row.run_at, row.finished_at = 0, at, None
             table.record(row.id, at, 0, "requeued", f"from step {name}")
-            return StepReopen(Outcome(None, True), True, len(forgotten))
+            return Outcome(None, True)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -166,12 +165,8 @@ class MemorySteps:
             table.events_by_key.setdefault((event.name, event.key), []).append(event_id)
             woken = 0
             payload = table.events[event_id][2]
-            for job_id in sorted(table.steps):
-                row = table.rows.get(job_id)
-                if row is None or row.state != "suspended":
-                    continue
-                waiting = [s for s in table.steps[job_id].values()
-                           if s.state == "waiting" and s.event == event.name and s.event_key == event.key]
+            for row, parked in table.parked_waits():
+                waiting = [s for s in parked if s.event == event.name and s.event_key == event.key]
                 if not waiting:
                     continue
                 if conn is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from ..clock import Clock
 from ..errors import DuplicateJob
@@ -213,6 +213,18 @@ class MemoryTable:
         sent = [(self.events[i][3], i) for i in self.events_by_key.get((name, key), ())
                 if self.events[i][3] >= since]
         return self.events[min(sent)[1]][2] if sent else None
+
+    def parked_waits(self) -> Iterator[tuple[Row, list[StepRow]]]:
+        """Every suspended job with waits parked on an event, in id order (the order every
+        statement that locks several job rows takes them), with its waiting steps. Each job is
+        looked at when its turn comes, so a caller may change the jobs it was given."""
+        for job_id in sorted(self.steps):
+            row = self.rows.get(job_id)
+            if row is None or row.state != "suspended":
+                continue
+            waiting = [s for s in self.steps[job_id].values() if s.state == "waiting"]
+            if waiting:
+                yield row, waiting
 
     def forget_events(self, ids: list[int]) -> None:
         """Delete stored events (their retention passed, or their transaction rolled back)."""

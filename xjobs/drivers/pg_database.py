@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import orjson
 import psycopg
@@ -120,16 +120,27 @@ class PgDatabase:
         """A connection of the bodies' pool (``job_transaction``), never capped."""
         return self._pool("bodies").connection()
 
+    def cursor(self, conn: Any = None) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
+        """A cursor on the application's ``conn`` when given, else on a connection of the
+        verbs' pool."""
+        return self._cursor(conn, self.connection)
+
+    def body_cursor(self, conn: Any = None) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
+        """A cursor on the application's ``conn`` when given, else on a connection of the
+        bodies' pool (a run's step statements)."""
+        return self._cursor(conn, self.body_connection)
+
+    @staticmethod
     @contextlib.contextmanager
-    def cursor(self, conn: Any = None) -> Iterator[psycopg.Cursor]:
-        """A cursor on the application's ``conn`` when given, else on a pooled connection."""
+    def _cursor(conn: Any, pooled: Callable[[], contextlib.AbstractContextManager[psycopg.Connection]]
+                ) -> Iterator[psycopg.Cursor[Any]]:
         if conn is not None:
             # the application's connection may hand rows back as dicts or objects; every
             # statement here reads its columns by position
             with conn.cursor(row_factory=tuple_row) as cur:
                 yield cur
             return
-        with self.connection() as own, own.cursor() as cur:
+        with pooled() as own, own.cursor() as cur:
             yield cur
 
     def notify(self, cur: psycopg.Cursor, rows: Sequence[Sequence[Any]]) -> None:

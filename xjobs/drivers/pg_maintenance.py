@@ -9,6 +9,8 @@ only sees new rows.
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 from .base import Released
 from .pg_database import PgDatabase, first_row
 
@@ -20,24 +22,23 @@ class PgMaintenance:
     def rescue(self, limit: int) -> int:
         """``job_rescue_lapsed``, ``job_wake_due`` and ``job_wake_delivered``, each bounded by
         ``limit``."""
-        params = {**self._db.now(), "limit": limit}
-        with self._db.cursor() as cur:
-            cur.execute(self._db.sql["job_rescue_lapsed"], params)
-            moved = cur.fetchall()
-            cur.execute(self._db.sql["job_wake_due"], params)
-            moved += cur.fetchall()
-            cur.execute(self._db.sql["job_wake_delivered"], params)
-            moved += cur.fetchall()
-            self._db.notify(cur, moved)
-            return len(moved)
+        return self._back_to_ready(("job_rescue_lapsed", "job_wake_due", "job_wake_delivered"), limit)
 
     def wake(self, limit: int) -> int:
         """``job_wake_due``: due suspensions back to ready, their queues woken."""
+        return self._back_to_ready(("job_wake_due",), limit)
+
+    def _back_to_ready(self, statements: Sequence[str], limit: int) -> int:
+        """Run ``statements`` in order, each bounded by ``limit`` and answering ``(id, queue,
+        state)`` rows, then wake the queues of every row that came back to ready, once."""
+        params = {**self._db.now(), "limit": limit}
+        moved: list[tuple[Any, ...]] = []
         with self._db.cursor() as cur:
-            cur.execute(self._db.sql["job_wake_due"], {**self._db.now(), "limit": limit})
-            woken = cur.fetchall()
-            self._db.notify(cur, woken)
-            return len(woken)
+            for name in statements:
+                cur.execute(self._db.sql[name], params)
+                moved += cur.fetchall()
+            self._db.notify(cur, moved)
+        return len(moved)
 
     def release_worker(self, worker_id: str, crashed: bool, how: str, charge: str) -> list[Released]:
         """``job_release_worker``: every job a dead worker held goes back (see the statement)."""

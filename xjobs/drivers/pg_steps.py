@@ -16,15 +16,14 @@ completes, or it parks before the send looks for parked waiters and is woken by 
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 import psycopg
 from psycopg import errors as pg_errors
 
 from ..errors import InvalidOption
-from .backend import Outcome, StepReopen, step_kind_mismatch
+from .backend import Outcome, step_kind_mismatch
 from .base import (LATEST_MS, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
                    StepResult, StepSleep, StepWait)
 from .pg_database import PgDatabase, first_row
@@ -42,18 +41,15 @@ class PgSteps:
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
 
-    def _cursor(self) -> contextlib.AbstractContextManager[psycopg.Cursor]:
-        return _body_cursor(self._db)
-
     def list(self, job_id: int, for_run: bool = True) -> StepLog:
         """A run's read goes to the bodies' pool; an operator's (``job_get``) to the verbs'."""
-        with (self._cursor() if for_run else self._db.cursor()) as cur:
+        with (self._db.body_cursor() if for_run else self._db.cursor()) as cur:
             cur.execute(self._db.sql["step_list"], {**self._db.now(), "id": job_id})
             rows = cur.fetchall()
         return StepLog(now_ms=rows[0][0], steps=tuple(record(r[1:]) for r in rows if r[1] is not None))
 
     def put(self, lease: Lease, step: StepResult) -> bool:
-        with self._cursor() as cur:
+        with self._db.body_cursor() as cur:
             cur.execute(self._db.sql["step_put"], {
                 **self._db.now(), "id": lease.job_id, "token": lease.token, "name": step.name,
                 "attempt": step.attempt, "result": step.result.decode(), "duration": step.duration_ms})
@@ -120,7 +116,9 @@ class PgSteps:
         row = cur.fetchone()
         return StepOutcome(False, wake_at=wake_at if row is None else row[0], fenced=row is None)
 
-    def reopen(self, job_id: int, name: str) -> StepReopen:
+    def reopen(self, job_id: int, name: str) -> Outcome:
+        """``step_reopen``; whether the job ever recorded the step is the facade's to tell (it
+        reads the job's steps when the job was not reopened)."""
         try:
             with self._db.cursor() as cur:
                 cur.execute(self._db.sql["step_reopen"], {**self._db.now(), "id": job_id, "name": name})
@@ -128,11 +126,8 @@ class PgSteps:
                 if row is not None:
                     self._db.notify(cur, [(row[0], row[1], "ready")])
         except pg_errors.UniqueViolation:
-            return StepReopen(Outcome(None, False, key_held=True), True, 0)
-        if row is not None:
-            return StepReopen(Outcome(None, True), True, int(row[2]))
-        recorded = any(step.name == name for step in self.list(job_id).steps)
-        return StepReopen(Outcome(None, False), recorded, 0)
+            return Outcome(None, False, key_held=True)
+        return Outcome(None, row is not None)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -163,9 +158,3 @@ class PgSteps:
             cur.execute(self._db.sql["event_prune"], {**self._db.now(), "retention": retention_ms,
                                                       "limit": limit})
             return int(first_row(cur)[0])
-
-
-@contextlib.contextmanager
-def _body_cursor(db: PgDatabase) -> Iterator[psycopg.Cursor]:
-    with db.body_connection() as conn, conn.cursor() as cur:
-        yield cur

@@ -295,7 +295,10 @@ returning j.id, j.queue, j.state
 -- name: job_prune
 -- the cutoffs are taken on {now}, the database's clock: a worker whose clock runs days ahead
 -- must not delete rows that are still inside their retention window. A completed job inside
--- its dedupe window is kept (it holds its key) whatever the retention says
+-- its dedupe window is kept (it holds its key) whatever the retention says. Every delete goes
+-- through "id = any(array(...))", as job_claim_one explains: joined against the CTE, the
+-- generic plan of the steps delete seq-scanned job_steps (a batch of 1,000 among 200,000
+-- finished jobs: 190 ms, against 70 ms through the primary keys)
 with doomed as (
     select id from {schema}.jobs
     where (state = 'completed'
@@ -307,11 +310,11 @@ with doomed as (
     limit %(limit)s
     for update skip locked
 ), gone as (
-    delete from {schema}.jobs j using doomed where j.id = doomed.id returning j.id
+    delete from {schema}.jobs j where j.id = any(array(select id from doomed)) returning j.id
 ), history as (
-    delete from {schema}.job_history h using gone where h.job_id = gone.id
+    delete from {schema}.job_history h where h.job_id = any(array(select id from gone))
 ), steps as (
-    delete from {schema}.job_steps s using gone where s.job_id = gone.id
+    delete from {schema}.job_steps s where s.job_id = any(array(select id from gone))
 ), forgotten as (
     delete from {schema}.crashed_workers w
     where w.at < {now} - %(finished_for)s * interval '1 millisecond'
@@ -686,7 +689,7 @@ with doomed as (
     limit %(limit)s
     for update skip locked
 ), gone as (
-    delete from {schema}.outbox o using doomed where o.id = doomed.id returning o.id
+    delete from {schema}.outbox o where o.id = any(array(select id from doomed)) returning o.id
 )
 select count(*) from gone
 
@@ -921,7 +924,8 @@ from due where j.id = due.id
 returning j.id, j.queue, j.state
 
 -- name: event_prune
--- events past their retention, oldest first, in a bounded batch
+-- events past their retention, oldest first, in a bounded batch (deleted by primary key, as
+-- job_prune explains)
 with doomed as (
     select id from {schema}.events
     where sent_at < {now} - %(retention)s * interval '1 millisecond'
@@ -929,7 +933,7 @@ with doomed as (
     limit %(limit)s
     for update skip locked
 ), gone as (
-    delete from {schema}.events e using doomed where e.id = doomed.id returning e.id
+    delete from {schema}.events e where e.id = any(array(select id from doomed)) returning e.id
 )
 select count(*) from gone
 
@@ -944,7 +948,6 @@ with target as (
 ), forgotten as (
     delete from {schema}.job_steps s using target
     where s.job_id = target.id and s.seq >= target.seq
-    returning s.name
 ), requeued as (
     update {schema}.jobs j
     set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
@@ -955,4 +958,4 @@ with target as (
     select requeued.id, {now}, 0, 'requeued', 'from step ' || %(name)s
     from requeued
 )
-select requeued.id, requeued.queue, (select count(*) from forgotten) from requeued
+select requeued.id, requeued.queue from requeued
