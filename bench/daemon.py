@@ -6,12 +6,16 @@ A drain is timed from the first job's start to the last job's finish (``started_
 ``finished_at``, both taken by the server), so the daemon's start-up is not counted and the
 reading needs no polling precision; the poll that waits for the end asks two ``exists``
 questions of the partial indexes, so the watcher costs the server next to nothing.
+
+Also the parts every benchmark shares: readiness over the daemon's control socket, the title
+and resident memory of each of its processes, and the percentile the tables print.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,6 +29,7 @@ import psycopg
 
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
+from xjobs.supervisor.control import ControlUnavailable, request
 
 BENCH = Path(__file__).resolve().parent
 XJOBSD = str(Path(sys.executable).with_name("xjobsd"))
@@ -86,6 +91,7 @@ class Drain:
     seconds: float
     wal_per_job: float
     statements_per_job: float
+    source: str   # where the statements were counted (``ServerWork.source``)
 
     @property
     def rate(self) -> float:
@@ -108,32 +114,17 @@ class Daemon:
 
     def pids(self) -> dict[str, int]:
         """Every process of this daemon by its title: the supervisor and its children."""
-        out = {}
-        for pid in [self.proc.pid, *_children(self.proc.pid)]:
-            try:
-                title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-            except OSError:
-                continue
-            out[title] = pid
-        return out
+        return {title: pid for pid in [self.proc.pid, *_children(self.proc.pid)]
+                if (title := proc_title(pid)) is not None}
 
     def rss_mib(self) -> dict[str, float]:
         """Resident memory of every process of this daemon, by title."""
-        return {title: rss for title, pid in self.pids().items() if (rss := rss_mib(pid)) is not None}
+        return process_rss(self.proc.pid)
 
-    def wait_ready(self, workers: int, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"xjobsd exited: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
-                up = _one(conn, "select count(*) from pg_stat_activity where application_name like 'worker:%%' "
-                                "and datname = current_database()")
-            if up >= workers:
-                time.sleep(0.3)   # their first (empty) claim and listen are done
-                return
-            time.sleep(0.05)
-        raise RuntimeError("xjobsd did not become ready")
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Every child of THIS daemon ready, asked over its control socket (the database would
+        count other daemons' sessions too)."""
+        wait_control_ready(self.control, self.proc, timeout)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -150,6 +141,54 @@ class Daemon:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def wait_control_ready(control: str, proc: subprocess.Popen, timeout: float = 30.0) -> dict:
+    """Poll the daemon ``proc`` at its control socket ``control`` until it runs and every child
+    is ready, then give the children 0.3 s for their first (empty) claim and listen; the last
+    status. Raises with the daemon's stderr (when piped) if it exited, or after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+            raise RuntimeError(f"xjobsd exited with {proc.returncode}: {err}")
+        try:
+            status = request(control, "status")
+        except ControlUnavailable:
+            status = {}
+        if status.get("state") == "running" and all(c.get("state") == "ready" for c in status.get("children", [])):
+            time.sleep(0.3)
+            return status
+        time.sleep(0.05)
+    raise RuntimeError(f"xjobsd did not become ready within {timeout:g} s")
+
+
+def proc_title(pid: int) -> str | None:
+    """The process title of ``pid`` (its argv[0], which ``xjobsd`` sets per process), or None
+    when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return None
+
+
+def process_rss(root: int) -> dict[str, float]:
+    """RSS (MiB) of ``root`` and its descendants, by process title."""
+    out = {}
+    for pid in [root, *_children(root)]:
+        title, rss = proc_title(pid), rss_mib(pid)
+        if title is not None and rss is not None:
+            out[title] = rss
+    return out
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """The median for ``q`` = 0.5, else the sample at rank ``int(n * q)`` of ``n`` sorted (the
+    first when that rank is 0): the p99 of 200 samples is the 198th."""
+    ordered = sorted(samples)
+    if q == 0.5:
+        return statistics.median(ordered)
+    return ordered[max(0, int(len(ordered) * q) - 1)]
 
 
 def rss_mib(pid: int) -> float | None:
@@ -172,14 +211,31 @@ def _children(pid: int) -> Iterator[int]:
         yield from _children(int(kid))
 
 
-def enqueue_noops(dsn: str, schema: str, jobs: int, first: int = 0) -> None:
+def enqueue_noops(dsn: str, schema: str, jobs: int) -> None:
+    """Enqueue ``jobs`` no-op jobs (inputs 0..jobs-1) in batches of 10,000, then ``analyze`` the
+    table, as autovacuum would have before a real drain (the plans depend on it)."""
     import noop_app   # the bench app, on sys.path beside this file
     driver = PostgresDriver(dsn, schema=schema)
     try:
-        for start in range(first, first + jobs, 10_000):
-            enqueue_many(noop_app.noop, list(range(start, min(first + jobs, start + 10_000))), driver=driver)
+        for start in range(0, jobs, 10_000):
+            enqueue_many(noop_app.noop, list(range(start, min(jobs, start + 10_000))), driver=driver)
     finally:
         driver.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"analyze {schema}.jobs")
+
+
+def drain_seconds(dsn: str, schema: str, jobs: int, after_id: int = 0) -> float:
+    """Seconds from the first start to the last finish of the jobs with an id above
+    ``after_id``, on the server's clock; asserts that ``jobs`` of them completed."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            f"select min(started_at), max(finished_at), count(*) filter (where state = 'completed') "
+            f"from {schema}.jobs where id > %s", (after_id,)).fetchone()
+    assert row is not None
+    began, ended, done = row
+    assert done == jobs, (done, jobs)
+    return float((ended - began).total_seconds())
 
 
 def wait_drained(dsn: str, schema: str, timeout: float = 600.0) -> None:
@@ -204,23 +260,15 @@ def daemon_drain(dsn: str, jobs: int, queues: list[str], *, schema: str | None =
         with psycopg.connect(dsn, autocommit=True) as conn:
             first = _one(conn, f"select coalesce(max(id), 0) from {schema}.jobs")
         enqueue_noops(dsn, schema, jobs)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"analyze {schema}.jobs")
         before = ServerWork.read(dsn)
         with Daemon(dsn, schema, queues):
             wait_drained(dsn, schema)
         # read once the daemon's sessions ended: a busy session publishes its counters at most
         # once a second, and at its end
         after = ServerWork.read(dsn)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            row = conn.execute(
-                f"select min(started_at), max(finished_at), count(*) filter (where state = 'completed') "
-                f"from {schema}.jobs where id > %s", (first,)).fetchone()
-            assert row is not None
-            began, ended, done = row
-        assert done == jobs, (done, jobs)
+        seconds = drain_seconds(dsn, schema, jobs, after_id=first)
         wal, statements = after.since(dsn, before)
-        return Drain(jobs, (ended - began).total_seconds(), wal / jobs, statements / jobs)
+        return Drain(jobs, seconds, wal / jobs, statements / jobs, after.source)
     finally:
         if own:
             drop_schema(dsn, schema)

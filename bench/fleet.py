@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from pathlib import Path
 
 import psycopg
 
-from daemon import XJOBSD, Daemon, ServerWork, drop_schema, enqueue_noops, fresh_schema, wait_drained
+from daemon import Daemon, ServerWork, drain_seconds, drop_schema, enqueue_noops, fresh_schema, proc_title, wait_drained
 from xjobs.drivers.postgres import PostgresDriver
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -68,11 +67,8 @@ def _ticks(pid: int) -> int:
 
 def _is_postgres(pid: int) -> bool:
     """Backends' titles start with "postgres:"; the postmaster's argv[0] is its binary's path."""
-    try:
-        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-    except OSError:
-        return False
-    return argv0.startswith("postgres") or os.path.basename(argv0) == "postgres"
+    argv0 = proc_title(pid)
+    return argv0 is not None and (argv0.startswith("postgres") or os.path.basename(argv0) == "postgres")
 
 
 def find_postmaster(dsn: str) -> int | None:
@@ -101,27 +97,16 @@ class Row:
     wal_per_job: float
 
 
-def wait_ready(daemon: Daemon, timeout: str = "60s") -> None:
-    """Every child of ``daemon`` ready, asked over its control socket (not the database, where
-    other daemons' sessions would be counted too)."""
-    done = subprocess.run([XJOBSD, "status", "--wait", timeout, "--json", "--control", daemon.control],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"xjobsd did not become ready: {done.stderr.strip()}")
-
-
 def fleet_drain(dsn: str, k: int, jobs: int, queue: str, postmaster: int | None) -> Row:
     schema = fresh_schema(dsn)
     driver = PostgresDriver(dsn, schema=schema)
     daemons: list[Daemon] = []
     try:
         enqueue_noops(dsn, schema, jobs)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"analyze {schema}.jobs")
         driver.queue_pause("bench", True, by="bench/fleet.py")
         daemons = [Daemon(dsn, schema, [queue]) for _ in range(k)]
         for daemon in daemons:
-            wait_ready(daemon)
+            daemon.wait_ready(timeout=60)
         ours = [pid for daemon in daemons for pid in daemon.pids().values()]
         work_before = ServerWork.read(dsn)
         db_before = sum(map(_ticks, server_pids(postmaster))) if postmaster else 0
@@ -132,17 +117,13 @@ def fleet_drain(dsn: str, k: int, jobs: int, queue: str, postmaster: int | None)
         db_ticks = sum(map(_ticks, server_pids(postmaster))) - db_before if postmaster else None
         ours_ticks = sum(map(_ticks, ours)) - ours_before
         work_after = ServerWork.read(dsn)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            began, ended, done = conn.execute(
-                f"select min(started_at), max(finished_at), count(*) filter (where state = 'completed') "
-                f"from {schema}.jobs").fetchone()   # type: ignore[misc]
-        assert done == jobs, (done, jobs)
+        seconds = drain_seconds(dsn, schema, jobs)
         wal, _ = work_after.since(dsn, work_before)
 
         def share(ticks: int) -> float:
             return ticks / TICK / wall / CPUS
 
-        return Row(k, (ended - began).total_seconds(), None if db_ticks is None else share(db_ticks),
+        return Row(k, seconds, None if db_ticks is None else share(db_ticks),
                    share(ours_ticks), wal / jobs)
     finally:
         for daemon in daemons:

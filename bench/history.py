@@ -20,7 +20,7 @@ import time
 
 import psycopg
 
-from daemon import daemon_drain, drop_schema, fresh_schema
+from daemon import daemon_drain, drop_schema, fresh_schema, percentile
 from pickup import daemon_pickup
 
 
@@ -69,17 +69,13 @@ def main() -> int:
         drop_schema(args.dsn, empty)
         drop_schema(args.dsn, full)
 
-    def p(samples: list[float], q: float) -> float:
-        ordered = sorted(samples)
-        return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
-
     print(f"\n{args.jobs:,} no-op jobs through xjobsd --queue {args.queue}, median of {args.rounds} rounds")
     print(f"{'table':<28} {'drain jobs/s':>13} {'vs empty':>9} {'pickup p50 ms':>14} {'p99 ms':>7}")
     base = statistics.median(rates[empty])
     for label, schema in (("empty", empty), (f"{args.finished:,} finished rows", full)):
         rate = statistics.median(rates[schema])
-        print(f"{label:<28} {rate:>13,.0f} {rate / base:>9.2f} {p(pickups[schema], 0.5):>14.2f} "
-              f"{p(pickups[schema], 0.99):>7.2f}")
+        print(f"{label:<28} {rate:>13,.0f} {rate / base:>9.2f} {percentile(pickups[schema], 0.5):>14.2f} "
+              f"{percentile(pickups[schema], 0.99):>7.2f}")
     return 0
 
 

@@ -16,7 +16,6 @@ import threading
 import time
 
 from daemon import Daemon, drop_schema, fresh_schema
-from xjobs.config import QueueSpec
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
 
@@ -41,7 +40,7 @@ def daemon_pickup(dsn: str, samples: int, *, schema: str | None = None, load_per
         try:
             load = [load_queue] if load_per_s else []
             with Daemon(dsn, schema, [*queues, *load]) as daemon:
-                daemon.wait_ready(len(queues) + (QueueSpec.parse(load_queue)[1].processes if load else 0))
+                daemon.wait_ready()
                 if load_per_s:
                     feeder.start()
                     time.sleep(1.0)

@@ -38,34 +38,23 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 import psycopg
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+# the repository (for tests.apps) and bench/ (for daemon.py), from wherever this is started
+sys.path[:0] = [str(ROOT), str(BENCH)]
 
+from daemon import process_rss, wait_control_ready  # noqa: E402
 from tests.apps.daemon_app import effects_ddl  # noqa: E402
 from xjobs.drivers.base import NewJob  # noqa: E402
 from xjobs.drivers.postgres import PostgresDriver  # noqa: E402
 from xjobs.supervisor.control import ControlUnavailable, request  # noqa: E402
 
 CLI = [sys.executable, "-c", "import sys; from xjobs.cli import main; sys.exit(main())"]
-
-
-def wait_ready(control: str, proc: subprocess.Popen, timeout: float = 30.0) -> dict:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise SystemExit(f"xjobsd exited with {proc.returncode}")
-        try:
-            status = request(control, "status")
-            if status["state"] == "running" and all(c["state"] == "ready" for c in status["children"]):
-                return status
-        except ControlUnavailable:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("xjobsd did not become ready")
 
 
 LIVE = "('ready', 'running', 'suspended')"
@@ -109,7 +98,7 @@ def main() -> int:
     memory: list[dict[str, float]] = []   # RSS in MiB per process title, one dict per sample
     peak_depth = peak_age_ms = end_depth = 0.0
     try:
-        wait_ready(control, proc)
+        wait_control_ready(control, proc)
         rng = random.Random(7)
         n = 0
         started = time.monotonic()
@@ -163,8 +152,8 @@ def main() -> int:
         end = time.monotonic() + args.settle
         with psycopg.connect(args.dsn, autocommit=True) as conn:
             while time.monotonic() < end:
-                left = conn.execute(f"select count(*) from {schema}.jobs where state in {LIVE}").fetchone()[0]
-                if left == 0:
+                left = conn.execute(f"select count(*) from {schema}.jobs where state in {LIVE}").fetchone()
+                if left is not None and left[0] == 0:
                     break
                 time.sleep(0.2)
         settle_s = time.monotonic() - started - enqueue_s
@@ -179,7 +168,11 @@ def main() -> int:
         log.close()
 
     with psycopg.connect(args.dsn, autocommit=True) as conn:
-        q = lambda sql, *p: conn.execute(sql.replace("{s}", schema), p or None).fetchone()  # noqa: E731
+        def q(sql: str, *p: object) -> tuple[Any, ...]:
+            row = conn.execute(sql.replace("{s}", schema), p or None).fetchone()
+            assert row is not None
+            return row
+
         enqueued = q("select count(*) from {s}.jobs")[0]
         completed = q("select count(*) from {s}.jobs where state = 'completed'")[0]
         dead = q("select count(*) from {s}.jobs where state = 'dead'")[0]
@@ -237,24 +230,6 @@ def main() -> int:
         for job_id, state, attempt, error in stuck:
             print(f"    #{job_id} {state} attempt {attempt} {error}")
     return 0 if lost == 0 and code == 0 and not grown else 1
-
-
-def process_rss(root: int) -> dict[str, float]:
-    """RSS (MiB) of ``root`` and its descendants, by process title."""
-    out: dict[str, float] = {}
-    pending = [root]
-    while pending:
-        pid = pending.pop()
-        try:
-            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-            status = Path(f"/proc/{pid}/status").read_text()
-            pending += [int(kid) for kid in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                out[title] = int(line.split()[1]) / 1024.0
-    return out
 
 
 if __name__ == "__main__":

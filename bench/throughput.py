@@ -21,7 +21,8 @@ before and after, over the jobs drained.
 
 Enqueue: one job per ``enqueue()`` call and transaction against a raw single-row ``INSERT``
 per transaction on the same table; ``enqueue_many`` in batches of 10,000 and as ONE call of N
-inputs in a fresh process (its peak client memory is the resident-set growth of that call).
+inputs in a fresh process (its peak client memory is the resident-set growth of that call;
+``bench/enqueue_bench.py``).
 
 Pickup: ``enqueue()`` called to the body's first line, through ``xjobsd``, on an idle queue
 and while another queue of the same daemon drains a steady stream at half of what the first
@@ -36,18 +37,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
-import orjson
 import psycopg
 
 import xjobs
-from daemon import Daemon, ServerWork, daemon_drain, drop_schema, enqueue_noops, fresh_schema
+from daemon import Daemon, ServerWork, daemon_drain, drop_schema, enqueue_noops, fresh_schema, percentile
+from enqueue_bench import enqueue_bulk, enqueue_single
 from pickup import daemon_pickup
 from xjobs.config import QueueSpec
 from xjobs.drivers.postgres import PostgresDriver
@@ -90,12 +89,11 @@ def raw_loop(dsn: str, jobs: int, *, on_jobs_table: bool) -> tuple[float, float]
             conn.execute(f"create index on {table} (id) where state = 'ready'")
             conn.execute(f"insert into {table} (payload) select jsonb_build_object('n', g) "
                          f"from generate_series(1, {jobs}) g")
+            conn.execute(f"analyze {table}")
         claim = (f"update {table} t set state = 'running' from (select id from {table} "
                  f"where state = 'ready' order by id limit %s for update skip locked) p "
                  f"where t.id = p.id returning t.id, t.payload")
         done = f"update {table} set state = 'done' where id = any(%s)"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"analyze {table}")
     counts: list[int] = []
     go = threading.Event()
 
@@ -128,14 +126,11 @@ def raw_loop(dsn: str, jobs: int, *, on_jobs_table: bool) -> tuple[float, float]
     return jobs / elapsed, wal / jobs
 
 
-# WAL bytes per drained job, per measure: the database work a job costs beside the time
-WAL: dict[str, list[float]] = {"def": [], "async": [], "def 3 steps": []}
-
-
 def bench_queue(dsn: str, jobs: int, concurrency: int, is_async: bool,
-                steps: int = 0) -> tuple[float, float, dict[str, int]]:
-    """(enqueue rate, drain rate, step statements issued) for ``jobs`` no-op jobs, each with
-    ``steps`` ``ctx.step.run`` calls."""
+                steps: int = 0) -> tuple[float, float, dict[str, int], float]:
+    """(enqueue rate, drain rate, step statements issued, WAL bytes per job) for ``jobs``
+    no-op jobs, each with ``steps`` ``ctx.step.run`` calls. The WAL is the database work a job
+    costs beside the time."""
     schema = fresh_schema(dsn)
     registry = xjobs.Registry()
     if is_async:
@@ -161,13 +156,12 @@ def bench_queue(dsn: str, jobs: int, concurrency: int, is_async: bool,
     started = time.perf_counter()
     host.run(until=lambda: worker.stats_.totals["completed"] >= jobs)
     drain_rate = jobs / (time.perf_counter() - started)
-    WAL[("async" if is_async else "def") + (f" {steps} steps" if steps else "")].append(
-        ServerWork.read(dsn).since(dsn, before)[0] / jobs)
+    wal_per_job = ServerWork.read(dsn).since(dsn, before)[0] / jobs
     stats = driver.job_stats()["bench"]
     driver.close()
     drop_schema(dsn, schema)
     assert stats == {"completed": jobs}, stats
-    return enqueue_rate, drain_rate, calls
+    return enqueue_rate, drain_rate, calls, wal_per_job
 
 
 def _count_calls(driver: PostgresDriver, verbs: tuple[str, ...]) -> dict[str, int]:
@@ -185,64 +179,12 @@ def _count_calls(driver: PostgresDriver, verbs: tuple[str, ...]) -> dict[str, in
     return counts
 
 
-def enqueue_single(dsn: str, jobs: int) -> tuple[float, float]:
-    """(raw single-row inserts/s, ``enqueue()`` calls/s): one job per call, one transaction
-    each, on one autocommit connection of the same settings. The raw insert writes the columns
-    an enqueue writes, into the same table with the same indexes."""
-    import noop_app
-    schema = fresh_schema(dsn)
-    raw = (f"insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, priority, "
-           f"max_attempts, run_at, created_at) values ('noop', 'bench', 'ready', %s, %s, 'none', 0, 5, "
-           f"now(), now()) on conflict do nothing returning id")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        started = time.perf_counter()
-        for n in range(jobs):
-            conn.execute(raw, (orjson.dumps(n).decode(), f"raw-{n}"), prepare=True).fetchone()
-        raw_rate = jobs / (time.perf_counter() - started)
-    driver = PostgresDriver(dsn, schema=schema, pool_size=1)
-    enqueue_many(noop_app.noop, [-1], driver=driver)   # the pool's connection is open
-    started = time.perf_counter()
-    for n in range(jobs):
-        enqueue_many(noop_app.noop, [n], driver=driver)
-    rate = jobs / (time.perf_counter() - started)
-    driver.close()
-    drop_schema(dsn, schema)
-    return raw_rate, rate
-
-
-_BULK = """
-import resource, sys, time
-sys.path.insert(0, {bench!r})
-import noop_app
-from xjobs.drivers.postgres import PostgresDriver
-from xjobs.enqueue import enqueue_many
-driver = PostgresDriver({dsn!r}, schema={schema!r})
-enqueue_many(noop_app.noop, [-1], driver=driver)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-started = time.perf_counter()
-enqueue_many(noop_app.noop, range({jobs}), driver=driver)
-elapsed = time.perf_counter() - started
-print({jobs} / elapsed, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024.0)
-"""
-
-
-def enqueue_bulk(dsn: str, jobs: int) -> tuple[float, float]:
-    """(jobs/s, MiB of client memory the call added at its peak) for ONE ``enqueue_many`` call
-    of ``jobs`` inputs, in a fresh process so its peak is its own."""
-    schema = fresh_schema(dsn)
-    code = _BULK.format(bench=str(Path(__file__).resolve().parent), dsn=dsn, schema=schema, jobs=jobs)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    drop_schema(dsn, schema)
-    rate, peak = out.split()
-    return float(rate), float(peak)
-
-
 def idle_memory(dsn: str) -> dict[str, float]:
     """RSS (MiB) of each process of an idle ``xjobsd`` serving one queue at the default shape."""
     schema = fresh_schema(dsn)
     try:
         with Daemon(dsn, schema, ["bench"]) as daemon:
-            daemon.wait_ready(1)
+            daemon.wait_ready()
             time.sleep(2.0)   # a few heartbeats and stats rounds
             return daemon.rss_mib()
     finally:
@@ -318,11 +260,6 @@ def outbox_pickup(dsn: str, samples: int) -> list[float]:
     return latencies
 
 
-def percentiles(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return statistics.median(ordered), ordered[max(0, int(len(ordered) * 0.99) - 1)]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=os.environ.get("XJOBS_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
@@ -348,22 +285,27 @@ def main() -> int:
             statements.setdefault(name, []).append(per_job)
 
     raw_statements = 2 / RAW_BATCH
-    enqueue, staged, relayed, step_calls = [], [], [], {}
+    enqueue: list[float] = []
+    staged: list[float] = []
+    relayed: list[float] = []
+    step_calls: dict[str, int] = {}
+    source = "-"   # where the xjobsd rows' statements were counted
     for _ in range(args.rounds):
         record("raw loop, bare table", *raw_loop(dsn, jobs, on_jobs_table=False), raw_statements)
         record("raw loop, xjobs jobs table", *raw_loop(dsn, jobs, on_jobs_table=True), raw_statements)
         for shape in shapes:
             spec = QueueSpec.parse(shape)[1]
             drain = daemon_drain(dsn, jobs, [shape])
+            source = drain.source
             record(f"xjobsd --queue {shape} ({spec.processes}x{spec.concurrency})", drain.rate,
                    drain.wal_per_job, drain.statements_per_job)
-        rate_in, rate_out, _ = bench_queue(dsn, jobs // 5, args.concurrency, is_async=False)
+        rate_in, rate_out, _, wal_per_job = bench_queue(dsn, jobs // 5, args.concurrency, is_async=False)
         enqueue.append(rate_in)
-        record("in-process worker, def no-op", rate_out, WAL["def"][-1])
-        record("in-process worker, async no-op", bench_queue(dsn, jobs // 5, args.concurrency, is_async=True)[1],
-               WAL["async"][-1])
-        _, rate, step_calls = bench_queue(dsn, args.step_jobs, args.concurrency, is_async=False, steps=3)
-        record("in-process worker, def 3 steps", rate, WAL["def 3 steps"][-1])
+        record("in-process worker, def no-op", rate_out, wal_per_job)
+        _, rate_out, _, wal_per_job = bench_queue(dsn, jobs // 5, args.concurrency, is_async=True)
+        record("in-process worker, async no-op", rate_out, wal_per_job)
+        _, rate, step_calls, wal_per_job = bench_queue(dsn, args.step_jobs, args.concurrency, is_async=False, steps=3)
+        record("in-process worker, def 3 steps", rate, wal_per_job)
         stage_rate, publish_rate = bench_outbox(dsn, jobs // 5)
         staged.append(stage_rate)
         relayed.append(publish_rate)
@@ -388,7 +330,7 @@ def main() -> int:
         stmts = f"{med(statements[name]):.4f}" if name in statements else "-"
         print(f"{name:<44} {rate:>9,.0f} {rate / bare:>8.2f} {rate / table:>9.2f} {stmts:>10} "
               f"{per_job:>10,.0f} {per_job / table_wal:>13.2f}")
-    print(f"(xjobsd rows: statements from {ServerWork.read(dsn).source}, server-wide; per round: "
+    print(f"(xjobsd rows: statements from {source}, server-wide; per round: "
           + "; ".join(f"{name.split(' (')[0]} {', '.join(f'{r:,.0f}' for r in rates)}"
                       for name, rates in drains.items() if name.startswith("xjobsd")) + ")")
 
@@ -409,7 +351,7 @@ def main() -> int:
     for name, samples in ((f"xjobsd idle (idle=1x4)", idle),
                           (f"xjobsd at 50% load ({capacity / 2:,.0f} jobs/s on {main_shape})", loaded),
                           ("outbox commit to body start (in-process)", outbox_latency)):
-        p50, p99 = percentiles(samples)
+        p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
         print(f"{name:<44} {p50:>9.2f} {p99:>8.2f}")
     print(f"\n{'idle xjobsd --queue bench (1x16), RSS':<44} {'MiB':>9}")
     for title, mib in sorted(memory.items()):

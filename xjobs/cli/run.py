@@ -1,17 +1,16 @@
 """``xjobsd run``: the daemon — one supervisor and its worker children.
 
-    xjobsd run --app myapp.jobs [--queue emails=2x16 ...] [--dsn URL] [--config xjobs.toml]
+    xjobsd run --app myapp.jobs [--queue emails=2x16|emails=64 ...] [--dsn URL] [--config xjobs.toml]
                [--metrics 127.0.0.1:9464 | --metrics off] [--control PATH] [--drain-deadline 25s]
                [--strict] [--embedded]
 
 Everything is checked before the first fork, and a refusal exits 2 naming the option: a bad
 number (NaN, inf, negative, fractional counts), a queue no registered job uses, an app module
-that fails to import (one line; the traceback at ``--log-level debug``), a job that declares
-``concurrency=`` (no fleet lease store exists to enforce it), a control socket that cannot be
-created, a metrics port in use, and with ``--strict`` a registered job whose queue no process
-serves (without it, a warning at start and in ``xjobsd status``). Then the schema is
-installed on a short-lived connection, closed before any child is forked, and a banner says
-what runs where and what to try next.
+that fails to import (one line; the traceback at ``--log-level debug``), a control socket
+that cannot be created, a metrics port in use, and with ``--strict`` a registered job whose
+queue no process serves (without it, a warning at start and in ``xjobsd status``). Then the
+schema is installed on a short-lived connection, closed before any child is forked, and a
+banner says what runs where and what to try next.
 """
 
 from __future__ import annotations
@@ -37,8 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dsn", help="PostgreSQL URL (default: XJOBS_DATABASE_URL; none: embedded)")
     p.add_argument("--schema", help="schema holding the queue tables (default: xjobs)")
     p.add_argument("--config", help="a TOML file with an [xjobs] table (default: ./xjobs.toml)")
-    p.add_argument("--queue", action="append", metavar="NAME=PROCSxCONC",
-                   help="a queue to serve, e.g. emails=2x16 (repeatable; default: every queue at 1x16)")
+    p.add_argument("--queue", action="append", metavar="NAME=PROCSxCONC|NAME=N",
+                   help="a queue to serve: emails=2x16 (2 processes x 16 jobs), emails=64 (64 jobs at "
+                        "once, shape chosen) (repeatable; default: every queue at 1x16)")
     p.add_argument("--metrics", metavar="HOST:PORT",
                    help="serve /metrics, /healthz, /readyz here (default 127.0.0.1:9464; 'off' disables)")
     p.add_argument("--control", metavar="PATH", help="control socket (default $XDG_RUNTIME_DIR/xjobsd.sock "
