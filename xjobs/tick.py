@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import select
 import socket
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -57,7 +56,6 @@ class TickSummary:
     jobs: dict[str, dict[str, int]] = field(default_factory=dict)   # name -> outcome -> runs
     failures: list[dict[str, Any]] = field(default_factory=list)
     abandoned: int = 0         # still running at the close: handed back, no attempt spent
-    jobs_scanned: dict[str, str] = field(default_factory=dict)   # scan -> its outcome this pass
 
     @property
     def failed(self) -> bool:
@@ -75,13 +73,11 @@ class _Failures:
 
     def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
 
     def __call__(self, ctx: Ctx, error: BaseException, verdict: RetryVerdict) -> None:
-        with self._lock:
-            self.items.append({"job_id": ctx.job_id, "name": ctx.name, "queue": ctx.queue,
-                               "attempt": ctx.attempt, "error": describe(error),
-                               "verdict": verdict.reason, "dead": verdict.dead})
+        self.items.append({"job_id": ctx.job_id, "name": ctx.name, "queue": ctx.queue,
+                           "attempt": ctx.attempt, "error": describe(error),
+                           "verdict": verdict.reason, "dead": verdict.dead})
 
 
 def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadline_s: float = 25.0,
@@ -100,8 +96,7 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
     driver.job_wake()
     failures = _Failures()
     summary.cron, scans = _cron_round(driver, registry, settings, identity, time.time() + deadline_s)
-    for run in scans:    # a scan is no job: listed as scan:NAME, so a job of that name stays apart
-        summary.jobs_scanned[f"scan:{run.name}"] = "completed" if run.ok else "retried"
+    for run in scans:
         if not run.ok:
             failures.items.append({"job_id": None, "name": f"scan:{run.name}", "queue": None,
                                    "attempt": None, "error": run.error,
@@ -119,8 +114,9 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
         worker.close(deadline_ms=max(deadline, clock()) + _CLOSE_GRACE_MS)
     stats = worker.stats()
     ran = {name: dict(outcomes) for name, outcomes in stats["jobs"].items()}
-    for name, outcome in summary.jobs_scanned.items():
-        ran.setdefault(name, {})[outcome] = ran.get(name, {}).get(outcome, 0) + 1
+    for run in scans:    # a scan is no job: listed as scan:NAME, so a job of that name stays apart
+        outcomes = ran.setdefault(f"scan:{run.name}", {})
+        outcomes[run.outcome] = outcomes.get(run.outcome, 0) + 1
     summary.jobs = dict(sorted(ran.items()))
     summary.abandoned = int(stats["abandoned"])
     summary.failures = sorted(failures.items, key=lambda f: (f["name"], f["job_id"] or 0, f["attempt"] or 0))

@@ -89,7 +89,7 @@ class Run:
                  "_clock", "_poke", "hook")
 
     def __init__(self, job: ClaimedJob, handle: Handle, driver: RunStore, now_ms: float, *,
-                 clock: Callable[[], float] | None = None, poke: Callable[[], None] | None = None,
+                 clock: Callable[[], float], poke: Callable[[], None] | None = None,
                  hook: RunHook | None = None) -> None:
         self.job = job
         self.handle = handle
@@ -100,7 +100,7 @@ class Run:
         self.step_deadline_ms: float | None = None    # the running step.run's ceiling, if any
         steps = StepOptions(is_async=handle.is_async, step_timeout_ms=handle.step_timeout_ms,
                             event_poll_ms=handle.event_poll_ms,
-                            arm=self._arm_step if clock is not None else None)
+                            arm=self._arm_step)
         self.hook = hook
         timeout_ms = handle.timeout_ms
         self.ctx = Ctx(job_id=job.id, attempt=job.attempt, queue=job.queue, tenant=job.tenant,
@@ -109,8 +109,7 @@ class Run:
                        traceparent=job.traceparent)
         self.started_ms = now_ms
         self.renewed_ms = now_ms
-        timeout = handle.timeout_ms
-        self.deadline_ms: float | None = None if timeout is None else now_ms + timeout
+        self.deadline_ms: float | None = None if timeout_ms is None else now_ms + timeout_ms
         self.settled = False
         self.future: asyncio.Task[BaseException | None] | None = None
         # the signal as the body left it: a drain that arrives after a body already failed
@@ -124,7 +123,6 @@ class Run:
     def _arm_step(self, timeout_ms: float | None) -> None:
         """From the body's thread: a ``step.run`` with a ceiling started (or ended); the loop
         is woken so it times the step from now."""
-        assert self._clock is not None
         self.step_deadline_ms = None if timeout_ms is None else self._clock() + timeout_ms
         if timeout_ms is not None and self._poke is not None:
             self._poke()

@@ -28,6 +28,11 @@ class ScanRun:
     seconds: float
     error: str | None = None
 
+    @property
+    def outcome(self) -> str:
+        """As ``xjobs_jobs_total`` counts it: a failed scan runs again at its next interval."""
+        return "completed" if self.ok else "retried"
+
 
 def run_due_scans(driver: JobDriver, registry: Registry, *, election: str, holder: str,
                   deadline: float | None = None, stopping: Callable[[], bool] = lambda: False,

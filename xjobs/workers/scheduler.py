@@ -153,8 +153,7 @@ class Scheduler(RoleBase):
         with self._scan_lock:
             for run in runs:
                 outcomes = self._scan_counts.setdefault(run.name, {})
-                outcome = "completed" if run.ok else "retried"   # a failed scan runs at its next interval
-                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                outcomes[run.outcome] = outcomes.get(run.outcome, 0) + 1
 
     def stop_accepting(self, reason: str = "drain", interrupt: bool = True,
                        deadline_ms: float | None = None) -> None:
