@@ -109,8 +109,11 @@ class Daemon:
                "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])}
         argv = [XJOBSD, "run", "--app", "noop_app", "--control", self.control, "--metrics", "off",
                 *[arg for q in queues for arg in ("--queue", q)], *extra]
-        self.proc = subprocess.Popen(argv, env=env, cwd=self._tmp.name, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, start_new_session=True)
+        # the log goes to a file: a pipe nobody reads while the daemon runs fills and blocks it
+        self.log = Path(self._tmp.name) / "xjobsd.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(argv, env=env, cwd=self._tmp.name, stdout=subprocess.DEVNULL,
+                                         stderr=log, start_new_session=True)
 
     def pids(self) -> dict[str, int]:
         """Every process of this daemon by its title: the supervisor and its children."""
@@ -124,7 +127,7 @@ class Daemon:
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Every child of THIS daemon ready, asked over its control socket (the database would
         count other daemons' sessions too)."""
-        wait_control_ready(self.control, self.proc, timeout)
+        wait_control_ready(self.control, self.proc, timeout, log=self.log)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -143,14 +146,15 @@ class Daemon:
         self.stop()
 
 
-def wait_control_ready(control: str, proc: subprocess.Popen, timeout: float = 30.0) -> dict:
+def wait_control_ready(control: str, proc: subprocess.Popen, timeout: float = 30.0,
+                       log: Path | None = None) -> dict:
     """Poll the daemon ``proc`` at its control socket ``control`` until it runs and every child
     is ready, then give the children 0.3 s for their first (empty) claim and listen; the last
-    status. Raises with the daemon's stderr (when piped) if it exited, or after ``timeout``."""
+    status. Raises with the tail of the daemon's ``log`` if it exited, or after ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+            err = log.read_bytes().decode(errors="replace")[-2000:] if log is not None else ""
             raise RuntimeError(f"xjobsd exited with {proc.returncode}: {err}")
         try:
             status = request(control, "status")

@@ -98,7 +98,7 @@ def main() -> int:
     memory: list[dict[str, float]] = []   # RSS in MiB per process title, one dict per sample
     peak_depth = peak_age_ms = end_depth = 0.0
     try:
-        wait_control_ready(control, proc)
+        wait_control_ready(control, proc, log=workdir / "daemon.log")
         rng = random.Random(7)
         n = 0
         started = time.monotonic()
