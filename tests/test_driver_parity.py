@@ -12,6 +12,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import orjson
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -77,6 +78,24 @@ def test_in_batch_duplicates_answer_the_first_id(driver):
     assert driver.job_enqueue(batch) == [Enqueued(1, False), Enqueued(2, False), Enqueued(1, True),
                                          Enqueued(4, False), Enqueued(2, True)]
     assert driver.job_enqueue([new_job("c")]) == [Enqueued(6, False)]
+
+
+def test_a_batch_larger_than_a_chunk_dedupes_across_its_chunks(driver):
+    # the Postgres driver sends a large batch in chunks, in one transaction: an input whose
+    # namespace an earlier chunk inserted is a duplicate of that row, as within one statement
+    keys = [f"k{n}" for n in range(10_000)] + [f"k{n}" for n in range(2_000)]
+    answers = driver.job_enqueue([new_job(key) for key in keys])
+    assert answers[:10_000] == [Enqueued(n + 1, False) for n in range(10_000)]
+    assert answers[10_000:] == [Enqueued(n + 1, True) for n in range(2_000)]
+
+
+def test_a_chunked_batch_is_written_whole_or_not_at_all(pg_driver):
+    # the database refuses one row of the second chunk: the first chunk is not kept
+    batch = [new_job(f"k{n}") for n in range(6_000)]
+    batch[5_500] = NewJob(name="send", queue="default", payload=b'"\\u0000"', idempotency_key="nul")
+    with pytest.raises(psycopg.errors.UntranslatableCharacter):
+        pg_driver.job_enqueue(batch)
+    assert pg_driver.job_stats() == {}
 
 
 def test_namespace_is_name_tenant_key(driver):

@@ -24,6 +24,8 @@ from .base import ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress, TenantRoo
 from .pg_database import PgDatabase
 from .pg_listen import PgListener
 
+ENQUEUE_CHUNK = 5_000   # jobs per enqueue statement: a larger call is sent in chunks
+
 
 def _int_array(values: Iterable[int]) -> str:
     """A bigint[] literal: joining digits is far cheaper than binding an array per element
@@ -36,42 +38,57 @@ class PgJobs:
         self._db = db
 
     def enqueue(self, jobs: Sequence[NewJob], conn: Any) -> list[Enqueued]:
-        """``job_enqueue``, then ``job_find_holder`` for the inputs whose key is held."""
+        """``job_enqueue``, then ``job_find_holder`` for the inputs whose key is held; a large
+        batch in chunks of ``ENQUEUE_CHUNK`` in ONE transaction (a savepoint on the caller's
+        ``conn``): all of it or none, while the client holds one chunk's documents and rows
+        at a time instead of the whole call's."""
+        if len(jobs) <= ENQUEUE_CHUNK:
+            with self._db.cursor(conn) as cur:
+                return self._enqueue(jobs, cur)
+        results: list[Enqueued] = []
+        with contextlib.ExitStack() as stack:
+            own = conn if conn is not None else stack.enter_context(self._db.connection())
+            stack.enter_context(own.transaction())
+            with self._db.cursor(own) as cur:
+                for start in range(0, len(jobs), ENQUEUE_CHUNK):
+                    results += self._enqueue(jobs[start:start + ENQUEUE_CHUNK], cur)
+        return results
+
+    def _enqueue(self, jobs: Sequence[NewJob], cur: psycopg.Cursor[Any]) -> list[Enqueued]:
         db = self._db
         results: list[Enqueued | None] = [None] * len(jobs)
         spaces = [job.namespace for job in jobs]
         pending = list(range(len(jobs)))
-        with db.cursor(conn) as cur:
-            for _round in range(4):
-                batch = [jobs[i] for i in pending]
-                rows = orjson.dumps([j.document() for j in batch])
-                cur.execute(db.sql["job_enqueue"], {**db.now(), "rows": rows.decode()})
-                inserted = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
-                # an input whose namespace went in answers that row; a second input with the
-                # same namespace (pop leaves nothing) is a duplicate of it, found below
-                missing = []
-                for i in pending:
-                    job_id = inserted.pop(spaces[i], None)
-                    if job_id is None:
-                        missing.append(i)
-                    else:
-                        results[i] = Enqueued(job_id, False)
-                if not missing:
-                    return [r for r in results if r is not None]   # every one is answered
-                wanted = sorted({spaces[i] for i in missing})
-                keys = orjson.dumps([{"n": n, "t": t, "k": k} for n, t, k in wanted]).decode()
-                cur.execute(db.sql["job_find_holder"], {**db.now(), "keys": keys})
-                live: dict[tuple[str, str, str], int] = {}
-                for r in cur.fetchall():   # live holders come first: keep the first per namespace
-                    live.setdefault((r[1], r[2], r[3]), r[0])
-                # rows inserted by this very call count as live holders too
-                live.update((spaces[i], r.id) for i, r in enumerate(results) if r is not None and not r.deduped)
-                pending = []
-                for i in missing:
-                    if spaces[i] in live:
-                        results[i] = Enqueued(live[spaces[i]], True)
-                    else:  # the holder finished (or its window closed) between insert and lookup
-                        pending.append(i)
+        for _round in range(4):
+            batch = [jobs[i] for i in pending]
+            rows = orjson.dumps([j.document() for j in batch])
+            cur.execute(db.sql["job_enqueue"], {**db.now(), "rows": rows.decode()})
+            inserted = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
+            # an input whose namespace went in answers that row; a second input with the
+            # same namespace (pop leaves nothing) is a duplicate of it, found below
+            missing = []
+            for i in pending:
+                job_id = inserted.pop(spaces[i], None)
+                if job_id is None:
+                    missing.append(i)
+                else:
+                    results[i] = Enqueued(job_id, False)
+            if not missing:
+                return [r for r in results if r is not None]   # every one is answered
+            wanted = sorted({spaces[i] for i in missing})
+            keys = orjson.dumps([{"n": n, "t": t, "k": k} for n, t, k in wanted]).decode()
+            cur.execute(db.sql["job_find_holder"], {**db.now(), "keys": keys})
+            live: dict[tuple[str, str, str], int] = {}
+            for r in cur.fetchall():   # live holders come first: keep the first per namespace
+                live.setdefault((r[1], r[2], r[3]), r[0])
+            # rows inserted by this very call count as live holders too
+            live.update((spaces[i], r.id) for i, r in enumerate(results) if r is not None and not r.deduped)
+            pending = []
+            for i in missing:
+                if spaces[i] in live:
+                    results[i] = Enqueued(live[spaces[i]], True)
+                else:  # the holder finished (or its window closed) between insert and lookup
+                    pending.append(i)
         raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
 
     def claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,

@@ -12,6 +12,8 @@ from typing import Any, Mapping
 
 import orjson
 
+from ..payload import compact
+
 STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
 LIVE_STATES = ("ready", "running", "suspended")
 FINISHED_STATES = ("completed", "dead", "cancelled")
@@ -53,7 +55,7 @@ class NewJob:
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> "NewJob":
         """Back from a row document whose payload came back decoded (a jsonb column)."""
-        return cls(name=doc["n"], queue=doc["q"], payload=orjson.dumps(doc["p"]), idempotency_key=doc["k"],
+        return cls(name=doc["n"], queue=doc["q"], payload=compact(orjson.dumps(doc["p"])), idempotency_key=doc["k"],
                    tenant=doc.get("t"), enqueued_by=doc.get("e"), priority=doc.get("pr", 0),
                    max_attempts=doc.get("m", 5), run_at_ms=doc.get("r"), delay_ms=doc.get("d") or 0.0,
                    dedupe_window_ms=doc.get("w"), traceparent=doc.get("tp"))
