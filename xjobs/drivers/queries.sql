@@ -299,15 +299,29 @@ returning j.id, j.queue, j.state
 -- through "id = any(array(...))", as job_claim_one explains: joined against the CTE, the
 -- generic plan of the steps delete seq-scanned job_steps (a batch of 1,000 among 200,000
 -- finished jobs: 190 ms, against 70 ms through the primary keys)
+--
+-- The batch is chosen first WITHOUT locking (walking jobs_finished_idx in order, stopping at
+-- the limit), then locked by primary key with the same test again (a row requeued meanwhile
+-- is not deleted). Chosen and locked in one select, the planner sorted every prunable row
+-- instead: with 10,000,000 finished rows a sequential scan and a 300 MB on-disk sort, 4.4 s,
+-- cut off by the statement timeout every time, so retention never caught up; now 7 ms
 with doomed as (
     select id from {schema}.jobs
-    where (state = 'completed'
-           and finished_at < {now} - %(completed_for)s * interval '1 millisecond'
-           and (dedupe_window is null or finished_at + dedupe_window < {now}))
-       or (state in ('dead', 'cancelled')
-           and finished_at < {now} - %(finished_for)s * interval '1 millisecond')
-    order by finished_at, id
-    limit %(limit)s
+    where id = any(array(
+            select id from {schema}.jobs
+            where state in ('completed', 'dead', 'cancelled')
+              and ((state = 'completed'
+                    and finished_at < {now} - %(completed_for)s * interval '1 millisecond'
+                    and (dedupe_window is null or finished_at + dedupe_window < {now}))
+                   or (state in ('dead', 'cancelled')
+                       and finished_at < {now} - %(finished_for)s * interval '1 millisecond'))
+            order by finished_at, id
+            limit %(limit)s))
+      and ((state = 'completed'
+            and finished_at < {now} - %(completed_for)s * interval '1 millisecond'
+            and (dedupe_window is null or finished_at + dedupe_window < {now}))
+           or (state in ('dead', 'cancelled')
+               and finished_at < {now} - %(finished_for)s * interval '1 millisecond'))
     for update skip locked
 ), gone as (
     delete from {schema}.jobs j where j.id = any(array(select id from doomed)) returning j.id
