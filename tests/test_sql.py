@@ -197,6 +197,14 @@ def test_migrate_again_changes_nothing_and_keeps_the_rows(pg_driver):
 
 
 @pytest.mark.postgres
+def test_the_jobs_table_leaves_room_on_each_page_for_a_rows_next_version(pg_driver):
+    with pg_driver.connect() as conn:
+        options = conn.execute("select reloptions from pg_class where oid = %s::regclass",
+                               (f"{pg_driver.schema}.jobs",)).fetchone()
+    assert options == (["fillfactor=85"],)
+
+
+@pytest.mark.postgres
 def test_two_installers_at_once_both_succeed(pg_dsn):
     schema = new_schema_name()
     barrier = threading.Barrier(2, timeout=30)
