@@ -107,6 +107,8 @@ PARAMS: dict[str, tuple[str, object]] = {
     "event": ("text", None),
     "key": ("text", "o-1"),
     "payload": ("text", "{}"),
+    "width": ("int4", 200),
+    "rates": ("text", '[{"q": "default", "o": "completed", "c": 3}]'),
 }
 
 

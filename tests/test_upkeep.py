@@ -31,6 +31,9 @@ class Store:
     def event_prune(self, retention: float, limit: int) -> int:
         return 0
 
+    def rate_prune(self, retention: float) -> int:
+        return 0
+
 
 def make(store: Store) -> tuple[Upkeep, dict[str, int]]:
     counts: dict[str, int] = {}

@@ -1,5 +1,5 @@
 """What an operator does to jobs and queues, one implementation each, for every surface that
-offers it (``xjobsd jobs`` and ``xjobsd queues`` today; a dashboard calls the same functions).
+offers it (``xjobsd jobs``, ``xjobsd queues``, ``xjobsd tasks`` and the dashboard).
 
 Bulk verbs walk the matching jobs in id order, one bounded batch per statement (a batch
 locks at most ``batch`` rows, and a table of millions is never held at once), up to the newest
@@ -11,11 +11,13 @@ key a live job holds again (requeueing it would break the key's promise) and say
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Iterable
 
-from .drivers.base import LIVE_STATES, JobDriver, ListFilter
+from datetime import datetime
+
+from .drivers.base import LIVE_STATES, DeadGroup, JobDriver, JobView, ListFilter
 from .errors import InvalidOption
-from .options import finite_count, plain_name
+from .options import duration_ms, finite_count, plain_name
 
 REQUEUABLE = ("dead", "cancelled")
 DEFAULT_BATCH = 1000
@@ -41,6 +43,31 @@ class BulkResult:
         if self.skipped:
             text += f"; {self.skipped} skipped (a live job holds its key, or it changed meanwhile)"
         return text
+
+
+def when(text: str | None, option: str) -> tuple[float | None, float | None]:
+    """An ISO-8601 time as epoch milliseconds, or an age (``15m``: fifteen minutes ago) as a
+    duration the database subtracts from its own now: ``(at_ms, ago_ms)``, one of them None."""
+    if text is None:
+        return None, None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None, duration_ms(text, option)
+    if moment.tzinfo is None:
+        raise InvalidOption(option, f"give a time zone (e.g. {text}Z or {text}+01:00)")
+    return moment.timestamp() * 1000.0, None
+
+
+def retry_job(driver: JobDriver, job_id: int, *, by: str) -> JobView:
+    """Put one dead or cancelled job back to ready, attempt 0; its history says who asked."""
+    return driver.job_requeue(job_id, f"retried by {by}")
+
+
+def cancel_job(driver: JobDriver, job_id: int, *, by: str, reason: str | None = None) -> JobView:
+    """Cancel one ready, running or suspended job (a running one is told at its worker's next
+    lease renewal); its history and last error say who asked, and why."""
+    return driver.job_cancel(job_id, f"cancelled by {by}" + (f": {reason}" if reason else ""))
 
 
 def _checked(where: ListFilter, states: tuple[str, ...], verb: str) -> ListFilter:
@@ -93,6 +120,12 @@ def cancel_jobs(driver: JobDriver, where: ListFilter, *, by: str, reason: str | 
     return BulkResult("cancelled", matched, changed, max(0, matched - changed), batches)
 
 
+def group_filter(group: DeadGroup) -> ListFilter:
+    """The dead letters of one group (``job_dead_groups``): same queue and name, and an error
+    that starts as the group's (a substring test, so a bulk verb's count says what it takes)."""
+    return ListFilter(queue=group.queue, name=group.name, state="dead", error=group.error or None)
+
+
 def pause_queue(driver: JobDriver, queue: str, *, by: str) -> None:
     """No worker anywhere claims from ``queue`` until it is resumed; running jobs finish."""
     driver.queue_pause(plain_name(queue, "queue"), True, by)
@@ -123,3 +156,26 @@ def queues(driver: JobDriver, known: tuple[str, ...] = ()) -> list[dict[str, Any
                                                          "quarantined")},
         })
     return rows
+
+
+def schedules(driver: JobDriver, tasks: Iterable[Any]) -> dict[str, Any]:
+    """Every cron task of ``tasks`` (the registry's) with its next fire time (epoch ms),
+    computed from its watermark (or, never dispatched, from the database's now) by the
+    resolver the scheduler uses, and the fleet's scheduler leader."""
+    from .cron import DEFAULT_RESOLVER, iso as zoned
+    from .workers.scheduler import ELECTION
+    now = driver.clock_now_ms()
+    state = {w.task: w for w in driver.schedule_state()}
+    leader = driver.leader_get(ELECTION)
+    rows = []
+    for task in tasks:
+        mark = state.get(task.name)
+        upcoming = DEFAULT_RESOLVER.after(task.cron, task.tz, mark.watermark_ms if mark is not None else now)
+        rows.append({"name": task.name, "cron": task.cron, "tz": task.tz, "job": task.job.name,
+                     "catch_up": task.catch_up, "next_fire": upcoming,
+                     "next_fire_local": zoned(upcoming, task.tz),
+                     "watermark": mark.watermark_ms if mark else None,
+                     "dispatched": mark.dispatched if mark else 0})
+    return {"now": now, "tasks": rows, "leader": None if leader is None else {
+        "holder": leader.holder, "live": leader.live, "expires_at": leader.expires_at,
+        "elected_at": leader.elected_at}}

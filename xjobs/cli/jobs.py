@@ -22,7 +22,6 @@ import getpass
 import sys
 import time
 from dataclasses import replace
-from datetime import datetime
 from typing import Callable
 
 import orjson
@@ -30,7 +29,6 @@ import orjson
 from .. import admin
 from ..drivers.base import LATEST_MS, STATES, JobDriver, JobView, ListFilter
 from ..errors import InvalidOption
-from ..options import duration_ms
 from .common import (add_database_flags, driver_from, iso, plain, print_json, print_table,
                      settings_from)
 
@@ -99,23 +97,9 @@ def _bulk_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=admin.DEFAULT_BATCH, help="rows per statement (1000)")
 
 
-def when(text: str | None, option: str) -> tuple[float | None, float | None]:
-    """An ISO-8601 time as epoch milliseconds, or an age (``15m``: fifteen minutes ago) as a
-    duration the database subtracts from its own now: ``(at_ms, ago_ms)``, one of them None."""
-    if text is None:
-        return None, None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None, duration_ms(text, option)
-    if moment.tzinfo is None:
-        raise InvalidOption(option, f"give a time zone (e.g. {text}Z or {text}+01:00)")
-    return moment.timestamp() * 1000.0, None
-
-
 def _where(args: argparse.Namespace, limit: int = 50) -> ListFilter:
-    since, since_ago = when(args.since, "since")
-    until, until_ago = when(args.until, "until")
+    since, since_ago = admin.when(args.since, "since")
+    until, until_ago = admin.when(args.until, "until")
     return ListFilter(queue=args.queue, name=args.name, state=args.state, tenant=args.tenant,
                       since_ms=since, until_ms=until, since_ago_ms=since_ago, until_ago_ms=until_ago,
                       error=args.error_contains, limit=limit)
@@ -284,8 +268,7 @@ def _bulk(args: argparse.Namespace, one: Callable[[JobDriver, int], JobView],
 
 
 def cancel_jobs(args: argparse.Namespace) -> int:
-    reason = args.reason or f"cancelled by an operator ({_by()}) at {iso(time.time() * 1000)}"
-    return _bulk(args, lambda d, job_id: d.job_cancel(job_id, reason),
+    return _bulk(args, lambda d, job_id: admin.cancel_job(d, job_id, by=_by(), reason=args.reason),
                  lambda d, where: admin.cancel_jobs(d, where, by=_by(), reason=args.reason,
                                                     dry_run=args.dry_run, batch=args.batch))
 
@@ -298,7 +281,7 @@ def retry_jobs(args: argparse.Namespace) -> int:
             raise InvalidOption("from-step", "re-opens the steps of ONE job: give its id and no filters")
         _print_one(_driver(args).step_reopen(args.id, args.from_step), args.json)
         return 0
-    return _bulk(args, lambda d, job_id: d.job_requeue(job_id),
+    return _bulk(args, lambda d, job_id: admin.retry_job(d, job_id, by=_by()),
                  lambda d, where: admin.retry_jobs(d, where, by=_by(), dry_run=args.dry_run,
                                                    batch=args.batch))
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..cron import DEFAULT_RESOLVER, iso as zoned
+from .. import admin
 from ..registry import REGISTRY
-from ..workers.scheduler import ELECTION
 from .common import add_database_flags, driver_from, import_apps, iso, print_json, print_table, settings_from
 
 
@@ -31,23 +30,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def list_tasks(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     import_apps(args.app or list(settings.apps))
-    driver = driver_from(settings)
-    now = driver.clock_now_ms()
-    state = {w.task: w for w in driver.schedule_state()}
-    leader = driver.leader_get(ELECTION)
-    rows = []
-    for task in REGISTRY.tasks():
-        mark = state.get(task.name)
-        since = mark.watermark_ms if mark is not None else now
-        upcoming = DEFAULT_RESOLVER.after(task.cron, task.tz, since)
-        rows.append({"name": task.name, "cron": task.cron, "tz": task.tz, "job": task.job.name,
-                     "catch_up": task.catch_up, "next_fire": iso(upcoming),
-                     "next_fire_local": zoned(upcoming, task.tz),
-                     "watermark": iso(mark.watermark_ms) if mark else None,
-                     "dispatched": mark.dispatched if mark else 0})
-    answer = {"leader": None if leader is None else {
-        "holder": leader.holder, "live": leader.live, "expires_at": iso(leader.expires_at),
-        "elected_at": iso(leader.elected_at)}, "tasks": rows}
+    found = admin.schedules(driver_from(settings), REGISTRY.tasks())
+    rows = [{**row, "next_fire": iso(row["next_fire"]), "watermark": iso(row["watermark"])}
+            for row in found["tasks"]]
+    leader = found["leader"]
+    if leader is not None:
+        leader = {**leader, "expires_at": iso(leader["expires_at"]), "elected_at": iso(leader["elected_at"])}
+    answer = {"leader": leader, "tasks": rows}
     if args.json:
         print_json(answer)
         return 0
@@ -57,6 +46,6 @@ def list_tasks(args: argparse.Namespace) -> int:
     if leader is None:
         print("\nleader: none elected yet (no daemon has run a scheduler on this database)")
     else:
-        state_word = "leading" if leader.live else "lease expired"
-        print(f"\nleader: {leader.holder} ({state_word}; lease until {iso(leader.expires_at)})")
+        state_word = "leading" if leader["live"] else "lease expired"
+        print(f"\nleader: {leader['holder']} ({state_word}; lease until {leader['expires_at']})")
     return 0

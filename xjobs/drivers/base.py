@@ -45,7 +45,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Mapping, Protocol, Sequence
 
 from ..clock import Clock
-from .records import (STATES, LIVE_STATES, FINISHED_STATES, COUNTED_STATES, CHARGES, MAX_DELAY_MS, LATEST_MS, NewJob, Enqueued, ClaimedJob, TenantRoom, Nack, Lease, JobView, ListFilter, Matching, Released, QueueControl, Progress, QueueSummary, LeaderView, Watermark, Dispatch, OutboxClaim, OutboxSummary, STEP_KINDS, STEP_STATES, StepRecord, StepLog, StepResult, StepSleep, StepWait, StepOutcome, NewEvent, SentEvent)
+from .records import (STATES, LIVE_STATES, FINISHED_STATES, COUNTED_STATES, CHARGES, MAX_DELAY_MS, LATEST_MS, NewJob, Enqueued, ClaimedJob, TenantRoom, Nack, Lease, JobView, ListFilter, Matching, Released, QueueControl, Progress, QueueSummary, RatePoint, DeadGroup, LeaderView, Watermark, Dispatch, OutboxClaim, OutboxSummary, STEP_KINDS, STEP_STATES, StepRecord, StepLog, StepResult, StepSleep, StepWait, StepOutcome, NewEvent, SentEvent)
 
 class JobListener(Protocol):
     """What ``job_listen`` answers: ``fileno()`` goes into a worker's selector (``None``: nothing
@@ -135,7 +135,8 @@ class Introspection(Protocol):
     def job_get(self, job_id: int) -> JobView: ...
     def job_dead(self, limit: int = 50) -> list[JobView]: ...
     def job_cancel(self, job_id: int, reason: str | None = None) -> JobView: ...
-    def job_requeue(self, job_id: int) -> JobView: ...
+    def job_requeue(self, job_id: int, reason: str | None = None) -> JobView: ...
+    def job_dead_groups(self, limit: int = 50, width: int = 200) -> list[DeadGroup]: ...
     def job_requeue_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
                           reason: str | None) -> list[tuple[int, str | None]]: ...
     def job_cancel_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
@@ -154,6 +155,13 @@ class QueueStore(Protocol):
     def queue_unknown(self, names: Sequence[str]) -> dict[str, int]:
         """Per queue, ready jobs whose name is not among ``names`` (no worker claims them)."""
         ...
+
+    def rate_add(self, counts: Mapping[str, Mapping[str, int]]) -> None:
+        """Add runs that ended, per queue and outcome, to the current minute (``job_rates``)."""
+        ...
+
+    def rate_series(self, since_ms: float) -> list[RatePoint]: ...
+    def rate_prune(self, retention_ms: float) -> int: ...
 
 
 # -- the coordination nouns ------------------------------------------------------------------------
@@ -275,7 +283,7 @@ class JobDriver(JobStore, Maintenance, Introspection, QueueStore, LeaderStore, S
 __all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGES",
            "MAX_DELAY_MS", "LATEST_MS", "NewJob", "Enqueued", "ClaimedJob", "Nack", "Lease",
            "JobView", "ListFilter", "Matching", "Released", "QueueControl", "Progress",
-           "QueueSummary", "LeaderView", "Watermark", "Dispatch", "OutboxClaim",
+           "QueueSummary", "RatePoint", "DeadGroup", "LeaderView", "Watermark", "Dispatch", "OutboxClaim",
            "OutboxSummary", "JobListener", "JobTransactions", "JobStore", "Maintenance",
            "Introspection", "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore",
            "SlotStore", "StepStore", "EventStore", "RunStore", "JobDriver", "STEP_KINDS", "STEP_STATES",

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 from ..clock import Clock
 from ..errors import (DuplicateJob, InvalidOption, JobNotFound, NotCancellable, NotRetryable, StepNotFound,
                       XJobsError)
-from ..options import duration_ms, finite_option
+from ..options import duration_ms, finite_count, finite_option
 from .backend import (JobsBackend, Maintainer, Operator, Outbox, Outcome, Queues, Schedule, Slots,
                       Steps, Storage)
 from .base import (ClaimedJob, Dispatch, Enqueued, JobListener, JobView, LeaderView, Lease,
                    ListFilter, Matching, Nack, NewJob, OutboxClaim, OutboxSummary, Progress,
-                   QueueControl, QueueSummary, Released, SentEvent, StepLog, StepOutcome, StepResult,
+                   QueueControl, QueueSummary, RatePoint, DeadGroup, Released, SentEvent, StepLog, StepOutcome, StepResult,
                    StepSleep, StepWait, TenantRoom, Watermark, NewEvent)
 from .refusals import (check_batch, check_cap, check_caps, check_tenant_room, check_charge, check_claim,
                        check_claim_token, check_dispatch, check_filter, check_lease, check_nack,
@@ -180,8 +180,9 @@ class CheckedDriver:
         outcome = self._operator.cancel(job_id, reason or "cancelled")
         return _settled(job_id, outcome, NotCancellable, "only ready, running or suspended jobs can be cancelled")
 
-    def job_requeue(self, job_id: int) -> JobView:
-        outcome = self._operator.requeue(job_id)
+    def job_requeue(self, job_id: int, reason: str | None = None) -> JobView:
+        """``reason`` is written to the job's history (who asked, and why)."""
+        outcome = self._operator.requeue(job_id, reason)
         return _settled(job_id, outcome, NotRetryable, "only dead or cancelled jobs can be retried")
 
     def job_requeue_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
@@ -200,6 +201,12 @@ class CheckedDriver:
     def job_stats(self) -> dict[str, dict[str, int]]:
         return self._queues.stats()
 
+    def job_dead_groups(self, limit: int = 50, width: int = 200) -> list[DeadGroup]:
+        """Dead letters grouped by queue, job name and the first ``width`` characters of
+        their error, biggest group first."""
+        return self._operator.dead_groups(finite_count(width, "width", minimum=1, maximum=10_000),
+                                          check_row_limit(limit))
+
     # -- QueueStore -------------------------------------------------------------------------------
 
     def queue_pause(self, queue: str, paused: bool, by: str | None = None) -> None:
@@ -213,6 +220,23 @@ class CheckedDriver:
 
     def queue_counts(self) -> dict[str, dict[str, int]]:
         return self._queues.counts()
+
+    def rate_add(self, counts: Mapping[str, Mapping[str, int]]) -> None:
+        """Add a worker's outcome counts since its last report to the current minute."""
+        checked = {check_name(queue, "queue"): {check_name(outcome, "outcome"):
+                                                  finite_count(n, "count", minimum=0)
+                                                  for outcome, n in per.items() if n}
+                   for queue, per in counts.items()}
+        checked = {queue: per for queue, per in checked.items() if per}
+        if checked:
+            self._queues.rate_add(checked)
+
+    def rate_series(self, since_ms: float) -> list[RatePoint]:
+        """Per minute since ``since_ms`` ago (the database's clock), per queue and outcome."""
+        return self._queues.rate_series(duration_ms(since_ms, "since"))
+
+    def rate_prune(self, retention_ms: float) -> int:
+        return self._queues.rate_prune(duration_ms(retention_ms, "retention"))
 
     def queue_unknown(self, names: Sequence[str]) -> dict[str, int]:
         known = check_job_names(names)

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 import orjson
 
 from .backend import Batch, Outcome
-from .base import LIVE_STATES, JobView, ListFilter, Matching
+from .base import LIVE_STATES, DeadGroup, JobView, ListFilter, Matching
 from .memory_table import MemoryTable, Namespace, Row, ts
 
 _REQUEUABLE = ("dead", "cancelled")
@@ -108,7 +108,7 @@ class MemoryOperator:
         row.lease_token = row.lease_expires_at = None
         self._table.record(row.id, at, row.attempt, "cancelled", reason)
 
-    def requeue(self, job_id: int) -> Outcome:
+    def requeue(self, job_id: int, reason: str | None) -> Outcome:
         """``job_requeue``: a dead or cancelled job runs again from attempt 0, unless a live
         job holds its key (the unique index refuses it)."""
         table = self._table
@@ -120,7 +120,7 @@ class MemoryOperator:
                 return Outcome(self._view(row, full=True), False)
             if table.key_held(row):
                 return Outcome(self._view(row, full=True), False, key_held=True)
-            self._requeue(row, table.now(), None)
+            self._requeue(row, table.now(), reason)
             return Outcome(self._view(row, full=True), True)
 
     def _requeue(self, row: Row, at: float, reason: str | None) -> None:
@@ -166,6 +166,23 @@ class MemoryOperator:
             for row in picked:
                 self._cancel(row, at, reason)
             return [row.id for row in picked]
+
+    def dead_groups(self, width: int, limit: int) -> list[DeadGroup]:
+        """``job_dead_groups``: dead letters by queue, name and the start of their error."""
+        groups: dict[tuple[str, str, str], list] = {}
+        with self._table.lock:
+            for row in self._table.rows.values():
+                if row.state != "dead":
+                    continue
+                group = groups.setdefault((row.queue, row.name, (row.last_error or "")[:width]), [0, 0, None])
+                group[0] += 1
+                group[1] = max(group[1], row.id)
+                if row.finished_at is not None:
+                    group[2] = row.finished_at if group[2] is None else max(group[2], row.finished_at)
+        found = [DeadGroup(queue, name, error, n, newest, at)
+                 for (queue, name, error), (n, newest, at) in groups.items()]
+        found.sort(key=lambda g: (-g.count, -g.newest_id))
+        return found[:limit]
 
     def count(self, where: ListFilter, states: Sequence[str]) -> Matching:
         """``job_count_matching``: how many, and the newest id among them."""

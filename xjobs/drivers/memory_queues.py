@@ -4,7 +4,7 @@ read."""
 
 from __future__ import annotations
 
-from .base import COUNTED_STATES, QueueControl, QueueSummary
+from .base import COUNTED_STATES, QueueControl, QueueSummary, RatePoint
 from .memory_table import MemoryTable, ts
 
 
@@ -45,6 +45,33 @@ class MemoryQueues:
                     counts[row.queue] = counts.get(row.queue, 0) + 1
             return counts
 
+    def rate_add(self, counts: dict[str, dict[str, int]]) -> None:
+        """``rate_add``: runs that ended since a worker's last report, into this minute."""
+        with self._table.lock:
+            minute = _minute(self._table.now())
+            for queue, per in counts.items():
+                for outcome, n in per.items():
+                    key = (queue, minute, outcome)
+                    self._table.rates[key] = self._table.rates.get(key, 0) + n
+
+    def rate_series(self, since_ms: float) -> list[RatePoint]:
+        """``rate_series``: every minute row since ``since_ms`` ago, oldest first."""
+        with self._table.lock:
+            first = _minute(self._table.now() - since_ms)
+            return [RatePoint(queue, minute, outcome, n)
+                    for (queue, minute, outcome), n in sorted(self._table.rates.items(),
+                                                              key=lambda kv: (kv[0][1], kv[0][0], kv[0][2]))
+                    if minute >= first]
+
+    def rate_prune(self, retention_ms: float) -> int:
+        """``rate_prune``: minutes older than the retention."""
+        with self._table.lock:
+            cutoff = self._table.now() - retention_ms
+            old = [key for key in self._table.rates if key[1] < cutoff]
+            for key in old:
+                del self._table.rates[key]
+            return len(old)
+
     def counts(self) -> dict[str, dict[str, int]]:
         """``queue_counts``: the states the hot indexes hold, and the ready suspects."""
         counts: dict[str, dict[str, int]] = {}
@@ -66,3 +93,8 @@ class MemoryQueues:
                 bucket = stats.setdefault(row.queue, {})
                 bucket[row.state] = bucket.get(row.state, 0) + 1
         return stats
+
+
+def _minute(at_ms: float) -> float:
+    """``date_trunc('minute', ...)`` of an epoch-ms time."""
+    return at_ms - at_ms % 60_000.0

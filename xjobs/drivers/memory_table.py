@@ -105,6 +105,7 @@ class MemoryTable:
         self.live: dict[Namespace, int] = {}
         self.windowed: dict[Namespace, list[int]] = {}
         self.paused: dict[str, tuple[bool, float, str | None]] = {}   # the queues table
+        self.rates: dict[tuple[str, float, str], int] = {}           # job_rates: (queue, minute, outcome) -> n
         self.crashed_workers: dict[str, float] = {}   # worker -> when seen dying beside others
         # the coordination tables (memory_coordination.py)
         self.leaders: dict[str, tuple[str, float, float]] = {}        # election -> holder, expires, elected

@@ -13,7 +13,7 @@ from psycopg import errors as pg_errors
 
 from ..errors import DuplicateJob
 from .backend import Batch, Outcome
-from .base import JobView, ListFilter, Matching
+from .base import DeadGroup, JobView, ListFilter, Matching
 from .pg_database import PgDatabase, first_row
 
 
@@ -65,11 +65,11 @@ class PgOperator:
             done = cur.fetchone() is not None
         return Outcome(self.get(job_id), done)
 
-    def requeue(self, job_id: int) -> Outcome:
+    def requeue(self, job_id: int, reason: str | None) -> Outcome:
         """``job_requeue``: a dead or cancelled job runs again from attempt 0; its queue is woken."""
         try:
             with self._db.cursor() as cur:
-                cur.execute(self._db.sql["job_requeue"], {**self._db.now(), "id": job_id})
+                cur.execute(self._db.sql["job_requeue"], {**self._db.now(), "id": job_id, "reason": reason})
                 done = cur.fetchone() is not None
         except pg_errors.UniqueViolation:
             return Outcome(None, False, key_held=True)
@@ -96,6 +96,12 @@ class PgOperator:
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_cancel_batch"], {**self._batch(batch), "reason": reason})
             return [r[0] for r in cur.fetchall()]
+
+    def dead_groups(self, width: int, limit: int) -> list[DeadGroup]:
+        """``job_dead_groups``: dead letters by queue, name and the start of their error."""
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["job_dead_groups"], {"width": width, "limit": limit})
+            return [DeadGroup(*row) for row in cur.fetchall()]
 
     def count(self, where: ListFilter, states: Sequence[str]) -> Matching:
         """``job_count_matching``: how many, and the newest id among them."""

@@ -8,7 +8,9 @@ the partial indexes of the live states, never from a scan of the finished bulk; 
 
 from __future__ import annotations
 
-from .base import QueueControl, QueueSummary
+import orjson
+
+from .base import QueueControl, QueueSummary, RatePoint
 from .pg_database import PgDatabase
 
 
@@ -45,6 +47,25 @@ class PgQueues:
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["queue_unknown"], {"names": sorted(names)})
             return {queue: int(count) for queue, count in cur.fetchall()}
+
+    def rate_add(self, counts: dict[str, dict[str, int]]) -> None:
+        """``rate_add``: runs that ended since a worker's last report, into this minute."""
+        rows = [{"q": queue, "o": outcome, "c": n} for queue, per in counts.items()
+                for outcome, n in per.items()]
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["rate_add"], {**self._db.now(), "rates": orjson.dumps(rows).decode()})
+
+    def rate_series(self, since_ms: float) -> list[RatePoint]:
+        """``rate_series``: every minute row since ``since_ms`` ago, oldest first."""
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["rate_series"], {**self._db.now(), "since": since_ms})
+            return [RatePoint(*row) for row in cur.fetchall()]
+
+    def rate_prune(self, retention_ms: float) -> int:
+        """``rate_prune``: minutes older than the retention."""
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["rate_prune"], {**self._db.now(), "retention": retention_ms})
+            return cur.rowcount
 
     def stats(self) -> dict[str, dict[str, int]]:
         """``job_stats``: every row counted once, under its queue and state."""

@@ -417,7 +417,7 @@ with requeued as (
     returning id
 )
 insert into {schema}.job_history (job_id, at, attempt, outcome, error)
-select requeued.id, {now}, 0, 'requeued', null::text
+select requeued.id, {now}, 0, 'requeued', %(reason)s::text
 from requeued
 returning job_id
 
@@ -973,3 +973,36 @@ with target as (
     from requeued
 )
 select requeued.id, requeued.queue from requeued
+
+-- name: job_dead_groups
+-- dead letters grouped by queue, job name and the start of their error, biggest group first;
+-- read through jobs_dead_idx (the dead are few beside the finished bulk), bounded by %(limit)s
+select queue, name, left(coalesce(last_error, ''), %(width)s::int) as error, count(*), max(id),
+       extract(epoch from max(finished_at))::float8 * 1000
+from {schema}.jobs
+where state = 'dead'
+group by 1, 2, 3
+order by 4 desc, 5 desc
+limit %(limit)s
+
+-- name: rate_add
+-- what workers report every few seconds: per queue and outcome, how many runs ended since
+-- their last report, added to the current minute's row (one statement per report, never one
+-- per job)
+insert into {schema}.job_rates (queue, minute, outcome, n)
+select r.q, date_trunc('minute', {now}), r.o, r.c
+from jsonb_to_recordset(%(rates)s::jsonb) as r(q text, o text, c int8)
+on conflict (queue, minute, outcome) do update set n = {schema}.job_rates.n + excluded.n
+returning queue
+
+-- name: rate_series
+-- the minutes since %(since)s ms ago on the database's clock, oldest first
+select queue, extract(epoch from minute)::float8 * 1000, outcome, n
+from {schema}.job_rates
+where minute >= date_trunc('minute', {now} - %(since)s::float8 * interval '1 millisecond')
+order by minute, queue, outcome
+
+-- name: rate_prune
+delete from {schema}.job_rates
+where minute < {now} - %(retention)s::float8 * interval '1 millisecond'
+returning queue

@@ -221,6 +221,30 @@ class QueueSummary:
     oldest_ready_ms: float
 
 
+@dataclass(frozen=True, slots=True)
+class RatePoint:
+    """How many runs of ``queue`` ended in ``outcome`` during the minute starting at
+    ``minute`` (epoch ms), fleet-wide, as workers reported them."""
+
+    queue: str
+    minute: float
+    outcome: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroup:
+    """Dead letters of one job name in one queue whose errors start alike (``error``: the
+    first characters every one of them shares), with how many and the newest."""
+
+    queue: str
+    name: str
+    error: str
+    count: int
+    newest_id: int
+    newest_at: float | None
+
+
 # -- the coordination nouns (see base.py: leader, schedule, outbox, slots) --------------------
 
 

@@ -240,5 +240,19 @@ create trigger jobs_notify_ready after insert on {schema}.jobs
 -- before this version keep their old packing until rewritten.
 alter table {schema}.jobs set (fillfactor = 85);
 
+-- Version 8 ------------------------------------------------------------------------------------
+
+-- Per queue and minute, how many runs ended in each outcome, as the workers that ran them
+-- report every few seconds (added up, so the fleet's figure): the dashboard's throughput and
+-- failure rate without counting finished rows, which retention deletes anyway. A worker
+-- killed between reports loses its last few seconds here; its jobs are not affected.
+create table if not exists {schema}.job_rates (
+    queue   text        not null,
+    minute  timestamptz not null,
+    outcome text        not null,
+    n       bigint      not null,
+    primary key (queue, minute, outcome)
+);
+
 insert into {schema}.meta (key, value) values ('schema_version', '{version}')
     on conflict (key) do update set value = excluded.value;

@@ -18,7 +18,7 @@ _HERE = Path(__file__).parent
 
 # What schema.sql installs. Bump it with every change to schema.sql: an installed schema at
 # this version (or a newer one) is left alone, so a booting daemon takes no lock at all.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 _BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 

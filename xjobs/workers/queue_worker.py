@@ -62,6 +62,7 @@ from .admission import Admission, Shed
 from .execute import Executor, Results, Run, RunHook, UnknownJob
 from .leases import LeaseKeeper
 from .quarantine import Quarantine
+from .rates import RateReporter
 from .runs import RunTable
 from .settle import Settler
 from .stats import WorkerStats
@@ -131,6 +132,7 @@ class QueueWorker:
         self.upkeep = Upkeep(driver=driver, settings=self.settings, who=f"worker {self.identity}",
                              count=lambda name, n: self.stats_.bump(name, n) if name == "sweeps" else None,
                              outbox=False)
+        self.rates = RateReporter(driver=driver, stats=self.stats_, queue_of=self._queue_of)
         self._listener: Any = None
         self._handles: dict[str, JobHandle] = {}
         self._names: list[str] = []
@@ -276,7 +278,7 @@ class QueueWorker:
         """Every resource is let go of, even when one of them fails to close; the first
         failure is raised after the rest are closed."""
         failure: BaseException | None = None
-        closers = [self.leases.stop, self.reporter.close, self._executor.shutdown,
+        closers = [self.rates.flush, self.leases.stop, self.reporter.close, self._executor.shutdown,
                    *([self._listener.close] if self._listener is not None else []),
                    self.results.close, self.driver.close]
         for close in closers:
@@ -298,6 +300,7 @@ class QueueWorker:
             self._next_slots = now_ms + self.settings.heartbeat_ms
             self.admission.renew(self._executor.cancel)
         self.settler.report_progress(now_ms)
+        self.rates.report(now_ms)
         self.quarantine.advance(now_ms, self.accepting)
         if self.accepting:
             self._claim(now_ms, notified)
@@ -305,6 +308,10 @@ class QueueWorker:
             self.upkeep.run(now_ms)
         self.passes += 1
         return self._sleep_ms(now_ms)
+
+    def _queue_of(self, job: str) -> str:
+        handle = self._handles.get(job)
+        return handle.queue if handle is not None else (self.queue or next(iter(self.runs.slots)))
 
     def _sleep_ms(self, now_ms: float) -> float:
         if self.results.waiting() or (self.accepting and not self.quarantine.holding

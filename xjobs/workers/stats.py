@@ -64,6 +64,11 @@ class WorkerStats:
             hist[-2] += seconds
             hist[-1] += 1
 
+    def job_outcomes(self) -> dict[str, dict[str, int]]:
+        """Per job name, how many runs ended in each outcome so far (a copy)."""
+        with self._lock:
+            return {job: dict(counts) for job, counts in self.jobs.items()}
+
     def snapshot(self, in_flight: int) -> dict[str, Any]:
         with self._lock:
             durations = {}

@@ -20,6 +20,8 @@ log = logging.getLogger("xjobs.worker")
 PRUNE_EVERY_MS = 60_000.0
 PRUNE_BACKLOG_MS = 1_000.0   # a full batch came back: more is due, prune again this soon
 SWEEP_LIMIT = 1000
+# the per-minute outcome counts (job_rates) are kept this long: a minute's rows at most go per prune
+RATE_RETENTION_MS = 2 * 86_400_000.0
 
 
 class Upkeep:
@@ -49,6 +51,7 @@ class Upkeep:
         if now_ms >= self._next_prune:
             self._next_prune = now_ms + PRUNE_EVERY_MS
             self._chore("pruning", lambda: self._prune(now_ms))
+            self._chore("pruning run counts", lambda: driver.rate_prune(RATE_RETENTION_MS))
 
     def _prune(self, now_ms: float) -> None:
         """One bounded batch of each; while a batch comes back full the next follows within a
