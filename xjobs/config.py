@@ -8,6 +8,7 @@ Precedence: explicit arguments (flags) > ``XJOBS_*`` environment > ``xjobs.toml`
 from __future__ import annotations
 
 import os
+import re
 import threading
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -92,6 +93,8 @@ _DURATIONS = (("lease_ms", "lease", 100), ("heartbeat_ms", "heartbeat", 10),
               ("event_retention_ms", "event_retention", 0))
 
 
+_HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
+
 @dataclass(frozen=True)
 class Settings:
     dsn: str | None = None
@@ -117,6 +120,9 @@ class Settings:
     limits: Limits = field(default_factory=Limits)   # per worker PROCESS ceilings (workers/limiter.py)
     recycle_after_jobs: int | None = None  # replace a worker process after this many claims
     recycle_above_rss_mib: int | None = None  # ... or once its resident memory passes this
+    ui: str | None = None                # HOST:PORT of the dashboard (xjobsd run --ui); None: no dashboard
+    ui_actions: bool = False             # the dashboard may act (retry, cancel, pause), signed in
+    ui_trust_header: str | None = None   # a reverse proxy's header naming an authenticated user
 
     def __post_init__(self) -> None:
         from .drivers.sql import check_schema_name
@@ -135,6 +141,11 @@ class Settings:
             put("recycle_after_jobs", finite_count(self.recycle_after_jobs, "recycle_after_jobs", minimum=1))
         if self.recycle_above_rss_mib is not None:
             put("recycle_above_rss_mib", finite_count(self.recycle_above_rss_mib, "recycle_above_rss", minimum=16))
+        if not isinstance(self.ui_actions, bool):
+            raise InvalidOption("ui_actions", f"must be true or false, got {self.ui_actions!r}")
+        if self.ui_trust_header is not None and not _HEADER_NAME.fullmatch(str(self.ui_trust_header)):
+            raise InvalidOption("ui_trust_header", f"must be an HTTP header name like X-Forwarded-User, "
+                                                   f"got {self.ui_trust_header!r}")
         if not isinstance(self.limits, Limits):
             raise InvalidOption("limits", "must be Limits(...)")
         if not isinstance(self.queues, Mapping):
@@ -178,6 +189,8 @@ def _coerce(values: Mapping[str, Any], source: str) -> dict[str, Any]:
             out["limits"] = _limits(value)
         elif key in ("max_payload_bytes", "recycle_after_jobs"):
             out[key] = _maybe_number(value, key)   # a count from text; Settings checks its range
+        elif key == "ui_actions":
+            out[key] = _switch(value, key)
         elif key in ("recycle_above_rss", "recycle_above_rss_mib"):
             out["recycle_above_rss_mib"] = _maybe_number(value, "recycle_above_rss")
         elif key in names:
@@ -185,6 +198,18 @@ def _coerce(values: Mapping[str, Any], source: str) -> dict[str, Any]:
         else:
             raise InvalidOption(key, f"unknown setting in {source}")
     return out
+
+
+def _switch(value: Any, option: str) -> bool:
+    """A yes/no setting given as a bool (a file, a flag) or as text (the environment)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise InvalidOption(option, f"must be true or false, got {value!r}")
 
 
 def _limits(value: Any) -> Limits:
@@ -225,7 +250,8 @@ _ENV = {"XJOBS_DATABASE_URL": "dsn", "XJOBS_SCHEMA": "schema", "XJOBS_LEASE": "l
         "XJOBS_RECYCLE_AFTER_JOBS": "recycle_after_jobs",
         "XJOBS_RECYCLE_ABOVE_RSS": "recycle_above_rss", "XJOBS_LEADER_LEASE": "leader_lease",
         "XJOBS_OUTBOX_LEASE": "outbox_lease", "XJOBS_OUTBOX_RETENTION": "outbox_retention",
-        "XJOBS_LIMITS": "limits", "XJOBS_WAKE": "wake", "XJOBS_EVENT_RETENTION": "event_retention"}
+        "XJOBS_LIMITS": "limits", "XJOBS_WAKE": "wake", "XJOBS_EVENT_RETENTION": "event_retention",
+        "XJOBS_UI": "ui", "XJOBS_UI_ACTIONS": "ui_actions", "XJOBS_UI_TRUST_HEADER": "ui_trust_header"}
 
 
 def _file_values(config_path: str | None) -> tuple[dict[str, Any], str]:

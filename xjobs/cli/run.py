@@ -2,12 +2,12 @@
 
     xjobsd run --app myapp.jobs [--queue emails=2x16|emails=64 ...] [--dsn URL] [--config xjobs.toml]
                [--metrics 127.0.0.1:9464 | --metrics off] [--control PATH] [--drain-deadline 25s]
-               [--strict] [--embedded]
+               [--strict] [--embedded] [--ui HOST:PORT [--ui-actions] [--ui-trust-header NAME]]
 
 Everything is checked before the first fork, and a refusal exits 2 naming the option: a bad
 number (NaN, inf, negative, fractional counts), a queue no registered job uses, an app module
 that fails to import (one line; the traceback at ``--log-level debug``), a control socket
-that cannot be created, a metrics port in use, and with ``--strict`` a registered job whose
+that cannot be created, a metrics or dashboard port in use, and with ``--strict`` a registered job whose
 queue no process serves (without it, a warning at start and in ``xjobsd status``). Then the
 schema is installed on a short-lived connection, closed before any child is forked, and a
 banner says what runs where and what to try next.
@@ -52,6 +52,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="replace a worker process whose resident memory exceeds this many MiB")
     p.add_argument("--strict", action="store_true",
                    help="refuse to start when a registered job's queue is served by no process")
+    p.add_argument("--ui", metavar="HOST:PORT",
+                   help="serve the dashboard here, from a child process (needs the ui extra; default off)")
+    p.add_argument("--ui-actions", action="store_true", default=None,
+                   help="let the dashboard retry, cancel and pause, for who signs in with XJOBS_UI_TOKEN "
+                        "(or a trusted proxy's user); without it the dashboard is read-only")
+    p.add_argument("--ui-trust-header", metavar="NAME",
+                   help="a header set by a trusted reverse proxy naming the signed-in user "
+                        "(e.g. X-Forwarded-User); only behind a proxy that strips it from clients")
     p.add_argument("--embedded", action="store_true",
                    help="start the embedded PostgreSQL when no database is configured, even under systemd")
     add_log_flags(p)
@@ -63,7 +71,8 @@ def _load(args: argparse.Namespace, dsn: str | None = None) -> Settings:
                          metrics=args.metrics, control=args.control, apps=args.app,
                          drain_deadline=args.drain_deadline, stats_interval=args.stats_interval,
                          recycle_after_jobs=args.recycle_after_jobs,
-                         recycle_above_rss=args.recycle_above_rss)
+                         recycle_above_rss=args.recycle_above_rss, ui=args.ui,
+                         ui_actions=args.ui_actions, ui_trust_header=args.ui_trust_header)
 
 
 def _options(settings: Settings) -> Any:
@@ -82,14 +91,21 @@ def run(args: argparse.Namespace) -> int:
     from ..supervisor.arbiter import Arbiter
     from ..supervisor.metrics import MetricsEndpoint
     from ..supervisor.probe import DatabaseProbe, default_driver_factory
-    from ..supervisor.roles import queue_specs, registered_queues, role_specs, unserved_jobs
+    from ..supervisor.roles import ROLES, queue_specs, registered_queues, role_specs, unserved_jobs
 
     settings = _load(args)
     options = _options(settings)
     if not settings.apps:
         raise InvalidOption("app", "no job modules: pass --app MODULE (or apps = [...] in the config)")
     import_apps(settings.apps)
-    specs = role_specs(settings, REGISTRY)
+    control_path = os.path.abspath(settings.control or control_mod.default_path())
+    roles, ui_socket = ROLES, None
+    if settings.ui:
+        from ..ui import listen as ui_listen
+        ui_listen.check_installed()
+        ui_socket = ui_listen.bind(settings.ui)
+        roles = ROLES + (ui_listen.role_kind(ui_socket, control_path),)
+    specs = role_specs(settings, REGISTRY, roles)
     stranded = unserved_jobs(settings, REGISTRY)
     if stranded:
         text = "; ".join(f"{', '.join(names)} on queue {queue!r}" for queue, names in sorted(stranded.items()))
@@ -104,11 +120,10 @@ def run(args: argparse.Namespace) -> int:
                                        "the environment file (or pass --embedded for a private one)")
         dsn, embedded, pgdata = embedded_mod.start_embedded()
         settings = settings.with_overrides(dsn=dsn)
-        specs = role_specs(settings, REGISTRY)
+        specs = role_specs(settings, REGISTRY, roles)
     metrics = None
     if settings.metrics and settings.metrics.lower() not in ("off", "none", "0"):
         metrics = MetricsEndpoint(settings.metrics)
-    control_path = os.path.abspath(settings.control or control_mod.default_path())
     listener = control_mod.bind(control_path)
     try:
         _migrate(settings)
@@ -119,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             if not fresh.dsn:
                 fresh = fresh.with_overrides(dsn=pinned_dsn)
             import_apps(fresh.apps)
-            return fresh, role_specs(fresh, REGISTRY)
+            return fresh, role_specs(fresh, REGISTRY, roles)
 
         arbiter = Arbiter(settings, specs, options=options, configure=configure,
                           make_probe=lambda **kw: DatabaseProbe(
@@ -134,20 +149,22 @@ def run(args: argparse.Namespace) -> int:
                                         "control": control_path, "pgdata": str(pgdata),
                                         "metrics": metrics.address if metrics else None})
         print(banner(settings, specs, REGISTRY, control_path, metrics, pgdata, embedded_mod.os_user(),
-                     stranded), file=sys.stderr, flush=True)
+                     stranded, ui_socket), file=sys.stderr, flush=True)
         return arbiter.run()
     finally:
         control_mod.unlink_socket(control_path)   # only if still ours; before the listener closes
         listener.close()
         if metrics is not None:
             metrics.server.server_close()
+        if ui_socket is not None:
+            ui_socket.close()
         if embedded is not None:
             embedded_mod.forget_daemon(os.getpid())
             embedded.cleanup()
 
 
 def banner(settings: Settings, specs: list, registry: Any, control: str, metrics: Any,
-           pgdata: Any, db_user: str | None, stranded: dict[str, list[str]]) -> str:
+           pgdata: Any, db_user: str | None, stranded: dict[str, list[str]], ui_socket: Any = None) -> str:
     """What runs where, and what to try next: the first thing a new user reads."""
     from psycopg.conninfo import conninfo_to_dict
     apps = ", ".join(settings.apps)
@@ -176,6 +193,10 @@ def banner(settings: Settings, specs: list, registry: Any, control: str, metrics
     lines.append(f"  control socket: {control}")
     if metrics is not None:
         lines.append(f"  metrics: http://{metrics.address}/metrics")
+    if ui_socket is not None:
+        from ..ui.listen import address_of
+        mode = "actions for who signs in" if settings.ui_actions else "read-only"
+        lines.append(f"  dashboard: http://{address_of(ui_socket)}/ ({mode})")
     first = next((h for h in registry.jobs() if h.queue not in stranded), None)
     app = settings.apps[0]
     lines.append("  try, from this directory:")

@@ -63,7 +63,8 @@ class MemoryOperator:
                        finished_at=row.finished_at, enqueued_by=row.enqueued_by,
                        claimed_by=row.claimed_by, lease_expires_at=row.lease_expires_at,
                        crashes=row.crashes, progress=row.progress,
-                       payload=orjson.loads(row.payload) if full else None, history=history)
+                       payload=orjson.loads(row.payload) if full else None, history=history,
+                       traceparent=row.traceparent if full else None)
 
     def find(self, where: ListFilter) -> list[JobView]:
         """``job_list`` (newest first, before ``before_id``) or ``job_list_after`` (oldest first)."""

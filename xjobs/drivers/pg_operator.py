@@ -17,12 +17,14 @@ from .base import DeadGroup, JobView, ListFilter, Matching
 from .pg_database import PgDatabase, first_row
 
 
-def _view(row: Sequence[Any], payload: Any = None, history: tuple[dict, ...] = ()) -> JobView:
+def _view(row: Sequence[Any], payload: Any = None, history: tuple[dict, ...] = (),
+          traceparent: str | None = None) -> JobView:
     return JobView(id=row[0], name=row[1], queue=row[2], state=row[3], attempt=row[4],
                    max_attempts=row[5], tenant=row[6], idempotency_key=row[7], priority=row[8],
                    run_at=row[9], last_error=row[10], created_at=row[11], finished_at=row[12],
                    enqueued_by=row[13], claimed_by=row[14], lease_expires_at=row[15],
-                   crashes=row[16], progress=row[17], payload=payload, history=history)
+                   crashes=row[16], progress=row[17], payload=payload, history=history,
+                   traceparent=traceparent)
 
 
 def _filters(where: ListFilter) -> dict[str, Any]:
@@ -56,7 +58,7 @@ class PgOperator:
             cur.execute(self._db.sql["job_history"], {"id": job_id})
             history = tuple({"at": h[0], "attempt": h[1], "outcome": h[2], "error": h[3], "traceback": h[4]}
                             for h in cur.fetchall())
-        return _view(row, payload=row[18], history=history)
+        return _view(row, payload=row[18], history=history, traceparent=row[19])
 
     def cancel(self, job_id: int, reason: str) -> Outcome:
         """``job_cancel``: only a live job; a running one loses its lease."""

@@ -386,7 +386,8 @@ limit %(limit)s
 select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, priority,
        extract(epoch from run_at)::float8 * 1000, last_error,
        extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
-       enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress, payload
+       enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress, payload,
+       traceparent
 from {schema}.jobs
 where id = %(id)s
 

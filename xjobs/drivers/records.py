@@ -144,6 +144,7 @@ class JobView:
     crashes: int = 0            # worker-process crashes this job was caught in (a suspect: runs alone)
     progress: Any = None        # the latest ctx.progress() report: {"done", "total", "note", "at"}
     steps: tuple["StepRecord", ...] = ()    # what job_get adds: the recorded steps, in order
+    traceparent: str | None = None          # what job_get adds: the enqueuing code's W3C trace context
 
 
 @dataclass(frozen=True, slots=True)

@@ -268,16 +268,16 @@ class MetricsEndpoint:
         self.server.close_in_child()
 
 
-def parse_address(address: str) -> tuple[str, int]:
+def parse_address(address: str, option: str = "metrics") -> tuple[str, int]:
     host, sep, port_text = address.rpartition(":")
     if not sep or not port_text.isdigit():
-        raise InvalidOption("metrics", f"expected HOST:PORT like 127.0.0.1:9464, got {address!r}")
+        raise InvalidOption(option, f"expected HOST:PORT like 127.0.0.1:9464, got {address!r}")
     port = int(port_text)
     if not 0 <= port <= 65535:
-        raise InvalidOption("metrics", f"port must be 0..65535, got {port}")
+        raise InvalidOption(option, f"port must be 0..65535, got {port}")
     host = host.strip("[]") or "127.0.0.1"
     try:
         socket.getaddrinfo(host, port)
     except socket.gaierror as exc:
-        raise InvalidOption("metrics", f"cannot resolve {host!r}: {exc}") from None
+        raise InvalidOption(option, f"cannot resolve {host!r}: {exc}") from None
     return host, port

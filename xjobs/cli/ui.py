@@ -1,0 +1,74 @@
+"""``xjobsd ui``: the dashboard alone, in the foreground, for a machine that runs no workers.
+
+    xjobsd ui --dsn URL [--listen 127.0.0.1:8080] [--app myapp.jobs] [--actions]
+              [--trust-header X-Forwarded-User] [--control PATH]
+
+``--app`` names the app's cron tasks on the schedules page (without it, the tasks the
+database has watermarks for are listed by name). ``--control`` shows a local daemon's
+children on the overview. Acting (retry, cancel, pause) needs ``--actions`` and the token
+in ``XJOBS_UI_TOKEN`` (or a trusted proxy's header): without them the dashboard only reads.
+SIGTERM or Ctrl-C stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from ..logs import configure_logging
+from .common import add_database_flags, add_log_flags, import_apps, settings_from
+
+log = logging.getLogger("xjobs.ui")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ui", help="serve the dashboard alone (no workers)", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--listen", metavar="HOST:PORT", default=None,
+                   help="where to serve it (default: XJOBS_UI, else 127.0.0.1:8080)")
+    p.add_argument("--app", action="append", default=[], help="module declaring the app's cron tasks (repeatable)")
+    p.add_argument("--actions", action="store_true", default=None,
+                   help="allow retry, cancel and pause for who signs in with XJOBS_UI_TOKEN")
+    p.add_argument("--trust-header", metavar="NAME",
+                   help="a trusted reverse proxy's header naming the signed-in user")
+    p.add_argument("--control", metavar="PATH", help="a local daemon's control socket, to show its children")
+    add_database_flags(p)
+    add_log_flags(p)
+    p.set_defaults(handler=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, args.log_format)
+    from ..ui import listen
+    listen.check_installed()
+    settings = settings_from(args, ui_actions=args.actions, ui_trust_header=args.trust_header)
+    sock = listen.bind(args.listen or settings.ui or "127.0.0.1:8080")
+    from ..drivers.postgres import PostgresDriver
+    from ..registry import REGISTRY
+    from ..ui import serve as served
+    from .common import driver_from
+    import_apps(args.app or list(settings.apps))
+    driver_from(settings, application_name="xjobs-ui").close()   # "cannot connect" now, in one line
+    driver = PostgresDriver(settings.dsn or "", schema=settings.schema, application_name="xjobs-ui",
+                            pool_size=served.POOL_SIZE, statement_timeout_ms=5000)
+    app = served.dashboard(driver, settings, REGISTRY, args.control or os.environ.get("XJOBS_CONTROL"))
+    server = served.server_for(app, sock)
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(0)   # waitress' run() ends its threads on SystemExit
+    signal.signal(signal.SIGTERM, stop)
+    mode = "actions for who signs in" if settings.ui_actions else "read-only"
+    print(f"xjobsd ui: dashboard on http://{listen.address_of(sock)}/ ({mode}), schema {settings.schema}",
+          file=sys.stderr, flush=True)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        driver.close()
+        sock.close()
+    return 0

@@ -1,0 +1,291 @@
+"""The dashboard as a WSGI application: routes, request parsing, rendering and the actions.
+
+Pages read through ``pages.py``; every action calls the function the CLI calls (``admin``),
+with who asked (``auth.Guard.who``) written to each job's history. Actions are POST forms
+with a CSRF token; they answer with a redirect (303) and a one-shot message cookie, so a
+reload never repeats one. A bulk verb first answers with the count it would touch and a
+confirmation form; only that form's second post acts.
+
+Everything the page shows passes through Jinja's autoescaping; no statement is built from
+request input (filters travel as parameters of the driver's fixed statements); every
+listing is bounded (``pages.PAGE_SIZE`` jobs, 100 dead-letter groups).
+"""
+
+from __future__ import annotations
+
+import mimetypes
+from dataclasses import replace
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any, Callable, Iterable
+from urllib.parse import urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from werkzeug.exceptions import HTTPException, NotFound
+from werkzeug.routing import Map, Rule
+from werkzeug.utils import redirect
+from werkzeug.wrappers import Request, Response
+
+from .. import admin
+from ..drivers.base import LIVE_STATES, STATES, JobDriver, ListFilter
+from ..errors import JobNotFound, XJobsError
+from . import pages
+from .auth import SESSION_COOKIE, SESSION_SECONDS, Guard
+from .charts import throughput_chart
+
+FLASH_COOKIE = "xjobs_ui_flash"
+FILTERS = ("queue", "name", "state", "tenant", "since", "until", "error")
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
+                               "script-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+
+def _iso(ms: float | None) -> str:
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
+
+
+class Dashboard:
+    """``Dashboard(driver, guard=Guard(...), tasks=REGISTRY.tasks(), ...)`` is a WSGI app."""
+
+    def __init__(self, driver: JobDriver, *, guard: Guard, tasks: Iterable[Any] = (),
+                 known_queues: tuple[str, ...] = (), control: str | None = None) -> None:
+        self.driver = driver
+        self.guard = guard
+        self.tasks = tuple(tasks)
+        self.known_queues = known_queues
+        self.control = control
+        self.env = Environment(loader=PackageLoader("xjobs.ui", "templates"),
+                               autoescape=select_autoescape(default=True, default_for_string=True))
+        self.env.filters.update(iso=_iso, age=_age)
+        self.env.globals.update(states=STATES, live_states=LIVE_STATES, filters=FILTERS)
+        self.routes = Map([
+            Rule("/", endpoint="overview", methods=["GET"]),
+            Rule("/jobs", endpoint="jobs", methods=["GET"]),
+            Rule("/jobs/<int:job_id>", endpoint="job", methods=["GET"]),
+            Rule("/dead", endpoint="dead", methods=["GET"]),
+            Rule("/schedules", endpoint="schedules", methods=["GET"]),
+            Rule("/login", endpoint="login", methods=["GET", "POST"]),
+            Rule("/logout", endpoint="logout", methods=["POST"]),
+            Rule("/jobs/<int:job_id>/retry", endpoint="retry", methods=["POST"]),
+            Rule("/jobs/<int:job_id>/cancel", endpoint="cancel", methods=["POST"]),
+            Rule("/queues/<name>/pause", endpoint="pause", methods=["POST"]),
+            Rule("/queues/<name>/resume", endpoint="resume", methods=["POST"]),
+            Rule("/bulk", endpoint="bulk", methods=["POST"]),
+            Rule("/static/<path:file>", endpoint="static", methods=["GET"]),
+        ], strict_slashes=False)
+
+    # -- WSGI ---------------------------------------------------------------------------------
+
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        request = Request(environ)
+        response = self.dispatch(request)
+        return response(environ, start_response)
+
+    def dispatch(self, request: Request) -> Response:
+        adapter = self.routes.bind_to_environ(request.environ)
+        try:
+            endpoint, values = adapter.match()
+            response = getattr(self, f"on_{endpoint}")(request, **values)
+        except NotFound:
+            response = self.message(request, "Not found", "There is no such page.", 404)
+        except HTTPException as exc:
+            response = exc.get_response(request.environ)
+        except JobNotFound as exc:
+            response = self.message(request, "No such job", str(exc), 404)
+        except XJobsError as exc:
+            response = self.message(request, "Refused", pages.refusal_text(exc), 400)
+        for header, value in _HEADERS.items():
+            response.headers.setdefault(header, value)
+        self.guard.remember_csrf(request, response)
+        return response
+
+    def url(self, request: Request, path: str, **args: Any) -> str:
+        query = urlencode({k: v for k, v in args.items() if v not in (None, "")})
+        return f"{request.script_root}{path}" + (f"?{query}" if query else "")
+
+    def render(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
+        flash = request.cookies.get(FLASH_COOKIE)
+        page = self.env.get_template(template).render(
+            url=lambda path, **a: self.url(request, path, **a), request=request,
+            csrf=self.guard.csrf_token(request), actions=self.guard.actions,
+            who=self.guard.who(request), can_sign_in=self.guard.can_sign_in,
+            flash=flash, **context)
+        response = Response(page, status=status, mimetype="text/html")
+        if flash is not None:
+            response.delete_cookie(FLASH_COOKIE, path=request.script_root or "/")
+        return response
+
+    def message(self, request: Request, title: str, text: str, status: int) -> Response:
+        return self.render(request, "message.html", status=status, title=title, text=text)
+
+    def done(self, request: Request, to: str, text: str) -> Response:
+        response = redirect(to, code=303)
+        response.set_cookie(FLASH_COOKIE, text[:500], max_age=60, httponly=True, samesite="Strict",
+                            path=request.script_root or "/")
+        return response
+
+    # -- pages ----------------------------------------------------------------------------------
+
+    def on_overview(self, request: Request) -> Response:
+        data = pages.overview(self.driver, self.known_queues, self.control)
+        return self.render(request, "overview.html", chart=throughput_chart(data["rates"].minutes), **data)
+
+    def on_jobs(self, request: Request) -> Response:
+        raw = {key: (request.args.get(key) or "").strip() for key in FILTERS}
+        where = self.where(raw, limit=pages.PAGE_SIZE)
+        before = request.args.get("before", "")
+        if before:
+            if not before.isdigit():
+                return self.message(request, "Refused", "before must be a job id", 400)
+            where = replace(where, before_id=int(before))
+        return self.render(request, "jobs.html", raw=raw, **pages.job_page(self.driver, where))
+
+    def on_job(self, request: Request, job_id: int) -> Response:
+        return self.render(request, "job.html", **pages.one_job(self.driver, job_id))
+
+    def on_dead(self, request: Request) -> Response:
+        return self.render(request, "dead.html", **pages.dead_letters(self.driver))
+
+    def on_schedules(self, request: Request) -> Response:
+        return self.render(request, "schedules.html", **pages.schedules(self.driver, self.tasks, self.control))
+
+    def on_static(self, request: Request, file: str) -> Response:
+        if "/" in file or file.startswith("."):
+            raise NotFound()
+        try:
+            body = resources.files("xjobs.ui").joinpath("static", file).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            raise NotFound() from None
+        response = Response(body, mimetype=mimetypes.guess_type(file)[0] or "application/octet-stream")
+        response.headers["Cache-Control"] = "public, max-age=3600"
+        return response
+
+    # -- signing in -------------------------------------------------------------------------------
+
+    def on_login(self, request: Request) -> Response:
+        if not self.guard.can_sign_in:
+            return self.message(request, "Read-only", _read_only_text(self.guard), 403)
+        if request.method == "GET":
+            return self.render(request, "login.html", next=_local(request.args.get("next")))
+        if (refusal := self.guard.csrf_refusal(request)) is not None:
+            return self.message(request, "Refused", refusal, 403)
+        if not self.guard.check_token(request.form.get("token", "")):
+            return self.render(request, "login.html", status=401, next=_local(request.form.get("next")),
+                               error="That is not the token.")
+        response = self.done(request, self.url(request, _local(request.form.get("next"))), "Signed in.")
+        response.set_cookie(SESSION_COOKIE, self.guard.session_value(), max_age=SESSION_SECONDS,
+                            httponly=True, samesite="Strict", secure=request.is_secure,
+                            path=request.script_root or "/")
+        return response
+
+    def on_logout(self, request: Request) -> Response:
+        if (refusal := self.guard.csrf_refusal(request)) is not None:
+            return self.message(request, "Refused", refusal, 403)
+        response = self.done(request, self.url(request, "/"), "Signed out.")
+        response.delete_cookie(SESSION_COOKIE, path=request.script_root or "/")
+        return response
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def refusal(self, request: Request) -> Response | None:
+        """Why this POST may not act (read-only, a forged form, nobody signed in), as the
+        page that says so; None when it may."""
+        if not self.guard.actions:
+            return self.message(request, "Read-only", _read_only_text(self.guard), 403)
+        if (refused := self.guard.csrf_refusal(request)) is not None:
+            return self.message(request, "Refused", refused, 403)
+        if self.guard.who(request) is None:
+            return self.message(request, "Sign in first",
+                                "Acting on jobs needs the dashboard token or a trusted proxy's user.", 401)
+        return None
+
+    def act(self, request: Request, back: str, action: Callable[[str], str]) -> Response:
+        """Run ``action(by)`` for a trusted, signed-in POST and go ``back`` with its message."""
+        if (refused := self.refusal(request)) is not None:
+            return refused
+        try:
+            text = action(self.guard.who(request) or "?")
+        except XJobsError as exc:
+            text = pages.refusal_text(exc)
+        return self.done(request, back, text)
+
+    def on_retry(self, request: Request, job_id: int) -> Response:
+        return self.act(request, self.url(request, f"/jobs/{job_id}"),
+                        lambda by: f"Job {admin.retry_job(self.driver, job_id, by=by).id} is ready again.")
+
+    def on_cancel(self, request: Request, job_id: int) -> Response:
+        reason = (request.form.get("reason") or "").strip()[:500] or None
+        return self.act(request, self.url(request, f"/jobs/{job_id}"),
+                        lambda by: f"Job {admin.cancel_job(self.driver, job_id, by=by, reason=reason).id} "
+                                   f"is cancelled.")
+
+    def on_pause(self, request: Request, name: str) -> Response:
+        def pause(by: str) -> str:
+            admin.pause_queue(self.driver, name, by=by)
+            return f"Queue {name} is paused: no worker claims from it until it is resumed."
+        return self.act(request, self.url(request, "/"), pause)
+
+    def on_resume(self, request: Request, name: str) -> Response:
+        def resume(by: str) -> str:
+            admin.resume_queue(self.driver, name, by=by)
+            return f"Queue {name} is resumed."
+        return self.act(request, self.url(request, "/"), resume)
+
+    def on_bulk(self, request: Request) -> Response:
+        """Retry or cancel every job a filter matches: first the count and a confirmation,
+        then, from the confirmation's own form, the verb."""
+        verb = request.form.get("verb")
+        if verb not in ("retry", "cancel"):
+            return self.message(request, "Refused", "verb must be retry or cancel", 400)
+        raw = {key: (request.form.get(key) or "").strip() for key in FILTERS}
+        if not any(raw.values()):
+            return self.message(request, "Refused", "a bulk action needs at least one filter", 400)
+        where = self.where(raw, limit=pages.PAGE_SIZE)
+        run: Callable[..., admin.BulkResult] = admin.retry_jobs if verb == "retry" else admin.cancel_jobs
+        back = self.url(request, "/jobs", **raw)
+        if request.form.get("confirmed") != "yes":
+            if (refused := self.refusal(request)) is not None:
+                return refused
+            try:
+                counted = run(self.driver, where, by="", dry_run=True)
+            except XJobsError as exc:
+                return self.message(request, "Refused", pages.refusal_text(exc), 400)
+            return self.render(request, "confirm.html", verb=verb, raw=raw, count=counted.matched, back=back)
+        return self.act(request, back, lambda by: run(self.driver, where, by=by).describe().capitalize() + ".")
+
+    def where(self, raw: dict[str, str], limit: int) -> ListFilter:
+        since, since_ago = admin.when(raw["since"] or None, "since")
+        until, until_ago = admin.when(raw["until"] or None, "until")
+        return ListFilter(queue=raw["queue"] or None, name=raw["name"] or None, state=raw["state"] or None,
+                          tenant=raw["tenant"] or None, error=raw["error"] or None, limit=limit,
+                          since_ms=since, since_ago_ms=since_ago, until_ms=until, until_ago_ms=until_ago)
+
+
+def _local(path: str | None) -> str:
+    """A redirect target that stays on this site (``/jobs/7``), never ``//evil.example``."""
+    if not path or not path.startswith("/") or path.startswith("//") or "\\" in path:
+        return "/"
+    return path
+
+
+def _read_only_text(guard: Guard) -> str:
+    if not guard.actions:
+        return "This dashboard is read-only: start it with --ui-actions (and XJOBS_UI_TOKEN) to act on jobs."
+    return "Signing in needs XJOBS_UI_TOKEN set where the dashboard runs (or a trusted proxy header)."

@@ -1,0 +1,55 @@
+"""What the supervisor does for the dashboard before it forks: check the ``ui`` extra is
+installed, bind the listening socket (a port in use is refused at start, exit 2), and declare
+the ``ui`` role that serves it. Nothing web-related is imported here: the supervisor stays
+small, and the child imports the server after the fork (``serve.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+
+from ..errors import InvalidOption
+from typing import TYPE_CHECKING
+
+from ..workers.role import Role, RoleContext, RolePolicy
+
+if TYPE_CHECKING:
+    from ..supervisor.roles import RoleKind
+
+ROLE = "ui"
+# a request in flight ends by itself within the server's timeout; nothing is leased
+POLICY = RolePolicy(drain="finish")
+NEEDS = ("werkzeug", "jinja2", "waitress")
+
+
+def check_installed() -> None:
+    missing = [name for name in NEEDS if importlib.util.find_spec(name) is None]
+    if missing:
+        raise InvalidOption("ui", f"the dashboard needs the ui extra ({', '.join(missing)} missing): "
+                                  f"pip install 'xjobs[ui]'")
+
+
+def bind(address: str) -> socket.socket:
+    """The dashboard's listening socket; ``InvalidOption("ui")`` when it cannot be had."""
+    from ..supervisor.metrics import parse_address
+    host, port = parse_address(address, option="ui")
+    try:
+        return socket.create_server((host, port), backlog=128,
+                                    family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as exc:
+        raise InvalidOption("ui", f"cannot listen on {address}: {exc.strerror or exc}") from None
+
+
+def address_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def role_kind(sock: socket.socket, control: str | None) -> "RoleKind":
+    """The ``ui`` role's line for ``role_specs``: a singleton serving ``sock``."""
+    from ..supervisor.roles import RoleKind
+
+    def build(context: RoleContext) -> Role:
+        from .serve import DashboardRole
+        return DashboardRole.build_on(context, sock, control)
+    return RoleKind(ROLE, POLICY, build)

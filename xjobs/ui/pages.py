@@ -1,0 +1,141 @@
+"""What each page shows, read from the database (and, under ``xjobsd run``, the daemon's
+control socket), with no HTTP in sight: the web layer (``app.py``) parses a request into
+these calls and renders what they answer.
+
+Every read is bounded and goes through a partial index or a statistic the metrics already
+use: live counts per state (``queue_counts``), depth and age (``queue_summary``), the dead
+letters (``jobs_dead_idx``), the per-minute outcome counts workers report (``job_rates``),
+and job listings newest first by id with a keyset cursor (never OFFSET, never ``count(*)``
+over finished rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import orjson
+
+from .. import admin
+from ..drivers.base import JobDriver, JobView, ListFilter, RatePoint
+from ..errors import XJobsError
+
+PAGE_SIZE = 50
+CHART_MINUTES = 60
+PAYLOAD_SHOWN_BYTES = 64 * 1024
+FAILED = ("retried", "dead")
+ENDED = ("completed", "retried", "dead", "cancelled", "interrupted")
+
+
+@dataclass
+class Minute:
+    at: float
+    ended: int = 0
+    failed: int = 0
+
+    @property
+    def failure_rate(self) -> float:
+        return self.failed / self.ended if self.ended else 0.0
+
+
+@dataclass
+class Throughput:
+    """The last ``CHART_MINUTES`` minutes, fleet-wide and per queue."""
+    minutes: list[Minute]
+    per_queue: dict[str, dict[str, int]] = field(default_factory=dict)   # queue -> ended, failed
+
+    @property
+    def ended(self) -> int:
+        return sum(m.ended for m in self.minutes)
+
+    @property
+    def failed(self) -> int:
+        return sum(m.failed for m in self.minutes)
+
+
+def throughput(points: Iterable[RatePoint], now_ms: float, minutes: int = CHART_MINUTES) -> Throughput:
+    """Outcome counts folded into one row per minute (the empty minutes included)."""
+    last = now_ms - now_ms % 60_000.0
+    chart = [Minute(last - (minutes - 1 - i) * 60_000.0) for i in range(minutes)]
+    first = chart[0].at
+    per_queue: dict[str, dict[str, int]] = {}
+    for point in points:
+        if point.outcome not in ENDED or point.minute < first:
+            continue
+        index = min(int((point.minute - first) // 60_000.0), minutes - 1)
+        failed = point.count if point.outcome in FAILED else 0
+        chart[index].ended += point.count
+        chart[index].failed += failed
+        totals = per_queue.setdefault(point.queue, {"ended": 0, "failed": 0})
+        totals["ended"] += point.count
+        totals["failed"] += failed
+    return Throughput(chart, per_queue)
+
+
+def daemon_status(control: str | None) -> dict[str, Any] | None:
+    """The daemon's own answer to ``xjobsd status`` (its children), when the dashboard is
+    served by one; None when it is not, or it does not answer."""
+    if not control:
+        return None
+    from ..supervisor.control import ControlUnavailable, request
+    try:
+        answer = request(control, "status", timeout_s=2.0)
+    except (ControlUnavailable, OSError):
+        return None
+    return answer if answer.get("ok") else None
+
+
+def overview(driver: JobDriver, known_queues: tuple[str, ...], control: str | None) -> dict[str, Any]:
+    now = driver.clock_now_ms()
+    rates = throughput(driver.rate_series(CHART_MINUTES * 60_000.0), now)
+    queues = admin.queues(driver, known_queues)
+    for row in queues:
+        totals = rates.per_queue.get(row["name"], {"ended": 0, "failed": 0})
+        row["ended_hour"], row["failed_hour"] = totals["ended"], totals["failed"]
+    return {"now": now, "queues": queues, "rates": rates, "daemon": daemon_status(control)}
+
+
+def job_page(driver: JobDriver, where: ListFilter) -> dict[str, Any]:
+    """One page of jobs, newest first, and the cursor of the next (older) page."""
+    views = driver.job_list(where)
+    older = views[-1].id if len(views) == where.limit and views else None
+    return {"jobs": views, "older": older}
+
+
+def pretty_payload(view: JobView) -> tuple[str, bool]:
+    """The payload as indented JSON, cut at ``PAYLOAD_SHOWN_BYTES``; and whether it was cut."""
+    text = orjson.dumps(view.payload, option=orjson.OPT_INDENT_2).decode()
+    if len(text) <= PAYLOAD_SHOWN_BYTES:
+        return text, False
+    return text[:PAYLOAD_SHOWN_BYTES], True
+
+
+def one_job(driver: JobDriver, job_id: int) -> dict[str, Any]:
+    from ..cli.jobs import waiting_for
+    view = driver.job_get(job_id)
+    payload, cut = pretty_payload(view)
+    return {"job": view, "payload": payload, "payload_cut": cut, "waiting_for": waiting_for(view),
+            "steps": [step.as_json() for step in view.steps],
+            "trace_id": view.traceparent.split("-")[1] if view.traceparent else None}
+
+
+def dead_letters(driver: JobDriver) -> dict[str, Any]:
+    return {"groups": driver.job_dead_groups(limit=100)}
+
+
+def schedules(driver: JobDriver, tasks: Iterable[Any], control: str | None) -> dict[str, Any]:
+    found = admin.schedules(driver, tasks)
+    declared = {row["name"] for row in found["tasks"]}
+    found["tasks"] += [{"name": mark.task, "cron": None, "tz": None, "job": None, "next_fire": None,
+                        "watermark": mark.watermark_ms, "dispatched": mark.dispatched}
+                       for mark in driver.schedule_state() if mark.task not in declared]
+    summary = driver.outbox_summary()
+    relay = None
+    daemon = daemon_status(control)
+    if daemon is not None:
+        relay = next((c for c in daemon.get("children", ()) if c.get("role") == "outbox-relay"), None)
+    return {**found, "outbox": summary, "relay": relay, "daemon": daemon is not None}
+
+
+def refusal_text(exc: XJobsError) -> str:
+    return f"{exc.code}: {exc}" if getattr(exc, "code", None) else str(exc)
