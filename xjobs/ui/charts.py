@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 from .pages import Minute
 
-WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 720, 180, 44, 20, 10
+WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 720, 180, 64, 20, 10
 
 
 @dataclass(frozen=True)
