@@ -191,3 +191,15 @@ def test_the_chart_draws_what_workers_reported(memory_driver):
     html = client(memory_driver).get("/").get_data(as_text=True)
     assert "50 runs ended, 10 failed (20.0%)" in html
     assert re.search(r"<title>\d\d:\d\d UTC: 50 ended, 10 failed \(20\.0%\)</title>", html)
+
+
+def test_a_database_error_is_a_page_that_says_so(memory_driver):
+    import psycopg
+
+    class Broken:
+        def __getattr__(self, name):
+            def fail(*args, **kw):
+                raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+            return fail
+    page = Browser(Dashboard(Broken(), guard=Guard())).get("/jobs?error=x")   # type: ignore[arg-type]
+    assert page.status_code == 503 and "narrow the filter" in page.get_data(as_text=True)

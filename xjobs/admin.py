@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from datetime import datetime
 
-from .drivers.base import LIVE_STATES, DeadGroup, JobDriver, JobView, ListFilter
+from .drivers.base import LATEST_MS, LIVE_STATES, DeadGroup, JobDriver, JobView, ListFilter
 from .errors import InvalidOption
 from .options import duration_ms, finite_count, plain_name
 
@@ -57,6 +57,20 @@ def when(text: str | None, option: str) -> tuple[float | None, float | None]:
     if moment.tzinfo is None:
         raise InvalidOption(option, f"give a time zone (e.g. {text}Z or {text}+01:00)")
     return moment.timestamp() * 1000.0, None
+
+
+def waiting_for(view: JobView) -> dict | None:
+    """What a suspended job waits for: the sleep or the event of its parked step."""
+    if view.state != "suspended":
+        return None
+    for step in reversed(view.steps):
+        if step.state == "sleeping":
+            return {"step": step.name, "sleep": True, "until": step.wake_at}
+        if step.state == "waiting":
+            until = step.wake_at if step.wake_at is not None and step.wake_at < LATEST_MS else None
+            return {"step": step.name, "event": step.event, "key": step.event_key or None,
+                    "until": until}
+    return None
 
 
 def retry_job(driver: JobDriver, job_id: int, *, by: str) -> JobView:

@@ -27,7 +27,7 @@ from typing import Callable
 import orjson
 
 from .. import admin
-from ..drivers.base import LATEST_MS, STATES, JobDriver, JobView, ListFilter
+from ..drivers.base import STATES, JobDriver, JobView, ListFilter
 from ..errors import InvalidOption
 from .common import (add_database_flags, driver_from, iso, plain, print_json, print_table,
                      settings_from)
@@ -181,26 +181,12 @@ def dead_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def waiting_for(view: JobView) -> dict | None:
-    """What a suspended job waits for: the sleep or the event of its parked step."""
-    if view.state != "suspended":
-        return None
-    for step in reversed(view.steps):
-        if step.state == "sleeping":
-            return {"step": step.name, "sleep": True, "until": step.wake_at}
-        if step.state == "waiting":
-            until = step.wake_at if step.wake_at is not None and step.wake_at < LATEST_MS else None
-            return {"step": step.name, "event": step.event, "key": step.event_key or None,
-                    "until": until}
-    return None
-
-
 def _shown(view: JobView) -> dict:
     """``jobs show --json``: the job, its steps (without their results: those are the
     application's data) and what it waits for."""
     data = plain(replace(view, steps=()))
     data["steps"] = [plain(step.as_json()) for step in view.steps]
-    data["waiting_for"] = plain(waiting_for(view))
+    data["waiting_for"] = plain(admin.waiting_for(view))
     return data
 
 

@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any, Callable, Iterable
 from urllib.parse import urlencode
 
+import psycopg
 from jinja2 import Environment, PackageLoader, select_autoescape
 from werkzeug.exceptions import HTTPException, NotFound
 from werkzeug.routing import Map, Rule
@@ -111,6 +112,12 @@ class Dashboard:
             response = self.message(request, "No such job", str(exc), 404)
         except XJobsError as exc:
             response = self.message(request, "Refused", pages.refusal_text(exc), 400)
+        except psycopg.errors.QueryCanceled:
+            response = self.message(request, "Too slow", "The database gave up on this page (statement "
+                                    "timeout): narrow the filter with a state, a queue or a time range.", 503)
+        except psycopg.Error as exc:
+            response = self.message(request, "Database unavailable",
+                                    f"The database did not answer: {str(exc).strip()[:300]}", 503)
         for header, value in _HEADERS.items():
             response.headers.setdefault(header, value)
         self.guard.remember_csrf(request, response)

@@ -111,10 +111,9 @@ def pretty_payload(view: JobView) -> tuple[str, bool]:
 
 
 def one_job(driver: JobDriver, job_id: int) -> dict[str, Any]:
-    from ..cli.jobs import waiting_for
     view = driver.job_get(job_id)
     payload, cut = pretty_payload(view)
-    return {"job": view, "payload": payload, "payload_cut": cut, "waiting_for": waiting_for(view),
+    return {"job": view, "payload": payload, "payload_cut": cut, "waiting_for": admin.waiting_for(view),
             "steps": [step.as_json() for step in view.steps],
             "trace_id": view.traceparent.split("-")[1] if view.traceparent else None}
 
