@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from xjobs import admin
-from xjobs.drivers.base import DeadGroup, Nack, RatePoint
+from xjobs.drivers.base import DeadGroup, ListFilter, Nack, RatePoint
+from xjobs.drivers.records import ERROR_GROUP_WIDTH
 from xjobs.errors import InvalidOption
 
 from .test_driver_parity import claim_one, enqueue
@@ -22,12 +23,15 @@ def kill(driver, error: str, **kw) -> int:
     return job_id
 
 
-def test_dead_letters_group_by_queue_name_and_the_start_of_their_error(driver):
-    a = [kill(driver, f"Timeout talking to smtp (try {i})") for i in range(3)]
+LONG = "TimeoutError: " + "the smtp server did not answer " * 10   # longer than a group's prefix
+
+
+def test_dead_letters_group_by_queue_name_and_the_first_characters_of_their_error(driver):
+    a = [kill(driver, f"{LONG} (try {i})") for i in range(3)]
     b = kill(driver, "KeyError: 'user'", name="sync")
     c = kill(driver, "KeyError: 'user'", name="sync", queue="other")
-    groups = driver.job_dead_groups(limit=10, width=18)
-    assert groups[0] == DeadGroup("default", "send", "Timeout talking to", 3, a[-1], groups[0].newest_at)
+    groups = driver.job_dead_groups(limit=10)
+    assert groups[0] == DeadGroup("default", "send", LONG[:ERROR_GROUP_WIDTH], 3, a[-1], groups[0].newest_at)
     assert {(g.queue, g.name, g.error, g.count, g.newest_id) for g in groups[1:]} == {
         ("default", "sync", "KeyError: 'user'", 1, b), ("other", "sync", "KeyError: 'user'", 1, c)}
     assert groups[0].newest_at is not None
@@ -36,15 +40,29 @@ def test_dead_letters_group_by_queue_name_and_the_start_of_their_error(driver):
         driver.job_dead_groups(limit=-1)
 
 
-def test_retrying_a_group_touches_only_that_group(driver):
+def test_retrying_a_group_takes_exactly_that_group(driver):
     for i in range(2):
-        kill(driver, f"Timeout talking to smtp (try {i})")
-    other = kill(driver, "KeyError: 'user'")
-    [group] = [g for g in driver.job_dead_groups(width=18) if g.error.startswith("Timeout")]
-    result = admin.retry_jobs(driver, admin.group_filter(group), by="ui:alice")
+        kill(driver, f"{LONG} (try {i})")
+    short = kill(driver, "Timeout")                       # contained in others: its own group
+    longer = kill(driver, "Connection timeout, then Timeout")
+    silent = kill(driver, "")                             # died with no error text
+    groups = {g.error: g for g in driver.job_dead_groups()}
+    assert set(groups) == {LONG[:ERROR_GROUP_WIDTH], "Timeout", "Connection timeout, then Timeout", ""}
+    result = admin.retry_jobs(driver, admin.group_filter(groups["Timeout"]), by="ui:alice")
+    assert (result.matched, result.changed) == (1, 1)
+    assert [driver.job_get(i).state for i in (short, longer, silent)] == ["ready", "dead", "dead"]
+    result = admin.retry_jobs(driver, admin.group_filter(groups[""]), by="ui:alice")
+    assert (result.matched, result.changed) == (1, 1) and driver.job_get(silent).state == "ready"
+    result = admin.retry_jobs(driver, admin.group_filter(groups[LONG[:ERROR_GROUP_WIDTH]]), by="ui:alice")
     assert (result.matched, result.changed) == (2, 2)
-    assert driver.job_get(other).state == "dead"
-    assert [g.error for g in driver.job_dead_groups()] == ["KeyError: 'user'"]
+    assert [g.error for g in driver.job_dead_groups()] == ["Connection timeout, then Timeout"]
+
+
+def test_a_filter_refuses_nul_characters_and_overlong_groups(driver):
+    with pytest.raises(InvalidOption):
+        driver.job_list(ListFilter(error="a\x00b"))
+    with pytest.raises(InvalidOption):
+        driver.job_list(ListFilter(error_group="x" * (ERROR_GROUP_WIDTH + 1)))
 
 
 def test_a_retry_and_a_cancel_record_who_asked(driver):

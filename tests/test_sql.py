@@ -108,6 +108,7 @@ PARAMS: dict[str, tuple[str, object]] = {
     "key": ("text", "o-1"),
     "payload": ("text", "{}"),
     "width": ("int4", 200),
+    "error_group": ("text", None),
     "rates": ("text", '[{"q": "default", "o": "completed", "c": 3}]'),
 }
 

@@ -146,7 +146,8 @@ def test_a_bearer_token_or_a_trusted_proxy_header_names_who_acts(memory_driver):
 def test_sign_in_never_redirects_off_site(memory_driver):
     c = client(memory_driver)
     csrf = csrf_of(c)
-    for target in ("//evil.example/x", "https://evil.example", "/\\evil.example"):
+    for target in ("//evil.example/x", "https://evil.example", "/\\evil.example", "/\t/evil.example",
+                   "/\r\n/evil.example", "/\x0b/evil.example", "javascript:alert(1)"):
         answer = c.post("/login", data={"token": TOKEN, "csrf": csrf, "next": target})
         assert answer.headers["Location"] in ("/", "http://localhost/"), target
 
@@ -183,7 +184,9 @@ def test_cancel_pause_and_resume_record_who_asked(memory_driver):
     assert "paused" in c.get("/").get_data(as_text=True)
     assert c.post("/queues/default/resume", data={"csrf": csrf}).status_code == 303
     assert not memory_driver.queue_control()[0].paused
-    assert c.post("/queues/bad%20name/pause", data={"csrf": csrf}).status_code == 303   # refused, said
+    assert c.post("/queues/bad%01name/pause", data={"csrf": csrf}).status_code == 303
+    assert "X_INVALID_OPTION" in c.get("/").get_data(as_text=True)              # refused, and said
+    assert [q.name for q in memory_driver.queue_control()] == ["default"]
 
 
 def test_the_chart_draws_what_workers_reported(memory_driver):
@@ -203,3 +206,36 @@ def test_a_database_error_is_a_page_that_says_so(memory_driver):
             return fail
     page = Browser(Dashboard(Broken(), guard=Guard())).get("/jobs?error=x")   # type: ignore[arg-type]
     assert page.status_code == 503 and "narrow the filter" in page.get_data(as_text=True)
+
+
+def test_odd_numbers_and_cookies_are_refused_not_crashed_on(memory_driver):
+    c = client(memory_driver)
+    assert c.get("/jobs?before=\u00b2").status_code == 400          # "²".isdigit() is True
+    assert c.get("/jobs?before=" + "9" * 30).status_code == 400
+    assert c.get("/jobs/" + "9" * 30).status_code == 404
+    c.set_cookie(SESSION_COOKIE, "\u00b25.x")
+    assert c.get("/").status_code == 200
+    c.set_cookie(SESSION_COOKIE, "9" * 3000 + ".x")
+    assert c.get("/").status_code == 200
+    assert c.get("/jobs?error=a%00b").status_code == 400
+
+
+def test_a_loopback_dashboard_answers_only_to_its_own_address(memory_driver):
+    app = Dashboard(memory_driver, guard=Guard(), hosts={"127.0.0.1:8080", "localhost:8080"})
+    assert Browser(app).get("/", headers={"Host": "127.0.0.1:8080"}).status_code == 200
+    assert Browser(app).get("/", headers={"Host": "rebound.evil.example:8080"}).status_code == 421
+
+
+def test_retry_all_in_a_group_from_the_dead_letters_page(memory_driver):
+    short = dead_job(memory_driver, "a", error="Timeout")
+    longer = dead_job(memory_driver, "b", error="Connection timeout, then Timeout")
+    silent = dead_job(memory_driver, "c", error="")
+    c, csrf = signed_in(memory_driver)
+    page = c.get("/dead").get_data(as_text=True)
+    assert page.count("Retry all in this group") == 3
+    form = {"csrf": csrf, "verb": "retry", "queue": "default", "name": "send", "state": "dead", "group": "Timeout"}
+    assert 'data-testid="count">1 job(s) match' in c.post("/bulk", data=form).get_data(as_text=True)
+    assert c.post("/bulk", data={**form, "confirmed": "yes"}).status_code == 303
+    assert [memory_driver.job_get(i).state for i in (short, longer, silent)] == ["ready", "dead", "dead"]
+    listed = c.get("/jobs?state=dead&group=").get_data(as_text=True)    # the group with no error
+    assert f'data-job="{silent}"' in listed and f'data-job="{longer}"' not in listed

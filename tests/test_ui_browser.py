@@ -133,7 +133,8 @@ def test_a_dead_job_is_retried_from_its_page_and_runs(page, ui, tmp_path):
 def test_a_running_job_is_cancelled_from_its_page(page, ui):
     env, base = ui
     job_id = env.enqueue_one("waits", "ui", {"k": "w"}, key="w")
-    wait_for(lambda: env.job(job_id)["state"] == "running", 15, "the job to run")
+    # the worker writes progress on its own schedule: wait for it to be in the database
+    wait_for(lambda: env.driver.job_get(job_id).progress is not None, 15, "the job to report progress")
     sign_in(page, base)
     page.goto(f"{base}/jobs/{job_id}")
     expect(page.get_by_test_id("progress")).to_contain_text("waiting to be cancelled")
@@ -181,5 +182,9 @@ def test_an_xss_payload_is_shown_as_text(page, ui):
     expect(page.get_by_test_id("payload")).to_contain_text(script)
     page.goto(f"{base}/jobs?name=parked")
     expect(page.locator(f'tr[data-job="{job_id}"]')).to_be_visible()
-    assert page.dialogs == []
+    expect(page.locator(f'tr[data-job="{job_id}"]')).to_contain_text("parked")
+    page.goto(f"{base}/jobs/{job_id}")
+    expect(page.get_by_test_id("payload")).to_contain_text("<img src=x onerror=alert(2)>")
+    assert page.locator("img").count() == 0                    # nothing the job carries became markup
     assert page.locator("script:not([src])").count() == 0
+    assert page.dialogs == []

@@ -36,8 +36,11 @@ def test_a_worker_reports_its_runs_per_queue_and_outcome(driver):
     pacer.pass_(REPORT_EVERY_MS)          # the next report is due
     assert counted(driver) == {("q", "completed"): 6, ("q", "dead"): 3}
     pacer.pass_(REPORT_EVERY_MS)          # nothing new: nothing added
-    pacer.worker.close()
     assert counted(driver) == {("q", "completed"): 6, ("q", "dead"): 3}
+    enqueue_many(maybe, [{"n": 10}], driver=driver)
+    pacer.until(lambda: pacer.totals()["completed"] == 7, advance_ms=100)
+    pacer.worker.close()                  # before its next report is due: close reports it
+    assert counted(driver) == {("q", "completed"): 7, ("q", "dead"): 3}
 
 
 class Down:

@@ -135,9 +135,9 @@ def cancel_jobs(driver: JobDriver, where: ListFilter, *, by: str, reason: str | 
 
 
 def group_filter(group: DeadGroup) -> ListFilter:
-    """The dead letters of one group (``job_dead_groups``): same queue and name, and an error
-    that starts as the group's (a substring test, so a bulk verb's count says what it takes)."""
-    return ListFilter(queue=group.queue, name=group.name, state="dead", error=group.error or None)
+    """The dead letters of one group (``job_dead_groups``), exactly: same queue and name, and
+    the same first characters of their error."""
+    return ListFilter(queue=group.queue, name=group.name, state="dead", error_group=group.error)
 
 
 def pause_queue(driver: JobDriver, queue: str, *, by: str) -> None:

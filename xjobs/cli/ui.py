@@ -55,7 +55,7 @@ def serve(args: argparse.Namespace) -> int:
     driver_from(settings, application_name="xjobs-ui").close()   # "cannot connect" now, in one line
     driver = PostgresDriver(settings.dsn or "", schema=settings.schema, application_name="xjobs-ui",
                             pool_size=served.POOL_SIZE, statement_timeout_ms=5000)
-    app = served.dashboard(driver, settings, REGISTRY, args.control or os.environ.get("XJOBS_CONTROL"))
+    app = served.dashboard(driver, settings, REGISTRY, args.control or os.environ.get("XJOBS_CONTROL"), sock)
     server = served.server_for(app, sock)
 
     def stop(signum: int, frame: Any) -> None:

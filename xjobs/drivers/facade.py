@@ -201,11 +201,10 @@ class CheckedDriver:
     def job_stats(self) -> dict[str, dict[str, int]]:
         return self._queues.stats()
 
-    def job_dead_groups(self, limit: int = 50, width: int = 200) -> list[DeadGroup]:
-        """Dead letters grouped by queue, job name and the first ``width`` characters of
-        their error, biggest group first."""
-        return self._operator.dead_groups(finite_count(width, "width", minimum=1, maximum=10_000),
-                                          check_row_limit(limit))
+    def job_dead_groups(self, limit: int = 50) -> list[DeadGroup]:
+        """Dead letters grouped by queue, job name and the first ``ERROR_GROUP_WIDTH``
+        characters of their error, biggest group first."""
+        return self._operator.dead_groups(check_row_limit(limit))
 
     # -- QueueStore -------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import orjson
 from .backend import Batch, Outcome
 from .base import LIVE_STATES, DeadGroup, JobView, ListFilter, Matching
 from .memory_table import MemoryTable, Namespace, Row, ts
+from .records import ERROR_GROUP_WIDTH
 
 _REQUEUABLE = ("dead", "cancelled")
 
@@ -40,6 +41,8 @@ def _matches(row: Row, where: ListFilter, at: float) -> bool:
         return False
     if where.error is not None and (row.last_error is None
                                     or where.error.lower() not in row.last_error.lower()):
+        return False
+    if where.error_group is not None and (row.last_error or "")[:ERROR_GROUP_WIDTH] != where.error_group:
         return False
     return True
 
@@ -168,14 +171,15 @@ class MemoryOperator:
                 self._cancel(row, at, reason)
             return [row.id for row in picked]
 
-    def dead_groups(self, width: int, limit: int) -> list[DeadGroup]:
+    def dead_groups(self, limit: int) -> list[DeadGroup]:
         """``job_dead_groups``: dead letters by queue, name and the start of their error."""
         groups: dict[tuple[str, str, str], list] = {}
         with self._table.lock:
             for row in self._table.rows.values():
                 if row.state != "dead":
                     continue
-                group = groups.setdefault((row.queue, row.name, (row.last_error or "")[:width]), [0, 0, None])
+                group = groups.setdefault((row.queue, row.name, (row.last_error or "")[:ERROR_GROUP_WIDTH]),
+                                          [0, 0, None])
                 group[0] += 1
                 group[1] = max(group[1], row.id)
                 if row.finished_at is not None:

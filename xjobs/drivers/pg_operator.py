@@ -14,6 +14,7 @@ from psycopg import errors as pg_errors
 from ..errors import DuplicateJob
 from .backend import Batch, Outcome
 from .base import DeadGroup, JobView, ListFilter, Matching
+from .records import ERROR_GROUP_WIDTH
 from .pg_database import PgDatabase, first_row
 
 
@@ -30,7 +31,8 @@ def _view(row: Sequence[Any], payload: Any = None, history: tuple[dict, ...] = (
 def _filters(where: ListFilter) -> dict[str, Any]:
     return {"queue": where.queue, "name": where.name, "state": where.state, "tenant": where.tenant,
             "since": where.since_ms, "until": where.until_ms, "error": where.error,
-            "since_ago": where.since_ago_ms, "until_ago": where.until_ago_ms}
+            "since_ago": where.since_ago_ms, "until_ago": where.until_ago_ms,
+            "error_group": where.error_group, "width": ERROR_GROUP_WIDTH}
 
 
 class PgOperator:
@@ -99,10 +101,10 @@ class PgOperator:
             cur.execute(self._db.sql["job_cancel_batch"], {**self._batch(batch), "reason": reason})
             return [r[0] for r in cur.fetchall()]
 
-    def dead_groups(self, width: int, limit: int) -> list[DeadGroup]:
+    def dead_groups(self, limit: int) -> list[DeadGroup]:
         """``job_dead_groups``: dead letters by queue, name and the start of their error."""
         with self._db.cursor() as cur:
-            cur.execute(self._db.sql["job_dead_groups"], {"width": width, "limit": limit})
+            cur.execute(self._db.sql["job_dead_groups"], {"width": ERROR_GROUP_WIDTH, "limit": limit})
             return [DeadGroup(*row) for row in cur.fetchall()]
 
     def count(self, where: ListFilter, states: Sequence[str]) -> Matching:

@@ -356,6 +356,8 @@ where (%(queue)s::text is null or queue = %(queue)s::text)
   and (%(until_ago)s::float8 is null
        or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
+  and (%(error_group)s::text is null
+       or left(coalesce(last_error, ''), %(width)s::int) = %(error_group)s::text)
   and (%(before)s::int8 is null or id < %(before)s::int8)
 order by id desc
 limit %(limit)s
@@ -378,6 +380,8 @@ where (%(queue)s::text is null or queue = %(queue)s::text)
   and (%(until_ago)s::float8 is null
        or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
+  and (%(error_group)s::text is null
+       or left(coalesce(last_error, ''), %(width)s::int) = %(error_group)s::text)
   and id > %(after)s::int8
 order by id
 limit %(limit)s
@@ -440,6 +444,8 @@ with picked as (
   and (%(until_ago)s::float8 is null
        or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
+  and (%(error_group)s::text is null
+       or left(coalesce(last_error, ''), %(width)s::int) = %(error_group)s::text)
     order by id
     limit %(limit)s
     for update skip locked
@@ -479,6 +485,8 @@ with picked as (
   and (%(until_ago)s::float8 is null
        or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
+  and (%(error_group)s::text is null
+       or left(coalesce(last_error, ''), %(width)s::int) = %(error_group)s::text)
     order by id
     limit %(limit)s
     for update skip locked
@@ -510,6 +518,8 @@ where state = any(%(states)s::text[]) and (%(queue)s::text is null or queue = %(
   and (%(until_ago)s::float8 is null
        or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
+  and (%(error_group)s::text is null
+       or left(coalesce(last_error, ''), %(width)s::int) = %(error_group)s::text)
 
 -- name: job_progress_many
 -- the latest progress of running jobs, fenced like a heartbeat: a run that lost its job
@@ -976,8 +986,9 @@ with target as (
 select requeued.id, requeued.queue from requeued
 
 -- name: job_dead_groups
--- dead letters grouped by queue, job name and the start of their error, biggest group first;
--- read through jobs_dead_idx (the dead are few beside the finished bulk), bounded by %(limit)s
+-- dead letters grouped by queue, job name and the first %(width)s characters of their error
+-- (what the error_group filter of the listings and bulk verbs matches exactly), biggest group
+-- first; read through jobs_dead_idx (the dead are few beside the finished bulk)
 select queue, name, left(coalesce(last_error, ''), %(width)s::int) as error, count(*), max(id),
        extract(epoch from max(finished_at))::float8 * 1000
 from {schema}.jobs
@@ -993,7 +1004,7 @@ limit %(limit)s
 insert into {schema}.job_rates (queue, minute, outcome, n)
 select r.q, date_trunc('minute', {now}), r.o, r.c
 from jsonb_to_recordset(%(rates)s::jsonb) as r(q text, o text, c int8)
-on conflict (queue, minute, outcome) do update set n = {schema}.job_rates.n + excluded.n
+on conflict (minute, queue, outcome) do update set n = {schema}.job_rates.n + excluded.n
 returning queue
 
 -- name: rate_series

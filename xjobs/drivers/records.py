@@ -152,7 +152,8 @@ class ListFilter:
     """Which jobs an operator verb reads or touches. ``since_ms``/``until_ms`` (absolute) or
     ``since_ago_ms``/``until_ago_ms`` (ages, taken back from the driver's now: the database's
     clock) bound when a job finished, or was created if it has not; ``error`` is a
-    case-insensitive substring of ``last_error``; ``before_id`` pages backwards (newest
+    case-insensitive substring of ``last_error``, ``error_group`` its first
+    ``ERROR_GROUP_WIDTH`` characters exactly (a dead-letter group); ``before_id`` pages backwards (newest
     first), ``after_id`` forwards."""
 
     queue: str | None = None
@@ -167,6 +168,7 @@ class ListFilter:
     after_id: int | None = None
     since_ago_ms: float | None = None
     until_ago_ms: float | None = None
+    error_group: str | None = None   # exactly these first ERROR_GROUP_WIDTH characters of last_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +233,9 @@ class RatePoint:
     minute: float
     outcome: str
     count: int
+
+
+ERROR_GROUP_WIDTH = 200   # the characters of last_error a dead-letter group shares
 
 
 @dataclass(frozen=True, slots=True)

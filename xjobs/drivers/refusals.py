@@ -19,6 +19,7 @@ from typing import Mapping, Sequence, TypeGuard
 from ..errors import ClaimQueuesEmpty, InvalidOption
 from ..options import duration_ms, finite_count, finite_option, plain_name
 from .backend import Batch
+from .records import ERROR_GROUP_WIDTH
 from .base import (CHARGES, LATEST_MS, MAX_DELAY_MS, STATES, Dispatch, Lease, ListFilter, Nack, NewJob,
                    NewEvent, OutboxClaim, StepResult, StepSleep, StepWait, TenantRoom)
 
@@ -109,6 +110,12 @@ def check_filter(where: ListFilter) -> ListFilter:
             raise InvalidOption(option, f"must be a job id, got {value!r}")
     if where.before_id is not None and where.after_id is not None:
         raise InvalidOption("after", "page backwards (before) or forwards (after), not both")
+    for option in ("queue", "name", "tenant", "error", "error_group"):
+        value = getattr(where, option)
+        if value is not None and (not isinstance(value, str) or "\x00" in value or len(value) > 10_000):
+            raise InvalidOption(option, "must be text without NUL characters, at most 10,000 long")
+    if where.error_group is not None and len(where.error_group) > ERROR_GROUP_WIDTH:
+        raise InvalidOption("error_group", f"a group is the first {ERROR_GROUP_WIDTH} characters of an error")
     return replace(where, limit=limit, since_ms=since, until_ms=until, since_ago_ms=since_ago,
                    until_ago_ms=until_ago)
 

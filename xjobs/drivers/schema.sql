@@ -251,7 +251,7 @@ create table if not exists {schema}.job_rates (
     minute  timestamptz not null,
     outcome text        not null,
     n       bigint      not null,
-    primary key (queue, minute, outcome)
+    primary key (minute, queue, outcome)   -- minute first: the chart and the prune read by time
 );
 
 insert into {schema}.meta (key, value) values ('schema_version', '{version}')

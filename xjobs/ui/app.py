@@ -13,12 +13,13 @@ listing is bounded (``pages.PAGE_SIZE`` jobs, 100 dead-letter groups).
 
 from __future__ import annotations
 
+import logging
 import mimetypes
 from dataclasses import replace
 from datetime import datetime, timezone
 from importlib import resources
 from typing import Any, Callable, Iterable
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import psycopg
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -34,8 +35,11 @@ from . import pages
 from .auth import SESSION_COOKIE, SESSION_SECONDS, Guard
 from .charts import throughput_chart
 
+log = logging.getLogger("xjobs.ui")
 FLASH_COOKIE = "xjobs_ui_flash"
-FILTERS = ("queue", "name", "state", "tenant", "since", "until", "error")
+MAX_ID = 2**63 - 1
+# "group": a dead-letter group's error prefix, matched exactly (the dead letters page links it)
+FILTERS = ("queue", "name", "state", "tenant", "since", "until", "error", "group")
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
                                "script-src 'self'; frame-ancestors 'none'; form-action 'self'",
@@ -66,8 +70,11 @@ class Dashboard:
     """``Dashboard(driver, guard=Guard(...), tasks=REGISTRY.tasks(), ...)`` is a WSGI app."""
 
     def __init__(self, driver: JobDriver, *, guard: Guard, tasks: Iterable[Any] = (),
-                 known_queues: tuple[str, ...] = (), control: str | None = None) -> None:
+                 known_queues: tuple[str, ...] = (), control: str | None = None,
+                 hosts: Iterable[str] | None = None) -> None:
+        """``hosts``: the Host headers it answers (None: any; set for a loopback listener)."""
         self.driver = driver
+        self.hosts = None if hosts is None else frozenset(h.lower() for h in hosts)
         self.guard = guard
         self.tasks = tuple(tasks)
         self.known_queues = known_queues
@@ -102,7 +109,13 @@ class Dashboard:
     def dispatch(self, request: Request) -> Response:
         adapter = self.routes.bind_to_environ(request.environ)
         try:
+            if self.hosts is not None and request.host.lower() not in self.hosts:
+                # a name that resolves here by DNS rebinding must not read a loopback dashboard
+                return self.message(request, "Unknown host", "This dashboard answers only to its own "
+                                    "address.", 421)
             endpoint, values = adapter.match()
+            if values.get("job_id", 0) > MAX_ID:
+                raise JobNotFound(f"no job {values['job_id']}")
             response = getattr(self, f"on_{endpoint}")(request, **values)
         except NotFound:
             response = self.message(request, "Not found", "There is no such page.", 404)
@@ -116,15 +129,16 @@ class Dashboard:
             response = self.message(request, "Too slow", "The database gave up on this page (statement "
                                     "timeout): narrow the filter with a state, a queue or a time range.", 503)
         except psycopg.Error as exc:
+            log.warning("dashboard: %s %s failed in the database: %s", request.method, request.path, exc)
             response = self.message(request, "Database unavailable",
-                                    f"The database did not answer: {str(exc).strip()[:300]}", 503)
+                                    "The database did not answer this page; the dashboard's log says why.", 503)
         for header, value in _HEADERS.items():
             response.headers.setdefault(header, value)
         self.guard.remember_csrf(request, response)
         return response
 
     def url(self, request: Request, path: str, **args: Any) -> str:
-        query = urlencode({k: v for k, v in args.items() if v not in (None, "")})
+        query = urlencode({k: v for k, v in args.items() if v is not None})
         return f"{request.script_root}{path}" + (f"?{query}" if query else "")
 
     def render(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
@@ -155,13 +169,13 @@ class Dashboard:
         return self.render(request, "overview.html", chart=throughput_chart(data["rates"].minutes), **data)
 
     def on_jobs(self, request: Request) -> Response:
-        raw = {key: (request.args.get(key) or "").strip() for key in FILTERS}
+        raw = _raw(request.args)
         where = self.where(raw, limit=pages.PAGE_SIZE)
         before = request.args.get("before", "")
         if before:
-            if not before.isdigit():
+            if (before_id := _job_id(before)) is None:
                 return self.message(request, "Refused", "before must be a job id", 400)
-            where = replace(where, before_id=int(before))
+            where = replace(where, before_id=before_id)
         return self.render(request, "jobs.html", raw=raw, **pages.job_page(self.driver, where))
 
     def on_job(self, request: Request, job_id: int) -> Response:
@@ -261,8 +275,8 @@ class Dashboard:
         verb = request.form.get("verb")
         if verb not in ("retry", "cancel"):
             return self.message(request, "Refused", "verb must be retry or cancel", 400)
-        raw = {key: (request.form.get(key) or "").strip() for key in FILTERS}
-        if not any(raw.values()):
+        raw = _raw(request.form)
+        if all(value is None for value in raw.values()):
             return self.message(request, "Refused", "a bulk action needs at least one filter", 400)
         where = self.where(raw, limit=pages.PAGE_SIZE)
         run: Callable[..., admin.BulkResult] = admin.retry_jobs if verb == "retry" else admin.cancel_jobs
@@ -277,19 +291,47 @@ class Dashboard:
             return self.render(request, "confirm.html", verb=verb, raw=raw, count=counted.matched, back=back)
         return self.act(request, back, lambda by: run(self.driver, where, by=by).describe().capitalize() + ".")
 
-    def where(self, raw: dict[str, str], limit: int) -> ListFilter:
+    def where(self, raw: dict[str, str | None], limit: int) -> ListFilter:
         since, since_ago = admin.when(raw["since"] or None, "since")
         until, until_ago = admin.when(raw["until"] or None, "until")
         return ListFilter(queue=raw["queue"] or None, name=raw["name"] or None, state=raw["state"] or None,
                           tenant=raw["tenant"] or None, error=raw["error"] or None, limit=limit,
+                          error_group=raw["group"],
                           since_ms=since, since_ago_ms=since_ago, until_ms=until, until_ago_ms=until_ago)
 
 
+def _raw(source: Any) -> dict[str, str | None]:
+    """The filters a request gives: text trimmed, empty ones absent (None); a dead-letter group
+    is taken exactly as given, the empty one (jobs that died with no error) included."""
+    raw: dict[str, str | None] = {}
+    for key in FILTERS:
+        value = source.get(key)
+        if key == "group" and value is not None:
+            value = value.replace("\r\n", "\n")   # a form posts line breaks as CRLF
+        elif value is not None:
+            value = value.strip() or None
+        raw[key] = value
+    return raw
+
+
 def _local(path: str | None) -> str:
-    """A redirect target that stays on this site (``/jobs/7``), never ``//evil.example``."""
-    if not path or not path.startswith("/") or path.startswith("//") or "\\" in path:
+    """A redirect target that stays on this site (``/jobs/7``), never ``//evil.example``:
+    browsers drop tabs and line breaks and read a backslash as a slash, so any of those, or
+    anything with a scheme or a host, goes to the overview instead."""
+    if not path or any(ord(c) < 0x21 or c in "\\\x7f" for c in path):
+        return "/"
+    parts = urlsplit(path)
+    if parts.scheme or parts.netloc or not path.startswith("/") or path.startswith("//"):
         return "/"
     return path
+
+
+def _job_id(text: str) -> int | None:
+    """A job id from text: ASCII digits only (``str.isdigit`` takes "²"), within a bigint."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 19):
+        return None
+    value = int(text)
+    return value if value <= MAX_ID else None
 
 
 def _read_only_text(guard: Guard) -> str:

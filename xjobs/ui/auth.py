@@ -62,7 +62,8 @@ class Guard:
         if not value or not self.token:
             return False
         expires, _, signature = value.partition(".")
-        if not expires.isdigit() or int(expires) < (now or time.time()):
+        if not (expires.isascii() and expires.isdigit() and len(expires) <= 12) \
+                or int(expires) < (now or time.time()):
             return False
         return hmac.compare_digest(signature.encode(), self._sign(f"session:{expires}").encode())
 
@@ -75,9 +76,9 @@ class Guard:
         if not self.actions:
             return None
         if self.trusted_header:
-            user = request.headers.get(self.trusted_header)
+            user = (request.headers.get(self.trusted_header) or "").strip()
             if user:
-                return f"ui:{user.strip()[:100]}"
+                return f"ui:{user[:100]}"
         where = request.remote_addr or "?"
         if self._bearer(request):
             return f"ui:token@{where}"

@@ -12,12 +12,14 @@ Nothing here is imported by the supervisor; the child imports it after the fork.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import socket
 import threading
 from typing import Any, Sequence
 
+from ..clock import monotonic_ms
 from ..config import Settings
 from ..registry import Registry
 from ..workers.role import RoleBase, RoleContext
@@ -37,9 +39,20 @@ def guard_from(settings: Settings, env: Any = None) -> Guard:
                  actions=settings.ui_actions)
 
 
-def dashboard(driver: Any, settings: Settings, registry: Registry, control: str | None) -> Dashboard:
+def dashboard(driver: Any, settings: Settings, registry: Registry, control: str | None,
+              sock: socket.socket) -> Dashboard:
     return Dashboard(driver, guard=guard_from(settings), tasks=registry.tasks(),
-                     known_queues=tuple(sorted(registry.queues())), control=control)
+                     known_queues=tuple(sorted(registry.queues())), control=control,
+                     hosts=loopback_hosts(sock))
+
+
+def loopback_hosts(sock: socket.socket) -> set[str] | None:
+    """The Host headers a dashboard listening on loopback answers (its own address, under
+    any loopback name); None for any other listener, which the operator fronts as they see fit."""
+    host, port = sock.getsockname()[:2]
+    if not ipaddress.ip_address(host).is_loopback:
+        return None
+    return {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", address_of(sock)}
 
 
 def server_for(app: Any, sock: socket.socket) -> Any:
@@ -65,7 +78,7 @@ class DashboardRole(RoleBase):
     def build_on(cls, context: RoleContext, sock: socket.socket, control: str | None) -> "DashboardRole":
         """Built in the child, on the socket the supervisor bound (``listen.role_kind``)."""
         driver = context.connect(pool_size=POOL_SIZE)
-        return cls(context.identity, app=dashboard(driver, context.settings, context.registry, control),
+        return cls(context.identity, app=dashboard(driver, context.settings, context.registry, control, sock),
                    sock=sock)
 
     def initialize(self) -> None:
@@ -79,13 +92,30 @@ class DashboardRole(RoleBase):
         return ()
 
     def run_once(self, now_ms: float) -> float:
+        if self._thread is not None and not self._thread.is_alive() and not self.closed:
+            # the server stopped by itself: end this child, so the supervisor starts another
+            raise RuntimeError("the dashboard's HTTP server stopped")
         return 1000.0
 
     def close(self, deadline_monotonic_ms: float | None) -> None:
+        """Stop accepting, let requests in flight end (waitress' threads finish what they
+        hold) until the deadline, then close the database pool."""
         if self.closed:
             return
         super().close(deadline_monotonic_ms)
+        if self.server is not None:
+            try:
+                self.server.close()
+                self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=_seconds_left(deadline_monotonic_ms))
+            except Exception as exc:   # best effort: the process ends next
+                log.debug("stopping the dashboard's server: %s", exc)
         try:
             self.app.driver.close()
-        except Exception as exc:   # closing is best effort: the process ends next
+        except Exception as exc:
             log.debug("closing the dashboard's driver: %s", exc)
+
+
+def _seconds_left(deadline_monotonic_ms: float | None, most: float = 5.0) -> float:
+    if deadline_monotonic_ms is None:
+        return most
+    return max(0.0, min(most, (deadline_monotonic_ms - monotonic_ms()) / 1000.0))
