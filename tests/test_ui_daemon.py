@@ -92,3 +92,17 @@ def test_xjobsd_ui_alone(daemon_env: DaemonEnv):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+@pytest.mark.daemon
+def test_status_names_the_dashboard_and_counts_its_requests(daemon_env: DaemonEnv):
+    port = free_port()
+    daemon = daemon_env.start("--ui", f"127.0.0.1:{port}")
+    daemon.ready()
+    for path in ("/", "/jobs", "/nope"):
+        get(f"http://127.0.0.1:{port}{path}")
+    wait_for(lambda: daemon.children(role="ui")[0]["stats"].get("requests", 0) >= 3, 20,
+             "the ui child to report its requests")
+    text = subprocess.run(CLI + ["status", "--control", daemon.control], env=daemon_env.process_env,
+                          capture_output=True, text=True, timeout=30).stdout
+    assert "request(s) answered, 0 with a server error" in text

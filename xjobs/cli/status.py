@@ -121,6 +121,8 @@ def _role_words(role: str, stats: dict) -> str:
     if role == "outbox-relay":
         return (f"{stats.get('published', 0)} published in {stats.get('batches', 0)} batch(es), "
                 f"{stats.get('publish_failed', 0) + stats.get('claim_failed', 0)} failure(s)")
+    if role == "ui":
+        return f"{stats.get('requests', 0)} request(s) answered, {stats.get('failed', 0)} with a server error"
     return ", ".join(f"{k} {v:g}" for k, v in sorted(stats.items()))
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import mimetypes
+import threading
 from dataclasses import replace
 from datetime import datetime, timezone
 from importlib import resources
@@ -75,6 +76,8 @@ class Dashboard:
         """``hosts``: the Host headers it answers (None: any; set for a loopback listener)."""
         self.driver = driver
         self.hosts = None if hosts is None else frozenset(h.lower() for h in hosts)
+        self.counts = {"requests": 0, "failed": 0}   # what the ui child reports (failed: a 5xx)
+        self._counting = threading.Lock()
         self.guard = guard
         self.tasks = tuple(tasks)
         self.known_queues = known_queues
@@ -135,6 +138,9 @@ class Dashboard:
         for header, value in _HEADERS.items():
             response.headers.setdefault(header, value)
         self.guard.remember_csrf(request, response)
+        with self._counting:
+            self.counts["requests"] += 1
+            self.counts["failed"] += response.status_code >= 500
         return response
 
     def url(self, request: Request, path: str, **args: Any) -> str:

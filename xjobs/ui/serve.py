@@ -91,6 +91,9 @@ class DashboardRole(RoleBase):
     def wakeup_fds(self) -> Sequence[int]:
         return ()
 
+    def stats(self) -> dict:
+        return dict(self.app.counts)
+
     def run_once(self, now_ms: float) -> float:
         if self._thread is not None and not self._thread.is_alive() and not self.closed:
             # the server stopped by itself: end this child, so the supervisor starts another
