@@ -98,6 +98,26 @@ def test_a_chunked_batch_is_written_whole_or_not_at_all(pg_driver):
     assert pg_driver.job_stats() == {}
 
 
+def test_chunks_built_while_earlier_ones_are_inserted_are_one_call(driver):
+    # job_enqueue_chunks: the answers in input order, duplicates across chunks found, and a
+    # chunk that fails to build (the iterator raises) writes nothing, on a connection that
+    # serves the next call as usual
+    def chunks(fail_at: int | None = None):
+        for c in range(3):
+            if c == fail_at:
+                raise ValueError("a key function raised")
+            yield [new_job(f"k{n % 7_000}") for n in range(c * 5_000, (c + 1) * 5_000)]
+    with pytest.raises(ValueError):
+        driver.job_enqueue_chunks(chunks(fail_at=2))
+    assert driver.job_stats() == {}
+    answers = driver.job_enqueue_chunks(chunks())
+    firsts = [a.id for a in answers[:7_000]]
+    assert [a.deduped for a in answers[:7_000]] == [False] * 7_000 and firsts == sorted(set(firsts))
+    assert [a.deduped for a in answers[7_000:]] == [True] * 8_000
+    assert [a.id for a in answers[7_000:]] == [answers[n % 7_000].id for n in range(7_000, 15_000)]
+    assert driver.job_enqueue([new_job("after")])[0].deduped is False
+
+
 def test_namespace_is_name_tenant_key(driver):
     first = enqueue(driver, "k", tenant="acme")
     assert enqueue(driver, "k", tenant="other") != first

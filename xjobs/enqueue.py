@@ -2,17 +2,21 @@
 ``xjobsd enqueue``, the scheduler's dispatches and the outbox relay all come through here, so the
 key, tenant, payload and timing rules cannot drift between entry points.
 
-Everything that can be refused is refused before the driver is called: one bad input in a
-batch of ten thousand writes nothing.
+Everything that can be refused is refused before anything is written: one bad input in a
+batch of ten thousand writes nothing. A call of more than ``ENQUEUE_CHUNK`` inputs is checked
+as a whole first (count, timing, every input's validation), then built chunk by chunk while
+the driver inserts the chunks before it, in one transaction: what only building finds (a
+payload over the limit, a key function that raises) rolls the whole call back.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .config import current_driver, current_settings
 from .drivers.base import LATEST_MS, Enqueued, JobDriver, NewJob
+from .drivers.records import ENQUEUE_CHUNK
 from .errors import InvalidOption
 from .options import duration_ms, finite_count, finite_option
 from .errors import PayloadTooLarge
@@ -52,6 +56,36 @@ def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = No
                keys: Sequence[str] | None = None) -> list[NewJob]:
     """The jobs ``inputs`` make, every rule checked. ``keys`` replaces the idempotency key of
     each input (the scheduler's occurrence-scoped keys); everything else is the job's own."""
+    make, count = _planned(handle, inputs, delay=delay, run_at=run_at, priority=priority,
+                           enqueued_by=enqueued_by, max_payload_bytes=max_payload_bytes, keys=keys)
+    jobs = make(0, count)
+    _check_bytes(sum(len(job.payload) for job in jobs))
+    return jobs
+
+
+def build_chunks(handle: "JobHandle", inputs: Sequence[Any], *, size: int = ENQUEUE_CHUNK,
+                 delay: object = None, run_at: object = None, priority: int | None = None,
+                 enqueued_by: str | None = None, max_payload_bytes: int) -> Iterator[list[NewJob]]:
+    """``build_jobs`` in chunks of ``size``, made as they are asked for: what can be refused
+    of the call as a whole is refused here, at once; a payload or key is refused when its
+    chunk is built."""
+    make, count = _planned(handle, inputs, delay=delay, run_at=run_at, priority=priority,
+                           enqueued_by=enqueued_by, max_payload_bytes=max_payload_bytes, keys=None)
+
+    def chunks() -> Iterator[list[NewJob]]:
+        total = 0
+        for start in range(0, count, size):
+            jobs = make(start, min(count, start + size))
+            total += sum(len(job.payload) for job in jobs)
+            _check_bytes(total)
+            yield jobs
+    return chunks()
+
+
+def _planned(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_at: object,
+             priority: int | None, enqueued_by: str | None, max_payload_bytes: int,
+             keys: Sequence[str] | None) -> tuple[Callable[[int, int], list[NewJob]], int]:
+    """The checks of a call as a whole, and ``make(start, stop)``: the jobs of that slice."""
     if len(inputs) > MAX_BATCH:
         raise InvalidOption("inputs", f"at most {MAX_BATCH} jobs per call, got {len(inputs)}")
     at, delay_ms = _timing(delay, run_at)
@@ -61,20 +95,24 @@ def build_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = No
     max_attempts = handle.retry.attempts
     if keys is not None and len(keys) != len(inputs):
         raise InvalidOption("keys", "one key per input")
-    inputs = [handle.validate(item) for item in inputs]   # every one, before anything is written
+    checked = [handle.validate(item) for item in inputs]   # every one, before anything is written
     traceparent = current_traceparent()   # stamped here, where the enqueuing code's span is
-    jobs = [NewJob(name=handle.name, queue=handle.queue,
-                   payload=encode_payload(item, max_payload_bytes),
-                   idempotency_key=handle.key_for(item) if keys is None else keys[i],
-                   tenant=handle.tenant_for(item),
-                   enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at,
-                   delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent)
-            for i, item in enumerate(inputs)]
-    total = sum(len(job.payload) for job in jobs)
+
+    def make(start: int, stop: int) -> list[NewJob]:
+        return [NewJob(name=handle.name, queue=handle.queue,
+                       payload=encode_payload(checked[i], max_payload_bytes),
+                       idempotency_key=handle.key_for(checked[i]) if keys is None else keys[i],
+                       tenant=handle.tenant_for(checked[i]),
+                       enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at,
+                       delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent)
+                for i in range(start, stop)]
+    return make, len(checked)
+
+
+def _check_bytes(total: int) -> None:
     if total > MAX_BATCH_BYTES:
         raise PayloadTooLarge(f"one call carries {total} payload bytes, over {MAX_BATCH_BYTES}; "
                               "enqueue in smaller batches")
-    return jobs
 
 
 def enqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
@@ -82,6 +120,10 @@ def enqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = 
                  enqueued_by: str | None = None, driver: JobDriver | None = None) -> list[Enqueued]:
     driver = driver if driver is not None else current_driver()
     settings = current_settings()
+    if len(inputs) > ENQUEUE_CHUNK:   # built while the chunks before it are inserted
+        return driver.job_enqueue_chunks(
+            build_chunks(handle, inputs, delay=delay, run_at=run_at, priority=priority,
+                         enqueued_by=enqueued_by, max_payload_bytes=settings.max_payload_bytes), conn=conn)
     jobs = build_jobs(handle, inputs, delay=delay, run_at=run_at, priority=priority,
                       enqueued_by=enqueued_by, max_payload_bytes=settings.max_payload_bytes)
     if not jobs:

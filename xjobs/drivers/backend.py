@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Mapping, NoReturn, Protocol, Sequence
+from typing import Any, Iterable, Mapping, NoReturn, Protocol, Sequence
 
 from ..clock import Clock
 from ..errors import LeaseLost, StepDuplicate
@@ -79,6 +79,7 @@ class Storage(Protocol):
 
 class JobsBackend(Protocol):
     def enqueue(self, jobs: Sequence[NewJob], conn: Any) -> list[Enqueued]: ...
+    def enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]], conn: Any) -> list[Enqueued]: ...
     def claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
               caps: Mapping[str, int], tenants: TenantRoom | None,
               names: frozenset[str] | None = None) -> list[ClaimedJob]: ...

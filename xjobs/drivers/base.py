@@ -42,7 +42,7 @@ absolute ``run_at_ms``.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from ..clock import Clock
 from .records import (STATES, LIVE_STATES, FINISHED_STATES, COUNTED_STATES, CHARGES, MAX_DELAY_MS, LATEST_MS, NewJob, Enqueued, ClaimedJob, TenantRoom, Nack, Lease, JobView, ListFilter, Matching, Released, QueueControl, Progress, QueueSummary, RatePoint, DeadGroup, LeaderView, Watermark, Dispatch, OutboxClaim, OutboxSummary, STEP_KINDS, STEP_STATES, StepRecord, StepLog, StepResult, StepSleep, StepWait, StepOutcome, NewEvent, SentEvent)
@@ -76,6 +76,12 @@ class JobStore(JobTransactions, Protocol):
         """Insert, or answer the live holder of each key (``deduped``); ``conn``: join the
         caller's transaction (a psycopg connection, or what the memory driver's
         ``job_transaction`` yields)."""
+        ...
+
+    def job_enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]], conn: Any = None) -> list[Enqueued]:
+        """``job_enqueue`` of one call whose jobs arrive in chunks, all in one transaction:
+        the Postgres driver sends each chunk as it arrives, so building the next one overlaps
+        the insert of this one; an exception from ``chunks`` writes nothing."""
         ...
 
     def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,

@@ -19,7 +19,7 @@ import contextlib
 import heapq
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import orjson
 
@@ -72,6 +72,11 @@ class MemoryJobs:
             raise InvalidOption("conn", "the memory driver joins only a transaction from its own job_transaction()")
         with table.lock:
             return self.insert_locked(jobs, conn)
+
+    def enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]], conn: Any) -> list[Enqueued]:
+        """``enqueue`` of every chunk at once: gathered first, so a chunk that fails to build
+        writes nothing, then inserted under one hold of the lock."""
+        return self.enqueue([job for chunk in chunks for job in chunk], conn)
 
     def insert_locked(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
         """The insert of ``job_enqueue``, for a caller that already holds the table's lock (a

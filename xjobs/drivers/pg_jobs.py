@@ -17,14 +17,15 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import orjson
 import psycopg
+from psycopg.rows import tuple_row
 
 from ..errors import XJobsError
 from .backend import lease_lost
 from .base import ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress, TenantRoom
 from .pg_database import PgDatabase
 from .pg_listen import PgListener
+from .records import ENQUEUE_CHUNK
 
-ENQUEUE_CHUNK = 5_000   # jobs per enqueue statement: a larger call is sent in chunks
 
 
 def _int_array(values: Iterable[int]) -> str:
@@ -38,32 +39,59 @@ class PgJobs:
         self._db = db
 
     def enqueue(self, jobs: Sequence[NewJob], conn: Any) -> list[Enqueued]:
-        """``job_enqueue``, then ``job_find_holder`` for the inputs whose key is held; a large
-        batch in chunks of ``ENQUEUE_CHUNK`` in ONE transaction (a savepoint on the caller's
-        ``conn``): all of it or none, while the client holds one chunk's documents and rows
-        at a time instead of the whole call's."""
+        """``job_enqueue``, then ``job_find_holder`` for the inputs whose key is held; a batch
+        larger than ``ENQUEUE_CHUNK`` goes as ``enqueue_chunks`` does."""
         if len(jobs) <= ENQUEUE_CHUNK:
             with self._db.cursor(conn) as cur:
                 return self._enqueue(jobs, cur)
+        return self.enqueue_chunks((jobs[start:start + ENQUEUE_CHUNK]
+                                    for start in range(0, len(jobs), ENQUEUE_CHUNK)), conn)
+
+    def enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]], conn: Any) -> list[Enqueued]:
+        """The chunks of one call in ONE transaction (a savepoint on the caller's ``conn``):
+        all of it or none. Pipelined: each chunk's statement is sent as soon as it is built,
+        and the next chunk is built (by the caller's iterator) while the server inserts this
+        one; once every chunk is sent, the answers are read in order, each chunk's held keys
+        resolved as ``enqueue`` does while the server still inserts the chunks after it. Each
+        chunk is planned for itself (``prepare=False``, nothing beside the insert of 5,000
+        rows; prepared, it ran a few thousand jobs/s slower). A 100,000-job call: 61,000-70,000 jobs/s, against 43,000-47,000 waiting for each chunk,
+        holding every chunk's document until the answers are read (about 17 MiB more at the
+        largest call; reading the oldest answers before every chunk is sent made it slower)."""
         results: list[Enqueued] = []
         with contextlib.ExitStack() as stack:
             own = conn if conn is not None else stack.enter_context(self._db.connection())
             stack.enter_context(own.transaction())
-            with self._db.cursor(own) as cur:
-                for start in range(0, len(jobs), ENQUEUE_CHUNK):
-                    results += self._enqueue(jobs[start:start + ENQUEUE_CHUNK], cur)
+            sent: list[tuple[Sequence[NewJob], psycopg.Cursor[Any]]] = []
+            with own.pipeline():
+                for jobs in chunks:
+                    if jobs:
+                        cur = stack.enter_context(own.cursor(row_factory=tuple_row))
+                        cur.execute(self._db.sql["job_enqueue"], self._enqueue_params(jobs), prepare=False)
+                        sent.append((jobs, cur))
+                # each chunk's answer is read, and its held keys resolved, while the server
+                # still inserts the chunks after it
+                follow = stack.enter_context(own.cursor(row_factory=tuple_row))
+                for jobs, cur in sent:
+                    results += self._enqueue(jobs, follow, first=cur.fetchall())
         return results
 
-    def _enqueue(self, jobs: Sequence[NewJob], cur: psycopg.Cursor[Any]) -> list[Enqueued]:
+    def _enqueue_params(self, jobs: Sequence[NewJob]) -> dict[str, Any]:
+        return {**self._db.now(), "rows": orjson.dumps([j.document() for j in jobs]).decode()}
+
+    def _enqueue(self, jobs: Sequence[NewJob], cur: psycopg.Cursor[Any],
+                 first: list[tuple[Any, ...]] | None = None) -> list[Enqueued]:
+        """``first``: what the first round's insert answered, when it was sent already."""
         db = self._db
         results: list[Enqueued | None] = [None] * len(jobs)
         spaces = [job.namespace for job in jobs]
         pending = list(range(len(jobs)))
         for _round in range(4):
-            batch = [jobs[i] for i in pending]
-            rows = orjson.dumps([j.document() for j in batch])
-            cur.execute(db.sql["job_enqueue"], {**db.now(), "rows": rows.decode()})
-            inserted = {(r[1], r[2], r[3]): r[0] for r in cur.fetchall()}
+            if first is not None:
+                answered, first = first, None
+            else:
+                cur.execute(db.sql["job_enqueue"], self._enqueue_params([jobs[i] for i in pending]))
+                answered = cur.fetchall()
+            inserted = {(r[1], r[2], r[3]): r[0] for r in answered}
             # an input whose namespace went in answers that row; a second input with the
             # same namespace (pop leaves nothing) is a duplicate of it, found below
             missing = []

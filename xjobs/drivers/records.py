@@ -235,6 +235,7 @@ class RatePoint:
     count: int
 
 
+ENQUEUE_CHUNK = 5_000      # jobs per enqueue statement: a larger call is sent in chunks
 ERROR_GROUP_WIDTH = 200   # the characters of last_error a dead-letter group shares
 
 

@@ -1,0 +1,73 @@
+"""``enqueue_many`` of more than one chunk: built chunk by chunk while the chunks before are
+inserted, and still all or nothing, on both drivers and on a caller's connection."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+import xjobs
+from xjobs.drivers.records import ENQUEUE_CHUNK
+from xjobs.enqueue import MAX_BATCH, enqueue_many
+from xjobs.errors import InvalidOption, PayloadInvalid, PayloadTooLarge
+
+
+@pytest.fixture
+def registry() -> xjobs.Registry:
+    return xjobs.Registry()
+
+
+def declare(registry, **options):
+    options.setdefault("queue", "q")
+    options.setdefault("tenant", "none")
+    return xjobs.job(registry=registry, **options)(lambda ctx, i: None)
+
+
+def test_a_large_call_is_answered_in_input_order(driver, registry):
+    handle = declare(registry, name="many", idempotency_key=lambda i: str(i % 8_000))
+    answers = enqueue_many(handle, list(range(12_000)), driver=driver)
+    assert len(answers) == 12_000
+    assert [a.deduped for a in answers] == [False] * 8_000 + [True] * 4_000
+    assert [a.id for a in answers[8_000:]] == [a.id for a in answers[:4_000]]
+    assert driver.job_stats() == {"q": {"ready": 8_000}}
+
+
+def test_what_only_building_finds_in_a_late_chunk_writes_nothing(driver, registry):
+    def key(i):
+        if i == 2 * ENQUEUE_CHUNK + 3:
+            raise RuntimeError("this key function fails on one input")
+        return str(i)
+    handle = declare(registry, name="late", idempotency_key=key)
+    with pytest.raises(PayloadInvalid, match="RuntimeError: this key function fails"):
+        enqueue_many(handle, list(range(3 * ENQUEUE_CHUNK)), driver=driver)
+    big = declare(registry, name="big", idempotency_key=lambda i: str(i["n"]))
+    inputs = [{"n": n, "pad": "x" * (2_000_000 if n == ENQUEUE_CHUNK + 1 else 0)} for n in range(ENQUEUE_CHUNK + 2)]
+    with pytest.raises(PayloadTooLarge):
+        enqueue_many(big, inputs, driver=driver)
+    assert driver.job_stats() == {}
+    assert not enqueue_many(handle, [1], driver=driver)[0].deduped   # the driver serves on
+
+
+def test_the_call_as_a_whole_is_refused_before_anything_is_built(driver, registry):
+    built = []
+    handle = declare(registry, name="counted", idempotency_key=lambda i: built.append(i) or str(i))
+    with pytest.raises(InvalidOption):
+        enqueue_many(handle, list(range(MAX_BATCH + 1)), driver=driver)
+    with pytest.raises(InvalidOption):
+        enqueue_many(handle, list(range(ENQUEUE_CHUNK + 1)), delay="soon", driver=driver)
+    assert built == []
+
+
+@pytest.mark.postgres
+def test_on_a_callers_connection_it_is_part_of_the_callers_transaction(pg_driver, registry):
+    handle = declare(registry, name="joined", idempotency_key=lambda i: str(i))
+    with psycopg.connect(pg_driver.dsn) as conn:
+        with pytest.raises(ZeroDivisionError), conn.transaction():
+            enqueue_many(handle, list(range(2 * ENQUEUE_CHUNK + 1)), conn=conn, driver=pg_driver)
+            1 / 0
+        assert pg_driver.job_stats() == {}
+        with conn.transaction():
+            answers = enqueue_many(handle, list(range(2 * ENQUEUE_CHUNK + 1)), conn=conn, driver=pg_driver)
+            assert pg_driver.job_stats() == {}        # not committed yet: another session sees nothing
+        assert len(answers) == 2 * ENQUEUE_CHUNK + 1
+    assert pg_driver.job_stats() == {"q": {"ready": 2 * ENQUEUE_CHUNK + 1}}
