@@ -5,6 +5,8 @@
 -- clocks drift apart; to_timestamp(%(now)s / 1000.0), from an injected clock, in tests.
 -- Durations arrive as milliseconds and are added as intervals; absolute times arrive and
 -- leave as epoch milliseconds. No statement reads or returns a whole row.
+-- A block whose name starts with _ is a fragment, not a statement: a statement writes
+-- {_name} where its text goes (sql.raw_statements puts it in).
 
 -- name: job_enqueue
 -- the batch arrives as ONE json document (payloads embedded as they were encoded), which the
@@ -335,17 +337,10 @@ with doomed as (
 )
 select count(*) from gone
 
--- name: job_list
--- operator filters, newest first; the time range reads when a job finished, or was created
--- if it has not: absolute times, or ages taken back from the database's now (so "the last 2h"
--- means the same on every machine); %(before)s pages backwards by id (keyset: no offset over
--- millions of rows)
-select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, priority,
-       extract(epoch from run_at)::float8 * 1000, last_error,
-       extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
-       enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress
-from {schema}.jobs
-where (%(queue)s::text is null or queue = %(queue)s::text)
+-- name: _operator_filters
+-- a fragment, not a statement: the operator's filters (ListFilter), written once for the
+-- listings, the bulk verbs and their count, which say {_operator_filters} where it goes
+(%(queue)s::text is null or queue = %(queue)s::text)
   and (%(name)s::text is null or name = %(name)s::text)
   and (%(state)s::text is null or state = %(state)s::text)
   and (%(tenant)s::text is null or tenant = %(tenant)s::text)
@@ -358,6 +353,18 @@ where (%(queue)s::text is null or queue = %(queue)s::text)
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
   and (%(error_group)s::text is null
        or left(coalesce(last_error, ''), %(width)s::int) = %(error_group)s::text)
+
+-- name: job_list
+-- operator filters, newest first; the time range reads when a job finished, or was created
+-- if it has not: absolute times, or ages taken back from the database's now (so "the last 2h"
+-- means the same on every machine); %(before)s pages backwards by id (keyset: no offset over
+-- millions of rows)
+select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, priority,
+       extract(epoch from run_at)::float8 * 1000, last_error,
+       extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
+       enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress
+from {schema}.jobs
+where {_operator_filters}
   and (%(before)s::int8 is null or id < %(before)s::int8)
 order by id desc
 limit %(limit)s
@@ -369,19 +376,7 @@ select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, p
        extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
        enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress
 from {schema}.jobs
-where (%(queue)s::text is null or queue = %(queue)s::text)
-  and (%(name)s::text is null or name = %(name)s::text)
-  and (%(state)s::text is null or state = %(state)s::text)
-  and (%(tenant)s::text is null or tenant = %(tenant)s::text)
-  and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
-  and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
-  and (%(since_ago)s::float8 is null
-       or coalesce(finished_at, created_at) >= {now} - %(since_ago)s::float8 * interval '1 millisecond')
-  and (%(until_ago)s::float8 is null
-       or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
-  and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
-  and (%(error_group)s::text is null
-       or left(coalesce(last_error, ''), %(width)s::int) = %(error_group)s::text)
+where {_operator_filters}
   and id > %(after)s::int8
 order by id
 limit %(limit)s
@@ -433,19 +428,7 @@ returning job_id
 with picked as (
     select id, name, coalesce(tenant, '') as space, idempotency_key
     from {schema}.jobs
-    where state in ('dead', 'cancelled') and id > %(after)s::int8 and id <= %(upto)s::int8 and (%(queue)s::text is null or queue = %(queue)s::text)
-  and (%(name)s::text is null or name = %(name)s::text)
-  and (%(state)s::text is null or state = %(state)s::text)
-  and (%(tenant)s::text is null or tenant = %(tenant)s::text)
-  and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
-  and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
-  and (%(since_ago)s::float8 is null
-       or coalesce(finished_at, created_at) >= {now} - %(since_ago)s::float8 * interval '1 millisecond')
-  and (%(until_ago)s::float8 is null
-       or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
-  and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
-  and (%(error_group)s::text is null
-       or left(coalesce(last_error, ''), %(width)s::int) = %(error_group)s::text)
+    where state in ('dead', 'cancelled') and id > %(after)s::int8 and id <= %(upto)s::int8 and {_operator_filters}
     order by id
     limit %(limit)s
     for update skip locked
@@ -474,19 +457,7 @@ order by p.id
 -- one bounded batch of a bulk cancel, after id %(after)s: live jobs matching the filters
 with picked as (
     select id from {schema}.jobs
-    where state in ('ready', 'running', 'suspended') and id > %(after)s::int8 and id <= %(upto)s::int8 and (%(queue)s::text is null or queue = %(queue)s::text)
-  and (%(name)s::text is null or name = %(name)s::text)
-  and (%(state)s::text is null or state = %(state)s::text)
-  and (%(tenant)s::text is null or tenant = %(tenant)s::text)
-  and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
-  and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
-  and (%(since_ago)s::float8 is null
-       or coalesce(finished_at, created_at) >= {now} - %(since_ago)s::float8 * interval '1 millisecond')
-  and (%(until_ago)s::float8 is null
-       or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
-  and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
-  and (%(error_group)s::text is null
-       or left(coalesce(last_error, ''), %(width)s::int) = %(error_group)s::text)
+    where state in ('ready', 'running', 'suspended') and id > %(after)s::int8 and id <= %(upto)s::int8 and {_operator_filters}
     order by id
     limit %(limit)s
     for update skip locked
@@ -507,19 +478,7 @@ select cancelled.id from cancelled order by cancelled.id
 -- newest id among them (a bulk verb stops there: jobs enqueued after it began are not its)
 select count(*), coalesce(max(id), 0)
 from {schema}.jobs
-where state = any(%(states)s::text[]) and (%(queue)s::text is null or queue = %(queue)s::text)
-  and (%(name)s::text is null or name = %(name)s::text)
-  and (%(state)s::text is null or state = %(state)s::text)
-  and (%(tenant)s::text is null or tenant = %(tenant)s::text)
-  and (%(since)s::float8 is null or coalesce(finished_at, created_at) >= to_timestamp(%(since)s::float8 / 1000.0))
-  and (%(until)s::float8 is null or coalesce(finished_at, created_at) < to_timestamp(%(until)s::float8 / 1000.0))
-  and (%(since_ago)s::float8 is null
-       or coalesce(finished_at, created_at) >= {now} - %(since_ago)s::float8 * interval '1 millisecond')
-  and (%(until_ago)s::float8 is null
-       or coalesce(finished_at, created_at) < {now} - %(until_ago)s::float8 * interval '1 millisecond')
-  and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
-  and (%(error_group)s::text is null
-       or left(coalesce(last_error, ''), %(width)s::int) = %(error_group)s::text)
+where state = any(%(states)s::text[]) and {_operator_filters}
 
 -- name: job_progress_many
 -- the latest progress of running jobs, fenced like a heartbeat: a run that lost its job

@@ -44,7 +44,18 @@ def _parse(text: str) -> dict[str, str]:
 
 @lru_cache(maxsize=1)
 def raw_statements() -> dict[str, str]:
-    return _parse((_HERE / "queries.sql").read_text())
+    """Every statement of queries.sql, with the fragments it names (blocks whose name starts
+    with ``_``, written ``{_name}`` where they go) put in place."""
+    blocks = _parse((_HERE / "queries.sql").read_text())
+    fragments = {name: sql for name, sql in blocks.items() if name.startswith("_")}
+    statements = {}
+    for name, sql in blocks.items():
+        if name.startswith("_"):
+            continue
+        for fragment, text in fragments.items():
+            sql = sql.replace("{" + fragment + "}", text)
+        statements[name] = sql
+    return statements
 
 
 # The two renderings of {now}. The server's: every worker, whatever its own clock says, takes
