@@ -11,9 +11,8 @@ key a live job holds again (requeueing it would break the key's promise) and say
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
-
 from datetime import datetime
+from typing import Any, Iterable
 
 from .drivers.base import LATEST_MS, LIVE_STATES, DeadGroup, JobDriver, JobView, ListFilter
 from .errors import InvalidOption
@@ -175,7 +174,8 @@ def queues(driver: JobDriver, known: tuple[str, ...] = ()) -> list[dict[str, Any
 def schedules(driver: JobDriver, tasks: Iterable[Any]) -> dict[str, Any]:
     """Every cron task of ``tasks`` (the registry's) with its next fire time (epoch ms),
     computed from its watermark (or, never dispatched, from the database's now) by the
-    resolver the scheduler uses, and the fleet's scheduler leader."""
+    resolver the scheduler uses, and the fleet's scheduler leader; ``undeclared``: the
+    watermarks of tasks ``tasks`` does not name (another app's, or one removed since)."""
     from .cron import DEFAULT_RESOLVER, iso as zoned
     from .workers.scheduler import ELECTION
     now = driver.clock_now_ms()
@@ -190,6 +190,8 @@ def schedules(driver: JobDriver, tasks: Iterable[Any]) -> dict[str, Any]:
                      "next_fire_local": zoned(upcoming, task.tz),
                      "watermark": mark.watermark_ms if mark else None,
                      "dispatched": mark.dispatched if mark else 0})
-    return {"now": now, "tasks": rows, "leader": None if leader is None else {
+    declared = {row["name"] for row in rows}
+    undeclared = [mark for name, mark in state.items() if name not in declared]
+    return {"now": now, "tasks": rows, "undeclared": undeclared, "leader": None if leader is None else {
         "holder": leader.holder, "live": leader.live, "expires_at": leader.expires_at,
         "elected_at": leader.elected_at}}

@@ -93,7 +93,8 @@ _DURATIONS = (("lease_ms", "lease", 100), ("heartbeat_ms", "heartbeat", 10),
               ("event_retention_ms", "event_retention", 0))
 
 
-_HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
+_HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")   # what --ui-trust-header may name
+
 
 @dataclass(frozen=True)
 class Settings:

@@ -74,9 +74,10 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
     return settings.with_overrides(dsn=dsn, schema=None if explicit_schema else schema)
 
 
-def driver_from(settings: Settings, application_name: str = "xjobs-cli") -> "JobDriver":
+def driver_from(settings: Settings, application_name: str = "xjobs-cli", **pool_options: Any) -> "JobDriver":
     """A driver for one command, after one quick connection proves the database answers:
-    an operator wants "cannot connect" in seconds, not a pool retrying for half a minute."""
+    an operator wants "cannot connect" in seconds, not a pool retrying for half a minute.
+    ``pool_options`` override the one-connection pool (``pool_size``, ``statement_timeout_ms``)."""
     if not settings.dsn:
         raise InvalidOption("dsn", "no database configured: pass --dsn or set XJOBS_DATABASE_URL")
     import psycopg
@@ -89,7 +90,7 @@ def driver_from(settings: Settings, application_name: str = "xjobs-cli") -> "Job
         pass
     from ..drivers.postgres import PostgresDriver
     return PostgresDriver(settings.dsn, schema=settings.schema, application_name=application_name,
-                          pool_size=1, pool_timeout=10.0)
+                          **{"pool_size": 1, "pool_timeout": 10.0, **pool_options})
 
 
 def import_apps(modules: list[str] | tuple[str, ...]) -> None:
@@ -147,3 +148,17 @@ def add_log_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-format", default=None, choices=("text", "json"),
                         help="text for people, json for machines: one object per line (default text, "
                              "or XJOBS_LOG_FORMAT)")
+
+
+def age(seconds: float | None) -> str:
+    """A duration as people read it: ``4.2s``, ``3m05s``, ``2h10m``, ``1d03h``."""
+    if seconds is None:
+        return "-"
+    seconds = float(seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"

@@ -194,9 +194,8 @@ def banner(settings: Settings, specs: list, registry: Any, control: str, metrics
     if metrics is not None:
         lines.append(f"  metrics: http://{metrics.address}/metrics")
     if ui_socket is not None:
-        from ..ui.listen import address_of
-        mode = "actions for who signs in" if settings.ui_actions else "read-only"
-        lines.append(f"  dashboard: http://{address_of(ui_socket)}/ ({mode})")
+        from ..ui.listen import announce
+        lines.append(f"  dashboard: {announce(ui_socket, settings.ui_actions)}")
     first = next((h for h in registry.jobs() if h.queue not in stranded), None)
     app = settings.apps[0]
     lines.append("  try, from this directory:")

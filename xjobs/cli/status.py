@@ -19,7 +19,7 @@ import time
 import orjson
 
 from ..options import duration_ms
-from .common import add_control_flags, ask_daemon, print_table, refusal_exit_code
+from .common import add_control_flags, age, ask_daemon, print_table, refusal_exit_code
 
 _WAIT_POLL_S = 0.2
 
@@ -71,7 +71,7 @@ def status(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 1 if not_ready else 0
-    print(f"xjobsd pid {answer['pid']}: {answer['state']}, up {_age(answer['uptime'])}, schema "
+    print(f"xjobsd pid {answer['pid']}: {answer['state']}, up {age(answer['uptime'])}, schema "
           f"{answer['schema']}, database {'up' if answer.get('database_up') else 'DOWN' if answer.get('database_up') is False else '?'}")
     if answer.get("drain_deadline_in") is not None:
         print(f"drain deadline in {answer['drain_deadline_in']:.1f}s")
@@ -81,11 +81,11 @@ def status(args: argparse.Namespace) -> int:
     print()
     rows = [[c["role"], c["queue"] or "-", c["index"], c["pid"] or "-",
              c["state"] + (" (crash loop)" if c.get("crash_loop") and c["state"] != "crash-loop" else ""),
-             _age(c["uptime"]) if c["pid"] else "-", c["in_flight"], c["completed"], c["restarts"]]
+             age(c["uptime"]) if c["pid"] else "-", c["in_flight"], c["completed"], c["restarts"]]
             for c in answer["children"]]
     print_table(["role", "queue", "#", "pid", "state", "uptime", "in flight", "completed", "restarts"], rows)
     print()
-    queues = [[name, _dash(q["depth"]), _age(q["oldest_ready_seconds"]) if q["oldest_ready_seconds"] is not None else "-",
+    queues = [[name, _dash(q["depth"]), age(q["oldest_ready_seconds"]) if q["oldest_ready_seconds"] is not None else "-",
                q["in_flight"], f"{q['processes']}x{q['concurrency']}", "paused" if q.get("paused") else "",
                q.get("quarantined") or "", q.get("unknown_jobs") or ""]
               for name, q in answer["queues"].items()]
@@ -102,12 +102,12 @@ def status(args: argparse.Namespace) -> int:
         if c.get("stats") is not None and c.get("pid") and c.get("queue") is None:
             print(f"\n{c['role']} #{c['index']}: {_role_words(c['role'], c['stats'])}")
     if answer.get("outbox"):
-        print(f"outbox: {answer['outbox']['pending']} row(s) pending, oldest {_age(answer['outbox']['oldest_seconds'])}")
+        print(f"outbox: {answer['outbox']['pending']} row(s) pending, oldest {age(answer['outbox']['oldest_seconds'])}")
     running = [(c, run) for c in answer["children"] for run in c.get("running") or ()]
     if running:
         print()
         print_table(["job", "queue", "attempt", "running for", "alone", "progress"],
-                    [[f"{run['name']}#{run['id']}", c["queue"] or "-", run["attempt"], _age(run["seconds"]),
+                    [[f"{run['name']}#{run['id']}", c["queue"] or "-", run["attempt"], age(run["seconds"]),
                       "yes" if run.get("alone") else "", _progress(run.get("progress"))] for c, run in running])
     return 1 if not_ready else 0
 
@@ -138,21 +138,8 @@ def _figures_age(queues: dict) -> str:
     ages = [q["as_of_seconds"] for q in queues.values() if q.get("as_of_seconds") is not None]
     if not ages:
         return "queue figures not read from the database yet"
-    return f"queue figures as of {_age(max(ages))} ago"
+    return f"queue figures as of {age(max(ages))} ago"
 
 
 def _dash(value: object) -> object:
     return "-" if value is None else value
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = float(seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
-    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"

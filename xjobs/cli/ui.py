@@ -13,16 +13,13 @@ SIGTERM or Ctrl-C stops it.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
 from typing import Any
 
 from ..logs import configure_logging
-from .common import add_database_flags, add_log_flags, import_apps, settings_from
-
-log = logging.getLogger("xjobs.ui")
+from .common import add_database_flags, add_log_flags, driver_from, import_apps, settings_from
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -47,22 +44,20 @@ def serve(args: argparse.Namespace) -> int:
     listen.check_installed()
     settings = settings_from(args, ui_actions=args.actions, ui_trust_header=args.trust_header)
     sock = listen.bind(args.listen or settings.ui or "127.0.0.1:8080")
-    from ..drivers.postgres import PostgresDriver
     from ..registry import REGISTRY
+    from ..supervisor.roles import ROLE_STATEMENT_TIMEOUT_MS
     from ..ui import serve as served
-    from .common import driver_from
     import_apps(args.app or list(settings.apps))
-    driver_from(settings, application_name="xjobs-ui").close()   # "cannot connect" now, in one line
-    driver = PostgresDriver(settings.dsn or "", schema=settings.schema, application_name="xjobs-ui",
-                            pool_size=served.POOL_SIZE, statement_timeout_ms=5000)
+    # the statements a ui child's are capped at, so a page that reads too much gives up alike
+    driver = driver_from(settings, "xjobs-ui", pool_size=served.POOL_SIZE,
+                         statement_timeout_ms=ROLE_STATEMENT_TIMEOUT_MS)
     app = served.dashboard(driver, settings, REGISTRY, args.control or os.environ.get("XJOBS_CONTROL"), sock)
     server = served.server_for(app, sock)
 
     def stop(signum: int, frame: Any) -> None:
         raise SystemExit(0)   # waitress' run() ends its threads on SystemExit
     signal.signal(signal.SIGTERM, stop)
-    mode = "actions for who signs in" if settings.ui_actions else "read-only"
-    print(f"xjobsd ui: dashboard on http://{listen.address_of(sock)}/ ({mode}), schema {settings.schema}",
+    print(f"xjobsd ui: dashboard on {listen.announce(sock, settings.ui_actions)}, schema {settings.schema}",
           file=sys.stderr, flush=True)
     try:
         server.run()

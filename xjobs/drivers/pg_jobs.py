@@ -27,7 +27,6 @@ from .pg_listen import PgListener
 from .records import ENQUEUE_CHUNK
 
 
-
 def _int_array(values: Iterable[int]) -> str:
     """A bigint[] literal: joining digits is far cheaper than binding an array per element
     (values are checked integers, so the literal cannot carry anything else)."""
@@ -54,9 +53,10 @@ class PgJobs:
         one; once every chunk is sent, the answers are read in order, each chunk's held keys
         resolved as ``enqueue`` does while the server still inserts the chunks after it. Each
         chunk is planned for itself (``prepare=False``, nothing beside the insert of 5,000
-        rows; prepared, it ran a few thousand jobs/s slower). A 100,000-job call: 61,000-70,000 jobs/s, against 43,000-47,000 waiting for each chunk,
-        holding every chunk's document until the answers are read (about 17 MiB more at the
-        largest call; reading the oldest answers before every chunk is sent made it slower)."""
+        rows; prepared, it ran a few thousand jobs/s slower). A 100,000-job call: 61,000-70,000
+        jobs/s, against 43,000-47,000 waiting for each chunk, holding every chunk's document
+        until its answer is read (about 17 MiB more at the largest call; reading the oldest
+        answers before every chunk is sent made it slower)."""
         results: list[Enqueued] = []
         with contextlib.ExitStack() as stack:
             own = conn if conn is not None else stack.enter_context(self._db.connection())

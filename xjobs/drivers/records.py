@@ -22,6 +22,8 @@ COUNTED_STATES = ("ready", "running", "suspended", "dead")
 CHARGES = ("alone", "suspect", "never")   # which lone job a crash's hand-back may charge
 MAX_DELAY_MS = 10 * 365 * 86_400_000.0   # the longest duration any option accepts
 LATEST_MS = 253_402_300_799_000.0        # 9999-12-31T23:59:59Z, the last time every driver holds
+ENQUEUE_CHUNK = 5_000                     # jobs per enqueue statement: a larger call is sent in chunks
+ERROR_GROUP_WIDTH = 200                   # the characters of last_error a dead-letter group shares
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,10 +235,6 @@ class RatePoint:
     minute: float
     outcome: str
     count: int
-
-
-ENQUEUE_CHUNK = 5_000      # jobs per enqueue statement: a larger call is sent in chunks
-ERROR_GROUP_WIDTH = 200   # the characters of last_error a dead-letter group shares
 
 
 @dataclass(frozen=True, slots=True)

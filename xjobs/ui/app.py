@@ -30,7 +30,9 @@ from werkzeug.utils import redirect
 from werkzeug.wrappers import Request, Response
 
 from .. import admin
+from ..cli.common import age
 from ..drivers.base import LIVE_STATES, STATES, JobDriver, ListFilter
+from ..drivers.refusals import is_bigint
 from ..errors import JobNotFound, XJobsError
 from . import pages
 from .auth import SESSION_COOKIE, SESSION_SECONDS, Guard
@@ -38,7 +40,6 @@ from .charts import throughput_chart
 
 log = logging.getLogger("xjobs.ui")
 FLASH_COOKIE = "xjobs_ui_flash"
-MAX_ID = 2**63 - 1
 # "group": a dead-letter group's error prefix, matched exactly (the dead letters page links it)
 FILTERS = ("queue", "name", "state", "tenant", "since", "until", "error", "group")
 _HEADERS = {
@@ -55,16 +56,6 @@ def _iso(ms: float | None) -> str:
     if ms is None:
         return ""
     return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.1f}s"
 
 
 class Dashboard:
@@ -84,7 +75,7 @@ class Dashboard:
         self.control = control
         self.env = Environment(loader=PackageLoader("xjobs.ui", "templates"),
                                autoescape=select_autoescape(default=True, default_for_string=True))
-        self.env.filters.update(iso=_iso, age=_age)
+        self.env.filters.update(iso=_iso, age=age)
         self.env.globals.update(states=STATES, live_states=LIVE_STATES, filters=FILTERS)
         self.routes = Map([
             Rule("/", endpoint="overview", methods=["GET"]),
@@ -117,7 +108,7 @@ class Dashboard:
                 return self.message(request, "Unknown host", "This dashboard answers only to its own "
                                     "address.", 421)
             endpoint, values = adapter.match()
-            if values.get("job_id", 0) > MAX_ID:
+            if "job_id" in values and not is_bigint(values["job_id"]):
                 raise JobNotFound(f"no job {values['job_id']}")
             response = getattr(self, f"on_{endpoint}")(request, **values)
         except NotFound:
@@ -127,7 +118,7 @@ class Dashboard:
         except JobNotFound as exc:
             response = self.message(request, "No such job", str(exc), 404)
         except XJobsError as exc:
-            response = self.message(request, "Refused", pages.refusal_text(exc), 400)
+            response = self.message(request, "Refused", str(exc), 400)
         except psycopg.errors.QueryCanceled:
             response = self.message(request, "Too slow", "The database gave up on this page (statement "
                                     "timeout): narrow the filter with a state, a queue or a time range.", 503)
@@ -250,7 +241,7 @@ class Dashboard:
         try:
             text = action(self.guard.who(request) or "?")
         except XJobsError as exc:
-            text = pages.refusal_text(exc)
+            text = str(exc)
         return self.done(request, back, text)
 
     def on_retry(self, request: Request, job_id: int) -> Response:
@@ -293,16 +284,15 @@ class Dashboard:
             try:
                 counted = run(self.driver, where, by="", dry_run=True)
             except XJobsError as exc:
-                return self.message(request, "Refused", pages.refusal_text(exc), 400)
+                return self.message(request, "Refused", str(exc), 400)
             return self.render(request, "confirm.html", verb=verb, raw=raw, count=counted.matched, back=back)
         return self.act(request, back, lambda by: run(self.driver, where, by=by).describe().capitalize() + ".")
 
     def where(self, raw: dict[str, str | None], limit: int) -> ListFilter:
-        since, since_ago = admin.when(raw["since"] or None, "since")
-        until, until_ago = admin.when(raw["until"] or None, "until")
-        return ListFilter(queue=raw["queue"] or None, name=raw["name"] or None, state=raw["state"] or None,
-                          tenant=raw["tenant"] or None, error=raw["error"] or None, limit=limit,
-                          error_group=raw["group"],
+        since, since_ago = admin.when(raw["since"], "since")
+        until, until_ago = admin.when(raw["until"], "until")
+        return ListFilter(queue=raw["queue"], name=raw["name"], state=raw["state"], tenant=raw["tenant"],
+                          error=raw["error"], error_group=raw["group"], limit=limit,
                           since_ms=since, since_ago_ms=since_ago, until_ms=until, until_ago_ms=until_ago)
 
 
@@ -337,7 +327,7 @@ def _job_id(text: str) -> int | None:
     if not (text.isascii() and text.isdigit() and len(text) <= 19):
         return None
     value = int(text)
-    return value if value <= MAX_ID else None
+    return value if is_bigint(value) else None
 
 
 def _read_only_text(guard: Guard) -> str:

@@ -45,6 +45,11 @@ def address_of(sock: socket.socket) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def announce(sock: socket.socket, actions: bool) -> str:
+    """Where the dashboard is and what it allows, for a banner."""
+    return f"http://{address_of(sock)}/ ({'actions for who signs in' if actions else 'read-only'})"
+
+
 def role_kind(sock: socket.socket, control: str | None) -> "RoleKind":
     """The ``ui`` role's line for ``role_specs``: a singleton serving ``sock``."""
     from ..supervisor.roles import RoleKind

@@ -18,13 +18,12 @@ import orjson
 
 from .. import admin
 from ..drivers.base import JobDriver, JobView, ListFilter, RatePoint
-from ..errors import XJobsError
+from ..workers.rates import RATED as ENDED
 
 PAGE_SIZE = 50
 CHART_MINUTES = 60
 PAYLOAD_SHOWN_BYTES = 64 * 1024
-FAILED = ("retried", "dead")
-ENDED = ("completed", "retried", "dead", "cancelled", "interrupted")
+FAILED = ("retried", "dead")   # of the outcomes workers report (ENDED), those that failed
 
 
 @dataclass
@@ -124,10 +123,9 @@ def dead_letters(driver: JobDriver) -> dict[str, Any]:
 
 def schedules(driver: JobDriver, tasks: Iterable[Any], control: str | None) -> dict[str, Any]:
     found = admin.schedules(driver, tasks)
-    declared = {row["name"] for row in found["tasks"]}
     found["tasks"] += [{"name": mark.task, "cron": None, "tz": None, "job": None, "next_fire": None,
                         "watermark": mark.watermark_ms, "dispatched": mark.dispatched}
-                       for mark in driver.schedule_state() if mark.task not in declared]
+                       for mark in found["undeclared"]]
     summary = driver.outbox_summary()
     relay = None
     daemon = daemon_status(control)
@@ -135,6 +133,3 @@ def schedules(driver: JobDriver, tasks: Iterable[Any], control: str | None) -> d
         relay = next((c for c in daemon.get("children", ()) if c.get("role") == "outbox-relay"), None)
     return {**found, "outbox": summary, "relay": relay, "daemon": daemon is not None}
 
-
-def refusal_text(exc: XJobsError) -> str:
-    return f"{exc.code}: {exc}" if getattr(exc, "code", None) else str(exc)
