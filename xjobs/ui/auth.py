@@ -86,9 +86,6 @@ class Guard:
             return f"ui:session@{where}"
         return None
 
-    def signed_in_by_session(self, request: Request) -> bool:
-        return self._session_valid(request.cookies.get(SESSION_COOKIE))
-
     # -- CSRF -----------------------------------------------------------------------------------
 
     @staticmethod
