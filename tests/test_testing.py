@@ -114,6 +114,21 @@ def test_run_inline_transaction_with_a_connection_writes_in_a_savepoint(registry
         conn.rollback()
 
 
+@pytest.mark.postgres
+def test_run_inline_on_a_fresh_connection_writes_in_the_tests_transaction(registry, pg_dsn, pg_schema):
+    def body(ctx, input):
+        with ctx.transaction() as conn:
+            conn.execute(f"insert into {pg_schema}.t values (%s)", (input["n"],))
+    handle = declare(registry, body)
+    with psycopg.connect(pg_dsn, autocommit=True) as setup:
+        setup.execute(f"create schema {pg_schema}")
+        setup.execute(f"create table {pg_schema}.t (n int)")
+    with psycopg.connect(pg_dsn) as conn:      # no statement run yet: nothing begun
+        testing.run_inline(handle, {"n": 1}, conn=conn)
+        conn.rollback()
+        assert conn.execute(f"select count(*) from {pg_schema}.t").fetchone() == (0,)
+
+
 # -- memory_queue -----------------------------------------------------------------------------------
 
 class _Counting(MemoryDriver):

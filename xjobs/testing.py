@@ -8,8 +8,8 @@ Three ways to test a job, from the smallest to the most faithful:
   gets it back as a worker would (decoded JSON). Nothing is written to any queue; retry
   policy and timeouts are not applied: the body's return value comes back, its exception
   propagates. There is no job row, so ``ctx.transaction()`` cannot complete one: with
-  ``conn=`` (a psycopg connection) it is ``conn.transaction()`` (a savepoint inside the
-  test's own transaction), without it raises ``X_INLINE_NO_TRANSACTION``.
+  ``conn=`` (a psycopg connection) it is a savepoint inside the test's own transaction
+  (begun if the connection is idle, so the test's rollback undoes it), without it raises ``X_INLINE_NO_TRANSACTION``.
 - ``run_until_idle(queue)`` runs a real ``QueueWorker`` in the calling thread (bodies on
   its executor, as in production) until it holds nothing and no job of its queues is due,
   and answers what ran, per job name and outcome. Works on any driver. Jobs due later
@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence, cast
 
 import orjson
+import psycopg
 
 from . import config
 from .clock import SYSTEM_CLOCK, Clock, ManualClock, monotonic_ms
@@ -98,6 +99,10 @@ class _InlineTransactions:
             raise NoTransaction("run_inline has no job row for ctx.transaction() to complete; pass "
                                 "conn= (a psycopg connection) to run the body's writes in "
                                 "conn.transaction(), or test it with run_until_idle() on a PostgresDriver")
+        if not self.conn.autocommit and self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            # psycopg's transaction() would begin and COMMIT a transaction of its own here, out
+            # of the test's reach; begin the test's transaction so the block is a savepoint in it
+            self.conn.execute("select 1")
         with self.conn.transaction():
             yield self.conn
 

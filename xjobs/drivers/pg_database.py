@@ -48,6 +48,24 @@ def _configure(conn: psycopg.Connection) -> None:
     set_json_loads(orjson.loads, conn)
 
 
+def in_callers_transaction(conn: psycopg.Connection) -> contextlib.AbstractContextManager[Any]:
+    """Where a verb that takes the caller's connection puts its statements: all of them in
+    the caller's transaction, so the caller's rollback leaves nothing and nobody sees them
+    before the caller's commit.
+
+    Not ``conn.transaction()`` alone: psycopg makes that a savepoint only inside a transaction
+    already begun. On a connection that has run no statement since its last commit it BEGINs
+    and COMMITs a transaction of its own, which the caller's later rollback cannot undo.
+    """
+    if conn.autocommit:
+        return conn.transaction()           # no caller's transaction: one of the verb's own
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        # the verb's first statement begins the caller's transaction, as the caller's own next
+        # statement would; a failure part way aborts that transaction whole
+        return contextlib.nullcontext()
+    return conn.transaction()               # a savepoint: a failure undoes the verb's rows only
+
+
 def first_row(cur: psycopg.Cursor) -> tuple[Any, ...]:
     """The one row a statement always answers (an aggregate, a count)."""
     row = cur.fetchone()

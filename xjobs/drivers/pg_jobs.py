@@ -22,7 +22,7 @@ from psycopg.rows import tuple_row
 from ..errors import XJobsError
 from .backend import lease_lost
 from .base import ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress, TenantRoom
-from .pg_database import PgDatabase
+from .pg_database import PgDatabase, in_callers_transaction
 from .pg_listen import PgListener
 from .records import ENQUEUE_CHUNK
 
@@ -60,7 +60,7 @@ class PgJobs:
         results: list[Enqueued] = []
         with contextlib.ExitStack() as stack:
             own = conn if conn is not None else stack.enter_context(self._db.connection())
-            stack.enter_context(own.transaction())
+            stack.enter_context(in_callers_transaction(own))
             sent: list[tuple[Sequence[NewJob], psycopg.Cursor[Any]]] = []
             with own.pipeline():
                 for jobs in chunks:

@@ -26,7 +26,7 @@ from ..errors import InvalidOption
 from .backend import Outcome, step_kind_mismatch
 from .base import (LATEST_MS, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
                    StepResult, StepSleep, StepWait)
-from .pg_database import PgDatabase, first_row
+from .pg_database import PgDatabase, first_row, in_callers_transaction
 
 
 def record(row: tuple[Any, ...]) -> StepRecord:
@@ -145,9 +145,9 @@ class PgSteps:
         return self._send(conn, params)
 
     def _send(self, conn: Any, params: dict[str, Any]) -> SentEvent:
-        # a transaction of its own on an autocommit connection (or a savepoint in the
-        # caller's): the lock must be held until the send's statement is committed
-        with conn.transaction(), self._db.cursor(conn) as cur:
+        # the lock is transaction-scoped: it must be held until the send's rows commit, with
+        # the caller's transaction (or with one of the send's own on an autocommit connection)
+        with in_callers_transaction(conn), self._db.cursor(conn) as cur:
             cur.execute(self._db.sql["event_lock"], params)
             cur.execute(self._db.sql["event_send"], params)
             row = first_row(cur)
