@@ -305,6 +305,64 @@ def test_every_entry_point_enqueues_through_the_one_enqueue_module():
     assert found == []
 
 
+_TWICE_APP = """
+import sys
+import xjobs
+
+@xjobs.job(idempotency_key=str, tenant="none")
+def welcome(ctx, i):
+    return None
+
+@xjobs.scan(every="5m")
+def expire(ctx):
+    return None
+
+xjobs.task(name="nightly", cron="0 3 * * *", tz="UTC", job=welcome, input={})
+"""
+
+
+@pytest.mark.parametrize("how", ["as __main__ and by name", "from two sys.path roots"])
+def test_a_module_really_imported_twice_is_one_registration(tmp_path, how):
+    """A real second import compiles the module again (new code objects, another
+    ``__module__``): its declarations are still the same ones, not a collision."""
+    import subprocess
+    import sys
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "jobs.py").write_text(_TWICE_APP + (
+        "if __name__ == '__main__':\n"
+        "    import pkg.jobs\n"
+        "    assert pkg.jobs.welcome.fn is not welcome.fn\n" if how.startswith("as") else ""))
+    report = ("from xjobs.registry import REGISTRY\n"
+              "print([j.name for j in REGISTRY.jobs()], [s.name for s in REGISTRY.scans()],"
+              " [t.name for t in REGISTRY.tasks()])\n")
+    if how.startswith("as"):
+        script = f"import runpy, sys; sys.path.insert(0, {str(tmp_path)!r}); " \
+                 f"runpy.run_path({str(package / 'jobs.py')!r}, run_name='__main__')\n" + report
+    else:
+        script = (f"import sys; sys.path[:0] = [{str(tmp_path)!r}, {str(package)!r}]\n"
+                  "import pkg.jobs, jobs\n"
+                  "assert pkg.jobs.welcome.fn is not jobs.welcome.fn\n" + report)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['welcome'] ['expire'] ['nightly']"
+
+
+def test_two_functions_of_one_name_on_different_lines_still_collide():
+    registry = xjobs.Registry()
+
+    def first(ctx, i):
+        return None
+
+    def second(ctx, i):
+        return None
+    xjobs.job(idempotency_key=str, tenant="none", registry=registry, name="same")(first)
+    with pytest.raises(DuplicateJob) as err:
+        xjobs.job(idempotency_key=str, tenant="none", registry=registry, name="same")(second)
+    assert err.value.code == "X_JOB_DUPLICATE"
+
+
 def test_one_declaration_seen_twice_is_one_registration():
     """A module imported as __main__ and by name declares its jobs twice: the same code is
     one job, not a collision."""

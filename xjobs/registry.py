@@ -15,6 +15,7 @@ a client that retries an enqueue after the work is done gets the finished job ba
 from __future__ import annotations
 
 import inspect
+import os
 import threading
 from typing import Any, Callable, ContextManager, Iterable
 
@@ -212,9 +213,26 @@ def _is_model(value: Any) -> bool:
     return isinstance(value, type) and callable(getattr(value, "model_validate", None)) and hasattr(value, "model_dump")
 
 
+def declaration_site(fn: Callable) -> tuple[str, str, int] | None:
+    """Where ``fn`` is written: (its source file, resolved; its qualified name; its first line).
+
+    What makes two declarations one. A module imported twice (run as ``__main__`` and imported
+    by name, or reached from two ``sys.path`` roots) compiles its source again: new function and
+    code objects, even a different ``__module__``, but the same file, name and line. None for
+    a callable with no code of its own (a partial, an object with ``__call__``): compared by
+    identity."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return None
+    return (os.path.realpath(code.co_filename), getattr(fn, "__qualname__", code.co_name),
+            code.co_firstlineno)
+
+
 def _same_body(a: Callable, b: Callable) -> bool:
-    # a module imported twice (as __main__ and by name) yields two function objects
-    return a is b or (getattr(a, "__code__", None) is not None and a.__code__ is getattr(b, "__code__", None))
+    if a is b:
+        return True
+    site = declaration_site(a)
+    return site is not None and site == declaration_site(b)
 
 
 def _where(fn: Callable) -> str:
