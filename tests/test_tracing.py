@@ -3,6 +3,8 @@ each run is a span linked to it (opentelemetry present); without a span, no head
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -131,3 +133,41 @@ def test_staging_in_the_outbox_stamps_the_stagers_context(driver, registry_and_j
     context = signup.get_span_context()
     [staged] = driver.outbox_claim("relay", 10, 30_000).jobs     # what the relay will enqueue
     assert staged.traceparent == f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_park_is_an_ok_span_with_a_suspended_event_and_no_failure_for_the_apps_hook(driver, clock, kind):
+    registry = xjobs.Registry()
+    seen: list[object] = []
+
+    @contextlib.contextmanager
+    def hook(ctx):
+        try:
+            yield
+        except BaseException as exc:     # what a session hook that rolls back on error sees
+            seen.append(exc)
+            raise
+    xjobs.run_context(hook, registry=registry)
+
+    def body(ctx, i):
+        ctx.step.sleep("nap", "1h")
+        ctx.step.wait_for_event("w", "order.paid", key="o-1")
+
+    async def async_body(ctx, i):
+        await ctx.step.sleep("nap", "1h")
+        await ctx.step.wait_for_event("w", "order.paid", key="o-1")
+    napper = xjobs.job(queue="q", idempotency_key=lambda i: "one", tenant="none", registry=registry,
+                       name="napper")(body if kind == "sync" else async_body)
+    [job] = enqueue_many(napper, [{}], driver=driver)
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: driver.job_get(job.id).state == "suspended", advance_ms=100)
+    clock.advance(3_600_000)
+    driver.job_wake(10)
+    pacer.until(lambda: pacer.totals()["suspended"] == 2, advance_ms=100)
+    spans = [s for s in EXPORTER.get_finished_spans() if s.name == "job napper"]
+    assert len(spans) == 2
+    for span, step in zip(sorted(spans, key=lambda s: s.start_time), ["nap", "w"]):
+        assert span.status.status_code == trace.StatusCode.OK
+        assert [e.name for e in span.events] == ["suspended"]
+        assert span.events[0].attributes["xjobs.step"] == step
+    assert seen == [], "the app's run hook saw a park as an exception"

@@ -5,7 +5,8 @@ request in scope) and restored around its run.
 With the ``otel`` extra installed (``opentelemetry-api``), the current span's context is what
 an enqueue captures, and each run is a span (``job NAME``, kind consumer) LINKED to the span
 that enqueued it, with the job's attributes; an exception that ends the body is recorded on
-it. Without it nothing is imported, and the header is still carried: a job enqueued from
+it, while a park (a sleep or a wait) ends the span OK with a ``suspended`` event. Without it
+nothing is imported, and the header is still carried: a job enqueued from
 inside a run inherits that run's ``traceparent``.
 
 An empty or invalid span context carries no header rather than a broken one.
@@ -14,6 +15,7 @@ An empty or invalid span context carries no header rather than a broken one.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterator
@@ -68,14 +70,14 @@ def current_traceparent() -> str | None:
 
 
 @contextlib.contextmanager
-def run_span(ctx: "Ctx") -> Iterator[None]:
-    """The span of one run, linked to its enqueue (nothing without opentelemetry)."""
+def run_span(ctx: "Ctx") -> Iterator[Any]:
+    """The span of one run, linked to its enqueue: yields it (None without opentelemetry)."""
     trace = _otel()
     # with the API alone (no SDK has set a provider, as when another package pulled the API
     # in) a span records nothing and leaves the current span invalid: skip it, on every run
     if trace is None or isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider,
                                                                   trace.NoOpTracerProvider)):
-        yield
+        yield None
         return
     links = []
     match = _parsed(ctx.traceparent)
@@ -94,7 +96,7 @@ def run_span(ctx: "Ctx") -> Iterator[None]:
                                       attributes=attributes, record_exception=False,
                                       set_status_on_exception=False) as span:
         try:
-            yield
+            yield span
         except BaseException as exc:
             try:
                 span.record_exception(exc)
@@ -104,4 +106,20 @@ def run_span(ctx: "Ctx") -> Iterator[None]:
             raise
 
 
-__all__ = ["current_traceparent", "run_span", "valid"]
+def mark_parked(span: Any, step: str, wake_at_ms: float | None) -> None:
+    """A park (``ctx.step.sleep`` / ``wait_for_event``) is a normal end of an attempt: the
+    run's span ends OK with a ``suspended`` event, never as an exception."""
+    if span is None:
+        return
+    trace = _otel()
+    attributes: dict[str, Any] = {"xjobs.step": step}
+    if wake_at_ms is not None and math.isfinite(wake_at_ms):
+        attributes["xjobs.wake_at_ms"] = wake_at_ms
+    try:
+        span.add_event("suspended", attributes)
+        span.set_status(trace.Status(trace.StatusCode.OK))
+    except Exception:
+        pass
+
+
+__all__ = ["current_traceparent", "mark_parked", "run_span", "valid"]

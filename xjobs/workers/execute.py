@@ -36,9 +36,9 @@ from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 from ..context import CANCELLED, DRAINED, LEASE_LOST, SLOT_LOST, Ctx, RunSignal, running
 from ..drivers.base import ClaimedJob, Lease, Nack, RunStore
-from ..errors import JobTimeout
+from ..errors import JobTimeout, StepSuspension
 from ..retry import ErrorTypes, Retry, RetryVerdict, decide
-from ..tracing import run_span
+from ..tracing import mark_parked, run_span
 from .failures import describe, full_traceback
 from .steps import StepOptions
 
@@ -189,10 +189,18 @@ def _around(run: Run) -> ContextManager[Any]:
     return run.hook(run.ctx) if run.hook is not None else contextlib.nullcontext()
 
 
+# A park (StepSuspension) is caught INSIDE the app's hook and the run's span, and answered from
+# there: it is how an attempt ends normally while its job waits, so neither the hook nor the
+# span may see it as an exception (an error span, a failure in the app's own bookkeeping).
+
 def _call_sync(run: Run) -> BaseException | None:
     try:
-        with running(run.ctx), run_span(run.ctx), _around(run):
-            run.handle.fn(run.ctx, run.job.payload)
+        with running(run.ctx), run_span(run.ctx) as span, _around(run):
+            try:
+                run.handle.fn(run.ctx, run.job.payload)
+            except StepSuspension as park:
+                mark_parked(span, park.step, park.wake_at)
+                return park
     except BaseException as exc:  # a body's SystemExit must not take the worker thread down
         return exc
     return None
@@ -201,8 +209,12 @@ def _call_sync(run: Run) -> BaseException | None:
 async def _call_async(run: Run) -> BaseException | None:
     # a task runs in a copy of the context it was created in: what is set here stays here
     try:
-        with running(run.ctx), run_span(run.ctx), _around(run):
-            await run.handle.fn(run.ctx, run.job.payload)
+        with running(run.ctx), run_span(run.ctx) as span, _around(run):
+            try:
+                await run.handle.fn(run.ctx, run.job.payload)
+            except StepSuspension as park:
+                mark_parked(span, park.step, park.wake_at)
+                return park
     except BaseException as exc:
         return exc
     return None
