@@ -63,14 +63,34 @@ def test_a_rate_refusal_waits_until_the_window_admits_again():
     assert limiter.admit("t", "q", 1000, retry_ms=50).admitted
 
 
-def test_the_least_throttled_tenant_is_evicted_first():
+def test_the_least_full_window_is_evicted_first():
+    """Forgetting a full window hands its tenant a free rate reset: the emptiest goes."""
+    limiter = Limiter(Limits(tenant_rate=3, tenant_rate_window_ms=10_000, max_tenants=2))
+    for at in (0, 1, 2):
+        assert limiter.admit("full", "q", at, retry_ms=50).admitted
+    assert limiter.admit("light", "q", 3, retry_ms=50).admitted          # one start of three
+    assert limiter.admit("new", "q", 4, retry_ms=50).admitted            # evicts light, not full
+    assert not limiter.admit("full", "q", 5, retry_ms=50).admitted       # still throttled
+    assert limiter.snapshot()["tracked"]["tenants_rated"] == 2
+
+
+def test_among_equally_full_windows_the_least_refused_is_evicted():
     limiter = Limiter(Limits(tenant_rate=1, tenant_rate_window_ms=10_000, max_tenants=2))
     assert limiter.admit("busy", "q", 0, retry_ms=50).admitted
     assert not limiter.admit("busy", "q", 1, retry_ms=50).admitted      # busy has been throttled
     assert limiter.admit("calm", "q", 2, retry_ms=50).admitted
     assert limiter.admit("new", "q", 3, retry_ms=50).admitted           # evicts calm, not busy
     assert not limiter.admit("busy", "q", 4, retry_ms=50).admitted
-    assert limiter.admit("calm", "q", 5, retry_ms=50).admitted          # its window was forgotten
+
+
+def test_a_spent_window_is_forgotten_before_any_live_one():
+    limiter = Limiter(Limits(tenant_rate=2, tenant_rate_window_ms=1_000, max_tenants=2))
+    assert limiter.admit("old", "q", 0, retry_ms=50).admitted
+    assert limiter.admit("old", "q", 1, retry_ms=50).admitted
+    assert limiter.admit("live", "q", 900, retry_ms=50).admitted
+    assert limiter.admit("new", "q", 1_500, retry_ms=50).admitted       # old's window is spent
+    assert limiter.admit("live", "q", 1_501, retry_ms=50).admitted     # its second of two
+    assert not limiter.admit("live", "q", 1_502, retry_ms=50).admitted  # live kept its first start
 
 
 def test_room_caps_a_claim_by_the_global_and_queue_ceilings_and_zero_leaves_none():

@@ -112,7 +112,7 @@ class Limiter:
             if len(starts) >= limits.tenant_rate:
                 wait = (starts[0] + limits.tenant_rate_window_ms - now_ms) if starts else retry_ms
                 return self._refuse(tenant, max(wait, 1.0), "tenant_rate")
-            self._track(key).append(now_ms)
+            self._track(key, now_ms).append(now_ms)
         self._global += 1
         self._queues[queue] = self._queues.get(queue, 0) + 1
         self._tenants[key] = self._tenants.get(key, 0) + 1
@@ -190,17 +190,24 @@ class Limiter:
         for key in list(self._starts):
             self._window(key, now_ms)
 
-    def _track(self, key: str) -> deque[float]:
+    def _track(self, key: str, now_ms: float) -> deque[float]:
         starts = self._starts.get(key)
         if starts is None:
             if len(self._starts) >= self.limits.max_tenants:
-                self._evict()
+                self._evict(now_ms)
             starts = self._starts[key] = deque()
         return starts
 
-    def _evict(self) -> None:
-        """Forget the least throttled tracked tenant (fewest refusals, then the oldest start)."""
-        victim = min(self._starts, key=lambda k: (self._refusals.get(k, 0), self._starts[k][0] if self._starts[k] else 0.0))
+    def _evict(self, now_ms: float) -> None:
+        """Make room for one more tracked tenant: spent windows go first (for free), then the
+        LEAST full window (fewest starts in it; then the fewest refusals, then the oldest).
+        Forgetting a fuller window would hand its tenant a free rate reset."""
+        for key in list(self._starts):
+            self._window(key, now_ms)
+        if len(self._starts) < self.limits.max_tenants:
+            return
+        victim = min(self._starts, key=lambda k: (len(self._starts[k]), self._refusals.get(k, 0),
+                                                  self._starts[k][0]))
         del self._starts[victim]
         self._refusals.pop(victim, None)
 
