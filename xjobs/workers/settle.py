@@ -98,8 +98,13 @@ class Settler:
                 # honour the lease (a renewal slower than the window). Give the job back now,
                 # fenced on the token, rather than leave it a lease window; if the lease really
                 # is gone the nack matches nothing and counts the loss
+                # counted as a lost lease whether or not the hand-back lands: the window closed,
+                # which is what xjobs_lease_lost_total exists to show (a database or network
+                # stall); the hand-back only spares the job the wait for its lapse
+                self._stats.bump("lease_lost")
                 event(log, logging.ERROR, "job.lease.lost", "worker %s: lost the lease on %s#%s: %s",
-                      self._identity, run.job.name, run.job.id, run.signal.reason, **run_fields(run.job))
+                      self._identity, run.job.name, run.job.id, run.signal.reason,
+                      why=run.signal.reason, **run_fields(run.job))
                 nacks.append((run, given_back(
                     run, "no lease renewal landed for a whole window; attempt not counted"), None))
         # a report made just before the run ended lands before its settlement (still fenced on
@@ -108,7 +113,8 @@ class Settler:
         if acks:
             self._write_acks(acks, now_ms)
         for run, nack, report in nacks:
-            self._write_nack(run, nack, now_ms, report=report)
+            self._write_nack(run, nack, now_ms, report=report,
+                             loss_counted=run.code_at_return == LEASE_LOST)
 
     def expire(self, now_ms: float) -> None:
         """Runs past their deadline, or past their running step's: cancel the body first, then
@@ -234,7 +240,7 @@ class Settler:
             self._stats.bump("lease_lost", lost)
 
     def _write_nack(self, run: Run, nack: Nack, now_ms: float, *, abandoned: bool = False,
-                    report: _Report | None = None) -> None:
+                    report: _Report | None = None, loss_counted: bool = False) -> None:
         try:
             held = self._driver.job_nack(nack)
         except Exception as exc:
@@ -250,7 +256,7 @@ class Settler:
             _settled_event(run, nack, run.seconds(now_ms))
             if report is not None:
                 self._report(run, *report)
-        else:
+        elif not loss_counted:
             self._stats.bump("lease_lost")
 
     def _write_progress(self, runs: list[Run]) -> None:
