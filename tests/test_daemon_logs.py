@@ -38,3 +38,40 @@ def test_a_failing_jobs_story_is_greppable_from_the_json_log_by_its_id(daemon_en
     assert next(line for line in story() if line.get("event") == "job.dead")["level"] == "warning"
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(15) == 0
+
+
+def _json_lines(daemon) -> list[dict]:
+    """Every line of the daemon's log, each parsed: a line that is not JSON fails the test."""
+    daemon.log.flush()
+    lines = []
+    for line in daemon.log_path.read_text(errors="replace").splitlines():
+        try:
+            lines.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            raise AssertionError(f"not a JSON line in --log-format json: {line!r}") from None
+    return lines
+
+
+def test_in_json_mode_every_line_is_json_the_start_is_one_event_and_a_drain_names_its_events(daemon_env):
+    env = daemon_env
+    daemon = env.start("--queue", "slow=1x2", "--queue", "alpha=1x1", "--log-format", "json")
+    daemon.ready()
+    [job_id] = env.enqueue("hold", "slow", [{"n": 1, "seconds": 30}], key=lambda i: f"hold:{i['n']}")
+    wait_for(lambda: env.job(job_id)["state"] == "running", 10, "the job to run")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(20) == 0
+    lines = _json_lines(daemon)
+    [start] = [line for line in lines if line.get("event") == "daemon.started"]
+    assert start["level"] == "info" and start["pid"] == daemon.pid
+    assert [(q["queue"], q["processes"], q["concurrency"]) for q in start["queues"]] == [
+        ("alpha", 1, 1), ("slow", 1, 2)]
+    assert "hold" in start["queues"][1]["jobs"]
+    assert start["database"]["schema"] == env.schema and start["database"]["embedded"] is False
+    assert start["control"] == daemon.control and start["metrics"] == f"http://127.0.0.1:{daemon.port}/metrics"
+    signalled = {line["worker"]: line for line in lines if line.get("event") == "worker.drain.signalled"}
+    assert len(signalled) == 2 and all(line["interrupted"] is True and line["level"] == "info"
+                                       for line in signalled.values())
+    assert sorted(line["runs"] for line in signalled.values()) == [0, 1]
+    [interrupted] = [line for line in lines if line.get("event") == "job.interrupted"]
+    assert (interrupted["job_id"], interrupted["job"], interrupted["queue"]) == (job_id, "hold", "slow")
+    assert env.job(job_id)["state"] == "ready" and env.job(job_id)["attempt"] == 0

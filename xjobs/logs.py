@@ -20,7 +20,7 @@ on a name, never on wording::
     job.settle.failed       error    outcome error
     job.shed                debug    why delay_ms
     worker.claim.failed     warning  queue error
-    worker.drain.signalled  info     reason interrupted
+    worker.drain.signalled  info     reason interrupted runs worker
     worker.drain.abandoned  warning  count job_ids
     child.started           info     role queue pid child
     child.exited            info     role pid how        (a drain or a replacement asked for it)
@@ -60,8 +60,9 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(doc, default=str).decode()
 
 
-def configure_logging(level: str | None = None, fmt: str | None = None) -> None:
-    """The process's logging: flags first, then ``XJOBS_LOG_LEVEL``/``XJOBS_LOG_FORMAT``."""
+def configure_logging(level: str | None = None, fmt: str | None = None) -> str:
+    """The process's logging: flags first, then ``XJOBS_LOG_LEVEL``/``XJOBS_LOG_FORMAT``;
+    answers the format chosen."""
     level = str(level or os.environ.get("XJOBS_LOG_LEVEL") or "INFO").upper()
     fmt = str(fmt or os.environ.get("XJOBS_LOG_FORMAT") or "text").lower()
     if fmt not in FORMATS:
@@ -74,6 +75,7 @@ def configure_logging(level: str | None = None, fmt: str | None = None) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     logging.getLogger("pgserver").setLevel(logging.WARNING)   # it narrates every initdb line
+    return fmt
 
 
 def event(logger: logging.Logger, level: int, name: str, message: str, *args: Any, **fields: Any) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..config import Settings, load_settings
 from ..errors import InvalidOption
-from ..logs import configure_logging
+from ..logs import configure_logging, event
 from .common import add_log_flags, import_apps
 
 log = logging.getLogger("xjobs.supervisor")
@@ -84,7 +84,7 @@ def _options(settings: Settings) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_format)
+    log_format = configure_logging(args.log_level, args.log_format)
     from ..registry import REGISTRY
     from ..supervisor import control as control_mod
     from ..supervisor import embedded as embedded_mod
@@ -148,8 +148,12 @@ def run(args: argparse.Namespace) -> int:
             embedded_mod.record_daemon({"pid": os.getpid(), "dsn": settings.dsn, "schema": settings.schema,
                                         "control": control_path, "pgdata": str(pgdata),
                                         "metrics": metrics.address if metrics else None})
-        print(banner(settings, specs, REGISTRY, control_path, metrics, pgdata, embedded_mod.os_user(),
-                     stranded, ui_socket), file=sys.stderr, flush=True)
+        facts = started(settings, specs, REGISTRY, control_path, metrics, pgdata, embedded_mod.os_user(),
+                        stranded, ui_socket)
+        if log_format == "json":   # one event among the JSON lines, never a block of text
+            event(log, logging.INFO, "daemon.started", "xjobsd %s started", facts["pid"], **facts)
+        else:
+            print(banner(facts), file=sys.stderr, flush=True)
         return arbiter.run()
     finally:
         control_mod.unlink_socket(control_path)   # only if still ours; before the listener closes
@@ -163,45 +167,73 @@ def run(args: argparse.Namespace) -> int:
             embedded.cleanup()
 
 
-def banner(settings: Settings, specs: list, registry: Any, control: str, metrics: Any,
-           pgdata: Any, db_user: str | None, stranded: dict[str, list[str]], ui_socket: Any = None) -> str:
-    """What runs where, and what to try next: the first thing a new user reads."""
+def started(settings: Settings, specs: list, registry: Any, control: str, metrics: Any,
+            pgdata: Any, db_user: str | None, stranded: dict[str, list[str]],
+            ui_socket: Any = None) -> dict[str, Any]:
+    """What runs where: the fields of the ``daemon.started`` event, and what the text banner
+    says."""
     from psycopg.conninfo import conninfo_to_dict
-    apps = ", ".join(settings.apps)
     jobs_by_queue: dict[str, list[str]] = {}
     for handle in registry.jobs():
         jobs_by_queue.setdefault(handle.queue, []).append(handle.name)
-    lines = [f"xjobsd {os.getpid()}: app {apps}"]
-    for spec in sorted(specs, key=lambda s: (not s.policy.per_queue, s.role, s.queue or "")):
-        if spec.policy.per_queue and spec.queue is not None:
-            lines.append(f"  queue {spec.queue}: {spec.processes} process(es) x {spec.concurrency} slot(s); "
-                         f"jobs {', '.join(jobs_by_queue.get(spec.queue, [])) or '-'}")
-        else:
-            lines.append(f"  {spec.role}: 1 process")
-    for queue, names in sorted(stranded.items()):
-        lines.append(f"  queue {queue}: NOT SERVED by this daemon; jobs {', '.join(names)}")
+    ordered = sorted(specs, key=lambda s: (not s.policy.per_queue, s.role, s.queue or ""))
+    database: dict[str, Any] = {"schema": settings.schema}
     if pgdata is not None:
-        lines.append(f"  database: embedded PostgreSQL in {pgdata}"
-                     + (f" (run by the OS user {db_user!r}: PostgreSQL refuses to run as root)"
-                        if db_user else "")
-                     + f", schema {settings.schema}")
-        lines.append(f"            XJOBS_DATABASE_URL={settings.dsn}")
+        # a private server on this machine: its URL is what the other commands need
+        database.update(embedded=True, pgdata=str(pgdata), os_user=db_user, url=settings.dsn)
     else:
         where = conninfo_to_dict(settings.dsn or "")   # a dsn is configured by now
-        lines.append(f"  database: {where.get('host') or 'local socket'}:{where.get('port') or 5432}/"
-                     f"{where.get('dbname') or where.get('user') or ''}, schema {settings.schema}")
-    lines.append(f"  control socket: {control}")
-    if metrics is not None:
-        lines.append(f"  metrics: http://{metrics.address}/metrics")
-    if ui_socket is not None:
-        from ..ui.listen import announce
-        lines.append(f"  dashboard: {announce(ui_socket, settings.ui_actions)}")
+        database.update(embedded=False, host=where.get("host") or "local socket",
+                        port=int(where.get("port") or 5432),
+                        dbname=where.get("dbname") or where.get("user") or "")
     first = next((h for h in registry.jobs() if h.queue not in stranded), None)
-    app = settings.apps[0]
+    return {
+        "pid": os.getpid(), "apps": list(settings.apps),
+        "queues": [{"queue": s.queue, "processes": s.processes, "concurrency": s.concurrency,
+                    "jobs": jobs_by_queue.get(s.queue, [])}
+                   for s in ordered if s.policy.per_queue and s.queue is not None],
+        "roles": [s.role for s in ordered if not (s.policy.per_queue and s.queue is not None)],
+        "unserved": {queue: names for queue, names in sorted(stranded.items())},
+        "database": database, "control": control,
+        "metrics": None if metrics is None else f"http://{metrics.address}/metrics",
+        "dashboard": None if ui_socket is None else _dashboard(ui_socket, settings.ui_actions),
+        "example_job": None if first is None else first.name,
+    }
+
+
+def _dashboard(ui_socket: Any, actions: bool) -> str:
+    from ..ui.listen import announce
+    return announce(ui_socket, actions)
+
+
+def banner(facts: dict[str, Any]) -> str:
+    """``started`` as text, and what to try next: the first thing a new user reads."""
+    lines = [f"xjobsd {facts['pid']}: app {', '.join(facts['apps'])}"]
+    for q in facts["queues"]:
+        lines.append(f"  queue {q['queue']}: {q['processes']} process(es) x {q['concurrency']} slot(s); "
+                     f"jobs {', '.join(q['jobs']) or '-'}")
+    for role in facts["roles"]:
+        lines.append(f"  {role}: 1 process")
+    for queue, names in facts["unserved"].items():
+        lines.append(f"  queue {queue}: NOT SERVED by this daemon; jobs {', '.join(names)}")
+    db = facts["database"]
+    if db["embedded"]:
+        lines.append(f"  database: embedded PostgreSQL in {db['pgdata']}"
+                     + (f" (run by the OS user {db['os_user']!r}: PostgreSQL refuses to run as root)"
+                        if db["os_user"] else "")
+                     + f", schema {db['schema']}")
+        lines.append(f"            XJOBS_DATABASE_URL={db['url']}")
+    else:
+        lines.append(f"  database: {db['host']}:{db['port']}/{db['dbname']}, schema {db['schema']}")
+    lines.append(f"  control socket: {facts['control']}")
+    if facts["metrics"] is not None:
+        lines.append(f"  metrics: {facts['metrics']}")
+    if facts["dashboard"] is not None:
+        lines.append(f"  dashboard: {facts['dashboard']}")
     lines.append("  try, from this directory:")
     lines.append("    xjobsd status")
-    if first is not None:
-        lines.append(f"    xjobsd enqueue {first.name} --app {app} --input '{{...}}'")
+    if facts["example_job"] is not None:
+        lines.append(f"    xjobsd enqueue {facts['example_job']} --app {facts['apps'][0]} --input '{{...}}'")
     lines.append("    xjobsd jobs ls")
     lines.append("    xjobsd queues ls")
     return "\n".join(lines)

@@ -233,7 +233,7 @@ class QueueWorker:
             return
         event(log, logging.INFO, "worker.drain.signalled", "worker %s: draining (%s), %d run(s) %s",
               self.identity, reason, len(self.runs.held), "told to stop" if interrupt else "left to finish",
-              reason=reason, interrupted=interrupt, worker=self.identity)
+              reason=reason, interrupted=interrupt, runs=len(self.runs.held), worker=self.identity)
         self.accepting = False
         self.state = "draining"
 
