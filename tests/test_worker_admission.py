@@ -160,3 +160,72 @@ def test_a_rate_window_filling_within_a_batch_sheds_in_place_and_the_tenant_is_s
     assert driver.queue_summary()["q"].depth == 2       # still in the depth, with their age
     worker.stop_accepting("test")
     worker.close(now=lambda: pacer.now)
+
+
+def _events(caplog, name: str) -> list:
+    return [r for r in caplog.records if getattr(r, "event", None) == name]
+
+
+def test_a_slot_that_cannot_be_acquired_sheds_without_running(driver, registry, monkeypatch, caplog):
+    ran = []
+    capped = declare(registry, lambda ctx, i: ran.append(i), name="capped", concurrency=1)
+    [job_id] = enqueue(capped, driver, {"n": 1})
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("slot store unreachable")
+    monkeypatch.setattr(driver, "slot_acquire", unreachable)
+    [claimed] = driver.job_claim(["q"], 1, 30_000, "w")
+    worker = make_worker(driver, registry)
+    worker.initialize()
+    assert worker.take(claimed, 0.0) is None            # shed, never run unbounded
+    view = driver.job_get(job_id)
+    assert (view.state, view.attempt, view.last_error) == ("ready", 0, None)
+    assert ran == [] and worker.stats()["shed"] == 1
+    [record] = _events(caplog, "worker.slot.acquire.failed")
+    assert record.job_id == job_id and "unreachable" in record.error
+    assert worker.admission.limiter.snapshot()["in_flight"]["global"] == 0   # its count given back
+    worker.close()
+
+
+def test_a_slot_that_cannot_be_released_is_logged_and_retried_and_the_job_still_completes(
+        driver, registry, monkeypatch, caplog):
+    capped = declare(registry, lambda ctx, i: None, name="capped", concurrency=1)
+    [job_id] = enqueue(capped, driver, {"n": 1})
+    real, failures = driver.slot_release, []
+
+    def flaky(job, slot, holder):
+        if not failures:
+            failures.append(slot)
+            raise ConnectionError("connection reset")
+        return real(job, slot, holder)
+    monkeypatch.setattr(driver, "slot_release", flaky)
+    worker = make_worker(driver, registry, heartbeat_ms=100)
+    pacer = Pacer(worker)
+    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=20)
+    assert driver.job_get(job_id).state == "completed"       # the release failure is not the run's
+    [record] = _events(caplog, "worker.slot.release.failed")
+    assert record.job == "capped" and record.slot == failures[0]
+    pacer.until(lambda: driver.slot_held() == {}, advance_ms=150)    # retried with the renewals
+    worker.stop_accepting("test")
+    worker.close(now=lambda: pacer.now)
+
+
+def test_a_lost_slot_is_the_stable_event_worker_slot_lost(driver, registry, caplog):
+    started = threading.Event()
+
+    def body(ctx, i):
+        started.set()
+        ctx.signal.wait(10)
+        ctx.signal.raise_if_set()
+    capped = declare(registry, body, name="capped", concurrency=1)
+    [job_id] = enqueue(capped, driver, {"n": 1})
+    worker = make_worker(driver, registry, heartbeat_ms=100)
+    pacer = Pacer(worker)
+    pacer.until(started.is_set)
+    driver.slot_release("capped", 0, worker.identity)
+    pacer.until(lambda: _events(caplog, "worker.slot.lost"), advance_ms=150)
+    [record] = _events(caplog, "worker.slot.lost")
+    assert (record.levelname, record.job_id, record.slot) == ("ERROR", job_id, 0)
+    pacer.until(lambda: pacer.totals()["interrupted"] == 1, advance_ms=50)
+    worker.stop_accepting("test")
+    worker.close(now=lambda: pacer.now)

@@ -9,8 +9,9 @@ declared with ``concurrency=N`` one of its N fleet-wide slots.
                 │
                 └──held: the body runs; the slot is renewed with the leases, fenced on holder
                    AND expiry (a renewal answering False aborts the run: X_JOB_SLOT_LOST);
-                   released when the body ends, whatever the settlement (its failure logged,
-                   never the run's)
+                   released when the body ends, whatever the settlement (a failed release is
+                   logged and retried with the renewals until its expiry would free it anyway,
+                   never the run's failure)
 
 A shed goes back to ready in its place in line, with no attempt burned and no ``last_error``,
 counted as ``outcome="shed"``, through ONE path (``Settler.shed``) for both reasons. It does
@@ -29,6 +30,7 @@ from typing import Any, Mapping
 
 from ..context import SLOT_LOST
 from ..drivers.base import ClaimedJob, TenantRoom
+from ..logs import event, run_fields
 from .execute import Run
 from .limiter import Decision, Limiter, Limits
 
@@ -61,6 +63,9 @@ class Admission:
         self._retry_ms = retry_ms                 # how long a shed waits when the slot store is away
         self._slots: dict[int, tuple[Run, str, int]] = {}   # id(run) -> (run, job, slot)
         self._admitted: set[int] = set()                     # id(run) of runs the limiter counts
+        # slots whose release failed: (job, slot, when its expiry frees it anyway; None until
+        # the next renewal pass reads the clock)
+        self._unreleased: list[tuple[str, int, float | None]] = []
 
     def admit(self, job: ClaimedJob, now_ms: float) -> Admitted | Shed:
         """``Admitted`` (counted by the limiter, its slot taken) or ``Shed``."""
@@ -74,7 +79,9 @@ class Admission:
             slot = self._driver.slot_acquire(job.name, cap, self._identity, self._lease_ms)
         except Exception as exc:   # no slot we can prove: shed rather than run unbounded
             self.limiter.release(job.tenant, job.queue)
-            log.warning("worker %s: taking a slot of %s failed: %s", self._identity, job.name, exc)
+            event(log, logging.WARNING, "worker.slot.acquire.failed", "worker %s: taking a slot of %s "
+                  "failed, shedding %s#%s: %s", self._identity, job.name, job.name, job.id, exc,
+                  error=str(exc), worker=self._identity, **run_fields(job))
             return Shed(self._retry_ms, "slot store unreachable")
         if slot is None:
             self.limiter.release(job.tenant, job.queue)
@@ -105,11 +112,7 @@ class Admission:
         """Undo an admission whose run never came to be (no handler for the job here)."""
         self.limiter.release(job.tenant, job.queue)
         if admitted.slot is not None:
-            try:
-                self._driver.slot_release(job.name, admitted.slot, self._identity)
-            except Exception as exc:
-                log.warning("worker %s: releasing slot %d of %s failed: %s", self._identity,
-                            admitted.slot, job.name, exc)
+            self._release(job.name, admitted.slot)
 
     def release(self, run: Run) -> bool:
         """The run's body ended: give back its limiter count and its slot; answers whether a
@@ -121,31 +124,56 @@ class Admission:
         if held is None:
             return False
         _, job, slot = held
+        return self._release(job, slot)
+
+    def _release(self, job: str, slot: int) -> bool:
+        """Give a slot back; a failure is logged and the release retried with the renewals
+        (until then the slot counts against the cap, which is the safe side)."""
         try:
-            return self._driver.slot_release(job, slot, self._identity)
-        except Exception as exc:   # its expiry frees it; never the run's failure
-            log.warning("worker %s: releasing slot %d of %s failed (it expires on its own): %s",
-                        self._identity, slot, job, exc)
+            return bool(self._driver.slot_release(job, slot, self._identity))
+        except Exception as exc:   # never the run's failure
+            event(log, logging.WARNING, "worker.slot.release.failed", "worker %s: releasing slot %d of %s "
+                  "failed; retried with the next renewal: %s", self._identity, slot, job, exc,
+                  job=job, slot=slot, error=str(exc), worker=self._identity)
+            self._unreleased.append((job, slot, None))
             return False
 
-    def renew(self, cancel: Any) -> None:
-        """Renew every held slot; one whose renewal answers False aborts its run."""
+    def renew(self, cancel: Any, now_ms: float) -> bool:
+        """Renew every held slot (one whose renewal answers False aborts its run), and retry
+        the releases that failed; answers whether a retried release freed a slot."""
         for key, (run, job, slot) in list(self._slots.items()):
             try:
                 kept = self._driver.slot_renew(job, slot, self._identity, self._lease_ms)
             except Exception as exc:
-                log.warning("worker %s: renewing slot %d of %s failed: %s", self._identity, slot, job, exc)
+                event(log, logging.WARNING, "worker.slot.renew.failed", "worker %s: renewing slot %d of %s "
+                      "failed: %s", self._identity, slot, job, exc, job=job, slot=slot, error=str(exc),
+                      worker=self._identity)
                 continue
             if not kept:
                 self._slots.pop(key, None)
-                log.error("worker %s: slot-lost: slot %d of %s#%s is no longer held; stopping the run",
-                          self._identity, slot, job, run.job.id)
+                event(log, logging.ERROR, "worker.slot.lost", "worker %s: slot %d of %s#%s is no longer "
+                      "held; stopping the run", self._identity, slot, job, run.job.id, slot=slot,
+                      worker=self._identity, **run_fields(run.job))
                 if run.signal.abort(SLOT_LOST, f"slot {slot} of {job} lost"):
                     cancel(run)
+        return self._retry_releases(now_ms)
+
+    def _retry_releases(self, now_ms: float) -> bool:
+        pending, self._unreleased = self._unreleased, []
+        freed = False
+        for job, slot, expires in pending:
+            if expires is not None and now_ms >= expires:
+                continue      # its expiry has freed it: nothing left to give back
+            try:
+                freed = bool(self._driver.slot_release(job, slot, self._identity)) or freed
+            except Exception:
+                self._unreleased.append((job, slot, now_ms + self._lease_ms if expires is None else expires))
+        return freed
 
     @property
     def holds_slots(self) -> bool:
-        return bool(self._slots)
+        """Whether a renewal pass has work: slots held, or releases to retry."""
+        return bool(self._slots) or bool(self._unreleased)
 
     def snapshot(self) -> dict:
         return {**self.limiter.snapshot(), "slots_held": len(self._slots)}

@@ -298,7 +298,8 @@ class QueueWorker:
         self.leases.keep(now_ms)
         if self.admission is not None and self.admission.holds_slots and now_ms >= self._next_slots:
             self._next_slots = now_ms + self.settings.heartbeat_ms
-            self.admission.renew(self._executor.cancel)
+            if self.admission.renew(self._executor.cancel, now_ms):
+                self._more.update(self.runs.slots)     # a slot came free: a capped job may start
         self.settler.report_progress(now_ms)
         self.rates.report(now_ms)
         self.quarantine.advance(now_ms, self.accepting)
