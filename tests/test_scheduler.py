@@ -4,6 +4,7 @@ that hands the lease back, and maintenance on the leader only."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -192,3 +193,127 @@ def test_maintenance_runs_on_the_leader_only(driver, registry, digest, clock):
     assert a.totals["rescued"] == 1 and b.totals["rescued"] == 0
     assert driver.job_get(job.id).state == "ready"
     assert driver.job_nack(Nack(job.id, job.token, "late")) is False
+
+
+class _HeldDispatch:
+    """Makes the scheduler's driver block inside ``schedule_dispatch`` until released, so a
+    round is really in flight on another thread (the cross-thread path of a drain)."""
+
+    def __init__(self, driver, monkeypatch) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.calls: list[str] = []
+        real = driver.schedule_dispatch
+
+        def held(dispatch):
+            self.calls.append(dispatch.task)
+            self.entered.set()
+            self.release.wait(10)
+            return real(dispatch)
+        monkeypatch.setattr(driver, "schedule_dispatch", held)
+
+
+def _round_in_flight(role: Scheduler) -> threading.Thread:
+    thread = threading.Thread(target=role.tick, daemon=True)
+    thread.start()
+    return thread
+
+
+def _events(caplog, name: str) -> list:
+    return [r for r in caplog.records if getattr(r, "event", None) == name]
+
+
+def test_close_waits_a_round_in_flight_out_then_hands_the_lease_back(driver, registry, digest, clock,
+                                                                     monkeypatch):
+    xjobs.task(name="hourly", cron="0 * * * *", tz="UTC", job=digest, input={"list": "all"}, registry=registry)
+    role = scheduler(driver, registry, "a")
+    role.tick()
+    clock.advance(HOUR)
+    held = _HeldDispatch(driver, monkeypatch)
+    thread = _round_in_flight(role)
+    assert held.entered.wait(5)
+    role.stop_accepting("drain")
+    closing = threading.Thread(target=role.close, args=(time.monotonic() * 1000 + 10_000,), daemon=True)
+    role.clock = lambda: time.monotonic() * 1000
+    closing.start()
+    closing.join(0.3)
+    assert closing.is_alive(), "close must wait for the round in flight"
+    assert driver.leader_get(ELECTION).live                 # not handed back while it may commit
+    held.release.set()
+    thread.join(5)
+    closing.join(5)
+    assert not role.abandoned and len(dispatched(driver)) == 1      # the round committed
+    assert driver.leader_get(ELECTION).live is False                # then the lease was handed back
+
+
+def test_a_round_rereads_the_drain_before_each_task(driver, registry, digest, clock, monkeypatch):
+    for name in ("first", "second"):
+        xjobs.task(name=name, cron="0 * * * *", tz="UTC", job=digest, input={"list": name}, registry=registry)
+    role = scheduler(driver, registry, "a")
+    role.tick()
+    clock.advance(HOUR)
+    held = _HeldDispatch(driver, monkeypatch)
+    thread = _round_in_flight(role)
+    assert held.entered.wait(5)
+    role.stop_accepting("drain")            # heard mid-round, from another thread
+    held.release.set()
+    thread.join(5)
+    assert held.calls == ["first"]          # the second task was not started
+    assert dispatched(driver) == [k for k in dispatched(driver) if ":first:" in k] and len(dispatched(driver)) == 1
+
+
+def test_an_abandoned_round_leaves_the_lease_held_to_expire(driver, registry, digest, clock, monkeypatch, caplog):
+    xjobs.task(name="hourly", cron="0 * * * *", tz="UTC", job=digest, input={"list": "all"}, registry=registry)
+    role = scheduler(driver, registry, "c")
+    assert role.tick().leader                       # it really holds the lease
+    clock.advance(HOUR)
+    held = _HeldDispatch(driver, monkeypatch)
+    thread = _round_in_flight(role)
+    assert held.entered.wait(5)
+    role.stop_accepting("drain")
+    role.close(deadline_ms=-1.0)                    # the deadline has passed, the round still runs
+    assert role.abandoned and not role.is_leader
+    view = driver.leader_get(ELECTION)
+    assert view.live and view.holder == "c"         # NOT handed back: it expires on its own
+    assert not driver.leader_elect(ELECTION, "b", 10_000)
+    [record] = _events(caplog, "scheduler.drain.abandoned")
+    assert record.levelname == "WARNING" and record.holder == "c"
+    held.release.set()
+    thread.join(5)
+
+
+def test_leadership_gained_and_lost_are_stable_events(driver, registry, digest, clock, caplog):
+    caplog.set_level(logging.INFO, logger="xjobs")
+    a, b = scheduler(driver, registry, "a"), scheduler(driver, registry, "b")
+    assert a.tick().leader
+    [gained] = _events(caplog, "scheduler.leader.gained")
+    assert (gained.levelname, gained.holder) == ("INFO", "a")
+    clock.advance(10_001)                           # a paused past its lease
+    assert b.tick().leader and not a.tick().leader
+    [lost] = _events(caplog, "scheduler.leader.lost")
+    assert (lost.levelname, lost.holder) == ("WARNING", "a")
+    assert [r.holder for r in _events(caplog, "scheduler.leader.gained")] == ["a", "b"]
+
+
+def test_the_scheduler_plans_with_the_resolver_it_is_given(driver, registry, digest, clock):
+    class EveryMinute:
+        """A stand-in resolver: an occurrence at every whole minute, whatever the expression."""
+
+        def after(self, expr, tz, after_ms):
+            return (after_ms // 60_000 + 1) * 60_000
+
+        def between(self, expr, tz, after_ms, until_ms, limit):
+            out, at = [], self.after(expr, tz, after_ms)
+            while at <= until_ms and len(out) < limit:
+                out.append(at)
+                at += 60_000
+            return out
+
+        def latest(self, expr, tz, at_ms):
+            return (at_ms // 60_000) * 60_000
+    xjobs.task(name="yearly", cron="0 0 1 1 *", tz="UTC", job=digest, input={"list": "all"}, registry=registry)
+    role = Scheduler(driver=driver, registry=registry, settings=Settings(leader_lease_ms=10 * HOUR),
+                     identity="a-child", holder="a", clock=lambda: 0.0, resolver=EveryMinute())
+    role.initialize()
+    role.tick()
+    clock.advance(60_000)
+    assert role.tick().dispatched == 1              # a yearly cron due after a minute: the stub's answer

@@ -197,7 +197,11 @@ def test_timeout_cancels_an_async_body_then_fails_the_attempt(driver, registry):
     assert view.state == "ready" and "timed out after 200ms" in view.last_error
 
 
-def test_timeout_of_a_sync_body_that_ignores_its_signal(driver, registry):
+def _overran(caplog) -> list:
+    return [r for r in caplog.records if getattr(r, "event", None) == "job.timeout.abandoned"]
+
+
+def test_timeout_of_a_sync_body_that_ignores_its_signal(driver, registry, caplog):
     release = threading.Event()
     handle = declare(registry, lambda ctx, i: release.wait(10), name="stubborn", timeout="100ms",
                      retry=xjobs.Retry(attempts=1))
@@ -207,9 +211,26 @@ def test_timeout_of_a_sync_body_that_ignores_its_signal(driver, registry):
     pacer.until(lambda: pacer.totals()["dead"] == 1, advance_ms=50)
     assert driver.job_get(job_id).state == "dead"
     assert worker.in_flight() == 1           # the thread still holds its slot, honestly counted
+    assert _overran(caplog) == []            # not yet known: it may still heed its signal
+    pacer.until(lambda: _overran(caplog), advance_ms=250)
+    [record] = _overran(caplog)
+    assert (record.levelname, record.job_id, record.job) == ("WARNING", job_id, "stubborn")
     release.set()
     pacer.until(lambda: worker.in_flight() == 0)
     assert driver.job_get(job_id).state == "dead"  # the late return changed nothing
+    pacer.pass_(advance_ms=2_000)
+    assert len(_overran(caplog)) == 1        # said once
+
+
+def test_a_timed_out_sync_body_that_heeds_its_signal_is_not_called_deaf(driver, registry, caplog):
+    handle = declare(registry, lambda ctx, i: ctx.signal.wait(10), name="polite", timeout="100ms",
+                     retry=xjobs.Retry(attempts=1))
+    enqueue(handle, driver, {"n": 1})
+    worker = make_worker(driver, registry)
+    pacer = Pacer(worker)
+    pacer.until(lambda: pacer.totals()["dead"] == 1 and worker.in_flight() == 0, advance_ms=50)
+    pacer.pass_(advance_ms=2_000)
+    assert _overran(caplog) == []
 
 
 def test_a_worker_never_claims_a_job_name_it_has_no_body_for(driver, registry):

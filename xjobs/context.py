@@ -196,7 +196,7 @@ class Ctx:
         it, and the reason is logged. Never implicit: without it a body writes as its tenant."""
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidOption("cross_tenant.reason", "say why the run spans tenants")
-        self.log.warning("cross-tenant: %s", reason)
+        self.log.warning("cross-tenant: %s", reason, extra={"event": "job.cross_tenant", "reason": reason})
         before, self._cross_tenant = self._cross_tenant, reason
         try:
             yield

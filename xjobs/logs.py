@@ -9,22 +9,47 @@ a call passed as ``extra``, ``ctx.log``'s included) and ``exc`` for a traceback.
 Stable event names, each with its fields (``event(...)`` below), so an alert or a query keys
 on a name, never on wording::
 
-    job.attempt.started     debug    job_id job queue attempt tenant
-    job.attempt.completed   debug    ... seconds
-    job.attempt.failed      info     ... error verdict (retry in N s / dead)
-    job.retried             info     ... delay_s
-    job.dead                warning  ... error
-    job.interrupted         info     ... (a drain, a tick's deadline: attempt given back)
-    job.cancelled           info
-    job.lease.lost          error
-    job.settle.failed       error    outcome error
-    job.shed                debug    why delay_ms
-    worker.claim.failed     warning  queue error
-    worker.drain.signalled  info     reason interrupted runs worker
-    worker.drain.abandoned  warning  count job_ids
-    child.started           info     role queue pid child
-    child.exited            info     role pid how        (a drain or a replacement asked for it)
-    child.restarted         warning  role pid how uptime_s restart_in_s
+    daemon.started              info     pid apps queues roles unserved database control metrics
+                                         dashboard    (json only; text mode prints a banner)
+    job.attempt.started         debug    job_id job queue attempt tenant
+    job.attempt.completed       debug    ... seconds
+    job.attempt.failed          info     ... error verdict (retry in N s / dead)
+    job.retried                 info     ... delay_s
+    job.dead                    warning  ... error
+    job.interrupted             info     ... error (a drain, a tick's deadline: attempt given back)
+    job.cancelled               info     ...
+    job.shed                    debug    ... why delay_ms
+    job.lease.lost              error    ... why
+    job.heartbeat.failed        warning  count error worker   (one failed renewal is not a loss)
+    job.settle.failed           error    outcome error (count)
+    job.timeout.abandoned       warning  ... timeout_ms   (a def body still running after its
+                                         timeout: it does not heed ctx.signal)
+    job.cross_tenant            warning  reason           (ctx.cross_tenant, in the run's fields)
+    worker.claim.failed         warning  queue error
+    worker.drain.signalled      info     reason interrupted runs worker
+    worker.drain.abandoned      warning  count job_ids worker
+    worker.slot.acquire.failed  warning  ... error        (the job is shed, never run unbounded)
+    worker.slot.renew.failed    warning  job slot error worker
+    worker.slot.release.failed  warning  job slot error worker   (retried with the renewals)
+    worker.slot.lost            error    ... slot         (the run is stopped: X_JOB_SLOT_LOST)
+    scheduler.leader.gained     info     scheduler holder
+    scheduler.leader.lost       warning  scheduler holder why
+    scheduler.election.failed   warning  scheduler error
+    scheduler.schedule.failed   warning  scheduler error
+    scheduler.dispatch.failed   error    scheduler task error
+    scheduler.occurrences.skipped  warning  scheduler task skipped max_catch_up
+    scheduler.drain.abandoned   warning  scheduler holder (its lease is left to expire)
+    scheduler.resign.failed     warning  scheduler holder error
+    scan.failed                 error    scan error
+    scan.round.failed           warning  scheduler error
+    upkeep.failed               warning  chore error by    (a rescue, wake or prune; retried on its timer)
+    relay.claim.failed          warning  relay error
+    relay.publish.failed        error    relay count error (the batch is handed back)
+    relay.publish.fenced        warning  relay count      (another relay took the claim over)
+    relay.release.failed        warning  relay error
+    child.started               info     role queue pid child
+    child.exited                info     role pid how        (a drain or a replacement asked for it)
+    child.restarted             warning  role pid how uptime_s restart_in_s
 """
 
 from __future__ import annotations

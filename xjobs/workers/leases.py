@@ -85,7 +85,10 @@ class LeaseKeeper:
         try:
             alive = self._driver.job_heartbeat_many([r.lease for r in runs], self._settings.lease_ms)
         except Exception as exc:
-            log.warning("worker %s: lease renewal failed: %s", self._identity, exc)
+            # one failed renewal is not a loss: the window closes only when none lands for a
+            # whole lease (checked on every pass)
+            event(log, logging.WARNING, "job.heartbeat.failed", "worker %s: renewing %d lease(s) failed: %s",
+                  self._identity, len(runs), exc, count=len(runs), error=str(exc), worker=self._identity)
             return
         for run in runs:
             # a park that began while the renewal was in flight took the job out of running

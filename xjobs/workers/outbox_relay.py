@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..drivers.base import JobDriver
+from ..logs import event
 from ..options import duration_ms, finite_count
 from .role import RoleBase, RoleContext, RolePolicy
 
@@ -114,7 +115,8 @@ class OutboxRelay(RoleBase):
                 claim = self.driver.outbox_claim(self.identity, self.batch, self.lease_ms)
             except Exception as exc:      # the database is away: try again after a back-off
                 self.totals["claim_failed"] += 1
-                log.warning("outbox relay %s: claiming a batch failed: %s", self.identity, exc)
+                event(log, logging.WARNING, "relay.claim.failed", "outbox relay %s: claiming a batch failed: %s",
+                      self.identity, exc, error=str(exc), relay=self.identity)
                 return _FAILURE_BACKOFF_MS
             if not claim.ids:
                 return self.poll_ms
@@ -122,14 +124,16 @@ class OutboxRelay(RoleBase):
                 published = self.driver.outbox_publish(claim)
             except Exception as exc:
                 self.totals["publish_failed"] += 1
-                log.error("outbox relay %s: publishing %d row(s) failed; handing them back: %s",
-                          self.identity, len(claim.ids), exc)
+                event(log, logging.ERROR, "relay.publish.failed", "outbox relay %s: publishing %d row(s) "
+                      "failed; handing them back: %s", self.identity, len(claim.ids), exc,
+                      count=len(claim.ids), error=str(exc), relay=self.identity)
                 self._release(claim)
                 return _FAILURE_BACKOFF_MS
             if published is None:        # the claim was taken over (this relay stalled past it)
                 self.totals["fenced"] += 1
-                log.warning("outbox relay %s: %d row(s) were claimed by another relay meanwhile; "
-                            "nothing published", self.identity, len(claim.ids))
+                event(log, logging.WARNING, "relay.publish.fenced", "outbox relay %s: %d row(s) were claimed "
+                      "by another relay meanwhile; nothing published", self.identity, len(claim.ids),
+                      count=len(claim.ids), relay=self.identity)
                 continue
             self.totals["published"] += len(claim.ids)
             self.totals["batches"] += 1
@@ -143,5 +147,5 @@ class OutboxRelay(RoleBase):
         try:
             self.totals["released"] += self.driver.outbox_release(claim)
         except Exception as exc:   # the claim's lease hands the rows back in the end
-            log.warning("outbox relay %s: releasing a batch failed (its lease frees it): %s",
-                        self.identity, exc)
+            event(log, logging.WARNING, "relay.release.failed", "outbox relay %s: releasing a batch failed "
+                  "(its lease frees it): %s", self.identity, exc, error=str(exc), relay=self.identity)

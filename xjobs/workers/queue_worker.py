@@ -295,6 +295,7 @@ class QueueWorker:
         notified = self._listener.poll() if self._listener is not None else set()
         self.settler.settle(now_ms)
         self.settler.expire(now_ms)
+        self.settler.report_overruns(now_ms)
         self.leases.keep(now_ms)
         if self.admission is not None and self.admission.holds_slots and now_ms >= self._next_slots:
             self._next_slots = now_ms + self.settings.heartbeat_ms

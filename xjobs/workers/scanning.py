@@ -14,6 +14,7 @@ from typing import Callable
 
 from ..context import TIMED_OUT
 from ..drivers.base import Dispatch, JobDriver
+from ..logs import event
 from ..registry import Registry
 from ..scans import ScanCtx, ScanHandle
 from .failures import describe
@@ -76,7 +77,8 @@ def _run(handle: ScanHandle, deadline: float | None, started: Callable[[ScanCtx 
     try:
         handle.fn(ctx)
     except Exception as exc:   # isolated: reported, counted, run again at its next interval
-        log.error("scan %s failed: %s", handle.name, describe(exc))
+        event(log, logging.ERROR, "scan.failed", "scan %s failed: %s", handle.name, describe(exc),
+              scan=handle.name, error=describe(exc))
         return ScanRun(handle.name, False, time.perf_counter() - began, describe(exc))
     finally:
         started(None)

@@ -39,6 +39,7 @@ from typing import Any, Callable, Sequence
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..cron import DEFAULT_RESOLVER, CronResolver
+from ..logs import event
 from ..drivers.base import Dispatch, JobDriver
 from ..registry import Registry
 from ..context import DRAINED
@@ -148,7 +149,8 @@ class Scheduler(RoleBase):
             runs = run_due_scans(self.driver, self.registry, election=ELECTION, holder=self.holder,
                                  stopping=lambda: not self.accepting, started=self._scan_started)
         except Exception as exc:
-            log.warning("scheduler %s: running due scans failed: %s", self.identity, exc)
+            event(log, logging.WARNING, "scan.round.failed", "scheduler %s: running due scans failed: %s",
+                  self.identity, exc, error=str(exc), scheduler=self.identity)
             return
         with self._scan_lock:
             for run in runs:
@@ -184,14 +186,16 @@ class Scheduler(RoleBase):
                     self._round_done.wait(left)
                 self.abandoned = self._in_round
             if self.abandoned:
-                log.warning("scheduler %s: drain abandoned a dispatch round still running at the "
-                            "deadline; its leader lease is left to expire", self.identity)
+                event(log, logging.WARNING, "scheduler.drain.abandoned", "scheduler %s: drain abandoned a "
+                      "dispatch round still running at the deadline; its leader lease is left to expire",
+                      self.identity, scheduler=self.identity, holder=self.holder)
             elif self.is_leader:
                 try:
                     self.driver.leader_resign(ELECTION, self.holder)
                 except Exception as exc:
-                    log.warning("scheduler %s: handing the leader lease back failed (it expires on "
-                                "its own): %s", self.identity, exc)
+                    event(log, logging.WARNING, "scheduler.resign.failed", "scheduler %s: handing the "
+                          "leader lease back failed (it expires on its own): %s", self.identity, exc,
+                          error=str(exc), scheduler=self.identity, holder=self.holder)
         finally:
             self.is_leader = False    # a lease not handed back is never assumed held
             self.state = "stopped"
@@ -246,14 +250,18 @@ class Scheduler(RoleBase):
         try:
             leader = self.driver.leader_elect(ELECTION, self.holder, self._lease_ms())
         except Exception as exc:
-            log.warning("scheduler %s: the leader election failed: %s", self.identity, exc)
+            event(log, logging.WARNING, "scheduler.election.failed", "scheduler %s: the leader election "
+                  "failed: %s", self.identity, exc, error=str(exc), scheduler=self.identity)
+            if self.is_leader:
+                self._leadership_lost("the election could not be held")
             self.is_leader = False
             return report
         if leader and not self.is_leader:
             self.totals["elections_won"] += 1
-            log.info("scheduler %s: leading (holder %s)", self.identity, self.holder)
+            event(log, logging.INFO, "scheduler.leader.gained", "scheduler %s: leading (holder %s)",
+                  self.identity, self.holder, scheduler=self.identity, holder=self.holder)
         elif self.is_leader and not leader:
-            log.warning("scheduler %s: no longer the leader", self.identity)
+            self._leadership_lost("another daemon holds the lease")
         self.is_leader = report.leader = leader
         if not leader or not self.tasks:
             return report
@@ -261,7 +269,8 @@ class Scheduler(RoleBase):
             now = self.driver.clock_now_ms()
             watermarks = {w.task: w.watermark_ms for w in self.driver.schedule_state()}
         except Exception as exc:
-            log.warning("scheduler %s: reading the schedule failed: %s", self.identity, exc)
+            event(log, logging.WARNING, "scheduler.schedule.failed", "scheduler %s: reading the schedule "
+                  "failed: %s", self.identity, exc, error=str(exc), scheduler=self.identity)
             return report
         for task in self.tasks:
             if not self.accepting:      # the drain is re-read before every task
@@ -288,11 +297,11 @@ class Scheduler(RoleBase):
                 election=ELECTION, holder=self.holder, task=task.name, expected_ms=watermark,
                 watermark_ms=int(now), jobs=tuple(jobs)))
         except Exception as exc:
-            log.error("scheduler %s: dispatching %s failed: %s", self.identity, task.name, exc)
+            event(log, logging.ERROR, "scheduler.dispatch.failed", "scheduler %s: dispatching %s failed: %s",
+                  self.identity, task.name, exc, task=task.name, error=str(exc), scheduler=self.identity)
             return True
         if result is None:
-            log.warning("scheduler %s: fenced out while dispatching %s: another daemon leads now",
-                        self.identity, task.name)
+            self._leadership_lost(f"fenced out while dispatching {task.name}")
             self.is_leader = report.leader = False
             return False
         new = sum(1 for r in result if not r.deduped)
@@ -301,8 +310,10 @@ class Scheduler(RoleBase):
         report.dropped += dropped
         report.tasks[task.name] = new
         if dropped:
-            log.warning("scheduler %s: task %s missed %d more occurrence(s) than max_catch_up=%d; "
-                        "they are skipped", self.identity, task.name, dropped, task.max_catch_up)
+            event(log, logging.WARNING, "scheduler.occurrences.skipped", "scheduler %s: task %s missed %d "
+                  "more occurrence(s) than max_catch_up=%d; they are skipped", self.identity, task.name,
+                  dropped, task.max_catch_up, task=task.name, skipped=dropped,
+                  max_catch_up=task.max_catch_up, scheduler=self.identity)
         return True
 
     def _round_wait(self, report: RoundReport) -> float:
@@ -317,6 +328,10 @@ class Scheduler(RoleBase):
             except Exception as exc:
                 log.warning("scheduler %s: computing the next round failed: %s", self.identity, exc)
         return wait
+
+    def _leadership_lost(self, why: str) -> None:
+        event(log, logging.WARNING, "scheduler.leader.lost", "scheduler %s: no longer the leader (%s)",
+              self.identity, why, why=why, scheduler=self.identity, holder=self.holder)
 
     def _count(self, name: str, n: int) -> None:
         self.totals[name] += n

@@ -36,6 +36,8 @@ from .stats import WorkerStats
 
 log = logging.getLogger("xjobs.worker")
 _PROGRESS_EVERY_MS = 1_000.0   # progress reports are written at most this often, in one batch
+# a timed-out def body still running this long after its signal was set does not heed it
+_OVERRUN_GRACE_MS = 1_000.0
 
 
 _Report = tuple[BaseException, RetryVerdict]    # a settled failure, for xjobs.on_error
@@ -61,6 +63,8 @@ class Settler:
         self._reporter = reporter
         self._failures = failures     # called on this thread for each settled failure
         self._next_progress = 0.0
+        # timed-out def bodies whose thread has not returned: id(run) -> (run, when to say so)
+        self._overruns: dict[int, tuple[Run, float]] = {}
         # every run's step counters, whoever settles it (this settler, a lost lease, a timeout)
         runs.on_finish = self._count_steps
 
@@ -69,6 +73,7 @@ class Settler:
         due = [at for run in self._runs.held.values() if (at := run.due_ms()) is not None]
         if any(run.ctx.pending_progress() is not None for run in self._runs.held.values()):
             due.append(self._next_progress)
+        due.extend(at for _, at in self._overruns.values())
         return min(due) if due else None
 
     def settle(self, now_ms: float) -> None:
@@ -76,6 +81,7 @@ class Settler:
         nacks: list[tuple[Run, Nack, _Report | None]] = []
         for run, error in self._results.drain():
             self._runs.vacate(run)
+            self._overruns.pop(id(run), None)
             if run.settled:
                 continue  # a timeout or a lost lease already decided this run
             try:
@@ -139,13 +145,24 @@ class Settler:
             self._executor.cancel(run)  # cancel first, then fail the attempt
             self._stats.bump("timed_out")
             self._runs.finish(run)
-            if not run.handle.is_async:
-                log.warning("job %s#%s: %s; its thread keeps running until the body returns "
-                            "(it ignores ctx.signal), and nothing it writes lands", run.job.name,
-                            run.job.id, error)
+            if not run.handle.is_async:   # a thread cannot be stopped: see whether it heeds its signal
+                self._overruns[id(run)] = (run, now_ms + _OVERRUN_GRACE_MS)
             outcome = settlement_for(run, error, timed_out=True)
             if outcome.nack is not None:
                 self._write_nack(run, outcome.nack, now_ms, report=_reported(error, outcome))
+
+    def report_overruns(self, now_ms: float) -> None:
+        """Say once of each timed-out ``def`` body that its thread still runs a grace period
+        after its signal was set: it does not heed ``ctx.signal``, its slot stays busy until
+        it returns, and nothing it writes lands."""
+        for key, (run, at) in list(self._overruns.items()):
+            if now_ms < at:
+                continue
+            del self._overruns[key]
+            event(log, logging.WARNING, "job.timeout.abandoned", "job %s#%s: its body still runs %.1fs after "
+                  "its timeout and does not heed ctx.signal; its slot stays busy until it returns, and "
+                  "nothing it writes lands", run.job.name, run.job.id, _OVERRUN_GRACE_MS / 1000.0,
+                  timeout_ms=run.handle.timeout_ms, **run_fields(run.job))
 
     def report_progress(self, now_ms: float) -> None:
         """Once a second: write the latest report of every run still going."""

@@ -15,6 +15,7 @@ import logging
 from typing import Any, Callable
 
 from ..config import Settings
+from ..logs import event
 
 log = logging.getLogger("xjobs.worker")
 PRUNE_EVERY_MS = 60_000.0
@@ -72,7 +73,8 @@ class Upkeep:
         try:
             call()
         except Exception as exc:   # the database is away: the next timer tries again
-            log.warning("%s: %s failed: %s", self._who, what, exc)
+            event(log, logging.WARNING, "upkeep.failed", "%s: %s failed: %s", self._who, what, exc,
+                  chore=what, error=str(exc), by=self._who)
 
 
 __all__ = ["PRUNE_EVERY_MS", "SWEEP_LIMIT", "Upkeep"]
