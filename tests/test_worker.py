@@ -347,27 +347,66 @@ def test_a_manual_stop_of_the_in_process_host_lets_running_jobs_finish(driver, r
     assert driver.job_get(job_id).state == "completed" and worker.state == "stopped"
 
 
-def test_a_failed_ack_is_a_settle_failure_never_a_retry(memory_driver, registry, clock):
-    handle = declare(registry, lambda ctx, i: None, name="fine")
-    [job_id] = enqueue(handle, memory_driver, {"n": 1})
-    original, failures = memory_driver.job_ack_many, []
+def _failing(driver, verb: str, times: int, error: str = "the connection dropped"):
+    """Make ``driver.verb`` raise its first ``times`` calls (a killed backend, a reset)."""
+    original, calls = getattr(driver, verb), []
 
-    def flaky_ack(leases):
-        if not failures:
-            failures.append(leases)
-            raise ConnectionError("the connection dropped mid-ack")
-        return original(leases)
-    memory_driver.job_ack_many = flaky_ack
+    def flaky(*args, **kwargs):
+        calls.append(args)
+        if len(calls) <= times:
+            raise ConnectionError(f"{error} ({verb}, call {len(calls)})")
+        return original(*args, **kwargs)
+    setattr(driver, verb, flaky)
+    return calls
+
+
+def test_a_failed_ack_is_tried_again_and_lands_without_running_the_body_again(memory_driver, registry):
+    ran = []
+    handle = declare(registry, lambda ctx, i: ran.append(ctx.attempt), name="fine")
+    [job_id] = enqueue(handle, memory_driver, {"n": 1})
+    acks = _failing(memory_driver, "job_ack_many", times=3)
     worker = make_worker(memory_driver, registry, lease_ms=1000, heartbeat_ms=500)
     pacer = Pacer(worker)
-    pacer.until(lambda: pacer.totals()["settle_failed"] == 1, advance_ms=10)
+    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=20)
     view = memory_driver.job_get(job_id)
-    assert (view.state, view.attempt, view.last_error) == ("running", 1, None)   # no retry decided
-    assert pacer.totals()["retried"] == 0 and pacer.totals()["completed"] == 0
-    clock.advance(1001)                               # its lease lapses; a sweep hands it back
-    assert memory_driver.job_rescue() == 1
-    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
-    assert memory_driver.job_get(job_id).state == "completed"
+    assert (view.state, view.attempt, view.last_error) == ("completed", 1, None)
+    assert ran == [1] and len(acks) == 4                 # one body; the same ack, four times
+    assert pacer.totals()["settle_failed"] == 0 and pacer.totals()["retried"] == 0
+
+
+def test_a_settlement_waiting_for_its_write_keeps_its_lease_while_renewals_land(memory_driver, registry, clock):
+    """A write failing for longer than a lease window is not given up while the heartbeat
+    still lands: nothing lapses, nothing is rescued, nothing runs twice."""
+    ran = []
+    handle = declare(registry, lambda ctx, i: ran.append(1), name="fine")
+    [job_id] = enqueue(handle, memory_driver, {"n": 1})
+    _failing(memory_driver, "job_ack_many", times=12)     # about 15 s of retries: many windows
+    worker = make_worker(memory_driver, registry, lease_ms=1000, heartbeat_ms=200)
+    pacer = Pacer(worker)
+
+    def tick() -> bool:
+        clock.advance(200)                       # the database's clock moves with the loop's
+        assert memory_driver.job_rescue() == 0   # the lease never lapses
+        return pacer.totals()["completed"] == 1
+    pacer.until(tick, advance_ms=200, timeout_s=30)
+    assert memory_driver.job_get(job_id).state == "completed" and ran == [1]
+    assert pacer.totals()["settle_failed"] == 0
+
+
+def test_a_write_is_given_up_only_when_no_renewal_landed_for_a_whole_window(memory_driver, registry, caplog):
+    handle = declare(registry, lambda ctx, i: None, name="fine")
+    [job_id] = enqueue(handle, memory_driver, {"n": 1})
+    _failing(memory_driver, "job_ack_many", times=10_000)
+    _failing(memory_driver, "job_heartbeat_many", times=10_000)      # cut off from the database
+    worker = make_worker(memory_driver, registry, lease_ms=1000, heartbeat_ms=200)
+    pacer = Pacer(worker)
+    pacer.until(lambda: pacer.totals()["settle_failed"] == 1, advance_ms=50)
+    assert pacer.now >= 1000                          # not before the lease window closed
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "job.settle.failed"]
+    assert record.levelname == "ERROR" and record.job_ids == [job_id]
+    view = memory_driver.job_get(job_id)
+    assert (view.state, view.last_error) == ("running", None)     # no retry decision was made
+    assert pacer.totals()["retried"] == 0
 
 
 def test_a_close_that_throws_still_reaches_stopped(memory_driver, registry):

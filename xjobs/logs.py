@@ -21,7 +21,7 @@ on a name, never on wording::
     job.shed                    debug    ... why delay_ms
     job.lease.lost              error    ... why
     job.heartbeat.failed        warning  count error worker   (one failed renewal is not a loss)
-    job.settle.failed           error    outcome error (count)
+    job.settle.failed           error    count tries error job_ids worker (retried until the lease lapsed)
     job.timeout.abandoned       warning  ... timeout_ms   (a def body still running after its
                                          timeout: it does not heed ctx.signal)
     job.cross_tenant            warning  reason           (ctx.cross_tenant, in the run's fields)

@@ -67,6 +67,13 @@ class LeaseKeeper:
             return self._next_renewal
         return min(self._next_renewal, min(r.renewed_ms for r in runs) + self._settings.lease_ms)
 
+    def _renew_settling(self, alive: set[int], now_ms: float) -> None:
+        """A run whose settlement is still to land keeps its lease while renewals land; one the
+        database no longer matches is left to its write, which then lands nowhere and says so."""
+        for run in self._runs.settling():
+            if run.job.id in alive:
+                run.renewed_ms = now_ms
+
     def lost(self, run: Run, now_ms: float, why: str) -> None:
         """Settle ``run`` as lost: its signal is aborted and nothing it does is written."""
         cancelled = was_cancelled(self._driver, run)
@@ -80,16 +87,20 @@ class LeaseKeeper:
 
     def _renew(self, now_ms: float) -> None:
         runs = self._runs.renewable()
-        if not runs:
+        settling = self._runs.settling()
+        if not runs and not settling:
             return
         try:
-            alive = self._driver.job_heartbeat_many([r.lease for r in runs], self._settings.lease_ms)
+            alive = self._driver.job_heartbeat_many([r.lease for r in runs + settling],
+                                                     self._settings.lease_ms)
         except Exception as exc:
             # one failed renewal is not a loss: the window closes only when none lands for a
             # whole lease (checked on every pass)
             event(log, logging.WARNING, "job.heartbeat.failed", "worker %s: renewing %d lease(s) failed: %s",
-                  self._identity, len(runs), exc, count=len(runs), error=str(exc), worker=self._identity)
+                  self._identity, len(runs) + len(settling), exc, count=len(runs) + len(settling),
+                  error=str(exc), worker=self._identity)
             return
+        self._renew_settling(alive, now_ms)
         for run in runs:
             # a park that began while the renewal was in flight took the job out of running
             if run.settled or run.ctx.completed_in_transaction or run.ctx.fence.parking:

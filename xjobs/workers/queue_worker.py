@@ -257,17 +257,19 @@ class QueueWorker:
         self.state = "closing"
         clock = now or self.clock
         try:
-            while self.in_flight() > 0:
+            # bodies to end, and settlements whose write failed to land (tried again meanwhile)
+            while self.in_flight() > 0 or self.settler.retries.waiting():
                 current = clock()
                 if deadline_ms is not None and current >= deadline_ms:
                     break
                 wait = self.run_once(current)
                 if deadline_ms is not None:
                     wait = min(wait, deadline_ms - current)
-                if not self.results.waiting() and self.in_flight() > 0:
+                if not self.results.waiting():
                     select.select([self.results.fileno()], [], [], max(0.0, wait) / 1000.0)
             self.run_once(clock())
             self.settler.abandon(clock())
+            self.settler.retries.give_up(clock())
         finally:  # a close that failed half-way still gives back every resource it holds
             try:
                 self._close_resources()

@@ -31,6 +31,9 @@ class RunTable:
         self.busy = {q: 0 for q in self.slots}      # queue -> bodies running, settled or not
         self.on_vacate: Callable[[Run], None] | None = None   # what else a body's end frees
         self.on_finish: Callable[[Run], None] | None = None   # what is counted once a run settles
+        # settled runs whose settlement write failed and waits for its retry (settle_retry.py):
+        # their leases are still renewed, so a failed write alone never lets one lapse
+        self._settling: dict[int, Run] = {}
 
     def get(self, job_id: int) -> Run | None:
         return self.held.get(job_id)
@@ -73,6 +76,18 @@ class RunTable:
         # left to renew (a renewal would only find the job gone and call it a lost lease)
         return [r for r in self.held.values() if not r.settled and not r.ctx.completed_in_transaction
                 and not r.ctx.fence.parking]
+
+    def settling(self) -> list[Run]:
+        """Runs whose settlement is still to land: renewed, never judged lost by a window."""
+        return list(self._settling.values())
+
+    def hold_settling(self, runs: list[Run]) -> None:
+        for run in runs:
+            self._settling[id(run)] = run
+
+    def forget_settling(self, runs: list[Run]) -> None:
+        for run in runs:
+            self._settling.pop(id(run), None)
 
     def running_given_up(self) -> bool:
         """Whether a body this worker gave up on (timed out, lease lost) still runs."""

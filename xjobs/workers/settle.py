@@ -1,8 +1,8 @@
 """The queue worker's settler: what finished bodies, timeouts and abandoned runs write.
 
-Everything here runs on the worker's loop thread, after the body's ``try`` is over: a failing
-write is a settle failure (counted, logged, and the lease lapses so the job runs again),
-never a retry decision. Per pass:
+Everything here runs on the worker's loop thread, after the body's ``try`` is over: a write
+that fails is tried again (``settle_retry.py``) until its lease lapses, never turned into a
+retry decision of the job. Per pass:
 
 * ``settle`` drains ``Results`` (bodies that returned or raised since the last pass), asks
   ``settlement_for`` what each comes to, and writes them: the completions of one pass as ONE
@@ -32,6 +32,7 @@ from ..retry import RetryVerdict
 from .execute import Executor, Results, Run, Settlement, given_back, settlement_for
 from .leases import count_loss, was_cancelled
 from .runs import RunTable
+from .settle_retry import SettleRetries
 from .stats import WorkerStats
 
 log = logging.getLogger("xjobs.worker")
@@ -65,6 +66,7 @@ class Settler:
         self._next_progress = 0.0
         # timed-out def bodies whose thread has not returned: id(run) -> (run, when to say so)
         self._overruns: dict[int, tuple[Run, float]] = {}
+        self.retries = SettleRetries(runs=runs, stats=stats, lease_ms=settings.lease_ms, identity=identity)
         # every run's step counters, whoever settles it (this settler, a lost lease, a timeout)
         runs.on_finish = self._count_steps
 
@@ -74,9 +76,12 @@ class Settler:
         if any(run.ctx.pending_progress() is not None for run in self._runs.held.values()):
             due.append(self._next_progress)
         due.extend(at for _, at in self._overruns.values())
+        if (retry_at := self.retries.next_due()) is not None:
+            due.append(retry_at)
         return min(due) if due else None
 
     def settle(self, now_ms: float) -> None:
+        self.retries.retry(now_ms)
         acks: list[Run] = []
         nacks: list[tuple[Run, Nack, _Report | None]] = []
         for run, error in self._results.drain():
@@ -237,14 +242,11 @@ class Settler:
             self._stats.steps(steps.counts)
 
     def _write_acks(self, acks: list[Run], now_ms: float) -> None:
-        try:
-            acked = self._driver.job_ack_many([run.lease for run in acks])
-        except Exception as exc:
-            event(log, logging.ERROR, "job.settle.failed", "worker %s: settling %d completed job(s) "
-                  "failed; their leases lapse and they run again: %s", self._identity, len(acks), exc,
-                  outcome="completed", count=len(acks), error=str(exc))
-            self._stats.bump("settle_failed", len(acks))
-            return
+        def attempt() -> None:
+            self._acked(acks, self._driver.job_ack_many([run.lease for run in acks]), now_ms)
+        self.retries.write(acks, attempt, f"settling {len(acks)} completed job(s)", now_ms)
+
+    def _acked(self, acks: list[Run], acked: set[int], now_ms: float) -> None:
         self._stats.outcomes([(run.job.name, "completed", run.seconds(now_ms))
                               for run in acks if run.job.id in acked])
         if log.isEnabledFor(logging.DEBUG):
@@ -258,14 +260,22 @@ class Settler:
 
     def _write_nack(self, run: Run, nack: Nack, now_ms: float, *, abandoned: bool = False,
                     report: _Report | None = None, loss_counted: bool = False) -> None:
-        try:
-            held = self._driver.job_nack(nack)
-        except Exception as exc:
-            event(log, logging.ERROR, "job.settle.failed", "worker %s: settling %s#%s as %s failed: %s",
-                  self._identity, run.job.name, run.job.id, nack.outcome, exc, outcome=nack.outcome,
-                  error=str(exc), **run_fields(run.job))
-            self._stats.bump("settle_failed")
+        def attempt() -> None:
+            self._nacked(run, nack, self._driver.job_nack(nack), now_ms, abandoned=abandoned,
+                         report=report, loss_counted=loss_counted)
+        what = f"settling {run.job.name}#{run.job.id} as {nack.outcome}"
+        if not abandoned:
+            self.retries.write([run], attempt, what, now_ms)
             return
+        try:                # the process ends right after: one try, then its lease
+            attempt()
+        except Exception as exc:
+            event(log, logging.ERROR, "job.settle.failed", "worker %s: %s failed: %s", self._identity, what,
+                  exc, count=1, tries=1, error=str(exc), job_ids=[run.job.id], worker=self._identity)
+            self._stats.bump("settle_failed")
+
+    def _nacked(self, run: Run, nack: Nack, held: bool, now_ms: float, *, abandoned: bool,
+                report: _Report | None, loss_counted: bool) -> None:
         if held and abandoned:
             self._stats.bump("abandoned")
         elif held:
