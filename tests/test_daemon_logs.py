@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 
 import orjson
@@ -56,11 +57,23 @@ def test_in_json_mode_every_line_is_json_the_start_is_one_event_and_a_drain_name
     env = daemon_env
     daemon = env.start("--queue", "slow=1x2", "--queue", "alpha=1x1", "--log-format", "json")
     daemon.ready()
+    [alpha] = daemon.children("alpha")
+    os.kill(alpha["pid"], signal.SIGKILL)           # a crash: restarted, by name
+    wait_for(lambda: any(c["pid"] != alpha["pid"] and c["state"] == "ready"
+                         for c in daemon.children("alpha")), 20, "the alpha worker to come back")
     [job_id] = env.enqueue("hold", "slow", [{"n": 1, "seconds": 30}], key=lambda i: f"hold:{i['n']}")
     wait_for(lambda: env.job(job_id)["state"] == "running", 10, "the job to run")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(20) == 0
     lines = _json_lines(daemon)
+    started = [line for line in lines if line.get("event") == "child.started"]
+    assert {line["role"] for line in started} >= {"worker", "scheduler", "outbox-relay"}
+    assert alpha["pid"] in {line["pid"] for line in started}
+    [restarted] = [line for line in lines if line.get("event") == "child.restarted"]
+    assert (restarted["level"], restarted["pid"], restarted["role"]) == ("warning", alpha["pid"], "worker")
+    assert "SIGKILL" in restarted["how"] and restarted["restart_in_s"] >= 0
+    exited = [line for line in lines if line.get("event") == "child.exited"]
+    assert {line["pid"] for line in exited} == {line["pid"] for line in started} - {alpha["pid"]}
     [start] = [line for line in lines if line.get("event") == "daemon.started"]
     assert start["level"] == "info" and start["pid"] == daemon.pid
     assert [(q["queue"], q["processes"], q["concurrency"]) for q in start["queues"]] == [

@@ -89,25 +89,47 @@ class Flaky:
         return getattr(self._driver, name)
 
 
-def test_a_failed_claim_never_stops_the_relay(driver, receipt):
+def _events(caplog, name: str) -> list:
+    return [r for r in caplog.records if getattr(r, "event", None) == name]
+
+
+def test_a_failed_claim_never_stops_the_relay(driver, receipt, caplog):
     stage(None, receipt, {"order": 1}, driver=driver)
     flaky = Flaky(driver, {"outbox_claim"})
     role = relay(flaky)
     assert role.run_once(0.0) > 0                    # backs off instead of raising
     assert role.stats()["claim_failed"] == 1 and keys(driver) == []
+    [record] = _events(caplog, "relay.claim.failed")
+    assert record.levelname == "WARNING" and record.relay == "relay-1"
     flaky.failing.clear()
     role.publish()
     assert keys(driver) == ["receipt:1"]
 
 
-def test_a_failed_publish_hands_the_batch_back_at_once(driver, receipt, clock):
+def test_a_failed_publish_hands_the_batch_back_at_once(driver, receipt, clock, caplog):
     stage_many(None, receipt, [{"order": 1}, {"order": 2}], driver=driver)
     role = relay(Flaky(driver, {"outbox_publish"}))
     role.publish()
     assert role.stats()["publish_failed"] == 1 and role.stats()["released"] == 2
+    [record] = _events(caplog, "relay.publish.failed")
+    assert (record.levelname, record.count) == ("ERROR", 2)
     other = relay(driver, "relay-2")                 # no need to wait out the lease
     other.publish()
     assert keys(driver) == ["receipt:1", "receipt:2"]
+
+
+def test_a_failed_release_is_left_to_the_claims_lease(driver, receipt, clock, caplog):
+    stage(None, receipt, {"order": 1}, driver=driver)
+    role = relay(Flaky(driver, {"outbox_publish", "outbox_release"}))
+    role.publish()
+    [record] = _events(caplog, "relay.release.failed")
+    assert record.levelname == "WARNING"
+    other = relay(driver, "relay-2")
+    other.publish()
+    assert keys(driver) == []                        # still claimed: the lease frees it
+    clock.advance(1_001)
+    other.publish()
+    assert keys(driver) == ["receipt:1"]
 
 
 class Stalling:
@@ -129,7 +151,7 @@ class Stalling:
         return claim
 
 
-def test_a_relay_stalled_past_its_lease_publishes_nothing_another_holds(driver, receipt, clock):
+def test_a_relay_stalled_past_its_lease_publishes_nothing_another_holds(driver, receipt, clock, caplog):
     stage_many(None, receipt, [{"order": 1}, {"order": 2}], driver=driver)
     other = relay(driver, "relay-2")
 
@@ -140,6 +162,8 @@ def test_a_relay_stalled_past_its_lease_publishes_nothing_another_holds(driver, 
     stalled = relay(Stalling(driver, take_over))
     stalled.publish()
     assert stalled.stats()["fenced"] == 1 and stalled.stats()["published"] == 0
+    [record] = _events(caplog, "relay.publish.fenced")
+    assert (record.levelname, record.count) == ("WARNING", 2)
     assert other.stats()["published"] == 2
     assert keys(driver) == ["receipt:1", "receipt:2"]
     assert len(driver.job_list(ListFilter(limit=100))) == 2
