@@ -140,3 +140,18 @@ def test_one_curve_and_jitter_in_the_package():
             if curve or draw:
                 copies.append(f"{path.relative_to(root)}:{node.lineno}")
     assert copies == [], f"a second curve or jitter: {copies}; use xjobs.retry.Retry"
+
+
+@given(st.integers(min_value=1, max_value=50), st.integers(min_value=0, max_value=20),
+       st.sampled_from(["retry_after", "retry_on", "plain"]),
+       st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6), st.none()))
+def test_the_attempt_ceiling_outranks_every_classification_but_terminal(max_attempts, beyond, kind, seconds):
+    """An exhausted RetryAfter or retry_on error goes dead: the ceiling holds."""
+    policy = Retry(attempts=max_attempts, delay="1s")
+    error = RetryAfter(seconds) if kind == "retry_after" else RateLimited() if kind == "retry_on" else KeyError("x")
+    verdict = decide(policy, max_attempts + beyond, max_attempts, error,
+                     retry_on=(Upstream,) if kind == "retry_on" else ())
+    assert verdict.dead and "attempts exhausted" in verdict.reason
+    if max_attempts > 1:                       # one attempt earlier it is retried
+        assert not decide(policy, max_attempts - 1, max_attempts, error,
+                          retry_on=(Upstream,) if kind == "retry_on" else ()).dead

@@ -331,3 +331,80 @@ def test_send_event_refuses_what_a_wait_could_not_tell_from_a_timeout(memory_dri
         with pytest.raises(InvalidOption):
             xjobs.send_event(bad, driver=memory_driver)
     assert xjobs.send_event("order.paid", driver=memory_driver).woken == 0   # payload {} by default
+
+
+@pytest.mark.postgres
+def test_event_poll_bounds_a_park_through_a_real_worker(pg_driver, clock):
+    """``job(event_poll=)`` reaches the driver through the worker: an event stored without a
+    send (nothing wakes the waiter) is found once the poll comes round, not at the timeout."""
+    registry = xjobs.Registry()
+    got = []
+
+    def body(ctx, i):
+        got.append(ctx.step.wait_for_event("w", "order.paid", key="o-1", timeout="1h"))
+    handle = xjobs.job(queue="q", idempotency_key=lambda i: "one", tenant="none", registry=registry,
+                       name="polling", event_poll="2s")(body)
+    [job] = enqueue_many(handle, [{}], driver=pg_driver)
+    pacer = Pacer(make_worker(pg_driver, registry))
+    parked_at = clock.now_ms()
+    pacer.until(lambda: pg_driver.job_get(job.id).state == "suspended")
+    assert pg_driver.job_get(job.id).run_at == pytest.approx(parked_at + 2_000, abs=50)   # the poll, not the hour
+    with pg_driver.connect() as conn:
+        conn.execute(f"insert into {pg_driver.schema}.events (name, key, payload, sent_at) "
+                     "values ('order.paid', 'o-1', '{\"by\": \"hand\"}', to_timestamp(%s / 1000.0))",
+                     (clock.now_ms(),))
+    clock.advance(2_000)
+    assert pg_driver.job_wake(10) == 1
+    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=50)
+    assert got == [{"by": "hand"}]
+
+
+def test_a_resume_at_step_500_reads_the_jobs_steps_once_per_attempt(driver, registry, clock):
+    """The replay of 500 recorded steps costs ONE read of the job's steps, whatever their count."""
+    reads: list[int] = []
+    real = driver.step_list
+
+    def counted(job_id, *args, **kwargs):
+        reads.append(job_id)
+        return real(job_id, *args, **kwargs)
+    driver.step_list = counted
+    ran = []
+
+    def body(ctx, i):
+        for n in range(500):
+            ctx.step.run(f"s{n}", lambda n=n: ran.append(n) or n)
+        ctx.step.sleep("nap", "1m")
+        ctx.step.run("last", lambda: None)
+    job_id = enqueue(declare(registry, body, name="long"), driver)
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: driver.job_get(job_id).state == "suspended", advance_ms=100)
+    assert reads == [job_id]                        # the first attempt: one read
+    clock.advance(60_000)
+    driver.job_wake(10)
+    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
+    assert reads == [job_id, job_id]                # the resume at step 500: one more, not 501
+    assert ran == list(range(500))                  # and no step ran twice
+
+
+def test_sleeps_and_waits_are_replayed_by_name_through_the_trace(driver, registry, clock):
+    from xjobs.events import send_event
+    traces: list[tuple[str, ...]] = []
+
+    def body(ctx, i):
+        ctx.step.sleep("nap", "1m")
+        ctx.step.wait_for_event("paid", "order.paid", key="o-1")
+        traces.append(ctx.step.trace)
+        try:
+            ctx.step.sleep("nap", "1m")             # one name, one step, replayed or not
+        except StepDuplicate as exc:
+            traces.append((exc.code,))
+    job_id = enqueue(declare(registry, body, name="flow"), driver)
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: driver.job_get(job_id).state == "suspended", advance_ms=100)
+    clock.advance(60_000)
+    driver.job_wake(10)
+    pacer.until(lambda: driver.job_get(job_id).state == "suspended" and
+                [s.name for s in driver.step_list(job_id).steps] == ["nap", "paid"], advance_ms=100)
+    send_event("order.paid", key="o-1", driver=driver)
+    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
+    assert traces == [("nap", "paid"), ("X_STEP_DUPLICATE",)]

@@ -436,3 +436,15 @@ def test_a_failed_claim_round_is_counted_and_the_worker_tries_again(memory_drive
     pacer = Pacer(make_worker(memory_driver, registry))
     pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
     assert pacer.totals()["claim_failed"] == 1 and memory_driver.job_get(job_id).state == "completed"
+
+
+def test_an_exhausted_retry_after_goes_dead_at_the_attempt_limit(driver, registry, clock):
+    def body(ctx, i):
+        raise xjobs.RetryAfter(0)                   # "try again at once", every time
+    handle = declare(registry, body, name="insistent", retry=xjobs.Retry(attempts=3, delay=0, jitter=False))
+    [job_id] = enqueue(handle, driver, {"n": 1})
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: pacer.totals()["dead"] == 1, advance_ms=50)
+    view = driver.job_get(job_id)
+    assert (view.state, view.attempt) == ("dead", 3) and "attempts exhausted (3/3)" in view.last_error
+    assert pacer.totals()["retried"] == 2

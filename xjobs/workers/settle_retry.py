@@ -28,14 +28,15 @@ import logging
 from typing import Callable
 
 from ..logs import event
+from ..retry import Retry
 from .execute import Run
 from .runs import RunTable
 from .stats import WorkerStats
 
 log = logging.getLogger("xjobs.worker")
 
-_FIRST_RETRY_MS = 50.0
-_MAX_RETRY_MS = 2_000.0
+# how long a write waits before each new try: 50 ms doubling to 2 s (the package's one curve)
+_BACKOFF = Retry(attempts=1000, delay="50ms", max_delay="2s", backoff="exponential", jitter=False)
 
 
 class _Unwritten:
@@ -65,7 +66,7 @@ class SettleRetries:
         try:
             attempt()
         except Exception as exc:
-            self._hold(_Unwritten(runs, attempt, what, now_ms + _FIRST_RETRY_MS), exc, now_ms)
+            self._hold(_Unwritten(runs, attempt, what, now_ms + _BACKOFF.curve_ms(1)), exc, now_ms)
 
     def retry(self, now_ms: float) -> None:
         """Try again every write whose retry is due; give up those whose leases lapsed."""
@@ -77,8 +78,7 @@ class SettleRetries:
                 unwritten.attempt()
             except Exception as exc:
                 unwritten.tries += 1
-                delay = min(_MAX_RETRY_MS, _FIRST_RETRY_MS * 2 ** (unwritten.tries - 1))
-                unwritten.retry_at = now_ms + delay
+                unwritten.retry_at = now_ms + _BACKOFF.curve_ms(unwritten.tries)
                 self._hold(unwritten, exc, now_ms)
             else:
                 log.info("worker %s: %s landed after %d tries", self._identity, unwritten.what,
