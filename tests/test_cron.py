@@ -165,3 +165,19 @@ def test_catch_up_after_24_missed_occurrences(registry, digest):
     assert (len(fired), dropped) == (5, 19)                                 # 5; 19 more were due
     assert fired == [n * 3_600_000.0 for n in range(1, 6)]
     assert once.plan(now, now, hour) == ([], 0) and skip.plan(now, now, hour) == ([], 0)
+
+
+def test_zone_data_ships_with_the_package_not_only_with_the_host():
+    """A host without system zoneinfo (a slim container, Windows) can still declare a task:
+    ``tzdata`` is a dependency, and zoneinfo falls back to it."""
+    import subprocess
+    import sys
+    from importlib.metadata import requires
+    assert any(r.split(">")[0].split("=")[0].strip().lower() == "tzdata" for r in requires("xjobs") or [])
+    script = ("import xjobs, zoneinfo; assert not any(__import__('os').path.exists(p) for p in zoneinfo.TZPATH)\n"
+              "h = xjobs.job(idempotency_key=str, tenant='none')(lambda ctx, i: None)\n"
+              "xjobs.task(name='t', cron='0 3 * * *', tz='Europe/Berlin', job=h, input={})\n"
+              "print('ok')")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**__import__("os").environ, "PYTHONTZPATH": "/nonexistent-zoneinfo"})
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
