@@ -129,6 +129,23 @@ def test_sigkill_of_the_supervisor_leaves_no_child_behind(daemon_env):
     assert job["state"] == "ready" and job["attempt"] == 0, job
 
 
+def test_an_orphan_blocked_in_the_database_is_gone_within_two_seconds(daemon_env):
+    """Its close is stuck (the jobs table is locked, so the hand-back of its run waits): the
+    backstop still ends every child of a SIGKILLed supervisor within 2 s."""
+    env = daemon_env
+    daemon = env.start("--queue", "slow=1x2", "--queue", "alpha=1x1")
+    daemon.ready()
+    job_id = hold(env, 6, seconds=60, watch=True)
+    wait_for(lambda: starts(env, job_id), 10, "the job to start")
+    pids = [c["pid"] for c in daemon.status()["children"]]
+    with env.jobs_table_locked(hold_s=20):
+        killed_at = time.monotonic()
+        daemon.signal(signal.SIGKILL)
+        wait_for(lambda: not any(alive(pid) for pid in pids), 3.0, "every child to exit", every=0.01)
+        gone_in = time.monotonic() - killed_at
+    assert gone_in <= 2.0, f"children outlived their supervisor by {gone_in:.2f}s"
+
+
 def test_a_second_sigterm_skips_to_the_kill(daemon_env):
     env = daemon_env
     daemon = env.start("--queue", "slow=1x2", "--drain-deadline", "60s")

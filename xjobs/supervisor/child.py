@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import math
 import os
 import selectors
 import signal
@@ -58,7 +57,9 @@ log = logging.getLogger("xjobs.supervisor.child")
 
 ORPHAN_DEADLINE_MS = 500.0
 _PR_SET_PDEATHSIG = 1
-_ORPHAN_ALARM_S = 2
+# an orphan ends this long after it learnt its supervisor is gone, whatever blocks it: its
+# running work has ORPHAN_DEADLINE_MS of that to stop, and the rest is for its close
+_ORPHAN_ALARM_S = 1.0
 _SIGNAL_SOCKETS: list[socket.socket] = []
 # the supervisor's own signals: blocked across the fork, unblocked in the child once its own
 # handlers replace the inherited ones (which would report the signal to the supervisor)
@@ -96,14 +97,20 @@ def set_parent_death_signal(signum: int) -> bool:
         return False
 
 
-def arm_exit_alarm(deadline_ms: float) -> None:
-    """The orphan's backstop: whatever happens in ``close()``, the process ends a second after
-    its deadline (SIGALRM's default action terminates it)."""
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    seconds = int(math.ceil(deadline_ms / 1000.0)) + 1
-    left = signal.alarm(seconds)
+def _alarm(seconds: float) -> None:
+    """SIGALRM in ``seconds`` (whose default action ends the process), unless one armed earlier
+    rings sooner: one ``setitimer`` call (no I/O, no lock), so a signal handler may use it, and
+    to the millisecond where ``alarm()`` counts whole seconds."""
+    left, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
     if 0 < left < seconds:
-        signal.alarm(left)   # one armed earlier (by the SIGTERM handler) stands
+        signal.setitimer(signal.ITIMER_REAL, left)   # never postpone an alarm already armed
+
+
+def arm_exit_alarm(deadline_ms: float) -> None:
+    """The orphan's backstop: whatever happens in ``close()``, the process ends half a second
+    after its deadline."""
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    _alarm(deadline_ms / 1000.0 + 0.5)
 
 
 def set_title(title: str) -> None:
@@ -310,12 +317,9 @@ def _signal_pipe(parent_pid: int) -> int:
     def on_term(signum: int, frame: object) -> None:
         # the wakeup fd carries the signal to the loop; this handler only arms the backstop
         # for an orphan, because the loop may be blocked in a database call and never read
-        # it. alarm() is one syscall that sets a timer (no I/O, no lock), safe in a handler;
-        # SIGALRM's default action then ends the process.
+        # it. SIGALRM's default action then ends the process.
         if os.getppid() != parent_pid:
-            left = signal.alarm(_ORPHAN_ALARM_S)
-            if 0 < left < _ORPHAN_ALARM_S:
-                signal.alarm(left)   # never postpone an alarm already armed
+            _alarm(_ORPHAN_ALARM_S)
 
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, on_term)
