@@ -118,5 +118,17 @@ def test_an_idle_daemon_starts_a_staged_job_within_milliseconds_of_the_commit(da
     assert len(latencies) == 40
     # the poll is a second: anything near it would mean a notification was missed
     assert statistics.median(latencies) < 250, sorted(latencies)
+    # rows the relay has not published yet are what xjobs_outbox_pending counts
+    relay = relay_of(daemon)["pid"]
+    os.kill(relay, signal.SIGSTOP)
+    try:
+        with psycopg.connect(env.dsn, autocommit=True) as conn, conn.transaction():
+            for n in range(100, 103):
+                stage(conn, outboxed, {"n": n}, driver=env.driver)
+        wait_for(lambda: daemon.sample("xjobs_outbox_pending") == 3, 10, "three pending in /metrics")
+        assert daemon.sample("xjobs_outbox_oldest_seconds") >= 0
+    finally:
+        os.kill(relay, signal.SIGCONT)
+    wait_for(lambda: daemon.sample("xjobs_outbox_pending") == 0, 10, "the relay to publish them")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(15) == 0

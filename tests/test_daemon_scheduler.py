@@ -54,6 +54,11 @@ def test_one_leader_fires_each_second_exactly_once_across_kills_and_a_pause(daem
         daemon.ready()
     started = time.monotonic()
     leader = wait_for(lambda: leading(daemons), 10, "a leader")
+    # the gauge is true on both: 1 on the leader's /metrics, 0 on the follower's
+    follower = next(d for d in daemons if d is not leader)
+    wait_for(lambda: leader.sample("xjobs_scheduler_leader") == 1
+             and follower.sample("xjobs_scheduler_leader") == 0
+             and "xjobs_scheduler_leader" in follower.metrics(), 10, "the leader gauges")
 
     # 1. the leader's scheduler child is killed: its supervisor restarts it, and it leads again
     wait_for(lambda: time.monotonic() - started > 8, 20, "some seconds of dispatching")

@@ -96,6 +96,30 @@ def test_the_apps_run_hook_wraps_every_run(memory_driver, registry):
                                                          ("exit", job_id)]
 
 
+def test_a_workers_own_context_replaces_the_apps_run_hook(memory_driver, registry):
+    from xjobs.config import Settings
+    from xjobs.workers.queue_worker import QueueWorker
+    seen = []
+
+    @contextlib.contextmanager
+    def apps(ctx):
+        seen.append(("app", ctx.job_id))
+        yield
+
+    @contextlib.contextmanager
+    def workers(ctx):
+        seen.append(("worker", ctx.job_id, xjobs.current() is ctx))
+        yield
+    xjobs.run_context(apps, registry=registry)
+    handle = declare(registry, lambda ctx, i: seen.append(("body", ctx.job_id)), name="hooked")
+    [job] = enqueue_many(handle, [{"n": 1}], driver=memory_driver)
+    worker = QueueWorker(driver=memory_driver, registry=registry, queue="q", concurrency=1,
+                         settings=Settings(poll_ms=50.0), identity="w-context", context=workers)
+    pacer = Pacer(worker)
+    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=50)
+    assert seen == [("worker", job.id, True), ("body", job.id)]
+
+
 def test_remaining_counts_down_to_the_timeout_or_the_drain(memory_driver, registry):
     started, release, seen = threading.Event(), threading.Event(), {}
 
@@ -143,7 +167,7 @@ def test_row_level_security_scopes_a_bodys_writes_to_its_tenant(pg_dsn, pg_schem
     outcome: dict = {}
 
     def body(ctx, i):   # ctx.transaction() completes the job: one per run
-        target = ctx.tenant if i["mode"] == "own" else "other-org"
+        target = {"own": ctx.tenant, "none": "acme"}.get(i["mode"], "other-org")
         try:
             with contextlib.ExitStack() as stack:
                 if i["mode"] == "declared":
@@ -155,18 +179,21 @@ def test_row_level_security_scopes_a_bodys_writes_to_its_tenant(pg_dsn, pg_schem
             outcome[i["mode"]] = "refused"
             raise
     handle = declare(registry, body, name="scoped", retry=xjobs.Retry(attempts=1))
+    # a job without a tenant writes as nobody: the policy matches no tenant, it fails closed
+    untenanted = declare(registry, body, name="untenanted", tenant="none", retry=xjobs.Retry(attempts=1))
     runner = PostgresDriver(rls_dsn, schema=pg_schema)
     try:
         enqueue_many(handle, [{"n": n, "org": "acme", "mode": mode}
                               for n, mode in enumerate(["own", "other", "declared"])], driver=owner)
+        enqueue_many(untenanted, [{"n": 9, "mode": "none"}], driver=owner)
         pacer = Pacer(make_worker(runner, registry))
-        pacer.until(lambda: len(outcome) == 3, advance_ms=50)
+        pacer.until(lambda: len(outcome) == 4, advance_ms=50)
     finally:
         runner.close()
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute(f"select tenant, body from {pg_schema}.notes order by body").fetchall()
     owner.close()
-    assert outcome == {"own": "written", "other": "refused", "declared": "written"}
+    assert outcome == {"own": "written", "other": "refused", "declared": "written", "none": "refused"}
     assert rows == [("other-org", "declared"), ("acme", "own")]
 
 

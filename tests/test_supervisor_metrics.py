@@ -26,8 +26,9 @@ SNAPSHOT = {
 }
 
 
-# every family served today, as the parser names them (counters lose _total); the README's
-# list should name the same. No scheduler or outbox relay exists yet: their gauges are not here.
+# every family this snapshot makes the endpoint serve, as the parser names them (counters lose
+# _total). The scheduler's and the relay's gauges come from their roles and the database
+# summary, which this snapshot leaves out; the daemon tests read them from a real /metrics.
 SERVED = {"xjobs_queue_depth", "xjobs_queue_oldest_ready_seconds", "xjobs_queue_jobs", "xjobs_jobs",
           "xjobs_job_duration_seconds", "xjobs_lease_lost", "xjobs_jobs_released", "xjobs_in_flight",
           "xjobs_queue_paused", "xjobs_queue_quarantined", "xjobs_child_restarts", "xjobs_child_crash_loop", "xjobs_children", "xjobs_steps", "xjobs_queue_unknown_jobs", "xjobs_claim_failures",
