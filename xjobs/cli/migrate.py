@@ -66,7 +66,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for label in applied:
         print(f"applied {label}")
-    print(f"xjobs: schema {settings.schema!r} is up to date (version {state.version})")
+    if state.version > SCHEMA_VERSION:
+        print(f"xjobs: schema {settings.schema!r} is at version {state.version}, newer than this xjobs "
+              f"({SCHEMA_VERSION}), and still serves it: nothing to do")
+    else:
+        print(f"xjobs: schema {settings.schema!r} is up to date (version {state.version})")
     return 0
 
 
