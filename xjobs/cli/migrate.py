@@ -94,7 +94,7 @@ def _print_status(schema: str, state: SchemaState, lines: list[MigrationStatus],
                 [[line.version, f"{line.version:04d}_{line.name}", _state(line), _applied(line)]
                  for line in lines])
     if pending:
-        print(f"{len(pending)} pending: `xjobsd migrate` applies them, `xjobsd migrate --dry-run` prints their SQL")
+        print(f"{len(pending)} pending: `xjobsd migrate` applies, `xjobsd migrate --dry-run` prints the SQL")
 
 
 def _state(line: MigrationStatus) -> str:
