@@ -112,7 +112,10 @@ def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     f"checkout's history (a shallow clone or an sdist): {archive.stderr.decode().strip()}")
     tree = tmp_path_factory.mktemp("previous-release")
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(tree, filter="data")
+        if hasattr(tarfile, "data_filter"):     # Python 3.11.4 and later
+            tar.extractall(tree, filter="data")
+        else:
+            tar.extractall(tree)                # our own repository's archive
     return tree
 
 

@@ -113,8 +113,8 @@ def install(conn: psycopg.Connection, schema: str, lock_timeout_ms: float, *, up
             except psycopg.errors.LockNotAvailable as exc:
                 raise MigrationBlocked(
                     f"migration {migration.label} of schema {schema!r} waited more than "
-                    f"{math.ceil(lock_timeout_ms)}ms for a table lock (an open transaction holds the "
-                    f"table); it was rolled back and the schema stays at version {migration.version - 1}: "
+                    f"{math.ceil(lock_timeout_ms)}ms for a table lock (most likely held by an open "
+                    f"application transaction); it was rolled back and the schema stays at version {migration.version - 1}: "
                     f"run `xjobsd migrate` again once that transaction ends") from exc
             ledger = True
             seconds = time.monotonic() - began
