@@ -23,7 +23,6 @@ import pytest
 from tests.fixtures import drop_schema, new_schema_name
 from tests.migration_fixtures import (HISTORY, SNAPSHOT, Release, catalog, catalog_diff, install_release,
                                       recorded_checksums)
-from xjobs.drivers.base import Lease
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.sql import SCHEMA_VERSION, Migration, check_sequence, migrations, serves_from
 
