@@ -124,6 +124,8 @@ class Settings:
     ui: str | None = None                # HOST:PORT of the dashboard (xjobsd run --ui); None: no dashboard
     ui_actions: bool = False             # the dashboard may act (retry, cancel, pause), signed in
     ui_trust_header: str | None = None   # a reverse proxy's header naming an authenticated user
+    migrate: bool = True                 # a daemon or tick upgrades an older schema at start;
+                                         # False (--no-migrate): it refuses one, X_SCHEMA_OUTDATED
 
     def __post_init__(self) -> None:
         from .drivers.sql import check_schema_name
@@ -144,6 +146,8 @@ class Settings:
             put("recycle_above_rss_mib", finite_count(self.recycle_above_rss_mib, "recycle_above_rss", minimum=16))
         if not isinstance(self.ui_actions, bool):
             raise InvalidOption("ui_actions", f"must be true or false, got {self.ui_actions!r}")
+        if not isinstance(self.migrate, bool):
+            raise InvalidOption("migrate", f"must be true or false, got {self.migrate!r}")
         if self.ui_trust_header is not None and not _HEADER_NAME.fullmatch(str(self.ui_trust_header)):
             raise InvalidOption("ui_trust_header", f"must be an HTTP header name like X-Forwarded-User, "
                                                    f"got {self.ui_trust_header!r}")
@@ -190,7 +194,7 @@ def _coerce(values: Mapping[str, Any], source: str) -> dict[str, Any]:
             out["limits"] = _limits(value)
         elif key in ("max_payload_bytes", "recycle_after_jobs"):
             out[key] = _maybe_number(value, key)   # a count from text; Settings checks its range
-        elif key == "ui_actions":
+        elif key in ("ui_actions", "migrate"):
             out[key] = _switch(value, key)
         elif key in ("recycle_above_rss", "recycle_above_rss_mib"):
             out["recycle_above_rss_mib"] = _maybe_number(value, "recycle_above_rss")
@@ -252,7 +256,8 @@ _ENV = {"XJOBS_DATABASE_URL": "dsn", "XJOBS_SCHEMA": "schema", "XJOBS_LEASE": "l
         "XJOBS_RECYCLE_ABOVE_RSS": "recycle_above_rss", "XJOBS_LEADER_LEASE": "leader_lease",
         "XJOBS_OUTBOX_LEASE": "outbox_lease", "XJOBS_OUTBOX_RETENTION": "outbox_retention",
         "XJOBS_LIMITS": "limits", "XJOBS_WAKE": "wake", "XJOBS_EVENT_RETENTION": "event_retention",
-        "XJOBS_UI": "ui", "XJOBS_UI_ACTIONS": "ui_actions", "XJOBS_UI_TRUST_HEADER": "ui_trust_header"}
+        "XJOBS_UI": "ui", "XJOBS_UI_ACTIONS": "ui_actions", "XJOBS_UI_TRUST_HEADER": "ui_trust_header",
+        "XJOBS_MIGRATE": "migrate"}
 
 
 def _file_values(config_path: str | None) -> tuple[dict[str, Any], str]:

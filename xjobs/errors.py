@@ -142,6 +142,40 @@ class NotConfigured(XJobsError):
     code = "X_NOT_CONFIGURED"
 
 
+# -- the schema and this code ------------------------------------------------------------------
+
+
+class SchemaMismatch(InvalidOption):
+    """The installed schema cannot serve this code as it is: refused at start, before anything
+    runs, with exit 2 like any refused configuration (a restart cannot mend it). ``installed``
+    is the schema's version (0: none), ``code_version`` the one this code needs."""
+
+    def __init__(self, message: str, *, installed: int, code_version: int) -> None:
+        super().__init__("schema", message)
+        self.installed = installed
+        self.code_version = code_version
+
+
+class SchemaTooNew(SchemaMismatch):
+    """A newer xjobs upgraded the schema past this code's version, and its migrations do not
+    declare that it still serves this one."""
+
+    code = "X_SCHEMA_TOO_NEW"
+
+
+class SchemaOutdated(SchemaMismatch):
+    """The schema is older than this code, and this process may not upgrade it (``--no-migrate``)."""
+
+    code = "X_SCHEMA_OUTDATED"
+
+
+class MigrationBlocked(XJobsError):
+    """A migration waited longer than ``lock_timeout`` for a table; it was rolled back, and the
+    ones before it stay applied. Worth a retry once the holder lets go (exit 1)."""
+
+    code = "X_MIGRATION_BLOCKED"
+
+
 # -- what a job body raises to steer its own retry ---------------------------------------------
 
 

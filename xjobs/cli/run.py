@@ -3,14 +3,17 @@
     xjobsd run --app myapp.jobs [--queue emails=2x16|emails=64 ...] [--dsn URL] [--config xjobs.toml]
                [--metrics 127.0.0.1:9464 | --metrics off] [--control PATH] [--drain-deadline 25s]
                [--strict] [--embedded] [--ui HOST:PORT [--ui-actions] [--ui-trust-header NAME]]
+               [--no-migrate]
 
 Everything is checked before the first fork, and a refusal exits 2 naming the option: a bad
 number (NaN, inf, negative, fractional counts), a queue no registered job uses, an app module
 that fails to import (one line; the traceback at ``--log-level debug``), a control socket
 that cannot be created, a metrics or dashboard port in use, and with ``--strict`` a registered job whose
 queue no process serves (without it, a warning at start and in ``xjobsd status``). Then the
-schema is installed on a short-lived connection, closed before any child is forked, and a
-banner says what runs where and what to try next.
+schema is installed or upgraded on a short-lived connection, closed before any child is
+forked; a schema newer than this code that does not serve it (``X_SCHEMA_TOO_NEW``), and with
+``--no-migrate`` an older one (``X_SCHEMA_OUTDATED``), is refused with exit 2. Then a banner
+says what runs where and what to try next.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(e.g. X-Forwarded-User); only behind a proxy that strips it from clients")
     p.add_argument("--embedded", action="store_true",
                    help="start the embedded PostgreSQL when no database is configured, even under systemd")
+    add_migrate_flag(p)
     add_log_flags(p)
     p.set_defaults(handler=run)
 
@@ -72,7 +76,8 @@ def _load(args: argparse.Namespace, dsn: str | None = None) -> Settings:
                          drain_deadline=args.drain_deadline, stats_interval=args.stats_interval,
                          recycle_after_jobs=args.recycle_after_jobs,
                          recycle_above_rss=args.recycle_above_rss, ui=args.ui,
-                         ui_actions=args.ui_actions, ui_trust_header=args.ui_trust_header)
+                         ui_actions=args.ui_actions, ui_trust_header=args.ui_trust_header,
+                         migrate=False if args.no_migrate else None)
 
 
 def _options(settings: Settings) -> Any:
@@ -239,6 +244,12 @@ def banner(facts: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def add_migrate_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-migrate", action="store_true",
+                        help="refuse an outdated schema instead of upgrading it, for fleets that run "
+                             "`xjobsd migrate` as a deploy step (also XJOBS_MIGRATE=false, migrate = false)")
+
+
 def _migrate(settings: Settings) -> None:
     import psycopg
     from ..drivers.postgres import PostgresDriver
@@ -247,7 +258,9 @@ def _migrate(settings: Settings) -> None:
         raise InvalidOption("dsn", "no database configured: pass --dsn or set XJOBS_DATABASE_URL")
     driver = PostgresDriver(settings.dsn, schema=settings.schema, application_name="xjobsd-migrate")
     try:
-        driver.migrate()   # its own connection, closed on return: nothing crosses the fork
+        # its own connection, closed on return: nothing crosses the fork; the migrations it
+        # applies are logged as it goes (schema.migrated)
+        driver.migrate(upgrade=settings.migrate)
     except psycopg.Error as exc:
         raise XJobsError(f"cannot install the schema: {exc}".strip(), code="X_DATABASE_UNAVAILABLE") from None
     finally:

@@ -2,10 +2,13 @@
 systemd timer, a Kubernetes CronJob or a serverless cron.
 
     xjobsd tick --app myapp.jobs [--deadline 25s] [--queue emails ...] [--concurrency 16] [--json]
+                [--no-migrate]
 
-Prints one summary: per job name what its runs came to, every failure with its retry verdict,
-the cron round. Exit 0 when nothing failed, 1 when a job failed (it is retried or dead-lettered
-as its policy says), 2 for bad usage.
+First the schema is checked as ``xjobsd run`` checks it: an older one is upgraded (refused with
+``--no-migrate``), a newer one that does not serve this code is refused. Prints one summary:
+per job name what its runs came to, every failure with its retry verdict, the cron round.
+Exit 0 when nothing failed, 1 when a job failed (it is retried or dead-lettered as its policy
+says), 2 for bad usage or a refused schema.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from ..registry import REGISTRY
 from ..tick import TickSummary, run_tick
 from ..logs import configure_logging
 from .common import add_database_flags, add_log_flags, driver_from, import_apps, print_json, print_table, settings_from
+from .run import add_migrate_flag
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="bodies at once per queue (16)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_database_flags(parser)
+    add_migrate_flag(parser)
     add_log_flags(parser)
     parser.set_defaults(handler=tick)
 
@@ -35,10 +40,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def tick(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     deadline_s = duration_ms(args.deadline, "deadline", exclusive_minimum=True, maximum_ms=3_600_000) / 1000.0
-    settings = settings_from(args)
+    settings = settings_from(args, migrate=False if args.no_migrate else None)
     import_apps(args.app or list(settings.apps))
     driver = driver_from(settings, application_name="xjobsd-tick")
     try:
+        driver.migrate(upgrade=settings.migrate)   # one read when current, as at a daemon's boot
         summary = run_tick(driver=driver, registry=REGISTRY, settings=settings, deadline_s=deadline_s,
                            queues=args.queue or None, concurrency=args.concurrency)
     finally:

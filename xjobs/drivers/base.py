@@ -275,8 +275,11 @@ class JobDriver(JobStore, Maintenance, Introspection, QueueStore, LeaderStore, S
         """True: statements take now from the database server, not ``clock``."""
         ...
 
-    def migrate(self, *, lock_timeout_ms: float = 10_000.0) -> None:
-        """Install or upgrade the schema (nothing to do on memory); idempotent."""
+    def migrate(self, *, lock_timeout_ms: float = 10_000.0, upgrade: bool = True) -> list[str]:
+        """Install or upgrade the schema (nothing to do on memory); idempotent. Answers the
+        migrations applied (``0009_repair_drift``), none when the schema was current.
+        ``upgrade=False`` only checks: an older schema is refused (``X_SCHEMA_OUTDATED``). A
+        newer one is refused (``X_SCHEMA_TOO_NEW``) unless it still serves this code."""
         ...
 
     def ping(self, timeout_s: float) -> None:

@@ -71,8 +71,11 @@ class CheckedDriver:
     def server_clock(self) -> bool:
         return self._storage.server_clock
 
-    def migrate(self, *, lock_timeout_ms: float = 10_000.0) -> None:
-        self._storage.migrate(finite_option(lock_timeout_ms, "migrate.lock_timeout", exclusive_minimum=True))
+    def migrate(self, *, lock_timeout_ms: float = 10_000.0, upgrade: bool = True) -> list[str]:
+        if not isinstance(upgrade, bool):
+            raise InvalidOption("migrate.upgrade", f"must be true or false, got {upgrade!r}")
+        return self._storage.migrate(finite_option(lock_timeout_ms, "migrate.lock_timeout", exclusive_minimum=True),
+                                     upgrade)
 
     def ping(self, timeout_s: float) -> None:
         self._storage.ping(finite_option(timeout_s, "ping.timeout", maximum=3600.0, exclusive_minimum=True))

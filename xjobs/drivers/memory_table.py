@@ -1,6 +1,6 @@
 """The memory driver's lower layer: the tables, their indexes and the one lock.
 
-``MemoryTable`` is what ``schema.sql`` installs, held in dicts: ``jobs`` (``rows``, in id
+``MemoryTable`` is what the migrations install, held in dicts: ``jobs`` (``rows``, in id
 order like the identity column) with ``job_history``, ``queues`` (``paused``) and
 ``crashed_workers``. What the database does for the SQL, it spells out:
 
@@ -240,8 +240,9 @@ class MemoryTable:
 
     # -- Storage: what a database would need, nothing here ------------------------------------
 
-    def migrate(self, lock_timeout_ms: float) -> None:
+    def migrate(self, lock_timeout_ms: float, upgrade: bool) -> list[str]:
         """Nothing to install: the tables exist as soon as the object does."""
+        return []
 
     def ping(self, timeout_s: float) -> None:
         """Always reachable."""

@@ -169,11 +169,11 @@ class PgDatabase:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def migrate(self, lock_timeout_ms: float) -> None:
+    def migrate(self, lock_timeout_ms: float, upgrade: bool) -> list[str]:
         """Install or upgrade the schema (see ``pg_install``); safe from many processes at once,
-        and a read without a table lock when the schema is current."""
+        and one read without a lock when the schema is current."""
         with self.connect(prepare_threshold=None) as conn:
-            install(conn, self.schema, lock_timeout_ms)
+            return install(conn, self.schema, lock_timeout_ms, upgrade=upgrade)
 
     def ping(self, timeout_s: float) -> None:
         """Open and close one connection, giving up after ``timeout_s`` (libpq counts whole
