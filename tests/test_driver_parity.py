@@ -550,7 +550,7 @@ def test_release_worker_returns_only_that_workers_jobs(driver):
                                                                (b.id, "ready", "quarantined")]
     assert driver.job_release_worker("w1") == []
     va, vb = driver.job_get(a.id), driver.job_get(b.id)
-    error = "worker process killed by SIGKILL (w1) running 2 job(s); attempt not counted, runs alone next"
+    error = "worker process killed by SIGKILL (w1) running 2 job(s); attempt not counted, runs apart from other work next"
     # two jobs ran together: neither is charged, not even b on its last attempt; both are suspects
     assert (va.state, va.last_error, va.attempt, va.crashes) == ("ready", error, 0, 1)
     assert (vb.state, vb.attempt, vb.crashes) == ("ready", 0, 1)
@@ -599,6 +599,52 @@ def test_a_suspect_is_claimed_alone_after_it_waited_and_cleared_once_it_ends_on_
     # an interrupted run (attempt given back) keeps the suspicion
     assert driver.job_nack(Nack(b.id, again[0].token, "drained", 0.0, counts_as_attempt=False)) is True
     assert driver.job_get(b.id).crashes == 1
+
+
+def _claim_group(driver, worker: str, limit: int = 10) -> list:
+    return driver.job_claim_alone("default", LEASE, worker, limit=limit)
+
+
+def _ids(jobs) -> list[int]:
+    return [j.id for j in jobs]
+
+
+def test_a_crashed_processs_jobs_are_split_in_halves_that_run_apart(driver):
+    ids = [enqueue(driver, key) for key in "abcde"]
+    claim(driver, limit=5, worker="w1")
+    driver.job_release_worker("w1", how="killed by SIGKILL")
+    first = _claim_group(driver, "w2")
+    second = _claim_group(driver, "w3")
+    assert (_ids(first), _ids(second)) == (ids[:3], ids[3:])     # the odd one in the first half
+    assert _claim_group(driver, "w4") == []
+    # the first half crashes again: it is halved again; the second ends on its own
+    driver.job_release_worker("w2", how="killed by SIGKILL")
+    for job in second:
+        assert driver.job_nack(Nack(job.id, job.token, "fine", 0.0)) is True
+        assert driver.job_get(job.id).crashes == 0
+    assert _ids(_claim_group(driver, "w5")) == ids[:2] and _ids(_claim_group(driver, "w6")) == ids[2:3]
+    assert [driver.job_get(i).crashes for i in ids[:3]] == [2, 2, 2]
+    # a half of one is a job alone: its crash is its own
+    [released] = driver.job_release_worker("w6", how="killed by SIGKILL")
+    assert (released.id, released.outcome) == (ids[2], "crashed")
+
+
+def test_a_group_is_claimed_up_to_the_limit_and_the_rest_stays_for_another_claim(driver):
+    ids = [enqueue(driver, key) for key in "abcdefgh"]
+    claim(driver, limit=8, worker="w1")
+    driver.job_release_worker("w1", how="killed by SIGKILL")
+    assert _ids(_claim_group(driver, "w2", limit=3)) == ids[:3]
+    assert _ids(_claim_group(driver, "w3", limit=3)) == ids[3:4]     # the rest of the first half
+    assert _ids(_claim_group(driver, "w4", limit=3)) == ids[4:7]
+    assert _claim_group(driver, "w2", limit=0) == []
+
+
+def test_the_lapsed_jobs_of_one_holder_are_halved_too(driver, clock):
+    ids = [enqueue(driver, key) for key in "abcd"]
+    claim(driver, limit=4, worker="w1", lease=1000)
+    clock.advance(1001)
+    assert driver.job_rescue() == 4
+    assert _ids(_claim_group(driver, "w2")) == ids[:2] and _ids(_claim_group(driver, "w3")) == ids[2:]
 
 
 def test_a_release_that_does_not_count_gives_the_attempt_back_and_never_kills(driver):
@@ -667,7 +713,7 @@ def test_leases_that_lapse_together_charge_nobody(driver, clock):
     assert driver.job_rescue() == 3
     va, vc = driver.job_get(a.id), driver.job_get(c.id)
     assert (va.state, va.attempt, va.crashes) == ("ready", 0, 1)
-    assert va.last_error == "lease expired beside other jobs of w1; attempt not counted, runs alone next"
+    assert va.last_error == "lease expired beside other jobs of w1; attempt not counted, runs apart from other work next"
     assert [h["outcome"] for h in va.history] == ["quarantined"]
     assert (vc.state, vc.crashes) == ("dead", 0)       # c was w2's only job: its lapse is its own
 

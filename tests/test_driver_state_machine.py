@@ -223,10 +223,10 @@ class DriverPair(RuleBasedStateMachine):
         self.both(lambda d: d.job_release_worker(worker, crashed=crashed, how="killed", charge=charge))
 
     @rule(target=leases, queue=st.sampled_from(QUEUES), lease_ms=st.sampled_from([500, 3000]),
-          worker=st.sampled_from(WORKERS), waited=st.sampled_from([0, 1000]))
-    def claim_alone(self, queue, lease_ms, worker, waited):
-        mem = self.memory.job_claim_alone(queue, lease_ms, worker, waited)
-        pg = self.pg.job_claim_alone(queue, lease_ms, worker, waited)
+          worker=st.sampled_from(WORKERS), waited=st.sampled_from([0, 1000]), limit=st.integers(1, 4))
+    def claim_alone(self, queue, lease_ms, worker, waited, limit):
+        mem = self.memory.job_claim_alone(queue, lease_ms, worker, waited, limit=limit)
+        pg = self.pg.job_claim_alone(queue, lease_ms, worker, waited, limit=limit)
         return self.remember(mem, pg)
 
     @rule(batch=st.lists(leases, min_size=1, max_size=2), done=st.sampled_from([0, 1.5, 7]))

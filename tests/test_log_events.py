@@ -261,3 +261,18 @@ def test_a_failed_upkeep_chore_is_a_warning_and_waits_for_its_timer(memory_drive
     upkeep.run(0.0)
     [record] = _events(caplog, "upkeep.failed")
     assert (record.levelname, record.chore, record.by) == ("WARNING", "rescuing lapsed leases", "scheduler s")
+
+
+@pytest.mark.postgres
+def test_each_applied_migration_is_the_schema_migrated_event(pg_dsn, pg_schema, caplog):
+    from xjobs.drivers.postgres import PostgresDriver
+    from xjobs.drivers.sql import SCHEMA_VERSION
+    caplog.set_level(logging.INFO, logger="xjobs")
+    driver = PostgresDriver(pg_dsn, schema=pg_schema)
+    try:
+        driver.migrate()
+    finally:
+        driver.close()
+    applied = _events(caplog, "schema.migrated")
+    assert [r.version for r in applied] == list(range(1, SCHEMA_VERSION + 1))
+    assert all(r.levelname == "INFO" and r.schema == pg_schema and r.seconds >= 0 for r in applied)

@@ -216,9 +216,9 @@ _BREAKING = re.compile(r"\bdrop\s+(table|column|constraint|function|view)\b|\bre
                        r"|\badd\s+column\s+(if\s+not\s+exists\s+)?\w+\s+[^,;]*\bnot\s+null\b(?![^,;]*\b(default|identity)\b)",
                        re.IGNORECASE)
 _ALLOWED = {
-    ("0009_repair_drift", "alter column lease_token type"): "only where the tokens were uuid, which no "
+    ("0009_drift_and_suspect_groups", "alter column lease_token type"): "only where the tokens were uuid, which no "
                                                             "release since could use",
-    ("0009_repair_drift", "drop constraint"): "the same key re-added in the same statement; an "
+    ("0009_drift_and_suspect_groups", "drop constraint"): "the same key re-added in the same statement; an "
                                               "on conflict target matches its columns in any order",
 }
 
@@ -296,7 +296,7 @@ def test_migrate_status_lists_applied_and_pending_then_migrate_says_what_it_appl
     lines = {line.split()[1]: line for line in text.splitlines() if re.match(r"^\d+\s", line)}
     assert "applied  by an xjobs older than the ledger" in lines["0007_jobs_fillfactor"]
     assert lines["0008_job_rates"].split()[2:] == ["pending"]
-    assert lines["0009_repair_drift"].split()[2:] == ["pending"]
+    assert lines["0009_drift_and_suspect_groups"].split()[2:] == ["pending"]
     assert "2 pending" in text
     status = orjson.loads(xjobsd("migrate", "--status", "--json").out)
     assert (status["version"], status["compatible_from"], status["pending"]) == (7, None, 2)
@@ -304,7 +304,7 @@ def test_migrate_status_lists_applied_and_pending_then_migrate_says_what_it_appl
         [(v, "applied") for v in range(1, 8)] + [(8, "pending"), (9, "pending")])
 
     assert xjobsd("migrate").out.splitlines() == [
-        "applied 0008_job_rates", "applied 0009_repair_drift", f"xjobs: schema {schema!r} is up to date (version 9)"]
+        "applied 0008_job_rates", "applied 0009_drift_and_suspect_groups", f"xjobs: schema {schema!r} is up to date (version 9)"]
     assert xjobsd("migrate").out.splitlines() == [f"xjobs: schema {schema!r} is up to date (version 9)"]
     status = orjson.loads(xjobsd("migrate", "--status", "--json").out)
     assert (status["version"], status["compatible_from"], status["pending"]) == (9, 1, 0)

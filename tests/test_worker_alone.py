@@ -1,5 +1,6 @@
-"""The worker's side of crash quarantine and lease keeping, on both drivers: suspects run with
-nothing beside them, and a lease window closes on time even while the loop is stuck."""
+"""The worker's side of crash quarantine and lease keeping, on both drivers: suspects run in
+their halves with nothing else beside them, and a lease window closes on time even while the
+loop is stuck."""
 
 from __future__ import annotations
 
@@ -22,16 +23,17 @@ def registry() -> xjobs.Registry:
     return xjobs.Registry()
 
 
-def test_suspects_run_alone_and_everything_completes(driver, registry, clock):
+def test_suspects_run_apart_in_their_halves_and_everything_completes(driver, registry, clock):
     lock = threading.Lock()
     running: set[int] = set()
     overlaps: list[tuple[int, frozenset[int]]] = []
+    halves: dict[int, frozenset[int]] = {}
 
     def body(ctx, i):
         with lock:
             running.add(ctx.job_id)
             company = frozenset(running)
-        if i["suspect"] and len(company) > 1:
+        if i["suspect"] and not company <= halves[ctx.job_id]:
             overlaps.append((ctx.job_id, company))
         time.sleep(0.02)
         with lock:
@@ -40,10 +42,12 @@ def test_suspects_run_alone_and_everything_completes(driver, registry, clock):
     suspects = enqueue(handle, driver, *({"n": n, "suspect": True} for n in range(3)))
     driver.job_claim(["q"], 3, 30_000, "dead-worker")
     assert {r.outcome for r in driver.job_release_worker("dead-worker", how="killed by SIGKILL")} == {"quarantined"}
+    halves.update({job_id: frozenset(suspects[:2]) for job_id in suspects[:2]})
+    halves[suspects[2]] = frozenset(suspects[2:])
     normal = enqueue(handle, driver, *({"n": n, "suspect": False} for n in range(3, 9)))
     pacer = Pacer(make_worker(driver, registry, concurrency=4))
     pacer.until(lambda: pacer.totals()["completed"] == 9, advance_ms=50)
-    assert overlaps == []                                     # no suspect ever had company
+    assert overlaps == []                   # no suspect ever had company but its own half
     for job_id in suspects + normal:
         view = driver.job_get(job_id)
         assert (view.state, view.crashes) == ("completed", 1 if job_id in suspects else 0)
@@ -64,7 +68,7 @@ def test_a_busy_worker_reserves_a_suspect_that_waited_and_gives_it_back_if_it_st
     assert not worker.quarantine.holding                                # busy: it leaves fresh suspects to idle workers
     clock.advance(200)                                          # ... for two polls
     pacer.until(lambda: worker.quarantine.holding, advance_ms=60)
-    reserved = worker.quarantine.run.job.id
+    [reserved] = [run.job.id for run in worker.quarantine.group]     # a half of one
     assert reserved == suspects[0] and driver.job_get(reserved).state == "running"
     assert not worker.quarantine.started                            # it waits for the busy run to end
     assert driver.job_get(suspects[1]).state == "ready"         # and claims nothing more meanwhile

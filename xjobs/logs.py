@@ -47,6 +47,8 @@ on a name, never on wording::
     relay.publish.failed        error    relay count error (the batch is handed back)
     relay.publish.fenced        warning  relay count      (another relay took the claim over)
     relay.release.failed        warning  relay error
+    schema.migrated             info     schema version migration seconds
+    schema.newer                warning  schema version code_version compatible_from (a rolling deploy)
     child.started               info     role queue pid child
     child.exited                info     role pid how        (a drain or a replacement asked for it)
     child.restarted             warning  role pid how uptime_s restart_in_s

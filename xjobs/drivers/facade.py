@@ -114,10 +114,14 @@ class CheckedDriver:
         return self._jobs.claim(queue_names, count, lease, worker_id, capped, room, only)
 
     def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
-                        waited_ms: float = 0.0, names: Sequence[str] | None = None) -> list[ClaimedJob]:
+                        waited_ms: float = 0.0, names: Sequence[str] | None = None,
+                        limit: int = 1) -> list[ClaimedJob]:
         lease, waited = check_lease(lease_ms, "claim.lease"), duration_ms(waited_ms, "claim.waited")
+        count = check_row_limit(limit, "claim.limit")
         only = check_job_names(names)
-        return [] if only == frozenset() else self._jobs.claim_alone(queue, lease, worker_id, waited, only)
+        if not count or only == frozenset():
+            return []
+        return self._jobs.claim_alone(queue, lease, worker_id, waited, only, count)
 
     def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
         leases = matchable(leases)

@@ -139,19 +139,29 @@ class MemoryJobs:
                 chosen.append(row)
             return self._take(chosen, at, lease_ms, worker_id)
 
-    def claim_alone(self, queue: str, lease_ms: float, worker_id: str,
-                    waited_ms: float, names: frozenset[str] | None = None) -> list[ClaimedJob]:
-        """``job_claim_alone``: one suspect that has waited ``waited_ms``, to run with nothing beside it."""
+    def claim_alone(self, queue: str, lease_ms: float, worker_id: str, waited_ms: float,
+                    names: frozenset[str] | None = None, limit: int = 1) -> list[ClaimedJob]:
+        """``job_claim_alone``: the first suspect that has waited ``waited_ms`` and the rest of
+        its group, ``limit`` in all, to run with nothing beside them."""
         table = self._table
         with table.lock:
             at = table.now()
             if table.is_paused(queue):
                 return []
             since = ts(at - ts(waited_ms))
-            due = (r for r in table.rows.values()
-                   if r.state == "ready" and r.queue == queue and r.crashes > 0 and r.run_at <= since
-                   and (names is None or r.name in names))
-            return self._take(heapq.nsmallest(1, due, key=_by_claim_order), at, lease_ms, worker_id)
+
+            def suspect(r: Row) -> bool:
+                return (r.state == "ready" and r.queue == queue and r.crashes > 0 and r.run_at <= at
+                        and (names is None or r.name in names))
+            lead = heapq.nsmallest(1, (r for r in table.rows.values() if suspect(r) and r.run_at <= since),
+                                   key=_by_claim_order)
+            if not lead or lead[0].suspect_group is None:
+                return self._take(lead, at, lease_ms, worker_id)
+            group = lead[0].suspect_group
+            members = heapq.nsmallest(limit - 1, (r for r in table.rows.values() if suspect(r)
+                                                  and r.suspect_group == group and r is not lead[0]),
+                                      key=_by_claim_order)
+            return self._take(lead + members, at, lease_ms, worker_id)
 
     def _take(self, picked: list[Row], at: float, lease_ms: float, worker_id: str) -> list[ClaimedJob]:
         token = secrets.randbits(63)
@@ -189,7 +199,7 @@ class MemoryJobs:
             at = table.now()
             row.attempt = row.attempt if nack.counts_as_attempt else max(row.attempt - 1, 0)
             if nack.counts_as_attempt:   # the run ended on its own: no longer a crash suspect
-                row.crashes = 0
+                row.crashes, row.suspect_group = 0, None
             table.move(row, "dead" if nack.dead else "suspended" if nack.park else "ready")
             shed = nack.outcome == "shed"
             if not nack.dead and not (shed and nack.delay_ms == 0):   # a shed keeps its place

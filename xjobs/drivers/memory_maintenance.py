@@ -3,8 +3,9 @@ rescue lapsed leases and wake due suspensions, hand back a dead worker's jobs, p
 
 The verdicts follow the statements' comments (``job_rescue_lapsed``, ``job_release_worker``):
 a job is charged its attempt only when it provably ran alone; a job caught beside others
-gets its attempt back and becomes a suspect (``crashes + 1``), run alone next, and its holder
-is remembered in ``crashed_workers`` so its later lapses are judged the same.
+gets its attempt back and becomes a suspect (``crashes + 1``) in one of two halves
+(``suspect_group``) run apart next, and its holder is remembered in ``crashed_workers`` so its
+later lapses are judged the same.
 """
 
 from __future__ import annotations
@@ -13,6 +14,16 @@ import heapq
 
 from .base import Released
 from .memory_table import MemoryTable, Row, plus, ts
+
+
+def _halves(rows: list[Row]) -> dict[int, int | None]:
+    """The two halves a crashed process's jobs are split into, in id order (the first has the
+    odd one), each named by its smallest id; one job alone is in no group."""
+    ordered = sorted(r.id for r in rows)
+    if len(ordered) < 2:
+        return {i: None for i in ordered}
+    cut = (len(ordered) + 1) // 2
+    return {i: (ordered[0] if n < cut else ordered[cut]) for n, i in enumerate(ordered)}
 
 
 class MemoryMaintenance:
@@ -37,14 +48,20 @@ class MemoryMaintenance:
             for row in lapsed:
                 if not judged[row.id] and row.claimed_by is not None:
                     table.crashed_workers.setdefault(row.claimed_by, at)
+            halves: dict[int, int | None] = {}
+            for holder in holders:
+                halves.update(_halves([r for r in lapsed if r.claimed_by == holder]))
             for row in lapsed:
                 holder = row.claimed_by if row.claimed_by is not None else "?"
                 alone = judged[row.id]
+                if not alone:
+                    row.suspect_group = halves[row.id]
                 self._hand_back(
                     row, at, charged=alone, suspect=not alone,
                     dead_error=f"dead: lease expired on the last attempt, held by {holder}",
                     error=(f"lease expired, held by {holder}" if alone else
-                           f"lease expired beside other jobs of {holder}; attempt not counted, runs alone next"),
+                           f"lease expired beside other jobs of {holder}; attempt not counted, "
+                           "runs apart from other work next"),
                     outcome="lapsed" if alone else "quarantined")
             return len(lapsed) + self._wake_locked(limit, at) + self._wake_delivered_locked(limit)
 
@@ -86,8 +103,11 @@ class MemoryMaintenance:
                 del table.slots[key]   # its fleet-wide slots go with it (``freed``)
             held = [r for r in table.rows.values() if r.state == "running" and r.claimed_by == worker_id]
             alone = crashed and len(held) == 1 and worker_id not in table.crashed_workers
+            halves = _halves(held)
             released = []
             for row in held:
+                if crashed:
+                    row.suspect_group = halves[row.id]
                 charged = alone and (charge == "alone" or (charge == "suspect" and row.crashes > 0))
                 if not crashed:
                     error, outcome = f"worker stopped by its supervisor, attempt not counted, {worker_id}", "interrupted"
@@ -95,7 +115,7 @@ class MemoryMaintenance:
                     error, outcome = f"crashed its worker process ({how}, {worker_id}); attempt counted, runs alone next", "crashed"
                 else:
                     error = (f"worker process {how} ({worker_id}) running {len(held)} job(s); "
-                             "attempt not counted, runs alone next")
+                             "attempt not counted, runs apart from other work next")
                     outcome = "quarantined"
                     table.crashed_workers.setdefault(worker_id, at)
                 self._hand_back(row, at, charged=charged, suspect=crashed, error=error, outcome=outcome,

@@ -67,6 +67,7 @@ class Row:
     started_at: float | None = None
     finished_at: float | None = None
     crashes: int = 0
+    suspect_group: int | None = None   # the half of a crashed process's jobs it is in
     dedupe_window_ms: float | None = None
     progress: dict | None = None
     traceparent: str | None = None

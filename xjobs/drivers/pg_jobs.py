@@ -142,10 +142,11 @@ class PgJobs:
         return self._claimed(name, params)
 
     def claim_alone(self, queue: str, lease_ms: float, worker_id: str,
-                    waited_ms: float, names: frozenset[str] | None = None) -> list[ClaimedJob]:
+                    waited_ms: float, names: frozenset[str] | None = None, limit: int = 1) -> list[ClaimedJob]:
         return self._claimed("job_claim_alone", {
             **self._db.now(), "queue": queue, "token": secrets.randbits(63), "worker": worker_id,
-            "lease": lease_ms, "wait": waited_ms, "names": None if names is None else sorted(names)})
+            "lease": lease_ms, "wait": waited_ms, "names": None if names is None else sorted(names),
+            "limit": limit})
 
     def _claimed(self, statement: str, params: dict[str, Any]) -> list[ClaimedJob]:
         with self._db.cursor() as cur:

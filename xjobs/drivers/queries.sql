@@ -88,11 +88,13 @@ where j.id = any(array(select id from picked))
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
 
 -- name: job_claim_alone
--- one suspect of a queue, for a worker that will run it with nothing beside it; a busy
--- worker asks only for suspects that have waited %(wait)s ms (an idle one would have taken
--- them sooner), so suspects go to idle workers first
-with picked as (
-    select id from {schema}.jobs
+-- suspects of a crash, for a worker that will run them with nothing beside them: the first in
+-- line and, up to %(limit)s in all, the rest of its group (suspect_group: the half of a crashed
+-- process's jobs it was put in, see job_release_worker; none: it runs alone). A busy worker
+-- asks only for suspects that have waited %(wait)s ms (an idle one would have taken them
+-- sooner), so suspects go to idle workers first, and the other halves to other processes
+with lead as (
+    select id, suspect_group from {schema}.jobs
     where state = 'ready' and queue = %(queue)s and crashes > 0
       and run_at <= {now} - %(wait)s * interval '1 millisecond'
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
@@ -100,12 +102,21 @@ with picked as (
     order by priority, run_at, id
     limit 1
     for update skip locked
+), members as (
+    select j.id from {schema}.jobs j
+    where j.suspect_group = (select lead.suspect_group from lead)
+      and j.state = 'ready' and j.queue = %(queue)s and j.crashes > 0 and j.run_at <= {now}
+      and j.id <> (select lead.id from lead)
+      and (%(names)s::text[] is null or j.name = any(%(names)s::text[]))
+    order by j.priority, j.run_at, j.id
+    limit greatest(%(limit)s - 1, 0)
+    for update skip locked
 )
 update {schema}.jobs j
 set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
-where j.id = any(array(select id from picked))
+where j.id = any(array(select id from lead union all select id from members))
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
 
 -- name: job_ack_many
@@ -134,6 +145,7 @@ with settled as (
         finished_at = case when %(dead)s then {now} end,
         last_error = coalesce(%(error)s::text, last_error),
         crashes = case when %(counts)s then 0 else crashes end,
+        suspect_group = case when %(counts)s then null else suspect_group end,
         lease_token = null, lease_expires_at = null
     where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
     returning id, attempt
@@ -173,11 +185,19 @@ with lapsed as (
     from {schema}.jobs r
     where r.state = 'running' and r.claimed_by in (select claimed_by from lapsed)
     group by r.claimed_by
+), ranked as (
+    -- the lapsed jobs of one holder are split in two halves, as job_release_worker explains
+    select l.id, row_number() over (partition by l.claimed_by order by l.id) as rn,
+           count(*) over (partition by l.claimed_by) as n
+    from lapsed l
+), halves as (
+    select r.id, case when r.n > 1 then min(r.id) over (partition by l.claimed_by, 2 * r.rn <= r.n + 1) end as half
+    from ranked r join lapsed l on l.id = r.id
 ), judged as (
-    select l.id, l.claimed_by,
+    select l.id, l.claimed_by, h.half,
            coalesce(c.running, 1) = 1
            and not exists (select 1 from {schema}.crashed_workers w where w.worker = l.claimed_by) as alone
-    from lapsed l left join company c on c.claimed_by = l.claimed_by
+    from lapsed l join halves h on h.id = l.id left join company c on c.claimed_by = l.claimed_by
 ), noted as (
     insert into {schema}.crashed_workers (worker, at)
     select distinct judged.claimed_by, {now} from judged
@@ -188,6 +208,7 @@ with lapsed as (
     set state = case when judged.alone and j.attempt >= j.max_attempts then 'dead' else 'ready' end,
         attempt = case when judged.alone then j.attempt else greatest(j.attempt - 1, 0) end,
         crashes = case when judged.alone then j.crashes else j.crashes + 1 end,
+        suspect_group = case when judged.alone then j.suspect_group else judged.half end,
         run_at = {now},
         finished_at = case when judged.alone and j.attempt >= j.max_attempts then {now} end,
         last_error = case
@@ -195,7 +216,7 @@ with lapsed as (
                 then 'dead: lease expired on the last attempt, held by ' || coalesce(j.claimed_by, '?')
             when judged.alone then 'lease expired, held by ' || coalesce(j.claimed_by, '?')
             else 'lease expired beside other jobs of ' || coalesce(j.claimed_by, '?')
-                 || '; attempt not counted, runs alone next' end,
+                 || '; attempt not counted, runs apart from other work next' end,
         lease_token = null, lease_expires_at = null
     from judged where j.id = judged.id
     returning j.id, j.attempt, j.state, j.last_error, j.queue, judged.alone
@@ -219,23 +240,30 @@ select rescued.id, rescued.queue, rescued.state from rescued
 --   own count says other work still ran in it, which the database cannot see);
 -- * it crashed holding several, or was seen dying beside others before (crashed_workers):
 --   nobody can tell which one did it, so each gets its attempt back and becomes a suspect
---   (crashes + 1), which workers run alone: a poison job is then caught alone and charged,
---   its innocent neighbours never are;
+--   (crashes + 1). Its jobs are split in two halves (suspect_group: the smallest id of each),
+--   and a worker runs one half with nothing else beside it (job_claim_alone): the half that
+--   does not crash again is innocent and done, the one that does is halved again, so a poison
+--   job among N is caught alone, and charged, after about log2(N) crashes; its innocent
+--   neighbours never are;
 -- * its supervisor stopped it (not crashed): the attempt is given back, like a drain.
 -- %(how)s says how it ended ("killed by SIGKILL", "exited with code 1").
 with held as (
     select id, crashes from {schema}.jobs
     where state = 'running' and claimed_by = %(worker)s
     for update
+), ranked as (
+    select id, row_number() over (order by id) as rn, count(*) over () as n from held
+), halves as (
+    select id, case when n > 1 then min(id) over (partition by 2 * rn <= n + 1) end as half from ranked
 ), verdict as (
     select count(*) as running,
            exists (select 1 from {schema}.crashed_workers w where w.worker = %(worker)s) as seen_beside
     from held
 ), judged as (
-    select held.id, v.running,
+    select held.id, v.running, h.half,
            %(crashed)s and v.running = 1 and not v.seen_beside
            and (%(charge)s = 'alone' or (%(charge)s = 'suspect' and held.crashes > 0)) as charged
-    from held, verdict v
+    from held join halves h on h.id = held.id, verdict v
 ), noted as (
     insert into {schema}.crashed_workers (worker, at)
     select %(worker)s, {now}
@@ -249,6 +277,7 @@ with held as (
     set state = case when judged.charged and j.attempt >= j.max_attempts then 'dead' else 'ready' end,
         attempt = case when judged.charged then j.attempt else greatest(j.attempt - 1, 0) end,
         crashes = case when %(crashed)s then j.crashes + 1 else j.crashes end,
+        suspect_group = case when %(crashed)s then judged.half else j.suspect_group end,
         run_at = {now},
         finished_at = case when judged.charged and j.attempt >= j.max_attempts then {now} end,
         last_error = case
@@ -261,7 +290,7 @@ with held as (
                 then 'crashed its worker process (' || %(how)s || ', ' || %(worker)s
                      || '); attempt counted, runs alone next'
             else 'worker process ' || %(how)s || ' (' || %(worker)s || ') running ' || judged.running
-                 || ' job(s); attempt not counted, runs alone next' end,
+                 || ' job(s); attempt not counted, runs apart from other work next' end,
         lease_token = null, lease_expires_at = null
     from judged
     where j.id = judged.id

@@ -1,26 +1,30 @@
-"""Running a worker's suspects alone: jobs that were running when some worker process crashed
-(``drivers/base.py``), so that a crash while one runs is provably its own.
+"""Running a worker's suspects apart: jobs that were running when some worker process crashed
+(``drivers/base.py``), so that a crash while they run says which of them did it.
 
-::
+A crashed process's jobs are split in two halves (``job_release_worker``); a worker claims a
+half (``job_claim_alone``: the first suspect in line and the rest of its group, as many as it
+has slots) and runs it with nothing else beside it. A half that ends without crashing is
+innocent and done; one that crashes again is halved again, until a poison job runs alone and
+its crash is charged to it. Halves go to several worker processes at once where they are idle,
+so a crash of a process running N jobs costs about log2(N) rounds, not N runs in a row::
 
-    idle ──poll: job_claim_alone──> reserved ──the worker's other runs end──> running alone
+    idle ──poll: job_claim_alone──> reserved ──the worker's other runs end──> running apart
      ^                                 │                                          │
      │                                 ├─ worker stops accepting, or its other    │
      │                                 │  runs outlast a lease: given back        │
-     └──── next suspect at once <──────┴── its run is settled (its body ended, ───┘
-                                           it timed out, or its lease was lost)
+     └──── next group at once <────────┴── every run of the group is settled  <───┘
 
 An idle worker takes any suspect at once; a busy one only a suspect that has waited two polls
 (no idle worker came for it), and none while a body it gave up on (timed out, lease lost)
-still runs in a thread: that thread could crash the process too, and would keep the suspect
-from ever running alone. While a suspect is reserved or running the worker claims nothing
+still runs in a thread: that thread could crash the process too, and would keep the group
+from ever running apart. While a group is reserved or running the worker claims nothing
 else; a busy worker whose runs outlasted a reservation waits ``_HOLD_OFF_LEASES`` lease
 windows before it reserves again while busy, so long jobs do not stall its claiming over and
 over. Everything here runs on the worker's loop thread.
 
-The quarantine is the worker's claim policy for suspects: it claims them itself
-(``job_claim_alone``), takes a claimed one in through the worker (``take``, the same path as
-any claim), starts its body on the worker's executor, and lets go of one through the settler.
+The quarantine is the worker's claim policy for suspects: it claims them itself, takes each
+claimed one in through the worker (``take``, the same path as any claim), starts their bodies
+on the worker's executor together, and lets go of them through the settler.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 from ..config import Settings
 from ..drivers.base import ClaimedJob
+from ..logs import event
 from .execute import Executor, Run
 from .runs import RunTable
 from .settle import Settler
@@ -54,70 +59,81 @@ class Quarantine:
         self._settings = settings
         self._identity = identity
         self.names: Sequence[str] | None = None     # the job names the worker runs (claims filter on them)
-        self.run: Run | None = None     # the suspect reserved or running alone
+        self.group: list[Run] = []      # the suspects reserved or running apart
         self.started = False
-        self.due = False                # look for the next suspect now, not at the next poll
+        self.due = False                # look for the next group now, not at the next poll
         self._busy_hold_off = 0.0       # no reserving while busy before this (loop clock, ms)
 
     @property
     def holding(self) -> bool:
-        return self.run is not None
+        return bool(self.group)
+
+    def holds(self, run: Run) -> bool:
+        return any(member is run for member in self.group)
 
     def reserve(self, now_ms: float, queues: list[str]) -> bool:
-        """Claim one suspect; answers whether one is now held."""
+        """Claim one group of suspects; answers whether one is now held."""
         self.due = False
         in_flight = self._runs.in_flight()
         if self._runs.running_given_up() or (in_flight and now_ms < self._busy_hold_off):
             return False
         waited = 0.0 if in_flight == 0 else 2.0 * self._settings.poll_ms
         for queue in queues:
+            room = self._runs.free(queue)
+            if room <= 0:
+                continue
             try:
                 jobs = self._driver.job_claim_alone(queue, self._settings.lease_ms, self._identity, waited,
-                                                    names=self.names)
+                                                    names=self.names, limit=room)
             except Exception as exc:
-                log.warning("worker %s: claiming a suspect on %r failed: %s", self._identity, queue, exc)
+                self._stats.bump("claim_failed")
+                event(log, logging.WARNING, "worker.claim.failed", "worker %s: claiming suspects on %r "
+                      "failed: %s", self._identity, queue, exc, queue=queue, error=str(exc),
+                      worker=self._identity, alone=True)
                 continue
-            if not jobs:
+            self._stats.bump("claimed", len(jobs))
+            group = [run for job in jobs if (run := self._take(job, now_ms)) is not None]
+            if not group:        # none (or none with a handler here: settled at once)
                 continue
-            self._stats.bump("claimed")
-            run = self._take(jobs[0], now_ms)
-            if run is None:      # no handler here: it was settled at once
-                continue
-            run.deadline_ms = None   # its timeout starts when its body does
-            self.run, self.started = run, False
-            log.info("worker %s: running %s#%s alone (its last run was caught in a crash)",
-                     self._identity, run.job.name, run.job.id)
+            for run in group:
+                run.deadline_ms = None   # its timeout starts when its body does
+            self.group, self.started = group, False
+            log.info("worker %s: running %s apart from other work (caught in a crash of their process)",
+                     self._identity, ", ".join(f"{r.job.name}#{r.job.id}" for r in group[:20]))
             self.advance(now_ms, accepting=True)     # at once when nothing else runs
             return True
         return False
 
     def advance(self, now_ms: float, accepting: bool) -> None:
-        """Start the reserved suspect once nothing else runs; give it back, or let go of it,
-        as the diagram says."""
-        run = self.run
-        if run is None:
+        """Start the reserved group once nothing else runs; give it back, or let go of it, as
+        the diagram says."""
+        if not self.group:
             return
         if self.started:
-            if run.settled:   # its body ended, or it timed out or was lost while its body runs on
-                self.run, self.due = None, True
+            if all(run.settled for run in self.group):   # every body ended, or timed out or was lost
+                self.group, self.due = [], True
             return
-        if run.settled:       # lost before it ever started
+        for run in [r for r in self.group if r.settled]:     # lost before it ever started
             self._runs.vacate(run)
-            self.run = None
-        elif not accepting or now_ms - run.started_ms >= self._settings.lease_ms:
-            why = ("the worker stopped before running it alone" if not accepting else
+            self.group.remove(run)
+        if not self.group:
+            return
+        if not accepting or now_ms - min(r.started_ms for r in self.group) >= self._settings.lease_ms:
+            why = ("the worker stopped before running it apart" if not accepting else
                    "its worker's other runs did not end within a lease window")
             if accepting:
                 self._busy_hold_off = now_ms + _HOLD_OFF_LEASES * self._settings.lease_ms
-            self._runs.vacate(run)
-            self.run = None
-            self._settler.give_back(run, why, now_ms)
-        elif self._runs.in_flight() == 1:
-            run.started_ms = now_ms     # its lease was renewed all along; only the body starts now
-            timeout = run.handle.timeout_ms
-            run.deadline_ms = None if timeout is None else now_ms + timeout
+            group, self.group = self.group, []
+            for run in group:
+                self._runs.vacate(run)
+                self._settler.give_back(run, why, now_ms)
+        elif self._runs.in_flight() == len(self.group):
+            for run in self.group:
+                run.started_ms = now_ms     # its lease was renewed all along; only the body starts now
+                timeout = run.handle.timeout_ms
+                run.deadline_ms = None if timeout is None else now_ms + timeout
             self.started = True
-            self._executor.submit_many([run])
+            self._executor.submit_many(list(self.group))
 
 
 __all__ = ["Quarantine"]

@@ -204,7 +204,7 @@ class QueueWorker:
         out = []
         for run in list(self.runs.held.values()):
             report = run.ctx.last_progress
-            alone = run is self.quarantine.run
+            alone = self.quarantine.holds(run)
             if report is None and not alone:
                 continue
             out.append({"id": run.job.id, "name": run.job.name, "attempt": run.job.attempt,

@@ -1,5 +1,7 @@
--- Version 9: every database ends as a fresh install does, whichever release installed it.
--- compatible-with-previous: yes (it repairs indexes and keys that version 8's code never names)
+-- Version 9: every database ends as a fresh install does, whichever release installed it; and
+-- crash suspects run in halves.
+-- compatible-with-previous: yes (it repairs indexes and keys, and adds a column, that version 8's
+-- code never names)
 --
 -- Before migrations, one schema file was re-run on upgrade, and twice it was edited without a
 -- new version number; its create ... if not exists statements could add what was missing but
@@ -50,3 +52,9 @@ begin
     end if;
 end
 $repair$;
+
+-- Which half of a crashed process's jobs a suspect is in (the smallest job id of that half;
+-- null: it runs alone). A worker runs one half at a time with nothing else beside it
+-- (job_claim_alone), so a poison job among N is caught in about log2(N) crashes instead of N
+-- runs one after another. Version 8's code never names it: it claims suspects one by one.
+alter table {schema}.jobs add column if not exists suspect_group bigint;
