@@ -27,3 +27,10 @@ def noop(ctx, input):  # noqa: ARG001
 def ping(ctx, input):  # noqa: ARG001
     started = time.monotonic()
     _sock.sendto(f"{input} {started!r}".encode(), os.environ["XJOBS_BENCH_PING"])
+
+
+@job(queue="nap", idempotency_key=lambda i: str(i), tenant="none")
+def nap(ctx, input):
+    """Takes ``input["s"]`` seconds, or stops at its signal: crash recovery's workload."""
+    if ctx.signal.wait(float(input["s"])):
+        ctx.signal.raise_if_set()
