@@ -1,3 +1,33 @@
-"""Test configuration: fixtures live in plugins so each suite can see what it depends on."""
+"""Test configuration: fixtures live in plugins so each suite can see what it depends on.
+
+The suite runs on several processes (pytest-xdist, ``-n auto`` in pyproject.toml): most of its
+time is daemons waiting on real timers, not CPU. How many is bounded by the PostgreSQL the tests
+use: a daemon test holds 15 to 40 sessions (every child has its pools), so a server at the
+default ``max_connections = 100`` gets two workers and a larger one up to four. Without a server
+at hand (the embedded fallback starts one per worker) the suite runs on one.
+"""
+
+from __future__ import annotations
+
+import os
+
+import psycopg
 
 pytest_plugins = ["tests.fixtures"]
+
+_SESSIONS_PER_WORKER = 40
+_MOST_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    from tests.fixtures import LOCAL_DSN
+    dsn = os.environ.get("XJOBS_TEST_DSN") or LOCAL_DSN
+    try:
+        with psycopg.connect(dsn, connect_timeout=2) as conn:
+            row = conn.execute("select current_setting('max_connections')::int "
+                               "- current_setting('superuser_reserved_connections')::int").fetchone()
+    except psycopg.Error:
+        return 1
+    room = int(row[0]) if row else 0
+    # twice the cores: the workers mostly wait
+    return max(1, min(_MOST_WORKERS, (os.cpu_count() or 1) * 2, room // _SESSIONS_PER_WORKER))
