@@ -60,9 +60,10 @@ def _build_worker(context: RoleContext) -> Role:
     # draw from their own pool, one connection each at most. The fleet's maintenance (rescue,
     # prune) is the scheduler leader's, never a worker's
     driver = context.connect(pool_size=2, transaction_pool_size=context.concurrency)
+    # a child exits right after its close: what still runs at its deadline is handed back at once
     return QueueWorker(driver=driver, registry=context.registry, queue=context.queue,
                        concurrency=context.concurrency, settings=context.settings,
-                       identity=context.identity, maintain=False)
+                       identity=context.identity, maintain=False, exits_after_close=True)
 
 
 # The queue worker's policy is declared here rather than on its class while queue_worker.py is
