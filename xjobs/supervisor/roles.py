@@ -124,6 +124,19 @@ def unserved_jobs(settings: Settings, registry: Registry) -> dict[str, list[str]
     return {queue: names for queue, names in registered_queues(registry).items() if queue not in served}
 
 
+def describe_unserved(stranded: dict[str, list[str]]) -> str:
+    return "; ".join(f"{', '.join(names)} on queue {queue!r}" for queue, names in sorted(stranded.items()))
+
+
+def refuse_unserved(settings: Settings, registry: Registry) -> None:
+    """``--strict``: a registered job whose queue no process of this configuration serves is
+    refused, at start and at every reload."""
+    stranded = unserved_jobs(settings, registry)
+    if stranded:
+        raise InvalidOption("queue", f"no process serves these registered jobs (--strict): "
+                                     f"{describe_unserved(stranded)}")
+
+
 def connector(settings: Settings, identity: str) -> Callable[..., Any]:
     """``connect(**pool_options)`` for a child: a driver whose sessions carry its identity."""
     def connect(**pool_options: Any) -> Any:   # Any: the driver seam is being typed elsewhere
