@@ -1,4 +1,4 @@
-"""A reload's parts in this process: the app imported again, the fresh validation.
+"""A reload's parts in this process: the app imported again, the fresh validation, fingerprints.
 
 The app is a real package the test writes under ``tmp_path`` and rewrites, imported into the
 global registry, which each test empties first and gives back after; the fresh validation is
@@ -12,15 +12,23 @@ import os
 import py_compile
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.test_supervisor_arbiter import SETTINGS, all_ready, make_arbiter, rows  # noqa: F401 (fixture)
+from tests.test_supervisor_arbiter import spec as fake_spec
+from xjobs.config import Settings
 from xjobs.errors import AppInvalid, InvalidOption, XJobsError
 from xjobs.registry import REGISTRY, Registry
 from xjobs.supervisor.appcode import AppCode, AppImage, import_modules, own_modules
+from xjobs.supervisor.reshape import fingerprint
+from xjobs.supervisor.roles import WORKER
+from xjobs.supervisor.slots import RoleSpec
 from xjobs.supervisor.validate import Validation
+from xjobs.workers.role import RolePolicy
 
 JOBS = '''\
 import json
@@ -182,3 +190,53 @@ def test_a_fresh_validation_past_its_deadline_is_refused_and_its_process_killed(
     slow = validate([app.jobs], deadline_s=1.0)
     assert isinstance(slow.result, AppInvalid) and "longer than 1s" in str(slow.result)
     assert slow.proc.poll() is not None
+
+
+def _spec(role: str, queue: str | None, processes: int = 1, concurrency: int = 4, *,
+          runs_app: bool = True) -> RoleSpec:
+    policy = WORKER.policy if queue is not None else RolePolicy()
+    return RoleSpec(role, queue, processes, concurrency, lambda identity: None, policy,  # type: ignore[arg-type, return-value]
+                    runs_app=runs_app)
+
+
+def test_a_group_s_fingerprint_is_what_its_children_are_made_of():
+    image = AppImage({"app.jobs": "a1", "app.util": "u1"}, {"send": ("q", "d1"), "other": ("r", "o1")}, {})
+    code = AppImage({**image.modules, "app.util": "u2"}, image.jobs, image.others)
+    declared = AppImage(image.modules, {**image.jobs, "other": ("r", "o2")}, image.others)
+    settings = Settings()
+    worker, scheduler = _spec("worker", "q"), _spec("scheduler", None)
+    relay = _spec("outbox-relay", None, runs_app=False)
+
+    def fp(spec, s=settings, i=image):
+        return fingerprint(spec, s, i)
+    # any module of the app: every group running app code; never one that runs none
+    assert fp(worker, i=code) != fp(worker) and fp(scheduler, i=code) != fp(scheduler)
+    assert fp(relay, i=code) == fp(relay)
+    # another queue's declaration: not this queue's workers, but a singleton running app code
+    assert fp(worker, i=declared) == fp(worker) and fp(scheduler, i=declared) != fp(scheduler)
+    # a knob every child reads changes every group; one read by the supervisor alone none
+    polled, metrics = settings.with_overrides(poll_ms=500), settings.with_overrides(metrics="127.0.0.1:1")
+    assert all(fp(s, polled) != fp(s) and fp(s, metrics) == fp(s) for s in (worker, scheduler, relay))
+    # more processes are more slots beside the same children; more slots per process are not
+    assert fp(_spec("worker", "q", processes=3)) == fp(worker)
+    assert fp(_spec("worker", "q", concurrency=8)) != fp(worker)
+
+
+def test_every_slot_keeps_a_claiming_child_through_a_reload_that_replaces_it(make_arbiter):
+    arbiter = make_arbiter([fake_spec("a", 2, "work")],
+                           configure=lambda: (SETTINGS, [fake_spec("a", 2, "work", concurrency=8)]))
+    end = time.monotonic() + 10
+    while not all_ready(arbiter):
+        arbiter.step(timeout=0.02)
+        assert time.monotonic() < end, "the children never got ready"
+    old = {c["pid"] for c in rows(arbiter)}
+    assert arbiter.reload().answer["groups"] == ["worker a"]
+    passes = 0
+    while not (arbiter.reshaper.state()["state"] == "idle" and not arbiter.processes.retired):
+        arbiter.step(timeout=0.01)
+        passes += 1
+        for slot in arbiter.processes.slots:   # checked after every pass of the loop
+            assert any(c.state == "ready" and c.retiring is None for c in slot.children()), (
+                f"{slot.label} has no claiming child: {[(c.pid, c.state, c.retiring) for c in slot.children()]}")
+        assert time.monotonic() < end + 10, "the reload never completed"
+    assert passes > 3 and not old & {c["pid"] for c in rows(arbiter)}

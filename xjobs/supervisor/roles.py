@@ -40,18 +40,22 @@ ROLE_STATEMENT_TIMEOUT_MS = 5000
 
 @dataclass(frozen=True)
 class RoleKind:
-    """One role this daemon can run: a line in ``ROLES``."""
+    """One role this daemon can run: a line in ``ROLES``. ``runs_app``: whether its children
+    run the app's code (job bodies, scans), so that a reload bringing new code replaces
+    them; True unless a role says otherwise, since a role left on old code would run it
+    beside its restarted children's new code."""
     role: str
     policy: RolePolicy
     build: Callable[[RoleContext], Role]
+    runs_app: bool = True
 
     def __post_init__(self) -> None:
         check_role_name(self.role)
 
     @classmethod
-    def of(cls, role_class: type[RoleBase]) -> "RoleKind":
+    def of(cls, role_class: type[RoleBase], *, runs_app: bool = True) -> "RoleKind":
         """A role that carries its name, policy and build on its class (``RoleBase``)."""
-        return cls(role_class.role, role_class.policy, role_class.build)
+        return cls(role_class.role, role_class.policy, role_class.build, runs_app)
 
 
 def _build_worker(context: RoleContext) -> Role:
@@ -74,7 +78,7 @@ WORKER = RoleKind("worker", RolePolicy(per_queue=True, scalable=True, recyclable
 ROLES: tuple[RoleKind, ...] = (
     WORKER,
     RoleKind.of(Scheduler),
-    RoleKind.of(OutboxRelay),
+    RoleKind.of(OutboxRelay, runs_app=False),   # it moves staged rows; no body or scan runs in it
 )
 
 
@@ -161,9 +165,11 @@ def maker(kind: RoleKind, settings: Settings, registry: Registry, queue: str | N
 def kind_specs(kind: RoleKind, settings: Settings, registry: Registry,
                queues: dict[str, QueueSpec]) -> list[RoleSpec]:
     if not kind.policy.per_queue:
-        return [RoleSpec(kind.role, None, 1, 1, maker(kind, settings, registry, None, 1), kind.policy)]
+        return [RoleSpec(kind.role, None, 1, 1, maker(kind, settings, registry, None, 1), kind.policy,
+                         runs_app=kind.runs_app)]
     return [RoleSpec(kind.role, name, spec.processes, spec.concurrency,
-                     maker(kind, settings, registry, name, spec.concurrency), kind.policy)
+                     maker(kind, settings, registry, name, spec.concurrency), kind.policy,
+                     runs_app=kind.runs_app)
             for name, spec in queues.items()]
 
 
