@@ -49,7 +49,7 @@ def test_two_thousand_jobs_across_two_queues_each_complete_exactly_once(daemon_e
     assert daemon.wait(15) == 0
 
 
-def test_sighup_replaces_every_child_without_losing_a_job(daemon_env):
+def test_sighup_replaces_what_changed_without_losing_a_job(daemon_env):
     env = daemon_env
     config = env.tmp / "xjobs.toml"
     config.write_text('[xjobs]\nqueues = ["alpha=1x8", "beta=1x8"]\n')
@@ -61,15 +61,17 @@ def test_sighup_replaces_every_child_without_losing_a_job(daemon_env):
     daemon.signal(signal.SIGHUP)
     ids += enqueue_touches(env, 300, 300)
 
-    def replaced():
+    def reshaped():
         kids = daemon.children()
-        fresh = [c for c in kids if c["pid"] not in before.values()]
-        return (len(kids) == 3 and len(fresh) == 3 and all(c["state"] == "ready" for c in kids)
-                and not any(c["retiring"] for c in kids))
-    wait_for(replaced, 30, "every child to be replaced under the new configuration")
+        return (len(kids) == 3 and all(c["state"] == "ready" for c in kids)
+                and not any(c["retiring"] for c in kids) and {c["queue"]: c["pid"] for c in kids
+                                                              if c["index"] == 1}["beta"] != before["beta"])
+    wait_for(reshaped, 30, "beta's child to be replaced and alpha to gain a process")
     status = daemon.status()
     assert status["queues"]["alpha"]["processes"] == 2
     assert status["queues"]["beta"]["concurrency"] == 4
+    # alpha's first child is the same: only its number of processes changed
+    assert [c["pid"] for c in daemon.children("alpha") if c["index"] == 1] == [before["alpha"]]
     assert all(c["restarts"] == 0 for c in status["children"])   # replaced, not crashed
 
     wait_for(lambda: env.one("select count(*) from {schema}.jobs where state = 'completed'") == len(ids),

@@ -23,6 +23,7 @@ from xjobs.errors import InvalidOption
 from xjobs.supervisor.backoff import Backoff
 from xjobs.supervisor.draining import REPEAT_WINDOW_S
 from xjobs.supervisor.notify import Notifier
+from xjobs.supervisor.reload import Configuration
 from xjobs.supervisor.roles import WORKER
 from xjobs.supervisor.slots import RoleGauge, RoleSpec
 
@@ -52,8 +53,8 @@ class RecordingProbe:
         self.counted[identity] = crashed
 
 
-def spec(queue: str = "q", processes: int = 1, *behavior: str) -> RoleSpec:
-    return RoleSpec("worker", queue, processes, 4, maker(queue, *behavior), WORKER.policy)
+def spec(queue: str = "q", processes: int = 1, *behavior: str, concurrency: int = 4) -> RoleSpec:
+    return RoleSpec("worker", queue, processes, concurrency, maker(queue, *behavior), WORKER.policy)
 
 
 @pytest.fixture
@@ -61,8 +62,11 @@ def make_arbiter():
     made: list[Arbiter] = []
 
     def build(specs, *, options=FAST, settings=None, configure=None, notifier=None) -> Arbiter:
+        # configure() -> (settings, specs): what a reload reads; these roles run no app code
+        configuration = None if configure is None else Configuration(
+            read=lambda: configure()[0], groups=lambda settings: configure()[1])
         arbiter = Arbiter(settings or SETTINGS, specs, options=options,
-                          probe=RecordingProbe(), configure=configure, notifier=notifier)
+                          probe=RecordingProbe(), configuration=configuration, notifier=notifier)
         made.append(arbiter)
         arbiter.start()
         return arbiter
@@ -184,17 +188,20 @@ def test_a_second_stop_signal_kills_at_once(make_arbiter):
     assert arbiter.probe.counted[identity] is False   # killed by the supervisor: attempt given back
 
 
-def test_reload_replaces_children_one_group_at_a_time(make_arbiter):
-    new_specs = [spec("a", 2), spec("c", 1)]
-    arbiter = make_arbiter([spec("a", 1), spec("b", 1)],
+def test_reload_replaces_only_the_groups_that_changed(make_arbiter):
+    new_specs = [spec("a", 2), spec("b", 1, concurrency=8), spec("c", 1)]
+    arbiter = make_arbiter([spec("a", 1), spec("b", 1), spec("d", 1)],
                            configure=lambda: (SETTINGS, new_specs))
     drive(arbiter, lambda: all_ready(arbiter))
-    old = {c["pid"] for c in rows(arbiter)}
+    old = {c["queue"]: c["pid"] for c in rows(arbiter)}
     os.kill(os.getpid(), signal.SIGHUP)
     drive(arbiter, lambda: sorted((c["queue"], c["index"]) for c in rows(arbiter) if c["state"] == "ready")
-          == [("a", 1), ("a", 2), ("c", 1)] and not arbiter.processes.retired and arbiter.reshaper.current is None,
-          what="the new configuration")
-    assert not old & {c["pid"] for c in rows(arbiter)}
+          == [("a", 1), ("a", 2), ("b", 1), ("c", 1)] and not arbiter.processes.retired
+          and arbiter.reshaper.state()["state"] == "idle", what="the new configuration")
+    now = {(c["queue"], c["index"]): c["pid"] for c in rows(arbiter)}
+    assert now[("a", 1)] == old["a"]          # unchanged: the same child, one more beside it
+    assert now[("b", 1)] != old["b"]          # its concurrency changed: replaced
+    assert arbiter.reloader.last["replaced"] == ["worker b", "worker c", "worker d"]   # d: removed
     assert all(s.restarts == 0 for s in arbiter.processes.slots)
 
 
@@ -211,15 +218,17 @@ def test_a_reload_is_reloading_until_its_last_group_is_replaced_and_tells_system
                 return dict(line.split("=", 1) for line in lines)
     try:
         specs = [spec("a", 1), spec("b", 1)]
-        arbiter = make_arbiter(specs, configure=lambda: (SETTINGS, [spec("a", 1), spec("b", 1)]),
+        arbiter = make_arbiter(specs, configure=lambda: (SETTINGS, [spec("a", 1, concurrency=8),
+                                                                    spec("b", 1, concurrency=8)]),
                                notifier=Notifier(path))
         drive(arbiter, lambda: all_ready(arbiter) and arbiter._ready_sent)
         heard("READY")
         old = {c["pid"] for c in rows(arbiter)}
-        assert arbiter.cmd_status({})["reload"] == {"state": "idle", "generation": 0, "replacing": None}
-        answer = arbiter.cmd_reload({})
-        assert answer == {"ok": True, "groups": ["worker a", "worker b"], "generation": 1,
-                          "changes": ["no configuration changed; every group is replaced all the same"]}
+        assert arbiter.cmd_status({})["reload"] == {"state": "idle", "generation": 0, "replacing": None,
+                                                    "last": None}
+        answer = arbiter.reload().answer
+        assert answer == {"ok": True, "groups": ["worker a", "worker b"], "unchanged": [], "generation": 1,
+                          "changes": ["worker a: 1x4 -> 1x8", "worker b: 1x4 -> 1x8"]}
         assert arbiter.cmd_status({})["reload"]["state"] == "reloading"
         reloading = heard("RELOADING")
         assert int(reloading["MONOTONIC_USEC"]) <= time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
@@ -228,6 +237,9 @@ def test_a_reload_is_reloading_until_its_last_group_is_replaced_and_tells_system
         assert rows(arbiter, "a")[0]["pid"] not in old   # the first group is done before it
         drive(arbiter, lambda: arbiter.reshaper.state()["state"] == "idle", what="the reload to complete")
         assert arbiter.reshaper.state() == {"state": "idle", "generation": 1, "replacing": None}
+        assert arbiter.cmd_status({})["reload"]["last"] == {
+            "outcome": "replaced", "generation": 1, "replaced": ["worker a", "worker b"],
+            "changes": ["worker a: 1x4 -> 1x8", "worker b: 1x4 -> 1x8"]}
         kids = [c for c in rows(arbiter) if c["state"] == "ready" and not c["retiring"]]
         assert len(kids) == 2 and not old & {c["pid"] for c in kids}
         heard("READY")   # systemd leaves its "reloading" state
@@ -317,11 +329,23 @@ def test_a_failing_reload_keeps_the_running_children(make_arbiter):
     arbiter = make_arbiter([spec("a", 1)], configure=broken)
     drive(arbiter, lambda: all_ready(arbiter))
     pid = rows(arbiter)[0]["pid"]
-    answer = arbiter.reload()
+    answer = arbiter.reload().answer
     assert answer["ok"] is False and "nonsense" in answer["error"]
     for _ in range(10):
         arbiter.step(timeout=0.01)
     assert rows(arbiter)[0]["pid"] == pid and arbiter.state == "running"
+
+
+def test_a_reload_with_nothing_changed_replaces_nothing_and_says_so(make_arbiter):
+    arbiter = make_arbiter([spec("a", 1, "busy")], configure=lambda: (SETTINGS, [spec("a", 1, "busy")]))
+    drive(arbiter, lambda: all_ready(arbiter))
+    pid = rows(arbiter)[0]["pid"]
+    answer = arbiter.reload().answer
+    assert answer == {"ok": True, "groups": [], "unchanged": ["worker a"], "generation": 1, "changes": []}
+    assert arbiter.cmd_status({})["reload"]["state"] == "idle"
+    for _ in range(20):
+        arbiter.step(timeout=0.01)
+    assert rows(arbiter)[0]["pid"] == pid and not arbiter.processes.retired
 
 
 def test_a_role_gauge_is_in_the_snapshot_only_while_a_child_of_its_role_reports_it(make_arbiter):

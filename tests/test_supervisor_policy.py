@@ -98,7 +98,7 @@ def test_a_role_that_is_never_restarted_gives_its_slot_up_until_a_reload(make_ar
         arbiter.step(timeout=0.01)
     assert arbiter.state == "running" and not [r for r in rows(arbiter) if r["role"] == "ticker"]
     assert arbiter.tally.get(("restarts", "ticker")) == 0 and rows(arbiter, "q")[0]["pid"] == worker
-    assert arbiter.reload()["ok"]
+    assert arbiter.reload().answer["ok"]
     drive(arbiter, lambda: [r for r in rows(arbiter) if r["role"] == "ticker" and r["state"] == "ready"]
           and arbiter.reshaper.state()["state"] == "idle", what="the ticker back after a reload")
 

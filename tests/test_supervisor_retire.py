@@ -60,22 +60,24 @@ def test_scaling_down_stops_claiming_but_lets_running_jobs_finish(make_arbiter):
     assert set(arbiter.probe.counted.values()) == {False}
 
 
-def test_recycling_and_reloading_retire_without_interrupting(make_arbiter):
+def test_a_recycle_retires_without_interrupting_and_a_reload_interrupts(make_arbiter):
     options = ArbiterOptions(**{**FAST.__dict__, "recycle_jobs": 20})
+    changed = Settings(drain_deadline_ms=30_000, poll_ms=500)   # a knob every child reads
     arbiter = make_arbiter([spec("q", 1, "work", "busy")], options=options,
                            settings=Settings(drain_deadline_ms=30_000),
-                           configure=lambda: (Settings(drain_deadline_ms=30_000), [spec("q", 1, "busy")]))
+                           configure=lambda: (changed, [spec("q", 1, "busy")]))
     first = drive(arbiter, lambda: all_ready(arbiter) and rows(arbiter)[0]["pid"])
     recycled = drive(arbiter, lambda: arbiter.processes.retired and arbiter.processes.retired[0], what="a recycle")
     assert recycled.pid == first and recycled.interrupted is False
     drive(arbiter, lambda: recycled.state == "draining" and recycled.in_flight == 1,
           what="the recycled child draining with its job still running")
-    assert arbiter.reload()["ok"]
+    assert arbiter.reload().answer["groups"] == ["worker q"]
     replaced = drive(arbiter, lambda: [c for c in arbiter.processes.retired if c is not recycled],
                      what="the reload's replacement")[0]
-    assert replaced.interrupted is False
-    drive(arbiter, lambda: replaced.state == "draining" and replaced.in_flight == 1,
-          what="the replaced child draining with its job still running")
+    # a reload drains the child it replaced as a drain does: its job is told to stop at once
+    assert replaced.interrupted is True
+    drive(arbiter, lambda: replaced.exit_code == 0, what="the replaced child to stop its job and exit")
+    assert recycled.exit_code is None   # the recycled one still lets its job finish
 
 
 def test_a_drain_over_the_control_socket_then_sigterm_keeps_draining(make_arbiter):

@@ -176,6 +176,17 @@ class MigrationBlocked(XJobsError):
     code = "X_MIGRATION_BLOCKED"
 
 
+# -- the app's code ------------------------------------------------------------------------------
+
+
+class AppInvalid(XJobsError):
+    """The app's code cannot be run as it is on disk: a module fails to import (a syntax
+    error, a failing import-time call), its declarations are refused, or importing it
+    outlasted its deadline. A reload refused with it leaves the running children untouched."""
+
+    code = "X_APP_INVALID"
+
+
 # -- what a job body raises to steer its own retry ---------------------------------------------
 
 

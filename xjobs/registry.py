@@ -198,6 +198,19 @@ class Registry:
             self._tasks.clear()
             self._scans.clear()
 
+    def snapshot(self) -> "Registry":
+        """A copy of every declaration and hook: what ``restore`` puts back when importing the
+        app again fails half-way (``supervisor/appcode.py``)."""
+        copy = Registry()
+        copy.restore(self)
+        return copy
+
+    def restore(self, saved: "Registry") -> None:
+        """Hold exactly what ``saved`` holds (``Registry()``: nothing), replacing everything."""
+        with self._lock:
+            self._jobs, self._tasks, self._scans = dict(saved._jobs), dict(saved._tasks), dict(saved._scans)
+            self.run_context, self.error_hooks = saved.run_context, list(saved.error_hooks)
+
 
 BUILT = object()   # set by job(), task() and scan() on what they built: the registry's proof
 

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
-import logging
 import os
 import sys
-import traceback
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..config import Settings, load_settings
-from ..errors import (IdempotencyKeyRequired, InvalidOption, PayloadInvalid, PayloadTooLarge,
+from ..errors import (AppInvalid, IdempotencyKeyRequired, InvalidOption, PayloadInvalid, PayloadTooLarge,
                       TenantRequired, UnknownJob)
 
 if TYPE_CHECKING:
@@ -25,9 +22,9 @@ if TYPE_CHECKING:
 _TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at", "started_at",
                 "wake_at", "until")
 
-# refusals of what the user typed or configured: exit 2, like argparse's own
+# refusals of what the user typed, configured or deployed: exit 2, like argparse's own
 USAGE_ERRORS = (InvalidOption, UnknownJob, PayloadInvalid, PayloadTooLarge, TenantRequired,
-                IdempotencyKeyRequired)
+                IdempotencyKeyRequired, AppInvalid)
 _USAGE_CODES = frozenset(cls.code for cls in USAGE_ERRORS)
 
 
@@ -99,15 +96,11 @@ def import_apps(modules: list[str] | tuple[str, ...]) -> None:
     A module that fails to import, for whatever reason, is refused in one line naming it and
     the error (exit 2: systemd's ``RestartPreventExitStatus=2`` then stops restarting what a
     restart cannot mend); the traceback is logged at debug level."""
-    if "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, "")
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except Exception as exc:   # SyntaxError, NameError, a failing import-time call...
-            logging.getLogger("xjobs.cli").debug("importing %s failed:\n%s", module,
-                                                 "".join(traceback.format_exception(exc)))
-            raise InvalidOption("app", f"cannot import {module!r}: {type(exc).__name__}: {exc}") from None
+    from ..supervisor.appcode import import_modules
+    try:
+        import_modules(modules)
+    except AppInvalid as exc:   # at start, the app is one more option that was given wrong
+        raise InvalidOption("app", exc.args[0]) from None
 
 
 def iso(ms: float | None) -> str | None:

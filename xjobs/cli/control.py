@@ -6,9 +6,11 @@ refusal is said on stderr and exits 2 when it refuses what was typed (``X_INVALI
 1 otherwise, as does a daemon that does not answer.
 
     xjobsd drain                          the two-phase drain, as SIGTERM
-    xjobsd reload [--wait [--timeout D]]  re-read the configuration and replace children one
-                                          group at a time, as SIGHUP; --wait returns once the
-                                          last group's new children are ready
+    xjobsd reload [--wait [--timeout D]]  re-read the configuration, validate the app on disk
+                                          in a fresh process (a refusal exits 2, nothing
+                                          changed), then replace the groups that changed one
+                                          at a time, as SIGHUP; --wait returns once the last
+                                          group's new children are ready
     xjobsd scale QUEUE +N|-N|=N [--allow-zero]
                                           worker processes of a queue ('all': every queue),
                                           1 to 256; 0 only with --allow-zero
@@ -25,9 +27,14 @@ import orjson
 
 from ..errors import InvalidOption
 from ..options import duration_ms
+from ..supervisor.control import ControlUnavailable
+from ..supervisor.validate import DEADLINE_S
 from .common import add_control_flags, ask_daemon, refusal_exit_code
 
 _POLL_S = 0.2   # how often reload --wait asks for the status: cheap for the daemon, prompt enough
+# the daemon answers a reload once a fresh process has imported the app (under DEADLINE_S)
+# and, when it changed, the supervisor has imported it again: about as long once more
+_RELOAD_ANSWER_S = 2 * DEADLINE_S + 5.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -108,14 +115,26 @@ def _scale_words(answer: dict) -> list[str]:
 
 
 def _reload_words(answer: dict) -> list[str]:
-    return [f"reloading: replacing {', '.join(answer['groups'])} one group at a time",
-            *(f"  {change}" for change in answer.get("changes", ()))]
+    groups, changes = answer.get("groups") or [], answer.get("changes") or []
+    if groups:
+        head = f"reloading: replacing {', '.join(groups)} one group at a time"
+    else:
+        head = "reloaded: no child is replaced" if changes else "nothing changed: no child is replaced"
+    return [head, *(f"  {change}" for change in changes)]
 
 
 def reload(args: argparse.Namespace) -> int:
     timeout_s = duration_ms(args.timeout, "timeout", exclusive_minimum=True) / 1000.0
     started = time.monotonic()
-    answer = ask_daemon(args, "reload")
+    try:   # --timeout bounds the whole of --wait, the validation included (systemd waits as long)
+        answer = ask_daemon(args, "reload", timeout_s=min(_RELOAD_ANSWER_S, timeout_s) if args.wait
+                            else _RELOAD_ANSWER_S)
+    except ControlUnavailable:
+        waited = time.monotonic() - started
+        if not args.wait or waited < timeout_s:
+            raise
+        return _gave_up(args, {}, f"the reload is not complete after {waited:.1f}s; still validating "
+                                  "the app (see xjobsd status)")
     if not args.wait or not answer.get("ok"):
         return _finish(args, answer, _reload_words)
     if not args.json:

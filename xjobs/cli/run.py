@@ -95,14 +95,18 @@ def run(args: argparse.Namespace) -> int:
     from ..supervisor import embedded as embedded_mod
     from ..supervisor.arbiter import Arbiter
     from ..supervisor.metrics import MetricsEndpoint
+    from ..supervisor.appcode import AppCode
     from ..supervisor.probe import DatabaseProbe, default_driver_factory
-    from ..supervisor.roles import ROLES, queue_specs, registered_queues, role_specs, unserved_jobs
+    from ..supervisor.reload import Configuration
+    from ..supervisor.roles import (ROLES, describe_unserved, queue_specs, refuse_unserved, registered_queues,
+                                    role_specs, unserved_jobs)
 
     settings = _load(args)
     options = _options(settings)
     if not settings.apps:
         raise InvalidOption("app", "no job modules: pass --app MODULE (or apps = [...] in the config)")
     import_apps(settings.apps)
+    app = AppCode(settings.apps, REGISTRY)
     control_path = os.path.abspath(settings.control or control_mod.default_path())
     roles, ui_socket = ROLES, None
     if settings.ui:
@@ -113,11 +117,10 @@ def run(args: argparse.Namespace) -> int:
     specs = role_specs(settings, REGISTRY, roles)
     stranded = unserved_jobs(settings, REGISTRY)
     if stranded:
-        text = "; ".join(f"{', '.join(names)} on queue {queue!r}" for queue, names in sorted(stranded.items()))
         if args.strict:
-            raise InvalidOption("queue", f"no process serves these registered jobs (--strict): {text}")
+            refuse_unserved(settings, REGISTRY)
         log.warning("no process serves these registered jobs; they wait until a daemon serves "
-                    "their queue (xjobsd scale QUEUE =1 adds one): %s", text)
+                    "their queue (xjobsd scale QUEUE =1 adds one): %s", describe_unserved(stranded))
     embedded = pgdata = None
     if not settings.dsn:
         if os.environ.get("NOTIFY_SOCKET") and not args.embedded:
@@ -132,19 +135,25 @@ def run(args: argparse.Namespace) -> int:
     listener = control_mod.bind(control_path)
     try:
         _migrate(settings)
-        pinned_dsn = settings.dsn
+        at_start = settings
 
-        def configure() -> tuple[Settings, list]:
-            fresh = _load(args, dsn=pinned_dsn)
-            if not fresh.dsn:
-                fresh = fresh.with_overrides(dsn=pinned_dsn)
-            import_apps(fresh.apps)
-            return fresh, role_specs(fresh, REGISTRY, roles)
+        def read() -> Settings:
+            """The configuration as it reads now, on the database and schema the daemon
+            started with (migrated then; the supervisor's own sessions use them)."""
+            fresh = _load(args, dsn=at_start.dsn)
+            if fresh.schema != at_start.schema:
+                log.warning("reload: the schema changes only at the next start (%s -> %s); "
+                            "staying on %s", at_start.schema, fresh.schema, at_start.schema)
+            return fresh.with_overrides(dsn=at_start.dsn, schema=at_start.schema)
 
-        arbiter = Arbiter(settings, specs, options=options, configure=configure,
+        # the app's modules are imported again by a reload that finds them changed (after a
+        # fresh process has validated them), and the groups built from what it registered
+        configuration = Configuration(read=read, groups=lambda fresh: role_specs(fresh, REGISTRY, roles),
+                                      app=app, strict=args.strict)
+        arbiter = Arbiter(settings, specs, options=options, configuration=configuration,
                           make_probe=lambda **kw: DatabaseProbe(
                               lambda: default_driver_factory(arbiter.settings)(),
-                              names=lambda: [job.name for job in REGISTRY.jobs()], **kw),
+                              names=lambda: app.job_names, **kw),
                           metrics=metrics, control=(control_path, listener),
                           registered=registered_queues(REGISTRY),
                           make_queue_specs=lambda queue, processes, concurrency: queue_specs(

@@ -5,7 +5,8 @@ or ``XJOBS_CONTROL``), never to the database. With no daemon answering it says s
 
     xjobsd status [--json]      children (role, queue, pid, state, uptime, in flight,
                                 completed, restarts), queues (depth, oldest ready, and how old
-                                those figures are) and a reload in progress
+                                those figures are), a reload in progress and what the last
+                                one did (or why it was refused)
 
 The verbs that change what the daemon does (drain, reload, scale) are in ``control.py``.
 """
@@ -76,8 +77,12 @@ def status(args: argparse.Namespace) -> int:
     if answer.get("drain_deadline_in") is not None:
         print(f"drain deadline in {answer['drain_deadline_in']:.1f}s")
     reload = answer.get("reload") or {}
-    if reload.get("state") == "reloading":
+    if reload.get("state") == "validating":
+        print("reloading: validating the app in a fresh process")
+    elif reload.get("state") == "reloading":
         print(f"reloading (generation {reload['generation']}): replacing {reload.get('replacing') or 'children'}")
+    if reload.get("last"):
+        print(_last_reload(reload["last"]))
     print()
     rows = [[c["role"], c["queue"] or "-", c["index"], c["pid"] or "-",
              c["state"] + (" (crash loop)" if c.get("crash_loop") and c["state"] != "crash-loop" else ""),
@@ -143,3 +148,13 @@ def _figures_age(queues: dict) -> str:
 
 def _dash(value: object) -> object:
     return "-" if value is None else value
+
+
+def _last_reload(last: dict) -> str:
+    if last.get("outcome") == "refused":
+        return f"last reload refused: {last.get('error')}"
+    if last.get("replaced"):
+        return f"last reload (generation {last.get('generation')}): replaced {', '.join(last['replaced'])}"
+    if last.get("changes"):
+        return f"last reload (generation {last.get('generation')}): no child replaced; {'; '.join(last['changes'])}"
+    return "last reload: nothing changed, no child replaced"

@@ -24,6 +24,8 @@ it publishes; the rest is done by collaborators it owns, each with its own state
 
 * ``self.processes`` (``processes.py``): the slots, their children, and spawning, replacing,
   retiring, reaping and watching them;
+* ``self.reloader`` (``reload.py``): a reload's validation in a fresh process and the app's
+  second import, which end in a plan for
 * ``self.reshaper`` (``reshape.py``): reload and scale, which change the slots;
 * ``self.drain`` (``draining.py``): the two phases of a shutdown under one deadline.
 
@@ -53,16 +55,18 @@ from ..options import finite_count
 from . import report
 from .backoff import Backoff
 from .child import set_title
-from .control import ControlServer
+from .control import ControlServer, Deferred
 from .draining import Drain
 from .metrics import MetricsEndpoint
 from .notify import Notifier
 from .probe import Probe, Summary, no_probe
 from .processes import ProcessTable
-from .reshape import Configure, MakeQueueSpecs, Reshaper
+from .reload import Configuration, Reloader
+from .reshape import MakeQueueSpecs, Reshaper
 from .signals import SignalQueue, WakeUp
 from .slots import Child, RoleSpec
 from .tally import Tally
+from .validate import DEADLINE_S
 
 log = logging.getLogger("xjobs.supervisor")
 
@@ -80,13 +84,14 @@ class ArbiterOptions:
     release_flush_s: float = 1.0        # at exit, how long pending hand-backs may take
     recycle_jobs: int | None = None     # replace a recyclable child after it claimed this many jobs
     recycle_rss_bytes: int | None = None
+    validation_s: float = DEADLINE_S    # how long a reload's fresh import of the app may take
     backoff: Backoff = field(default_factory=Backoff)
 
 
 class Arbiter:
     def __init__(self, settings: Settings, specs: list[RoleSpec], *,
                  options: ArbiterOptions = ArbiterOptions(),
-                 configure: Configure | None = None,
+                 configuration: Configuration | None = None,
                  probe: Probe | None = None,
                  make_probe: Callable[..., Probe] | None = None,
                  metrics: MetricsEndpoint | None = None,
@@ -112,8 +117,11 @@ class Arbiter:
         self.processes = ProcessTable(settings, options, specs, selector=self.selector,
                                       fork_lock=self.fork_lock, probe=self.probe, tally=self.tally,
                                       after_fork=self._close_in_child)
-        self.reshaper = Reshaper(self.processes, configure=configure, registered=registered,
-                                 make_queue_specs=make_queue_specs)
+        app = configuration.app if configuration is not None else None
+        self.reshaper = Reshaper(self.processes, image=app.image if app is not None else None,
+                                 registered=registered, make_queue_specs=make_queue_specs)
+        self.reloader = Reloader(self.reshaper, configuration, deadline_s=options.validation_s,
+                                 wake=self.wake, on_planned=self._reload_planned)
         self.drain = Drain(self.processes, self.tally, self.notifier)
         self._phase = "starting"            # then running; from a drain on, the drain's phase
         self.started_at = time.monotonic()
@@ -186,6 +194,7 @@ class Arbiter:
                 self._drop_client(conn)
         for name in self.signals.pop():
             getattr(self, f"handle_{name}")()
+        self.reloader.poll()
         self._apply_probe_results()
         self.processes.reap(now)
         self.processes.check(now)
@@ -268,16 +277,24 @@ class Arbiter:
         """Accept phase in every child at once, under one deadline (``draining.py``)."""
         if self.state not in ("starting", "running"):
             return
+        self.reloader.abandon("the daemon is draining")
         self.reshaper.abandon()   # a drain ends a reload where it stands
         self.drain.begin(reason, time.monotonic())
 
-    def reload(self) -> dict:
+    def reload(self) -> Deferred:
+        """Validate, then replace what changed (``reload.py``): answered once the app has been
+        validated in a fresh process (``Deferred.answer``; at once when refused, or when there
+        is no app to validate)."""
+        later = Deferred()
         if self.state != "running":
-            return {"ok": False, "error": f"cannot reload while {self.state}"}
-        answer = self.reshaper.reload()
-        if answer["ok"]:
+            later.reply({"ok": False, "error": f"cannot reload while {self.state}"})
+        else:
+            self.reloader.request(later.reply)
+        return later
+
+    def _reload_planned(self, answer: dict) -> None:
+        if answer["groups"]:
             self.notifier.reloading(f"reloading: replacing {', '.join(answer['groups'])} one group at a time")
-        return answer
 
     def scale(self, queue: str | None, *, delta: int | None = None, processes: int | None = None,
               allow_zero: bool = False, clamp: bool = False, concurrency: int | None = None) -> dict:
@@ -299,8 +316,9 @@ class Arbiter:
         self.begin_drain("drain requested over the control socket")
         return {"ok": True, "state": self.state, "deadline_seconds": self.settings.drain_deadline_ms / 1000.0}
 
-    def cmd_reload(self, message: dict) -> dict:
-        """``{"type": "reload"}`` (``xjobsd reload``): as SIGHUP."""
+    def cmd_reload(self, message: dict) -> Deferred:
+        """``{"type": "reload"}`` (``xjobsd reload``): as SIGHUP; the client waits on its
+        connection for the answer."""
         return self.reload()
 
     def cmd_scale(self, message: dict) -> dict:
@@ -384,6 +402,7 @@ class Arbiter:
 
     def close(self) -> None:
         """Kill whatever is still alive, stop the threads, give back every fd and signal."""
+        self.reloader.abandon("the supervisor is exiting")
         self.processes.close("the supervisor is exiting")
         self.probe.stop()
         if self.metrics is not None:

@@ -24,10 +24,11 @@ instead: a child still connecting holds no work.
 A drain can arrive before the role is ready (the supervisor began draining while the child
 was still starting): right after ``initialize()`` the pipe and the signal fd are read without
 blocking, so such a child stops without claiming anything. ``accept`` carries ``interrupt``:
-false for a recycle, reload or scale-down (running jobs go on to the deadline); for a drain,
-what the role's policy says a drain means (``ChildSpec.drain``), which is also what a drain the
-child starts itself (its own SIGTERM, the supervisor gone) means. A later interrupting
-``accept``, or ``close``, still reaches work the first one left running.
+false for a recycle or scale-down (running jobs go on to the deadline); for a drain, and for
+a reload retiring the child it replaced, what the role's policy says a drain means
+(``ChildSpec.drain``), which is also what a drain the child starts itself (its own SIGTERM,
+the supervisor gone) means. A later interrupting ``accept``, or ``close``, still reaches work
+the first one left running.
 
 Right after the fork the child sets ``PGAPPNAME`` to its identity, so every libpq connection
 it opens without naming itself (the application's own, in job bodies) is labelled too, and the

@@ -17,10 +17,14 @@ scale      ``{"command": "scale", "queue": Q,      ``xjobsd scale Q +1`` / ``-1`
 
 A refusal answers ``{"ok": false, "error": TEXT}`` and, when it is a coded error, ``"code"``
 (``X_INVALID_OPTION`` names the field: a scale leaving a queue with no process, or more than
-256, is refused, not clamped).
+256, is refused, not clamped; ``X_APP_INVALID``: a reload found the app does not import).
 
-``status`` also answers ``"reload": {"state": "idle"|"reloading", "generation": N,
-"replacing": GROUP}``, which ``xjobsd reload --wait`` polls until the state is idle again.
+``reload`` answers once the app has been validated in a fresh process and the plan is made:
+``{"ok": true, "generation": N, "groups": [replaced, ...], "unchanged": [...], "changes":
+[TEXT, ...]}``. Its handler answers later (``Deferred``): the connection stays open, exempt
+from the request timeout, until then. ``status`` also answers ``"reload": {"state":
+"idle"|"validating"|"reloading", "generation": N, "replacing": GROUP, "last": {...}}``, which
+``xjobsd reload --wait`` polls until the state is idle again.
 
 The server side lives in the arbiter's selector loop: accepting and reading never block it
 (a client gets ``_CLIENT_TIMEOUT_S`` to send its line), and the answer is written with a
@@ -136,11 +140,44 @@ class _Client:
         self.since = time.monotonic()
 
 
+class Deferred:
+    """What a handler answers when its answer comes later: the server hands it the client's
+    connection, and ``reply`` (once, from the loop) writes the answer and closes it. A reply
+    made before the server handed the connection over is written as soon as it does."""
+
+    def __init__(self) -> None:
+        self._conn: socket.socket | None = None
+        self._answer: dict | None = None
+
+    @property
+    def answer(self) -> dict | None:
+        """The answer, once replied."""
+        return self._answer
+
+    def reply(self, answer: dict) -> None:
+        if self._answer is None:
+            self._answer = answer
+            self._send()
+
+    def attach(self, conn: socket.socket) -> None:
+        self._conn = conn
+        self._send()
+
+    def _send(self) -> None:
+        if self._conn is not None and self._answer is not None:
+            _answer(self._conn, self._answer)
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+            self._conn = None
+
+
 class ControlServer:
     """Owned by the arbiter: it registers ``listener`` and each client in its selector."""
 
     def __init__(self, path: str, listener: socket.socket,
-                 handlers: dict[str, Callable[[dict], dict]]) -> None:
+                 handlers: dict[str, Callable[[dict], dict | Deferred]]) -> None:
         self.path = path
         self.listener = listener
         self.handlers = handlers
@@ -188,13 +225,16 @@ class ControlServer:
         return [c.sock for c in self.clients.values() if now - c.since > _CLIENT_TIMEOUT_S]
 
     def drop(self, conn: socket.socket) -> None:
-        self.clients.pop(conn.fileno(), None)
+        """Close a client's connection, unless a ``Deferred`` answer took it over."""
+        if self.clients.pop(conn.fileno(), None) is None:
+            return
         try:
             conn.close()
         except OSError:
             pass
 
     def _respond(self, conn: socket.socket, line: bytes) -> None:
+        answer: dict | Deferred
         try:
             message = orjson.loads(line)
             if not isinstance(message, dict):
@@ -212,6 +252,10 @@ class ControlServer:
         except Exception as exc:   # a failing command must not take the supervisor down
             log.exception("control command failed")
             answer = {"ok": False, "error": f"internal error: {exc!r}"}
+        if isinstance(answer, Deferred):
+            self.clients.pop(conn.fileno(), None)   # its answer owns the connection from now on
+            answer.attach(conn)
+            return
         _answer(conn, answer)
 
     def close(self) -> None:

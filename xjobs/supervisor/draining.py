@@ -20,8 +20,8 @@ the same signal within ``REPEAT_WINDOW_S`` is the same stop delivered twice and 
 
 The drain ends with one line in one vocabulary: a run is *interrupted* when it stopped because
 of the drain's signal (back to ready at once, attempt given back), *abandoned* when it was
-still running at the deadline (its worker hands it back one lease later) or when its child
-died with it (the supervisor hands it back once the child's sessions are gone).
+still running at the deadline (its worker hands it back as it exits, attempt given back) or
+when its child died with it (the supervisor hands it back once the child's sessions are gone).
 """
 
 from __future__ import annotations
@@ -122,8 +122,8 @@ class Drain:
         by_worker = int(_counter(self.tally, "abandoned") - self._abandoned_base)
         by_supervisor = self._released
         log.info("drained: %d run(s) interrupted and back to ready, %d run(s) abandoned (%d handed back "
-                 "by their worker, ready again after one lease; %d handed back by the supervisor for "
-                 "children that died)%s", interrupted, by_worker + by_supervisor, by_worker, by_supervisor,
+                 "by their worker at the deadline; %d handed back by the supervisor for children that "
+                 "died)%s", interrupted, by_worker + by_supervisor, by_worker, by_supervisor,
                  f"; the runs of {pending_releases} child(ren) are left to their lease"
                  if pending_releases else "")
         self.phase = "stopped"

@@ -12,8 +12,9 @@ its name.
   is retired, so a queue keeps its claimers through a reload or a recycle (``recyclable``).
 * retire: ``accept(deadline)`` and a SIGKILL date of deadline + grace; its exit is expected.
   A drain retires every child, interrupting its running work when its policy's ``drain`` is
-  ``interrupt``; a recycle, reload or scale-down never interrupts (running work goes on until
-  the close deadline).
+  ``interrupt``, and so does a reload retiring the child it replaced; a recycle or a
+  scale-down never interrupts (running work goes on until the close deadline). A worker hands
+  back what still runs at the deadline at once, as it exits (``workers/settle.py``).
 * reap: an unexpected exit restarts the slot (``restart="always"``: within a second if the
   child had got ready, else with a growing backoff, ``backoff.py``; ``"never"`` gives the slot
   up until the next reload; ``Slot`` keeps the backoff's bookkeeping). When a role ``hands_back_jobs``, any exit of its child asks the
@@ -128,7 +129,7 @@ class ProcessTable:
             if now < slot.next_start:
                 continue
             if slot.child is None and slot.successor is None:
-                slot.want_replace = None   # a fresh start already runs the latest spec
+                slot.replaced()   # a fresh start already runs the latest spec
                 self.spawn(slot)
             elif slot.want_replace and slot.child is not None and slot.successor is None:
                 self.spawn(slot, successor=True)
@@ -222,10 +223,10 @@ class ProcessTable:
         if slot.successor is child:
             old = slot.child
             slot.child, slot.successor = child, None
-            reason, slot.want_replace = slot.want_replace or "replaced", None
+            reason, interrupt = slot.replaced()
             if old is not None:
                 log.info("%s replaced by pid %d (%s)", old.title, child.pid, reason)
-                self.retire(old, f"replaced ({reason})", interrupt=False)
+                self.retire(old, f"replaced ({reason})", interrupt=interrupt and old.policy.interrupts)
 
     # -- messages from children ----------------------------------------------------------------------
 
@@ -315,7 +316,7 @@ class ProcessTable:
         if slot.child is child:
             slot.child, slot.successor = slot.successor, None
             if slot.child is not None:
-                slot.want_replace = None
+                slot.replaced()
         elif slot.successor is child:
             slot.successor = None
         if child.retiring is not None or self.retiring_all is not None:
@@ -378,9 +379,9 @@ class ProcessTable:
         if not child.policy.recyclable or slot.want_replace or slot.child is not child:
             return
         if opts.recycle_jobs is not None and child.stats.get("claimed", 0) >= opts.recycle_jobs:
-            slot.want_replace = f"recycled after {child.stats.get('claimed')} jobs"
+            slot.ask_replace(f"recycled after {child.stats.get('claimed')} jobs")
         elif opts.recycle_rss_bytes is not None and now - child.rss_checked >= _RSS_EVERY_S:
             child.rss_checked = now
             rss = report.rss_bytes(child.proc.pid)
             if rss is not None and rss > opts.recycle_rss_bytes:
-                slot.want_replace = f"recycled at {rss // (1024 * 1024)} MiB resident"
+                slot.ask_replace(f"recycled at {rss // (1024 * 1024)} MiB resident")

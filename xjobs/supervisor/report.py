@@ -133,7 +133,7 @@ def status(arbiter: "Arbiter", now: float) -> dict:
         "metrics": arbiter.metrics.address if arbiter.metrics is not None else None,
         "control": arbiter.control.path if arbiter.control is not None else None,
         "drain_deadline_in": round(max(0.0, deadline - now), 3) if deadline is not None else None,
-        "reload": arbiter.reshaper.state(),
+        "reload": arbiter.reloader.state(),
         "children": children(arbiter, now),
         "queues": queues(arbiter, now),
         "unserved_jobs": arbiter.reshaper.unserved(),

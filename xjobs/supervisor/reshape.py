@@ -1,86 +1,121 @@
-"""Reshaping the set of slots while running: SIGHUP reload, SIGTTIN/SIGTTOU and ``scale``.
+"""Reshaping the set of slots while running: a reload's plan, SIGTTIN/SIGTTOU and ``scale``.
 
 Owned by the arbiter, which checks that the daemon is running before it asks, and speaks to
 systemd; this changes the process table (``processes.py``).
 
-* reload re-reads the configuration and replaces children one role group at a time: each
-  slot of the group gets a successor, and the old child is retired once the successor is
-  ready (``processes``), so a queue keeps its claimers throughout. Each reload has a
-  generation number and is ``reloading`` until the last group's successors are ready, then
-  ``idle`` (``state``: ``xjobsd status`` shows it, ``xjobsd reload --wait`` polls it). A
-  newer reload takes over the groups still to do; a drain ends it where it stands (``abandon``);
+* reload (``reload.py`` has validated and imported what it asks for) replaces only the groups
+  that changed: a group's ``fingerprint`` is its concurrency, every setting its children
+  read, and, for a role that runs app code, the digest of the app's modules and of the
+  declarations it serves (``appcode.AppImage.digest``). A group whose fingerprint changed gets
+  a successor in each slot, one group at a time; the old child is retired once its successor
+  is ready (``processes``), so a queue keeps its claimers throughout, and it is told to stop
+  its running work as a drain tells it. A group that did not change keeps its children;
+  only its number of processes follows the configuration at once (slots added or retired,
+  as a scale does). Groups added or removed are started or retired in their turn. Each reload
+  has a generation number and is ``reloading`` until the last group's successors are ready,
+  then ``idle`` (``state``: ``xjobsd status`` shows it, ``xjobsd reload --wait`` polls it); a
+  reload that changes nothing replaces nothing and says so. A newer reload takes over the
+  groups still to do; a drain ends it where it stands (``abandon``);
 * scale adds or removes processes of a queue, for every group whose role's policy is
   ``scalable`` (the workers); a removed slot's child is retired. A command out of range is
   refused; a signal clamps. A queue the app declares and no process serves is added with
   ``make_queue_specs`` (until the next reload).
 
-A child retired here is NOT interrupted: it stops claiming, and its running jobs go on until
-the close deadline. Only a real drain (a stop signal, ``xjobsd drain``) interrupts jobs.
+A child retired because its slot went away (a scale-down, a group shrunk or removed by a
+reload) is NOT interrupted: it stops claiming, and its running jobs go on until the close
+deadline; only a drain and a reload's replacement interrupt.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import deque
 from dataclasses import fields
 from typing import Callable
 
+import orjson
+
 from ..config import MAX_PROCESSES, QueueSpec, Settings
-from ..errors import InvalidOption, XJobsError
+from ..errors import InvalidOption
+from .appcode import AppImage
 from .processes import ProcessTable
 from .slots import RoleSpec, SpecKey
 
 log = logging.getLogger("xjobs.supervisor")
 
-Configure = Callable[[], tuple[Settings, list[RoleSpec]]]
 # (queue, processes, concurrency) -> the groups that serve a queue the app declares
 MakeQueueSpecs = Callable[[str, int, int], list[RoleSpec]]
+# read by the supervisor once, at start: a reload says they changed, and they change at the next start
+START_ONLY = ("metrics", "control", "stats_interval_ms", "recycle_after_jobs", "recycle_above_rss_mib", "ui")
+# what a group's fingerprint leaves out of the settings: its own shape is its concurrency and
+# process count, and the app image says what the configured apps are
+_NOT_IN_FINGERPRINT = frozenset(START_ONLY) | {"queues", "apps"}
+
+
+def fingerprint(spec: RoleSpec, settings: Settings, image: AppImage | None) -> str:
+    """What the children of a group are made of; a reload replaces a group whose fingerprint
+    changed. Its process count is not in it: more or fewer processes add or retire slots."""
+    knobs = {f.name: repr(getattr(settings, f.name)) for f in fields(settings)
+             if f.name not in _NOT_IN_FINGERPRINT}
+    app = (image.digest(spec.queue if spec.policy.per_queue else None)
+           if image is not None and spec.runs_app else None)
+    made_of = {"concurrency": spec.concurrency if spec.policy.per_queue else None, "settings": knobs, "app": app}
+    return hashlib.sha256(orjson.dumps(made_of, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
 class Reshaper:
-    def __init__(self, processes: ProcessTable, *, configure: Configure | None = None,
+    def __init__(self, processes: ProcessTable, *, image: AppImage | None = None,
                  registered: dict[str, list[str]] | None = None,
                  make_queue_specs: MakeQueueSpecs | None = None) -> None:
         self.processes = processes
-        self.configure = configure
+        self.image = image                   # the app the running groups were made from
         self.registered = registered or {}   # queue -> job names the app declares
         self.make_queue_specs = make_queue_specs
         self.generation = 0
         self.reloading = False
         self.current: SpecKey | None = None   # the group being replaced
+        self.last: dict | None = None         # what the last reload did (``xjobsd status``)
         self._groups: deque[SpecKey] = deque()
         self._specs: dict[SpecKey, RoleSpec] = {}
 
     # -- reload --------------------------------------------------------------------------------------
 
-    def reload(self) -> dict:
-        if self.configure is None:
-            return {"ok": False, "error": "this supervisor has no configuration to re-read"}
-        try:
-            settings, specs = self.configure()
-        except Exception as exc:   # a bad file must never take the running daemon down
-            log.error("reload refused, keeping the running configuration: %s", exc)
-            refusal: dict = {"ok": False, "error": str(exc)}
-            if isinstance(exc, XJobsError):   # a refused knob exits 2 from xjobsd reload
-                refusal["code"] = exc.code
-            return refusal
+    def reload(self, settings: Settings, specs: list[RoleSpec], image: AppImage | None = None,
+               app_changes: list[str] | None = None, registered: dict[str, list[str]] | None = None) -> dict:
+        """Plan a reload to ``settings`` and ``specs``, made from ``image``; answers what it
+        replaces (``groups``, one at a time from the next pass), what it leaves and what changed."""
         table = self.processes
-        if (settings.metrics, settings.control) != (table.settings.metrics, table.settings.control):
-            log.warning("reload: the metrics and control addresses change only at the next start")
-        changes = _changes(table.settings, settings, table.specs, {spec.key: spec for spec in specs})
+        new = {spec.key: spec for spec in specs}
+        before = {key: fingerprint(spec, table.settings, self.image) for key, spec in table.specs.items()}
+        after = {key: fingerprint(spec, settings, image) for key, spec in new.items()}
+        # a reload still under way: the groups it had not reached are still to do
+        todo = {key for key in set(before) | set(after) if before.get(key) != after.get(key)} | set(self._groups)
+        changes = _changes(table.settings, settings, table.specs, new) + list(app_changes or ())
         for change in changes:
             log.info("reload: %s", change)
-        table.settings = settings
-        self._specs = {spec.key: spec for spec in specs}
-        keys = {s.spec.key for s in table.slots} | set(self._specs)
-        self._groups = deque(sorted(keys, key=lambda k: (k[0], k[1] or "")))
+        for key, spec in new.items():
+            if key not in todo:   # the same children; only their number follows the configuration
+                self._resize(spec, "removed from the configuration")
+        table.settings, self.image = settings, image
+        if registered is not None:
+            self.registered = registered
+        self._specs = new
+        ordered = sorted(todo, key=lambda k: (k[0], k[1] or ""))
+        self._groups = deque(ordered)
         self.current = None
-        self.reloading = True
+        self.reloading = bool(ordered)
         self.generation += 1
-        groups = [_group_label(key) for key in self._groups]
-        log.info("reloading configuration (generation %d): replacing %d role group(s) one at a time",
-                 self.generation, len(keys))
-        return {"ok": True, "groups": groups, "generation": self.generation, "changes": changes}
+        groups = [_group_label(key) for key in ordered]
+        unchanged = [_group_label(key) for key in sorted(set(new) - todo, key=lambda k: (k[0], k[1] or ""))]
+        self.last = {"generation": self.generation, "replaced": groups, "changes": changes}
+        if groups:
+            log.info("reloading (generation %d): replacing %s one group at a time; unchanged: %s",
+                     self.generation, ", ".join(groups), ", ".join(unchanged) or "none")
+        else:
+            log.info("reloaded (generation %d): no group changed, no child is replaced", self.generation)
+        return {"ok": True, "groups": groups, "unchanged": unchanged, "generation": self.generation,
+                "changes": changes}
 
     def state(self) -> dict:
         """What ``xjobsd reload --wait`` polls: idle once the last group's successors are ready."""
@@ -108,22 +143,29 @@ class Reshaper:
                 return True
             key = self.current = self._groups.popleft()
             spec = self._specs.get(key)
-            slots = table.slots_of(key)
             if spec is None:
                 table.specs.pop(key, None)
-                for slot in slots:
+                for slot in table.slots_of(key):
                     table.remove_slot(slot, "removed from the configuration")
                 continue
-            table.specs[key] = spec
-            for slot in slots[:spec.processes]:
-                slot.spec = spec
+            for slot in table.slots_of(key)[:spec.processes]:
                 if slot.child is not None:   # an empty slot just starts on the new spec
-                    slot.want_replace = "configuration reloaded"
-            for slot in slots[spec.processes:]:
-                table.remove_slot(slot, "removed from the configuration")
-            if len(slots) < spec.processes:
-                table.add_slots(spec, spec.processes - len(slots))
+                    slot.ask_replace("reloaded", interrupt=True)
+            self._resize(spec, "removed from the configuration")
         return False
+
+    def _resize(self, spec: RoleSpec, why: str) -> None:
+        """``spec`` is the group's from now on: its slots take it (a child started later runs
+        it) and their number follows ``spec.processes``."""
+        table = self.processes
+        table.specs[spec.key] = spec
+        slots = table.slots_of(spec.key)
+        for slot in slots[:spec.processes]:
+            slot.spec = spec
+        for slot in slots[spec.processes:]:
+            table.remove_slot(slot, why)
+        if len(slots) < spec.processes:
+            table.add_slots(spec, spec.processes - len(slots))
 
     # -- scale ---------------------------------------------------------------------------------------
 
@@ -233,7 +275,8 @@ def _changes(old: Settings, new: Settings, old_specs: dict[SpecKey, RoleSpec],
             continue
         before, after = getattr(old, field.name), getattr(new, field.name)
         if before != after:
-            said.append(f"{field.name}: {before!r} -> {after!r}")
+            later = " (read at start only: it changes at the next start)" if field.name in START_ONLY else ""
+            said.append(f"{field.name}: {before!r} -> {after!r}{later}")
     if old.dsn != new.dsn:
         said.append("database URL changed: it applies to the new children")
-    return said or ["no configuration changed; every group is replaced all the same"]
+    return said

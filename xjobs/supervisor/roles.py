@@ -40,18 +40,22 @@ ROLE_STATEMENT_TIMEOUT_MS = 5000
 
 @dataclass(frozen=True)
 class RoleKind:
-    """One role this daemon can run: a line in ``ROLES``."""
+    """One role this daemon can run: a line in ``ROLES``. ``runs_app``: whether its children
+    run the app's code (job bodies, scans), so that a reload bringing new code replaces
+    them; True unless a role says otherwise, since a role left on old code would run it
+    beside its restarted children's new code."""
     role: str
     policy: RolePolicy
     build: Callable[[RoleContext], Role]
+    runs_app: bool = True
 
     def __post_init__(self) -> None:
         check_role_name(self.role)
 
     @classmethod
-    def of(cls, role_class: type[RoleBase]) -> "RoleKind":
+    def of(cls, role_class: type[RoleBase], *, runs_app: bool = True) -> "RoleKind":
         """A role that carries its name, policy and build on its class (``RoleBase``)."""
-        return cls(role_class.role, role_class.policy, role_class.build)
+        return cls(role_class.role, role_class.policy, role_class.build, runs_app)
 
 
 def _build_worker(context: RoleContext) -> Role:
@@ -60,9 +64,10 @@ def _build_worker(context: RoleContext) -> Role:
     # draw from their own pool, one connection each at most. The fleet's maintenance (rescue,
     # prune) is the scheduler leader's, never a worker's
     driver = context.connect(pool_size=2, transaction_pool_size=context.concurrency)
+    # a child exits right after its close: what still runs at its deadline is handed back at once
     return QueueWorker(driver=driver, registry=context.registry, queue=context.queue,
                        concurrency=context.concurrency, settings=context.settings,
-                       identity=context.identity, maintain=False)
+                       identity=context.identity, maintain=False, exits_after_close=True)
 
 
 # The queue worker's policy is declared here rather than on its class while queue_worker.py is
@@ -73,7 +78,7 @@ WORKER = RoleKind("worker", RolePolicy(per_queue=True, scalable=True, recyclable
 ROLES: tuple[RoleKind, ...] = (
     WORKER,
     RoleKind.of(Scheduler),
-    RoleKind.of(OutboxRelay),
+    RoleKind.of(OutboxRelay, runs_app=False),   # it moves staged rows; no body or scan runs in it
 )
 
 
@@ -123,6 +128,19 @@ def unserved_jobs(settings: Settings, registry: Registry) -> dict[str, list[str]
     return {queue: names for queue, names in registered_queues(registry).items() if queue not in served}
 
 
+def describe_unserved(stranded: dict[str, list[str]]) -> str:
+    return "; ".join(f"{', '.join(names)} on queue {queue!r}" for queue, names in sorted(stranded.items()))
+
+
+def refuse_unserved(settings: Settings, registry: Registry) -> None:
+    """``--strict``: a registered job whose queue no process of this configuration serves is
+    refused, at start and at every reload."""
+    stranded = unserved_jobs(settings, registry)
+    if stranded:
+        raise InvalidOption("queue", f"no process serves these registered jobs (--strict): "
+                                     f"{describe_unserved(stranded)}")
+
+
 def connector(settings: Settings, identity: str) -> Callable[..., Any]:
     """``connect(**pool_options)`` for a child: a driver whose sessions carry its identity."""
     def connect(**pool_options: Any) -> Any:   # Any: the driver seam is being typed elsewhere
@@ -147,9 +165,11 @@ def maker(kind: RoleKind, settings: Settings, registry: Registry, queue: str | N
 def kind_specs(kind: RoleKind, settings: Settings, registry: Registry,
                queues: dict[str, QueueSpec]) -> list[RoleSpec]:
     if not kind.policy.per_queue:
-        return [RoleSpec(kind.role, None, 1, 1, maker(kind, settings, registry, None, 1), kind.policy)]
+        return [RoleSpec(kind.role, None, 1, 1, maker(kind, settings, registry, None, 1), kind.policy,
+                         runs_app=kind.runs_app)]
     return [RoleSpec(kind.role, name, spec.processes, spec.concurrency,
-                     maker(kind, settings, registry, name, spec.concurrency), kind.policy)
+                     maker(kind, settings, registry, name, spec.concurrency), kind.policy,
+                     runs_app=kind.runs_app)
             for name, spec in queues.items()]
 
 

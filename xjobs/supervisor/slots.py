@@ -11,7 +11,8 @@ count, consecutive failures, backoff and crash-loop flag. A ``Child`` is one pro
 
 A slot holds at most one current child and, while it is being replaced (reload, recycling),
 one successor: the successor starts, and only once it is ready is the current child retired,
-so replacing a child never leaves its queue without a claimer.
+so replacing a child never leaves its queue without a claimer. A reload's retirement tells
+the old child's running work to stop, as a drain does; a recycle's lets it finish.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class RoleSpec:
     concurrency: int
     make: Callable[[str], Role] = field(repr=False, compare=False)
     policy: RolePolicy = field(default_factory=RolePolicy)
+    runs_app: bool = True             # its children run the app's code (``roles.RoleKind``)
 
     def __post_init__(self) -> None:
         check_role_name(self.role)
@@ -155,6 +157,7 @@ class Slot:
     child: Child | None = None
     successor: Child | None = None
     want_replace: str | None = None   # a reason, while a successor should be started
+    replace_interrupts: bool = False  # whether the child it replaces is told to stop its work
     failures: int = 0                 # failed starts in a row (see backoff.py)
     exits: list[float] = field(default_factory=list)   # times of recent unexpected exits
     restarts: int = 0
@@ -173,6 +176,18 @@ class Slot:
 
     def children(self) -> list[Child]:
         return [c for c in (self.child, self.successor) if c is not None]
+
+    def ask_replace(self, reason: str, *, interrupt: bool = False) -> None:
+        """Start a successor beside the current child, which is retired once the successor is
+        ready: told to stop its running work with ``interrupt`` (a reload: what changed takes
+        over now), as its role's policy says a drain does; left to finish without (a recycle)."""
+        self.want_replace, self.replace_interrupts = reason, interrupt
+
+    def replaced(self) -> tuple[str, bool]:
+        """The replacement asked for is done (or moot): its reason and whether it interrupts."""
+        asked = (self.want_replace or "replaced", self.replace_interrupts)
+        self.want_replace, self.replace_interrupts = None, False
+        return asked
 
     # -- restarts: the backoff's bookkeeping (``backoff.py`` has the curves) -------------------------
 

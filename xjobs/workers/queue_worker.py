@@ -90,10 +90,12 @@ class QueueWorker:
                  settings: Settings | None = None, identity: str | None = None,
                  clock: Callable[[], float] = monotonic_ms, maintain: bool = True,
                  context: RunHook | None = None, error_hooks: Sequence[ErrorHook] | None = None,
-                 failures: ErrorHook | None = None) -> None:
+                 failures: ErrorHook | None = None, exits_after_close: bool = False) -> None:
         """``context``: a callable taking the run's ``ctx`` and answering a context manager that
         wraps every body (open a session, bind log fields); by default the registry's
-        (``xjobs.run_context``)."""
+        (``xjobs.run_context``). ``exits_after_close``: the process ends when ``close`` returns
+        (a daemon child), so what still runs at the close deadline is handed back at once
+        rather than one lease window later (``Settler.abandon``)."""
         if queues is None:
             if queue is None:
                 raise InvalidOption("queue", "a worker needs a queue or a queues mapping")
@@ -111,6 +113,7 @@ class QueueWorker:
         self.identity = identity or new_identity()
         self.clock = clock            # the loop's clock: every now_ms handed to run_once reads it
         self.maintain = maintain
+        self.exits_after_close = exits_after_close
         self.stats_ = WorkerStats()
         self.state = "new"
         self.accepting = False
@@ -219,8 +222,9 @@ class QueueWorker:
                        deadline_ms: float | None = None) -> None:
         """Accept phase: stop claiming and, for a drain, tell every running body; returns at once.
 
-        ``interrupt=False`` (a process being recycled or replaced) lets running bodies go on
-        to the close deadline: interrupting them on every replacement would starve long jobs.
+        ``interrupt=False`` (a process being recycled, or retired by a scale-down) lets running
+        bodies go on to the close deadline: interrupting them on every recycle would starve
+        long jobs.
         ``deadline_ms`` (on the loop's clock): when the drain ends, what ``ctx.remaining()``
         counts down to from now on.
         """
@@ -268,7 +272,7 @@ class QueueWorker:
                 if not self.results.waiting():
                     select.select([self.results.fileno()], [], [], max(0.0, wait) / 1000.0)
             self.run_once(clock())
-            self.settler.abandon(clock())
+            self.settler.abandon(clock(), at_once=self.exits_after_close)
             self.settler.retries.give_up(clock())
         finally:  # a close that failed half-way still gives back every resource it holds
             try:

@@ -13,8 +13,9 @@ retry decision of the job. Per pass:
 * ``report_progress`` writes the latest ``ctx.progress()`` reports, at most once a second,
   in one statement fenced on the leases.
 
-At the close deadline ``abandon`` hands back what still runs, one lease window from now; a
-collaborator that lets go of a run it never started (``quarantine.py``) ``give_back``s it.
+At the close deadline ``abandon`` hands back what still runs: at once from a process about
+to exit, else one lease window from now; a collaborator that lets go of a run it never
+started (``quarantine.py``) ``give_back``s it.
 """
 
 from __future__ import annotations
@@ -198,28 +199,31 @@ class Settler:
         self._runs.finish(run)
         self._write_nack(run, given_back(run, why), now_ms)
 
-    def abandon(self, now_ms: float) -> None:
-        """At the close deadline: hand back what still runs, one lease window from now.
-
-        Not at once (the body may still be running in this process until it exits) and
-        without burning the attempt: the job did not fail, the process went away. Counted as
+    def abandon(self, now_ms: float, *, at_once: bool = False) -> None:
+        """At the close deadline: hand back what still runs, without burning the attempt (the
+        job did not fail, its worker went away): ``at_once`` when this process ends right
+        after (a daemon child: a body still running dies with it, and the fence on the claim
+        token keeps anything it writes meanwhile out), else one lease window from now (an
+        in-process host: the body may go on running in this process). Counted as
         ``abandoned``, not as the ``interrupted`` outcome: interrupted runs stopped at the
         drain's signal and are back to ready now (the supervisor's drain line tells them apart).
         """
         abandoned = self._runs.live()
         if not abandoned:
             return
+        when = "at once" if at_once else "after one lease window"
         event(log, logging.WARNING, "worker.drain.abandoned", "worker %s: drain abandoned %d job(s) still "
-              "running at the deadline; they are delivered again after one lease window: %s",
-              self._identity, len(abandoned), ", ".join(f"{r.job.name}#{r.job.id}" for r in abandoned[:20]),
+              "running at the deadline; they are delivered again %s: %s", self._identity, len(abandoned), when,
+              ", ".join(f"{r.job.name}#{r.job.id}" for r in abandoned[:20]),
               count=len(abandoned), job_ids=[r.job.id for r in abandoned[:100]], worker=self._identity)
         for run in abandoned:
             self._runs.finish(run)
             if run.ctx.completed_in_transaction:
                 continue
             error = (f"abandoned at the drain deadline of worker {self._identity}; "
-                     "delivered again after one lease window, attempt not counted")
-            self._write_nack(run, Nack(run.job.id, run.job.token, error, self._settings.lease_ms,
+                     f"delivered again {when}, attempt not counted")
+            self._write_nack(run, Nack(run.job.id, run.job.token, error,
+                                       0.0 if at_once else self._settings.lease_ms,
                                        counts_as_attempt=False, outcome="interrupted"),
                              now_ms, abandoned=True)
 
