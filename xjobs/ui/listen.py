@@ -57,4 +57,4 @@ def role_kind(sock: socket.socket, control: str | None) -> "RoleKind":
     def build(context: RoleContext) -> Role:
         from .serve import DashboardRole
         return DashboardRole.build_on(context, sock, control)
-    return RoleKind(ROLE, POLICY, build)
+    return RoleKind(ROLE, POLICY, build, runs_app=False)   # it reads the tables, runs no body

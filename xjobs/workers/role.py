@@ -83,8 +83,8 @@ class RolePolicy:
                      error) until the next reload.
     drain            what the accept phase of a drain means: ``interrupt`` tells running work to
                      stop (``ctx.signal``); ``finish`` stops taking work and lets what runs end
-                     by itself until the deadline. A replacement (reload, recycle, scale-down)
-                     never interrupts.
+                     by itself until the deadline. A reload's replacement drains as a drain
+                     does; a recycle or a scale-down never interrupts.
     gauges           the ``RoleGauge``s it exports on ``/metrics``.
     """
     per_queue: bool = False
