@@ -60,7 +60,7 @@ import faults_app  # noqa: E402
 import faults_checks  # noqa: E402
 import xjobs.outbox  # noqa: E402
 from faults_cluster import Cluster  # noqa: E402
-from faults_fleet import Supervisor  # noqa: E402
+from faults_fleet import LEASE_S, Supervisor  # noqa: E402
 from faults_kinds import KINDS, Kind  # noqa: E402
 from faults_proxy import Proxy  # noqa: E402
 from faults_workload import Producer, Watcher, retrying  # noqa: E402
@@ -196,7 +196,9 @@ class Battery:
             if inj.recovered_s is None:
                 self.problem("every fault recovered", f"#{inj.seq} {kind.name} not recovered within "
                                                      f"{self.args.recovery_deadline:g} s of its lift")
-            self.hold(self.faults_rng.uniform(1.0, 4.0))
+            # the next fault comes a lease and a rescue after this one's recovery, so what this
+            # one causes later (a lease that lapses, its rescue) is counted in its own window
+            self.hold(self.faults_rng.uniform(LEASE_S + 2.0, LEASE_S + 5.0))
 
     def recover(self, deadline_s: float) -> float | None:
         """Seconds from now (the lift) until the fleet works again (see the module doc)."""

@@ -34,6 +34,22 @@ from psycopg_pool import ConnectionPool
 from xjobs import Retry, job, task
 
 SKEW_S = float(os.environ.get("XJOBS_FAULTS_SKEW_S", "0") or 0)
+
+
+def _sleep(seconds: float, _event: threading.Event = threading.Event()) -> None:
+    if seconds < 0:
+        raise ValueError("sleep length must be non-negative")
+    _event.wait(seconds)
+
+
+if SKEW_S:
+    # Under libfaketime with its monotonic clock left real (the battery's clock-ahead fault),
+    # clock_nanosleep on an absolute CLOCK_MONOTONIC deadline, which CPython's time.sleep uses,
+    # fails with EINVAL (libfaketime 0.9.10); faking the monotonic clock too would break every
+    # timed lock wait instead (sem_clockwait is not intercepted, so it waits hours). So in a
+    # skewed daemon the wall clock is faked for everything (time.time, datetime, libpq) and
+    # time.sleep waits on an Event (sem_clockwait, real time), here before xjobsd forks.
+    time.sleep = _sleep
 RETRY = Retry(attempts=40, delay="200ms", max_delay="2s", jitter=True)
 STEPS_RETRY = Retry(attempts=60, delay="200ms", max_delay="2s", jitter=True)
 
