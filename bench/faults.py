@@ -6,12 +6,13 @@ same faults, with the same choices, in the same order (and the same workload mix
 
 Everything runs on a PRIVATE PostgreSQL cluster (``faults_cluster``: initdb into a temporary
 directory, its own port), removed at the end, also on failure or Ctrl-C; no other server is
-touched. The daemons reach it through a TCP proxy (``faults_proxy``) that can stall and reset
-their connections; the application side (``faults_workload``) connects directly.
+touched. Each daemon reaches it through a TCP proxy of its own (``faults_proxy``) that can
+stall and reset its connections, so one daemon can be cut off while the other runs on; the
+application side (``faults_workload``) connects directly.
 
 The run, in phases:
 
-1. **start**: the cluster, the schema, the proxy, supervisors ``a`` and ``b`` (``faults_fleet``),
+1. **start**: the cluster, the schema, the proxies, supervisors ``a`` and ``b`` (``faults_fleet``),
    the producer and the watcher; a few seconds of workload without faults (warm-up);
 2. **faults**, one at a time until the duration is spent: a kind drawn from a shuffled deck
    of every available kind (so a run covers every kind before repeating one), injected and
@@ -95,7 +96,7 @@ class Battery:
         self.problems: list[tuple[str, str]] = []      # (invariant, what) seen by the battery itself
         self.orphan_waits: list[float] = []
         self.cluster: Cluster = None  # type: ignore[assignment]
-        self.proxy: Proxy = None      # type: ignore[assignment]
+        self.proxies: list[Proxy] = []
         self.fleet: list[Supervisor] = []
         self.producer: Producer | None = None
         self.watcher: Watcher | None = None
@@ -141,20 +142,22 @@ class Battery:
         migrator.close()
         self.watch = PostgresDriver(self.cluster.dsn(user="postgres"), schema="xjobs", pool_size=2,
                                     application_name="faults-watch")
-        self.proxy = Proxy(("127.0.0.1", self.cluster.port)).start()
         socket_path = str(self.logs / "bodies.sock")
         self.watcher = Watcher(socket_path)
         self.watcher.start()
-        self.fleet = [Supervisor(name, self.cluster.dsn(port=self.proxy.port), self.logs, socket_path)
-                      for name in ("a", "b")]
+        for name in ("a", "b"):     # a proxy each: one daemon can be cut off while the other runs on
+            proxy = Proxy(("127.0.0.1", self.cluster.port)).start()
+            self.proxies.append(proxy)
+            self.fleet.append(Supervisor(name, self.cluster.dsn(port=proxy.port), self.logs, socket_path, proxy))
         for sup in self.fleet:
             sup.start()
         for sup in self.fleet:
             sup.wait_ready(90)
         self.producer = Producer(dsn=app_dsn, rate=self.args.rate, rng=self.work_rng)
         self.producer.start()
-        self.say(f"cluster on port {self.cluster.port} ({self.cluster.bindir}), proxy on {self.proxy.port}, "
-                 f"supervisors a (pid {self.fleet[0].current.pid}) and b (pid {self.fleet[1].current.pid}) ready")
+        self.say(f"cluster on port {self.cluster.port} ({self.cluster.bindir}); supervisors "
+                 + " and ".join(f"{sup.name} (pid {sup.current.pid}, through a proxy on port {sup.proxy.port})"
+                                for sup in self.fleet) + " ready")
 
     def kinds(self) -> list[Kind]:
         wanted = None if self.args.faults == "all" else set(self.args.faults.split(","))
@@ -176,7 +179,7 @@ class Battery:
     def run_faults(self) -> None:
         kinds = self.kinds()
         self.hold(self.args.warmup)
-        end = self.t0 + self.duration
+        end = time.monotonic() + self.duration     # faults are injected for this long
         deck: list[Kind] = []
         while kinds and time.monotonic() < end:
             if not deck:
@@ -391,12 +394,23 @@ class Battery:
             self.producer.close()   # type: ignore[union-attr]
             self.drain()
             ok = self.verdict(settled_at)
+            if self.args.inspect:
+                self.inspect()
         except KeyboardInterrupt:
             print("\ninterrupted: cleaning up", flush=True)
         finally:
             self.close(keep_logs=not ok or bool(self.args.logs))
         print(f"\n{'PASS' if ok else 'FAIL'}: seed {self.seed}", flush=True)
         return 0 if ok else 1
+
+    def inspect(self) -> None:
+        """Keep the cluster up for a look at its tables until Enter or Ctrl-C."""
+        print(f"\nthe cluster stays up for inspection: psql '{self.cluster.dsn(user='postgres')}' "
+              f"(schemas xjobs and app); press Enter (or Ctrl-C) to remove it", flush=True)
+        try:
+            input()
+        except (EOFError, KeyboardInterrupt):
+            pass
 
     def close(self, keep_logs: bool) -> None:
         if self.producer is not None:
@@ -407,8 +421,8 @@ class Battery:
             self.watcher.close()
         if self.watch is not None:
             self.watch.close()
-        if self.proxy is not None:
-            self.proxy.close()
+        for proxy in self.proxies:
+            proxy.close()
         if self.cluster is not None:
             if keep_logs and self.cluster.log.exists():
                 shutil.copy(self.cluster.log, self.logs / "postgresql.log")
@@ -433,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after a fault's lift by which the fleet must work again (180)")
     parser.add_argument("--logs", help="keep the daemons' and the server's logs here (default: a temporary "
                                        "directory, kept only when the run fails)")
+    parser.add_argument("--inspect", action="store_true",
+                        help="after the checks, keep the cluster up (its URL printed) until Enter or Ctrl-C")
     args = parser.parse_args(argv)
     if args.minutes is not None:
         args.duration = args.minutes * 60.0

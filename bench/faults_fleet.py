@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon import wait_control_ready
+from faults_proxy import Proxy
 from xjobs.supervisor.control import ControlUnavailable, request
 
 BENCH = Path(__file__).resolve().parent
@@ -66,6 +67,7 @@ class Supervisor:
     dsn: str                   # what the daemon connects to (the proxy)
     logs: Path
     socket_path: str           # the battery's datagram socket (faults_app.tell)
+    proxy: Proxy               # what ``dsn`` points at
     generations: list[Generation] = field(default_factory=list)
     proc: subprocess.Popen | None = None
     skew_s: float = 0.0

@@ -37,14 +37,18 @@ class Kind:
         raise NotImplementedError
 
 
-def _pick_child(b: "Battery", rng: random.Random, role: str | None = None) -> tuple[Any, dict] | None:
-    """A (supervisor, child row) of ``role`` (any role when None), chosen by ``rng`` from a
-    list ordered by supervisor and child title, so the seed's choice is stable."""
+def _pick_child(b: "Battery", rng: random.Random, role: str | None = None,
+                busy: bool = False) -> tuple[Any, dict] | None:
+    """A (supervisor, child row) of ``role`` (any role when None), with jobs in flight when
+    ``busy`` and there is one, chosen by ``rng`` from a list ordered by supervisor and child
+    title, so the seed's choice is stable."""
     rows = []
     for sup in b.fleet:
         for child in sorted(sup.children(), key=lambda c: (c["role"], c.get("queue") or "", c.get("index", 0))):
             if role is None or child["role"] == role:
                 rows.append((sup, child))
+    if busy and any(c.get("in_flight") for _, c in rows):
+        rows = [(sup, c) for sup, c in rows if c.get("in_flight")]
     return rng.choice(rows) if rows else None
 
 
@@ -57,7 +61,9 @@ class KillWorker(Kind):
     name, says = "worker-kill", "SIGKILL of a worker child"
 
     def run(self, b, rng):
-        picked = _pick_child(b, rng, "worker")
+        # mostly one with jobs in flight (as its last heartbeat said): killing an idle one
+        # tests the restart alone
+        picked = _pick_child(b, rng, "worker", busy=rng.random() < 0.8)
         if picked is None:
             return "no worker child to kill"
         sup, child = picked
@@ -163,28 +169,40 @@ class TerminateStorm(Kind):
         return f"{rounds} rounds over {seconds:.1f} s: {killed} sessions terminated"
 
 
+def _cut(b: "Battery", rng: random.Random) -> tuple[str, list]:
+    """Whose network a proxy fault hits: one supervisor's (the other runs on and may take its
+    jobs over) or both."""
+    target = rng.choice([*(sup.name for sup in b.fleet), "both"])
+    return target, [sup for sup in b.fleet if target in ("both", sup.name)]
+
+
 class ProxyStall(Kind):
-    name, says = "proxy-stall", "the network between xjobsd and PostgreSQL stalls, then resumes"
+    name, says = "proxy-stall", "the network between a supervisor (or both) and PostgreSQL stalls, then resumes"
 
     def run(self, b, rng):
-        seconds = rng.uniform(1.5, 2 * LEASE_S)
-        b.proxy.stall()
+        target, sups = _cut(b, rng)
+        seconds = rng.uniform(1.5, 2.5 * LEASE_S)
+        for sup in sups:
+            sup.proxy.stall()
         b.hold(seconds)
-        b.proxy.resume()
-        return f"{b.proxy.connections()} connections stalled for {seconds:.1f} s (lease {LEASE_S:g} s)"
+        for sup in sups:
+            sup.proxy.resume()
+        count = sum(sup.proxy.connections() for sup in sups)
+        return f"{target}: {count} connections stalled for {seconds:.1f} s (lease {LEASE_S:g} s)"
 
 
 class ProxyReset(Kind):
-    name, says = "proxy-reset", "the network resets every connection (TCP RST)"
+    name, says = "proxy-reset", "the network resets every connection of a supervisor (or both) (TCP RST)"
 
     def run(self, b, rng):
+        target, sups = _cut(b, rng)
         times = rng.randint(1, 3)
         counts = []
         for i in range(times):
-            counts.append(b.proxy.reset())
+            counts.append(sum(sup.proxy.reset() for sup in sups))
             if i + 1 < times:
                 b.hold(rng.uniform(0.3, 2.0))
-        return f"{times} reset(s): {', '.join(map(str, counts))} connections"
+        return f"{target}: {times} reset(s): {', '.join(map(str, counts))} connections"
 
 
 class ClockAhead(Kind):

@@ -20,8 +20,8 @@ from faults_cluster import find_binaries  # noqa: E402
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 
-SEED = 5        # its first faults: a stall, a supervisor killed, an immediate restart, a storm, ...
-DURATION_S = 50
+SEED = 9        # its first faults: a reset, a worker killed, an immediate restart, the hog, a skewed clock
+DURATION_S = 65
 
 
 def _cluster_unavailable() -> str | None:
