@@ -21,7 +21,7 @@ from faults_cluster import find_binaries  # noqa: E402
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 
 SEED = 9        # its first faults: a reset, a worker killed, an immediate restart, the hog, a skewed clock
-DURATION_S = 65
+DURATION_S = 45
 
 
 def _cluster_unavailable() -> str | None:
