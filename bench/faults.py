@@ -79,6 +79,7 @@ class Injection:
     lifted_at: float = 0.0
     detail: str = ""
     recovered_s: float | None = None
+    cleared_s: float | None = None   # until no crash suspect waited any more (they run alone)
 
 
 class Battery:
@@ -193,15 +194,27 @@ class Battery:
             except (psycopg.Error, OSError, RuntimeError) as exc:
                 inj.detail = f"the fault itself failed: {type(exc).__name__}: {exc}"
             inj.lifted_at = time.time()
+            lifted = time.monotonic()
             inj.recovered_s = self.recover(self.args.recovery_deadline)
+            recovered_at = time.monotonic()
+            if inj.recovered_s is not None:
+                inj.cleared_s = self.suspects_cleared(lifted, self.args.recovery_deadline)
             took = "NOT recovered" if inj.recovered_s is None else f"recovered in {inj.recovered_s:.2f} s"
+            if inj.recovered_s is not None:
+                took += (f", suspects cleared in {inj.cleared_s:.2f} s" if inj.cleared_s is not None
+                         else ", crash suspects still waiting")
             self.say(f"#{inj.seq} {kind.name}: {inj.detail}; {took}")
             if inj.recovered_s is None:
                 self.problem("every fault recovered", f"#{inj.seq} {kind.name} not recovered within "
                                                      f"{self.args.recovery_deadline:g} s of its lift")
-            # the next fault comes a lease and a rescue after this one's recovery, so what this
-            # one causes later (a lease that lapses, its rescue) is counted in its own window
-            self.hold(self.faults_rng.uniform(LEASE_S + 2.0, LEASE_S + 5.0))
+            elif inj.cleared_s is None:
+                self.problem("every fault recovered", f"#{inj.seq} {kind.name}: crash suspects still waiting "
+                                                     f"{self.args.recovery_deadline:g} s after its lift")
+            # the next fault comes a lease and a rescue after this one's recovery (the suspects'
+            # watch is part of that wait), so what this one causes later (a lease that lapses,
+            # its rescue) is counted in its own window
+            gap = self.faults_rng.uniform(LEASE_S + 2.0, LEASE_S + 5.0)
+            self.hold(gap - (time.monotonic() - recovered_at))
 
     def recover(self, deadline_s: float) -> float | None:
         """Seconds from now (the lift) until the fleet works again (see the module doc)."""
@@ -237,6 +250,29 @@ class Battery:
         if self.wait(healthy, max(0.0, end - time.monotonic()), every=0.2):
             return time.monotonic() - began
         return None
+
+    def suspects_cleared(self, lifted: float, deadline_s: float) -> float | None:
+        """Seconds from the lift until the last crash suspect waiting or running was seen
+        (0: none), watched for at least a lease and a rescue (leases that lapse make suspects
+        that late) and then while any is left: each runs alone, so a fault that made many is
+        recovered from only when they have all run. None when some still wait at the deadline."""
+        last_seen = lifted
+        floor = lifted + LEASE_S + 2.0
+        end = lifted + deadline_s
+        while True:
+            try:
+                waiting = bool(self.sql("select exists (select 1 from xjobs.jobs where crashes > 0 "
+                                        "and state in ('ready', 'running'))")[0][0])
+            except psycopg.Error:
+                waiting = True
+            now = time.monotonic()
+            if waiting:
+                last_seen = now
+            elif now >= floor:
+                return last_seen - lifted
+            if now >= end:
+                return None
+            self.hold(0.2)
 
     def _stage_canary(self, n: int) -> int:
         with psycopg.connect(self.cluster.dsn(user="postgres"), application_name="faults-watch",
@@ -365,7 +401,8 @@ class Battery:
         print(f"\nxjobs fault battery: seed {self.seed}, {self.duration:g} s, {len(self.injections)} faults "
               f"(reproduce: python bench/faults.py --seed {self.seed} --duration {self.duration:g}"
               f"{'' if self.args.faults == 'all' else ' --faults ' + self.args.faults})")
-        print(f"{'fault':<22}{'injected':>9}{'recovered in p50':>18}{'max':>9}{'lost':>6}{'doubles':>9}{'quarantined':>13}")
+        print(f"{'fault':<22}{'injected':>9}{'recovered in p50':>18}{'max':>9}{'suspects cleared (max)':>24}"
+              f"{'lost':>6}{'doubles':>9}{'quarantined':>13}")
         order = ["(warm-up)"] + [k.name for k in KINDS] + ["(quiet, drain)"]
         for kind in order:
             seqs = [w[0] for w in windows if w[1] == kind]
@@ -375,9 +412,12 @@ class Battery:
             done = [r for r in recovered if r is not None]
             p50 = f"{statistics.median(done):.2f} s" if done else "-"
             worst = "never" if None in recovered else (f"{max(done):.2f} s" if done else "-")
+            cleared = [i.cleared_s for i in self.injections if i.kind == kind and i.recovered_s is not None]
+            clear = "never" if None in cleared else (f"{max(cleared):.2f} s" if cleared else "-")
             sums = {col: sum(per.get(s, {}).get(col, 0) for s in seqs) for col in ("lost", "doubles", "quarantined")}
             count = "-" if kind.startswith("(") else str(len(seqs))
-            print(f"{kind:<22}{count:>9}{p50:>18}{worst:>9}{sums['lost']:>6}{sums['doubles']:>9}{sums['quarantined']:>13}")
+            print(f"{kind:<22}{count:>9}{p50:>18}{worst:>9}{clear:>24}{sums['lost']:>6}{sums['doubles']:>9}"
+                  f"{sums['quarantined']:>13}")
 
     # -- the whole run -------------------------------------------------------------------------------
 

@@ -39,16 +39,22 @@ class Kind:
 
 def _pick_child(b: "Battery", rng: random.Random, role: str | None = None,
                 busy: bool = False) -> tuple[Any, dict] | None:
-    """A (supervisor, child row) of ``role`` (any role when None), with jobs in flight when
-    ``busy`` and there is one, chosen by ``rng`` from a list ordered by supervisor and child
-    title, so the seed's choice is stable."""
+    """A (supervisor, child row) of ``role`` (any role when None), chosen by ``rng`` from a
+    list ordered by supervisor and child title, so the seed's choice is stable. With ``busy``,
+    one holding running jobs now (the database says, by holder) when there is one; its row's
+    ``in_flight`` is then that count."""
     rows = []
     for sup in b.fleet:
         for child in sorted(sup.children(), key=lambda c: (c["role"], c.get("queue") or "", c.get("index", 0))):
             if role is None or child["role"] == role:
                 rows.append((sup, child))
-    if busy and any(c.get("in_flight") for _, c in rows):
-        rows = [(sup, c) for sup, c in rows if c.get("in_flight")]
+    if busy:
+        try:
+            held = dict(b.sql("select claimed_by, count(*) from xjobs.jobs where state = 'running' group by 1"))
+        except psycopg.Error:
+            held = {}
+        busy_rows = [(sup, {**c, "in_flight": held[c["identity"]]}) for sup, c in rows if held.get(c.get("identity"))]
+        rows = busy_rows or rows
     return rng.choice(rows) if rows else None
 
 
