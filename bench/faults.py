@@ -286,7 +286,7 @@ class Battery:
         assert self.producer is not None
         self.producer.enqueueing.clear()
         deadline = time.monotonic() + self.args.settle
-        names = faults_checks._WORK
+        names = faults_checks.WORK_SQL
 
         def settled() -> bool:
             if self.producer.events_pending():
@@ -302,16 +302,27 @@ class Battery:
         settled_at = time.time()
         if ok:
             # the ticks dispatched before now must finish too (they are checked; later ones are not)
-            self.wait(lambda: self.sql(f"select count(*) = 0 from xjobs.jobs where name = 'tick' "
-                                       f"and state in {LIVE} and created_at < to_timestamp(%s)", settled_at)[0][0],
-                      max(0.0, deadline - time.monotonic()), every=0.5)
+            def ticks_done() -> bool:
+                try:
+                    return bool(self.sql(f"select count(*) = 0 from xjobs.jobs where name = 'tick' and state in "
+                                         f"{LIVE} and created_at < to_timestamp(%s)", settled_at)[0][0])
+                except psycopg.Error:
+                    return False
+            self.wait(ticks_done, max(0.0, deadline - time.monotonic()), every=0.5)
         self.say(f"quiet: the workload {'settled' if ok else 'did NOT settle'} "
                  f"{time.time() - self.quiet_at:.1f} s after the last fault")
         self.check_holders()
         return settled_at
 
     def check_holders(self) -> None:
-        holders = {c["identity"] for sup in self.fleet for c in sup.children() if c.get("identity")}
+        def answered() -> list[Any] | None:
+            found = [sup.status() for sup in self.fleet]
+            return found if all(status is not None for status in found) else None
+        statuses = self.wait(answered, 10.0, every=0.2)
+        if not statuses:
+            self.problem("no job running without a live holder", "a supervisor did not answer its status")
+            return
+        holders = {c["identity"] for status in statuses for c in status.get("children", []) if c.get("identity")}
         for job_id, name, holder in self.sql("select id, name, claimed_by from xjobs.jobs where state = 'running'"):
             if holder not in holders:
                 self.problem("no job running without a live holder",
@@ -487,9 +498,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after a fault's lift by which the fleet must work again (180)")
     parser.add_argument("--logs", help="keep the daemons' and the server's logs here (default: a temporary "
                                        "directory, kept only when the run fails)")
+    parser.add_argument("--list-faults", action="store_true", help="print the fault kinds and exit")
     parser.add_argument("--inspect", action="store_true",
                         help="after the checks, keep the cluster up (its URL printed) until Enter or Ctrl-C")
     args = parser.parse_args(argv)
+    if args.list_faults:
+        for kind in KINDS:
+            print(f"{kind.name:<22}{kind.says}")
+        return 0
     if args.minutes is not None:
         args.duration = args.minutes * 60.0
     if args.seed is None:

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 import psycopg
 
 WORK = ("plain", "tx_effect", "five_steps", "outboxed", "capped", "tenanted", "canary")
-_WORK = "(" + ", ".join(f"'{n}'" for n in WORK) + ")"
+WORK_SQL = "(" + ", ".join(f"'{n}'" for n in WORK) + ")"
 LIVE = "('ready', 'running', 'suspended')"
 CRON_KEY = r"'^task:every_second:([0-9]+):'"
 
@@ -34,14 +34,14 @@ INVARIANTS = (
               "every enqueued and every committed-staged job settled (completed or dead)",
               f"""select j.id, j.name, j.state, left(coalesce(j.last_error, ''), 100)
                   from xjobs.jobs j, app.settled_at c
-                  where j.state in {LIVE} and (j.name in {_WORK} or (j.name = 'tick' and j.created_at < c.at))
+                  where j.state in {LIVE} and (j.name in {WORK_SQL} or (j.name = 'tick' and j.created_at < c.at))
                   union all
                   select l.id, l.name, 'missing', 'an enqueue answered this id; no such job now'
                   from app.ledger l left join xjobs.jobs j on j.id = l.id where j.id is null
                   union all
                   select j.id, j.name, j.state, 'completed, but its body never started'
                   from xjobs.jobs j
-                  where j.state = 'completed' and (j.name in {_WORK} or j.name = 'tick')
+                  where j.state = 'completed' and (j.name in {WORK_SQL} or j.name = 'tick')
                     and not exists (select 1 from app.starts s where s.job_id = j.id)
                   order by 1"""),
     Invariant("outbox exactly once",
@@ -172,7 +172,7 @@ def per_window(conn: psycopg.Connection[Any]) -> dict[int, dict[str, int]]:
         with lost as (
             select j.id, coalesce((select max(s.at) from app.starts s where s.job_id = j.id), j.created_at) as seen
             from xjobs.jobs j, app.settled_at c
-            where j.state in {LIVE} and (j.name in {_WORK} or (j.name = 'tick' and j.created_at < c.at)))
+            where j.state in {LIVE} and (j.name in {WORK_SQL} or (j.name = 'tick' and j.created_at < c.at)))
         select w.seq, count(*) from lost join app.windows w on lost.seen >= w.began and lost.seen < w.ended
         group by 1""").fetchall(), "lost")
     return out

@@ -67,8 +67,7 @@ class KillWorker(Kind):
     name, says = "worker-kill", "SIGKILL of a worker child"
 
     def run(self, b, rng):
-        # mostly one with jobs in flight (as its last heartbeat said): killing an idle one
-        # tests the restart alone
+        # mostly one holding jobs now: killing an idle one tests the restart alone
         picked = _pick_child(b, rng, "worker", busy=rng.random() < 0.8)
         if picked is None:
             return "no worker child to kill"
@@ -223,7 +222,7 @@ class ClockAhead(Kind):
     def run(self, b, rng):
         sup = rng.choice(b.fleet)
         skew = rng.randint(1, 6) * 3600 + rng.randint(0, 3599)
-        hold = rng.uniform(20.0, 60.0) * b.scale
+        hold = rng.uniform(20.0, 60.0) * b.scale     # scaled
         codes = [sup.drain()]
         sup.start(skew_s=skew)
         sup.wait_ready(60)
@@ -239,7 +238,7 @@ class PinXmin(Kind):
     name, says = "xmin-pin", "a session holds a transaction (and the xmin horizon) open"
 
     def run(self, b, rng):
-        hold = rng.uniform(60.0, 180.0) * b.scale
+        hold = rng.uniform(60.0, 180.0) * b.scale    # scaled
         with b.cluster.session(application_name="faults-pin") as conn:
             conn.execute("begin isolation level repeatable read")
             xid = conn.execute("select txid_current()").fetchone()[0]
@@ -255,7 +254,7 @@ class ExhaustConnections(Kind):
     name, says = "conn-exhaust", "connections held until max_connections is nearly exhausted"
 
     def run(self, b, rng):
-        hold = rng.uniform(10.0, 30.0) * b.scale
+        hold = rng.uniform(10.0, 30.0) * b.scale     # scaled
         leave = rng.randint(0, 3)
         held: list[psycopg.Connection] = []
         try:
