@@ -6,6 +6,7 @@ the same faults. ``pytest tests/test_faults.py`` (or ``-k faults``) runs it alon
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -14,9 +15,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
 
-from faults_cluster import find_binaries  # noqa: E402
+
+def _find_binaries() -> Path | None:
+    """The battery's own answer (bench/faults_cluster.py), loaded without putting bench/ on
+    the suite's sys.path."""
+    spec = importlib.util.spec_from_file_location("_faults_cluster", ROOT / "bench" / "faults_cluster.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.find_binaries()
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 
@@ -25,7 +33,7 @@ DURATION_S = 45
 
 
 def _cluster_unavailable() -> str | None:
-    if find_binaries() is None:
+    if _find_binaries() is None:
         return "no PostgreSQL binaries (initdb, pg_ctl, postgres) for the battery's private cluster"
     if os.geteuid() == 0:
         import pwd
