@@ -28,12 +28,12 @@ The run, in phases:
    more than 3 ``capped`` bodies running in the fleet, never more than the tenant limit of one
    tenant in one worker process, every drain exiting 0, every fault recovered.
 
-It prints one table per fault kind (injected, recovered in, lost, doubles, quarantined) and
-one line per invariant, with the offending ids when it fails, and exits 1 when any failed.
-``doubles`` are bodies that ran again (at-least-once: allowed, counted); ``quarantined`` are
-jobs marked crash suspects (which only a crashed worker process should cause). The logs of
-every daemon and of the server are kept in ``--logs`` (default: a temporary directory, kept
-and printed when the run fails).
+It prints one table per fault kind (injected, recovered in, suspects cleared, lost, doubles,
+lapsed, quarantined) and one line per invariant, with the offending ids when it fails, and
+exits 1 when any failed. ``doubles`` are bodies that ran again (at-least-once: allowed,
+counted); ``lapsed`` jobs whose lease ran out and were charged the attempt; ``quarantined``
+jobs marked crash suspects. The logs of every daemon and of the server are kept in ``--logs``
+(default: a temporary directory, kept and printed when the run fails).
 """
 
 from __future__ import annotations
@@ -413,7 +413,7 @@ class Battery:
               f"(reproduce: python bench/faults.py --seed {self.seed} --duration {self.duration:g}"
               f"{'' if self.args.faults == 'all' else ' --faults ' + self.args.faults})")
         print(f"{'fault':<22}{'injected':>9}{'recovered in p50':>18}{'max':>9}{'suspects cleared (max)':>24}"
-              f"{'lost':>6}{'doubles':>9}{'quarantined':>13}")
+              f"{'lost':>6}{'doubles':>9}{'lapsed':>8}{'quarantined':>13}")
         order = ["(warm-up)"] + [k.name for k in KINDS] + ["(quiet, drain)"]
         for kind in order:
             seqs = [w[0] for w in windows if w[1] == kind]
@@ -425,10 +425,11 @@ class Battery:
             worst = "never" if None in recovered else (f"{max(done):.2f} s" if done else "-")
             cleared = [i.cleared_s for i in self.injections if i.kind == kind and i.recovered_s is not None]
             clear = "never" if None in cleared else (f"{max(cleared):.2f} s" if cleared else "-")
-            sums = {col: sum(per.get(s, {}).get(col, 0) for s in seqs) for col in ("lost", "doubles", "quarantined")}
+            sums = {col: sum(per.get(s, {}).get(col, 0) for s in seqs)
+                    for col in ("lost", "doubles", "lapsed", "quarantined")}
             count = "-" if kind.startswith("(") else str(len(seqs))
             print(f"{kind:<22}{count:>9}{p50:>18}{worst:>9}{clear:>24}{sums['lost']:>6}{sums['doubles']:>9}"
-                  f"{sums['quarantined']:>13}")
+                  f"{sums['lapsed']:>8}{sums['quarantined']:>13}")
 
     # -- the whole run -------------------------------------------------------------------------------
 

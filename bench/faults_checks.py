@@ -149,8 +149,8 @@ def write_evidence(conn: psycopg.Connection[Any], *, ledger: Iterable[tuple], gh
 def per_window(conn: psycopg.Connection[Any]) -> dict[int, dict[str, int]]:
     """Per fault window (seq): extra body runs (``doubles``: every start of a job after its
     first, every execution of a step after its first), jobs marked crash suspects
-    (``quarantined``), and lost jobs by where they were last seen (their last start, or
-    their creation)."""
+    (``quarantined``), jobs whose lease lapsed and were charged the attempt (``lapsed``), and
+    lost jobs by where they were last seen (their last start, or their creation)."""
     out: dict[int, dict[str, int]] = {}
 
     def add(rows: list[tuple], column: str) -> None:
@@ -164,10 +164,11 @@ def per_window(conn: psycopg.Connection[Any]) -> dict[int, dict[str, int]]:
             select at, row_number() over (partition by job_id, step order by at) from app.step_runs)
         select w.seq, count(*) from runs join app.windows w on runs.at >= w.began and runs.at < w.ended
         where runs.nth > 1 group by 1""").fetchall(), "doubles")
-    add(conn.execute("""
-        select w.seq, count(distinct h.job_id) from xjobs.job_history h
-        join app.windows w on h.at >= w.began and h.at < w.ended
-        where h.outcome = 'quarantined' group by 1""").fetchall(), "quarantined")
+    for outcome in ("quarantined", "lapsed"):
+        add(conn.execute("""
+            select w.seq, count(distinct h.job_id) from xjobs.job_history h
+            join app.windows w on h.at >= w.began and h.at < w.ended
+            where h.outcome = %s group by 1""", (outcome,)).fetchall(), outcome)
     add(conn.execute(f"""
         with lost as (
             select j.id, coalesce((select max(s.at) from app.starts s where s.job_id = j.id), j.created_at) as seen
