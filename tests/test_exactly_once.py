@@ -178,7 +178,7 @@ def test_statement_timeout_caps_the_drivers_verbs_but_not_body_transactions(pg_d
 
 
 def test_jobs_coming_back_to_ready_wake_listening_workers(pg_dsn, pg_schema, live_driver):
-    from xjobs.drivers.base import NewJob
+    from xjobs.drivers.base import Nack, NewJob
     listener = live_driver.job_listen()
     try:
         live_driver.job_enqueue([NewJob(name="n", queue="back", payload=b"{}", idempotency_key="k")])
@@ -190,6 +190,14 @@ def test_jobs_coming_back_to_ready_wake_listening_workers(pg_dsn, pg_schema, liv
         live_driver.job_cancel(job.id, "stop")
         live_driver.job_requeue(job.id)                       # an operator's retry
         assert _notified(listener) == {"back"}
+        [job] = live_driver.job_claim(["back"], 1, 30_000, "w3")
+        interrupted = Nack(job.id, job.token, "drained", 0.0, counts_as_attempt=False, outcome="interrupted")
+        assert live_driver.job_nack(interrupted) is True       # a drain's hand-back
+        assert _notified(listener) == {"back"}
+        [job] = live_driver.job_claim(["back"], 1, 30_000, "w4")
+        shed = Nack(job.id, job.token, None, 0.0, counts_as_attempt=False, outcome="shed")
+        assert live_driver.job_nack(shed) is True              # a shed wakes nobody
+        assert _notified(listener, timeout_s=0.3) == set()
     finally:
         listener.close()
 

@@ -171,7 +171,13 @@ class PgJobs:
                 "dead": nack.dead, "park": nack.park, "counts": nack.counts_as_attempt,
                 "delay": nack.delay_ms, "error": nack.error, "outcome": nack.outcome,
                 "traceback": nack.traceback})
-            return cur.fetchone() is not None
+            row = cur.fetchone()
+            if row is not None and nack.outcome == "interrupted" and nack.delay_ms == 0:
+                # a run handed back (a drain, a reload, a lost slot) is due now: wake the
+                # queue's idle workers rather than leave it to their poll. Not for a shed,
+                # which would wake them to find the same job still held back
+                self._db.notify(cur, [row])
+            return row is not None
 
     def heartbeat(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
         with self._db.cursor() as cur:

@@ -148,7 +148,7 @@ with settled as (
         suspect_group = case when %(counts)s then null else suspect_group end,
         lease_token = null, lease_expires_at = null
     where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
-    returning id, attempt
+    returning id, attempt, queue, state
 ), logged as (
     insert into {schema}.job_history (job_id, at, attempt, outcome, error, traceback)
     select settled.id, {now},
@@ -157,7 +157,7 @@ with settled as (
     from settled
     where %(outcome)s is distinct from 'shed'
 )
-select id from settled
+select id, queue, state from settled
 
 -- name: job_heartbeat_many
 -- the fences of every held lease, planned per batch like job_ack_many
