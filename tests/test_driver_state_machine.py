@@ -434,6 +434,8 @@ class DriverPair(RuleBasedStateMachine):
                 [(_time(h["at"]), h["attempt"], h["outcome"], h["error"]) for h in pg.history]
 
 
+# 60 examples of 30 steps on both drivers: about 70 s alone, more beside the suite's daemons
+@pytest.mark.timeout(360)
 def test_memory_and_postgres_drivers_agree(pg_driver, pg_dsn, clock):
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         def fresh_pair() -> DriverPair:
