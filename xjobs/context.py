@@ -106,14 +106,16 @@ class Fence:
     Flags the worker reads: ``refused`` (the database refused a write: the job was cancelled
     or taken back), ``parking`` (a sleep or a wait is suspending the job: its lease is not
     renewed any more, and the job leaving ``running`` is not a lost lease), ``parked`` (it
-    did: the run settles as suspended and writes nothing) and ``completed`` (its
-    ``ctx.transaction()`` completed the job: nothing more may be written for it)."""
+    did: the run settles as suspended and writes nothing), ``committing`` (its
+    ``ctx.transaction()`` body is done and the commit that completes the job is in flight: a
+    renewal that no longer finds the job running is seeing that commit, not a lost lease) and
+    ``completed`` (the commit landed: nothing more may be written for the job)."""
 
-    __slots__ = ("_signal", "refused", "parking", "parked", "completed")
+    __slots__ = ("_signal", "refused", "parking", "parked", "committing", "completed")
 
     def __init__(self, signal: RunSignal) -> None:
         self._signal = signal
-        self.refused = self.parking = self.parked = self.completed = False
+        self.refused = self.parking = self.parked = self.committing = self.completed = False
 
     def check(self) -> None:
         if self.completed:
@@ -274,9 +276,15 @@ class Ctx:
             with self._driver.job_transaction(self._lease, tenant=self.tenant,
                                               cross_tenant=self._cross_tenant is not None) as conn:
                 yield conn
+                self.fence.committing = True
         except LeaseLost:
+            self.fence.committing = False
             self.fence.refuse("ctx.transaction()")
-        self.fence.completed = True
+        except BaseException:
+            self.fence.committing = False
+            raise
+        self.fence.completed = True    # before committing clears: a renewal never sees neither
+        self.fence.committing = False
 
     def __repr__(self) -> str:
         return f"<Ctx job={self.name}#{self.job_id} attempt={self.attempt} queue={self.queue}>"

@@ -107,7 +107,7 @@ class LeaseKeeper:
                 continue
             if run.job.id in alive:
                 run.renewed_ms = now_ms
-            else:
+            elif not run.ctx.fence.committing:   # else the body's commit just completed the job
                 self.lost(run, now_ms, "the database no longer matches this lease")
 
     def _check_windows(self, now_ms: float) -> None:
