@@ -84,7 +84,8 @@ def test_metrics_parse_hold_every_design_name_and_depth_matches_sql(daemon_env):
     families = daemon.metrics()
     missing = [name for name in DESIGN_METRICS if name not in families]
     assert not missing, missing
-    assert daemon.sample("xjobs_scheduler_leader") == 1          # a lone daemon leads
+    # a lone daemon leads, once its scheduler's first round took the lease
+    wait_for(lambda: daemon.sample("xjobs_scheduler_leader") == 1, 10, "the scheduler to lead")
     assert families["xjobs_jobs"].type == "counter"
     assert families["xjobs_job_duration_seconds"].type == "histogram"
 

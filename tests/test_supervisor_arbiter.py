@@ -24,7 +24,7 @@ from xjobs.supervisor.backoff import Backoff
 from xjobs.supervisor.draining import REPEAT_WINDOW_S
 from xjobs.supervisor.notify import Notifier
 from xjobs.supervisor.reload import Configuration
-from xjobs.supervisor.roles import WORKER
+from xjobs.workers.queue_worker import QueueWorker
 from xjobs.supervisor.slots import RoleGauge, RoleSpec
 
 FAST = ArbiterOptions(heartbeat_ms=100, silence_s=1.0, startup_s=5.0, kill_grace_s=0.3,
@@ -54,7 +54,7 @@ class RecordingProbe:
 
 
 def spec(queue: str = "q", processes: int = 1, *behavior: str, concurrency: int = 4) -> RoleSpec:
-    return RoleSpec("worker", queue, processes, concurrency, maker(queue, *behavior), WORKER.policy)
+    return RoleSpec("worker", queue, processes, concurrency, maker(queue, *behavior), QueueWorker.policy)
 
 
 @pytest.fixture
@@ -350,7 +350,7 @@ def test_a_reload_with_nothing_changed_replaces_nothing_and_says_so(make_arbiter
 
 def test_a_role_gauge_is_in_the_snapshot_only_while_a_child_of_its_role_reports_it(make_arbiter):
     gauge = RoleGauge("xjobs_fake_claimed", "claimed", "Passes that claimed, in the busiest child.")
-    counted = RoleSpec("worker", "a", 2, 4, maker("a", "work"), replace(WORKER.policy, gauges=(gauge,)))
+    counted = RoleSpec("worker", "a", 2, 4, maker("a", "work"), replace(QueueWorker.policy, gauges=(gauge,)))
     arbiter = make_arbiter([counted, spec("b", 1, "work")])
     drive(arbiter, lambda: all(c["completed"] > 0 for c in rows(arbiter, "a")), what="claims to arrive")
     # stats change only inside step(): the snapshot and the children agree here

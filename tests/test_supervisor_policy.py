@@ -19,7 +19,8 @@ from tests.test_supervisor_arbiter import SETTINGS, all_ready, drive, make_arbit
 from xjobs.config import QueueSpec, Settings
 from xjobs.errors import InvalidOption
 from xjobs.supervisor import report
-from xjobs.supervisor.roles import WORKER, RoleKind, kind_specs
+from xjobs.supervisor.roles import RoleKind, kind_specs
+from xjobs.workers.queue_worker import QueueWorker
 from xjobs.supervisor.slots import RoleSpec
 from xjobs.workers.host import InProcessHost
 from xjobs.workers.role import RolePolicy
@@ -132,6 +133,6 @@ def test_roles_are_listed_once_and_specs_follow_their_policy():
     queues = {"a": QueueSpec(2, 8), "b": QueueSpec(1, 4)}
     [ticker] = kind_specs(RoleKind.of(Ticker), settings, registry=None, queues=queues)  # type: ignore[arg-type]
     assert (ticker.role, ticker.queue, ticker.processes, ticker.policy) == ("ticker", None, 1, Ticker.policy)
-    workers = kind_specs(WORKER, settings, registry=None, queues=queues)  # type: ignore[arg-type]
+    workers = kind_specs(RoleKind.of(QueueWorker), settings, registry=None, queues=queues)  # type: ignore[arg-type]
     assert [(s.queue, s.processes, s.concurrency) for s in workers] == [("a", 2, 8), ("b", 1, 4)]
     assert all(s.policy.hands_back_jobs and s.policy.scalable for s in workers)

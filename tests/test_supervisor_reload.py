@@ -25,7 +25,8 @@ from xjobs.errors import AppInvalid, InvalidOption, XJobsError
 from xjobs.registry import REGISTRY, Registry
 from xjobs.supervisor.appcode import AppCode, AppImage, import_modules, own_modules
 from xjobs.supervisor.reshape import fingerprint
-from xjobs.supervisor.roles import WORKER
+from xjobs.supervisor.roles import RoleKind
+from xjobs.workers.queue_worker import QueueWorker
 from xjobs.supervisor.slots import RoleSpec
 from xjobs.supervisor.validate import Validation
 from xjobs.workers.role import RolePolicy
@@ -194,7 +195,7 @@ def test_a_fresh_validation_past_its_deadline_is_refused_and_its_process_killed(
 
 def _spec(role: str, queue: str | None, processes: int = 1, concurrency: int = 4, *,
           runs_app: bool = True) -> RoleSpec:
-    policy = WORKER.policy if queue is not None else RolePolicy()
+    policy = QueueWorker.policy if queue is not None else RolePolicy()
     return RoleSpec(role, queue, processes, concurrency, lambda identity: None, policy,  # type: ignore[arg-type, return-value]
                     runs_app=runs_app)
 

@@ -119,7 +119,7 @@ def test_drain_interrupts_without_burning_an_attempt(driver, registry):
     assert (view.state, view.attempt) == ("ready", 0)
     assert "X_DRAINING" in view.last_error or "interrupted" in view.last_error
     worker.close(None)
-    assert worker.state == "stopped"
+    assert worker.closed
     assert pacer.totals()["abandoned"] == 0   # it stopped at the signal: interrupted, not abandoned
 
 
@@ -344,7 +344,7 @@ def test_a_manual_stop_of_the_in_process_host_lets_running_jobs_finish(driver, r
     assert started.wait(10)
     host.stop()                                    # no deadline, no interrupt: it finishes
     assert seen == {"signal": None}
-    assert driver.job_get(job_id).state == "completed" and worker.state == "stopped"
+    assert driver.job_get(job_id).state == "completed" and worker.closed
 
 
 def _failing(driver, verb: str, times: int, error: str = "the connection dropped"):
@@ -419,7 +419,7 @@ def test_a_close_that_throws_still_reaches_stopped(memory_driver, registry):
     memory_driver.close = broken_close
     with pytest.raises(OSError):
         worker.close(deadline_ms=worker.clock() + 1000)
-    assert worker.state == "stopped"
+    assert worker.closed
 
 
 def test_a_failed_claim_round_is_counted_and_the_worker_tries_again(memory_driver, registry):

@@ -3,11 +3,11 @@ own wake-up fds (never on sleeps) until a condition holds or a timeout passes.""
 
 from __future__ import annotations
 
-import select
 import time
 from typing import Callable
 
 from xjobs.config import Settings
+from xjobs.workers.drive import drive
 from xjobs.workers.queue_worker import QueueWorker
 
 
@@ -25,16 +25,19 @@ class Pacer:
         return self.worker.run_once(self.now)
 
     def until(self, condition: Callable[[], bool], timeout_s: float = 10.0, advance_ms: float = 0.0) -> None:
-        """Run passes, blocking on the worker's wake-up fds between them, until ``condition()``."""
+        """Run passes (``drive``), blocking on the worker's wake-up fds between them, until
+        ``condition()``; the hand clock moves ``advance_ms`` before every pass."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            self.pass_(advance_ms)
+
+        def reached() -> bool:
             if condition():
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+                return True
+            if time.monotonic() >= deadline:
                 raise AssertionError(f"condition not reached in {timeout_s}s; stats={self.worker.stats()}")
-            select.select(list(self.worker.wakeup_fds()), [], [], min(remaining, 0.05))
+            self.now += advance_ms    # the next pass's now
+            return False
+        self.now += advance_ms
+        drive(self.worker, until=reached, clock=lambda: self.now, most_wait_ms=50.0)
 
     def totals(self) -> dict:
         return self.worker.stats()

@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import select
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence, cast
 
@@ -63,6 +62,8 @@ from .errors import InvalidOption, XJobsError
 from .options import finite_count, finite_option
 from .payload import encode_payload
 from .registry import REGISTRY, JobHandle, Registry
+from .workers.drive import drive
+from .workers.host import Lifecycle, wind_down
 from .workers.queue_worker import QueueWorker
 
 __all__ = ["NotIdle", "NoTransaction", "RunSummary", "STATES", "assert_enqueued",
@@ -197,26 +198,29 @@ def run_until_idle(queue: str | Sequence[str] | None = None, *, driver: JobDrive
     settings = config.Settings(poll_ms=10.0, retention_completed_ms=_NEVER_MS, retention_finished_ms=_NEVER_MS)
     worker = QueueWorker(driver=_Lent(driver), registry=registry, queues={q: concurrency for q in queues},
                          settings=settings)
-    advanced, idle = 0.0, False
+    advanced = 0.0
+
+    def idle() -> bool:
+        """Nothing runs here and nothing is due; with ``with_scheduled``, the clock is first
+        stepped to the next due job while there is one."""
+        nonlocal advanced
+        if worker.in_flight() > 0 or _due(driver, queues):
+            return False
+        if stepped is None or (step := _next_due(driver, queues)) is None:
+            return True
+        stepped.advance(step)
+        advanced += step
+        return False
+    lifecycle = Lifecycle(worker)
+    idle_reached = False
     try:
-        worker.initialize()
-        while monotonic_ms() < end:
-            wait_ms = worker.run_once(monotonic_ms())
-            if worker.in_flight() == 0 and not _due(driver, queues):
-                if stepped is None or (step := _next_due(driver, queues)) is None:
-                    idle = True
-                    break
-                stepped.advance(step)
-                advanced += step
-                continue
-            if wait_ms > 0:
-                remaining = max(0.0, end - monotonic_ms())
-                select.select(list(worker.wakeup_fds()), [], [], min(wait_ms, remaining) / 1000.0)
+        lifecycle.initialize()
+        idle_reached = drive(worker, until=idle, deadline=end, clock=monotonic_ms)
     finally:
-        worker.stop_accepting("run_until_idle stopped", interrupt=not idle)
-        worker.close(monotonic_ms() + 1000.0)
+        wind_down(lifecycle, monotonic_ms, monotonic_ms() + 1000.0, "run_until_idle stopped",
+                  interrupt=not idle_reached)
     summary = RunSummary(worker.stats()["jobs"], advanced)
-    if not idle:
+    if not idle_reached:
         raise NotIdle(f"queue(s) {', '.join(queues)} still had work after {timeout:g}s; ran {summary.jobs}",
                            summary=summary)
     return summary

@@ -20,7 +20,6 @@ The same declarations run unchanged under ``xjobsd run``; a body reads the tick'
 from __future__ import annotations
 
 import os
-import select
 import socket
 import time
 import uuid
@@ -35,7 +34,9 @@ from .errors import InvalidOption
 from .options import finite_count
 from .registry import Registry
 from .retry import RetryVerdict
+from .workers.drive import drive
 from .workers.failures import describe
+from .workers.host import Lifecycle, wind_down
 from .workers.queue_worker import QueueWorker
 from .workers.scanning import ScanRun, run_due_scans
 from .workers.scheduler import ELECTION, Scheduler
@@ -104,14 +105,15 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
     worker = QueueWorker(driver=driver, registry=registry, queues={q: concurrency for q in names},
                          settings=replace(settings, poll_ms=_TICK_POLL_MS), identity=identity,
                          clock=clock, maintain=False, failures=failures)
-    worker.initialize()
+    lifecycle = Lifecycle(worker)
+    lifecycle.initialize()
     worker.bound_runs(deadline)
     try:
         summary.reached_deadline = not _work(worker, deadline, clock)
-        worker.stop_accepting("the tick's deadline" if summary.reached_deadline else "the tick is done",
-                              interrupt=True, deadline_ms=deadline)
     finally:
-        worker.close(deadline_ms=max(deadline, clock()) + _CLOSE_GRACE_MS)
+        # what the deadline interrupted has the grace to settle as interrupted
+        wind_down(lifecycle, clock, max(deadline, clock()) + _CLOSE_GRACE_MS,
+                  "the tick's deadline" if summary.reached_deadline else "the tick is done", interrupt=True)
     stats = worker.stats()
     ran = {name: dict(outcomes) for name, outcomes in stats["jobs"].items()}
     for run in scans:    # a scan is no job: listed as scan:NAME, so a job of that name stays apart
@@ -153,22 +155,18 @@ def _work(worker: QueueWorker, deadline: float, clock: Callable[[], float]) -> b
     Nothing is due once the worker has run nothing and claimed nothing through
     ``_QUIET_CHECKS`` checks in a row, spaced wider than its claim poll: a retry due now, a
     woken sleeper or a dispatched occurrence is claimed before the pass calls it a day."""
-    next_check, quiet, claimed = 0.0, 0, -1
-    while True:
+    seen = {"next_check": 0.0, "quiet": 0, "claimed": -1}
+
+    def quiet() -> bool:
         now = clock()
-        if now >= deadline:
+        if now < seen["next_check"]:
             return False
-        wait_ms = worker.run_once(now)
-        if now >= next_check:
-            next_check = now + _IDLE_CHECK_MS
-            seen = worker.stats_.totals["claimed"]
-            quiet = quiet + 1 if worker.in_flight() == 0 and seen == claimed else 0
-            claimed = seen
-            if quiet >= _QUIET_CHECKS:
-                return True
-        wait_ms = min(wait_ms, deadline - clock(), _IDLE_CHECK_MS)
-        if wait_ms > 0:
-            select.select(list(worker.wakeup_fds()), [], [], wait_ms / 1000.0)
+        seen["next_check"] = now + _IDLE_CHECK_MS
+        claimed = worker.stats_.totals["claimed"]
+        seen["quiet"] = seen["quiet"] + 1 if worker.in_flight() == 0 and claimed == seen["claimed"] else 0
+        seen["claimed"] = claimed
+        return seen["quiet"] >= _QUIET_CHECKS
+    return drive(worker, until=quiet, deadline=deadline, clock=clock, most_wait_ms=_IDLE_CHECK_MS)
 
 
 __all__ = ["TickSummary", "run_tick"]

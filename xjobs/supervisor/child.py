@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..clock import monotonic_ms
+from ..workers.drive import PassLoop
 from ..workers.host import Lifecycle
 from ..workers.role import DrainMode, Role
 from .framing import Channel, FrameError
@@ -142,7 +143,6 @@ class ChildHost:
         self.orphaned = False
         self._lease_lost_seen = 0
         self._next_heartbeat = 0.0
-        self._role_fds: set[int] = set()
 
     # -- messages out ----------------------------------------------------------------------------
 
@@ -222,14 +222,14 @@ class ChildHost:
         if self.on_ready is not None:
             self.on_ready()
         self._send("ready", pid=os.getpid(), stats=self.role.stats())
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.channel.sock, selectors.EVENT_READ, "pipe")
+        with PassLoop(self.role, self.clock) as loop:
+            loop.watch(self.channel.sock, "pipe")
             if self.signal_fd is not None:
-                selector.register(self.signal_fd, selectors.EVENT_READ, "signal")
+                loop.watch(self.signal_fd, "signal")
             try:
                 # a drain sent while the role was starting is honoured before the first claim
-                self._dispatch(selector, 0.0, self.clock())
-                self._loop(selector)
+                self._dispatch(loop, loop.wait(0.0), self.clock())
+                self._loop(loop)
             except Exception:
                 log.exception("%s: the role failed; closing", spec.title)
                 try:
@@ -240,26 +240,23 @@ class ChildHost:
         self._close()
         return 0
 
-    def _loop(self, selector: selectors.BaseSelector) -> None:
+    def _loop(self, loop: PassLoop) -> None:
+        """``PassLoop``'s passes, with the heartbeat due and the pipe heard between them."""
         lifecycle = self.lifecycle
-        while True:
-            now = self.clock()
-            if lifecycle.finished(now):
-                return
-            wait = self.role.run_once(now)
+        while not lifecycle.finished(self.clock()):
+            _, wait = loop.pass_()
             now = self.clock()
             if now >= self._next_heartbeat:
                 self._heartbeat(now)
             wait = lifecycle.bound_wait(min(wait, self._next_heartbeat - now), now)
-            self._sync_role_fds(selector)
             if self.channel.wants_write and not self.orphaned:
-                selector.modify(self.channel.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, "pipe")
-            self._dispatch(selector, wait / 1000.0, now)
+                loop.selector.modify(self.channel.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, "pipe")
+            self._dispatch(loop, loop.wait(wait), now)
 
-    def _dispatch(self, selector: selectors.BaseSelector, timeout_s: float, now: float) -> None:
-        for key, events in selector.select(timeout_s):
+    def _dispatch(self, loop: PassLoop, ready: list[tuple[selectors.SelectorKey, int]], now: float) -> None:
+        for key, events in ready:
             if key.data == "pipe":
-                self._on_pipe(selector, events, now)
+                self._on_pipe(loop.selector, events, now)
             elif key.data == "signal":
                 self._on_signals(now)
 
@@ -284,20 +281,6 @@ class ChildHost:
             return
         for message in messages:
             self._on_message(message, now)
-
-    def _sync_role_fds(self, selector: selectors.BaseSelector) -> None:
-        wanted = {fd for fd in self.role.wakeup_fds() if fd is not None and fd >= 0}
-        for fd in self._role_fds - wanted:
-            try:
-                selector.unregister(fd)
-            except (KeyError, ValueError, OSError):
-                pass
-        for fd in wanted - self._role_fds:
-            try:
-                selector.register(fd, selectors.EVENT_READ, "role")
-            except (KeyError, ValueError, OSError):
-                wanted.discard(fd)
-        self._role_fds = wanted
 
     def _close(self, at_once: bool = False) -> None:
         try:

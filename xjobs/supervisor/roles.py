@@ -31,6 +31,7 @@ from ..config import QueueSpec, Settings
 from ..errors import InvalidOption
 from ..registry import Registry
 from ..workers.outbox_relay import OutboxRelay
+from ..workers.queue_worker import QueueWorker
 from ..workers.role import Role, RoleBase, RoleContext, RolePolicy, check_role_name
 from ..workers.scheduler import Scheduler
 from .slots import RoleSpec
@@ -58,25 +59,8 @@ class RoleKind:
         return cls(role_class.role, role_class.policy, role_class.build, runs_app)
 
 
-def _build_worker(context: RoleContext) -> Role:
-    from ..workers.queue_worker import QueueWorker
-    # the loop's pool serves claim, ack, heartbeat and slots; bodies using ctx.transaction()
-    # draw from their own pool, one connection each at most. The fleet's maintenance (rescue,
-    # prune) is the scheduler leader's, never a worker's
-    driver = context.connect(pool_size=2, transaction_pool_size=context.concurrency)
-    # a child exits right after its close: what still runs at its deadline is handed back at once
-    return QueueWorker(driver=driver, registry=context.registry, queue=context.queue,
-                       concurrency=context.concurrency, settings=context.settings,
-                       identity=context.identity, maintain=False, exits_after_close=True)
-
-
-# The queue worker's policy is declared here rather than on its class while queue_worker.py is
-# being restructured; it moves there (``RoleKind.of(QueueWorker)``) with that work.
-WORKER = RoleKind("worker", RolePolicy(per_queue=True, scalable=True, recyclable=True,
-                                       hands_back_jobs=True, drain="interrupt"), _build_worker)
-
 ROLES: tuple[RoleKind, ...] = (
-    WORKER,
+    RoleKind.of(QueueWorker),
     RoleKind.of(Scheduler),
     RoleKind.of(OutboxRelay, runs_app=False),   # it moves staged rows; no body or scan runs in it
 )

@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
-import socket
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import InvalidOption
-from ..workers.role import Role, RoleGauge, RolePolicy, check_role_name
+from ..workers.role import Role, RoleGauge, RolePolicy, check_role_name, new_identity
 from .backoff import Backoff
 from .framing import Channel
 
@@ -35,15 +32,6 @@ __all__ = ["Child", "RoleGauge", "RolePolicy", "RoleSpec", "Slot", "SpecKey", "n
 
 SpecKey = tuple[str, str | None]   # (role, queue): one group of slots
 log = logging.getLogger("xjobs.supervisor")
-_HOST = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:24] or "host"
-
-
-def new_identity(role: str) -> str:
-    """Fresh per process start and at most 63 ASCII characters, because Postgres truncates an
-    ``application_name`` there and the supervisor finds a dead child's sessions by it."""
-    return f"{role}:{_HOST}:{uuid.uuid4().hex[:16]}"
-
-
 @dataclass
 class RoleSpec:
     """One group of slots: ``role`` (for ``queue`` when its policy is per queue), how many

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import math
 import os
-import selectors
 import threading
-from typing import Callable, Iterable
+from typing import Callable
 
 from ..clock import monotonic_ms
 from ..options import finite_option
+from .drive import drive
 from .role import DrainMode, Role
 
 DRAIN_POLL_MS = 50.0
@@ -124,24 +124,19 @@ class InProcessHost:
         failed = True
         try:
             lifecycle.initialize()
-            with selectors.DefaultSelector() as selector:
-                while not self._stop.is_set():
-                    wait_ms = self.role.run_once(self.clock())
-                    if until is not None and until():
-                        break
-                    if wait_ms > 0:
-                        _wait(selector, [stop_r, *self.role.wakeup_fds()], wait_ms)
-                deadline = self._deadline_ms
-                lifecycle.drain(math.inf if deadline is None else deadline, "host stopped",
-                                interrupt=self._interrupt)
-                while not lifecycle.finished(self.clock()):
-                    wait_ms = self.role.run_once(self.clock())
-                    _wait(selector, self.role.wakeup_fds(), lifecycle.bound_wait(wait_ms, self.clock()))
+            if not self._stop.is_set():
+                def stopped() -> bool:
+                    return self._stop.is_set() or (until is not None and until())
+                drive(self.role, until=stopped, clock=self.clock, fds=[stop_r])
+            deadline = self._deadline_ms
+            wind_down(lifecycle, self.clock, math.inf if deadline is None else deadline, "host stopped",
+                      interrupt=self._interrupt)
             failed = False
         finally:
             if failed and lifecycle.deadline is None:   # run_once raised: no drain, straight to close
                 lifecycle.drain(math.inf if self._deadline_ms is None else self._deadline_ms, "host stopped")
-            lifecycle.close(self.clock())
+            if lifecycle.state != "stopped":
+                lifecycle.close(self.clock())
             os.close(stop_r)
             os.close(stop_w)
 
@@ -176,33 +171,15 @@ class InProcessHost:
             raise self.error
 
 
-def _wait(selector: selectors.BaseSelector, fds: Iterable[int], wait_ms: float) -> None:
-    registered = list(fds)
-    for fd in registered:
-        selector.register(fd, selectors.EVENT_READ)
-    try:
-        selector.select(wait_ms / 1000.0)
-    finally:
-        for fd in registered:
-            selector.unregister(fd)
-
-
-def drain_until_idle(role: Role, idle_passes: int = 1) -> None:
-    """Run a worker in this thread until a pass claims nothing and nothing is in flight."""
-    host = InProcessHost(role)
-    stats = role.stats
-    seen = {"claimed": -1, "quiet": 0}
-
-    def idle() -> bool:
-        snapshot = stats()
-        if snapshot["in_flight"] == 0 and snapshot["claimed"] == seen["claimed"]:
-            seen["quiet"] += 1
-        else:
-            seen["quiet"] = 0
-        seen["claimed"] = snapshot["claimed"]
-        return seen["quiet"] > idle_passes
-
-    host.run(until=idle)
+def wind_down(lifecycle: Lifecycle, clock: Callable[[], float], deadline: float, reason: str,
+              interrupt: bool | None = None) -> None:
+    """A drain to ``deadline`` (on ``clock``) and the close after it, as every host does them:
+    the accept phase, passes until nothing is in flight or the deadline, then the close."""
+    lifecycle.drain(deadline, reason, interrupt)
+    drive(lifecycle.role, until=lambda: lifecycle.finished(clock()), clock=clock,
+          deadline=_finite(lifecycle.deadline if lifecycle.deadline is not None else deadline),
+          most_wait_ms=DRAIN_POLL_MS)
+    lifecycle.close(clock())
 
 
 def _finite(deadline: float) -> float | None:

@@ -1,10 +1,8 @@
 """The queue worker: claims jobs, runs them through the executor, has them settled in batches.
 
-States::
-
-    new ──initialize()──> accepting ──stop_accepting()──> draining ──close()──> stopped
-
-The worker keeps the pass, the claiming, the executor and the lifecycle, and hands the rest
+A role like every other (``role.py``): its host drives its passes, its drain and its close
+(``host.Lifecycle``), and its policy says the supervisor runs one group per queue, scales and
+recycles it, and hands a dead child's jobs back. The worker keeps the pass, the claiming, the executor and the lifecycle, and hands the rest
 to collaborators it owns, each in its own module:
 
 * ``runs``       (``runs.py``)       the runs it holds and each queue's busy slots;
@@ -41,11 +39,7 @@ again at once, one that found less waits for a notification or the poll interval
 from __future__ import annotations
 
 import logging
-import os
-import select
-import socket
 import time
-import uuid
 from typing import Any, Callable, Mapping, Sequence
 
 from ..clock import monotonic_ms
@@ -63,6 +57,7 @@ from .execute import Executor, Results, Run, RunHook, UnknownJob
 from .leases import LeaseKeeper
 from .quarantine import Quarantine
 from .rates import RateReporter
+from .role import RoleBase, RoleContext, RolePolicy, new_identity
 from .runs import RunTable
 from .settle import Settler
 from .stats import WorkerStats
@@ -72,18 +67,21 @@ log = logging.getLogger("xjobs.worker")
 _REPORTED_RUNS = 20
 
 
-def new_identity(role: str = "worker") -> str:
-    """Unique per process start: a restarted child can never settle its predecessor's jobs.
-
-    It doubles as the child's ``application_name``, which PostgreSQL cuts at 63 bytes, so
-    the host part is shortened to keep the whole identity matchable in ``pg_stat_activity``.
-    """
-    host = socket.gethostname().encode("ascii", "replace")[:24].decode()
-    return f"{role}:{host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-
-
-class QueueWorker:
+class QueueWorker(RoleBase):
     role = "worker"
+    policy = RolePolicy(per_queue=True, scalable=True, recyclable=True, hands_back_jobs=True,
+                        drain="interrupt")
+
+    @classmethod
+    def build(cls, context: RoleContext) -> "QueueWorker":
+        """A daemon's child: the loop's pool serves claim, ack, heartbeat and slots; bodies using
+        ``ctx.transaction()`` draw from their own pool, one connection each at most. The fleet's
+        maintenance (rescue, prune) is the scheduler leader's, never a worker's, and the child
+        exits right after its close, so what still runs at its deadline is handed back at once."""
+        driver = context.connect(pool_size=2, transaction_pool_size=context.concurrency)
+        return cls(driver=driver, registry=context.registry, queue=context.queue,
+                   concurrency=context.concurrency, settings=context.settings,
+                   identity=context.identity, maintain=False, exits_after_close=True)
 
     def __init__(self, *, driver: Any, registry: Registry, queue: str | None = None,
                  concurrency: int = 16, queues: Mapping[str, int] | None = None,
@@ -105,18 +103,16 @@ class QueueWorker:
         # slots are read by the queue's own key: a queue may be called "constructor"
         slots = {plain_name(q, "queue"): finite_count(n, f"concurrency[{q}]", minimum=1, maximum=10_000)
                  for q, n in dict(queues).items()}
-        self.queue = next(iter(slots)) if len(slots) == 1 else None
+        super().__init__(identity or new_identity(self.role), next(iter(slots)) if len(slots) == 1 else None)
         self.driver = driver
         self.registry = registry
         self._hook = context if context is not None else registry.run_context
         self.settings = settings or Settings()
-        self.identity = identity or new_identity()
         self.clock = clock            # the loop's clock: every now_ms handed to run_once reads it
         self.maintain = maintain
         self.exits_after_close = exits_after_close
         self.stats_ = WorkerStats()
-        self.state = "new"
-        self.accepting = False
+        self._initialized = False
         self.runs = RunTable(slots)
         self.results = Results()
         self._executor = Executor(sum(slots.values()), self.results.put, name=f"xjobs-{next(iter(slots))}")
@@ -149,7 +145,7 @@ class QueueWorker:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def initialize(self) -> None:
-        if self.state != "new":
+        if self._initialized or self.closed:
             return
         handles = {h.name: h for h in self.registry.jobs()}
         served = {h.queue for h in handles.values()}
@@ -175,8 +171,8 @@ class QueueWorker:
         self.runs.on_vacate = self._vacated
         self._listener = self.driver.job_listen()
         self.leases.start(self.clock, self._executor.cancel)
+        self._initialized = True
         self.accepting = True
-        self.state = "accepting"
 
     def _vacated(self, run: Run) -> None:
         assert self.admission is not None
@@ -192,7 +188,8 @@ class QueueWorker:
         return fds
 
     def in_flight(self) -> int:
-        return self.runs.in_flight()
+        """What a drain waits for: bodies running, and settlements still to land."""
+        return self.runs.in_flight() + len(self.runs.settling())
 
     def stats(self) -> dict[str, Any]:
         stats = {**self.stats_.snapshot(self.in_flight()), "running": self._reported_runs()}
@@ -231,6 +228,7 @@ class QueueWorker:
         if deadline_ms is not None:
             self.bound_runs(deadline_ms)
         if interrupt:
+            self.interrupted = self.interrupted or reason
             for run in list(self.runs.held.values()):
                 run.signal.abort(DRAINED, f"worker {self.identity} is draining ({reason})")
         if not self.accepting:
@@ -239,7 +237,6 @@ class QueueWorker:
               self.identity, reason, len(self.runs.held), "told to stop" if interrupt else "left to finish",
               reason=reason, interrupted=interrupt, runs=len(self.runs.held), worker=self.identity)
         self.accepting = False
-        self.state = "draining"
 
     def bound_runs(self, deadline_ms: float) -> None:
         """Every run, held now or claimed later, must end by ``deadline_ms`` (the loop's clock):
@@ -250,35 +247,24 @@ class QueueWorker:
             run.ctx.bound(self._bound_at)
 
     def close(self, deadline_ms: float | None = None, now: Callable[[], float] | None = None) -> None:
-        """Close phase: wait for bodies up to the deadline, settle, abandon the rest, close."""
-        if self.state in ("stopped", "closing"):
-            return
-        if self.state == "new":
-            self.state = "stopped"
-            self._close_resources()
+        """Close phase, once the host's drain is over (``host.Lifecycle``): settle what finished,
+        give back what still runs (``Settler.abandon``), give up settlements that never landed,
+        and close every resource. Waits for nothing; ``deadline_ms`` is the drain's, already
+        spent. ``now`` reads the time for what it writes (the loop's clock by default)."""
+        if self.closed:
             return
         self.accepting = False
-        self.state = "closing"
+        self.closed = True
+        if not self._initialized:
+            self._close_resources()
+            return
         clock = now or self.clock
         try:
-            # bodies to end, and settlements whose write failed to land (tried again meanwhile)
-            while self.in_flight() > 0 or self.settler.retries.waiting():
-                current = clock()
-                if deadline_ms is not None and current >= deadline_ms:
-                    break
-                wait = self.run_once(current)
-                if deadline_ms is not None:
-                    wait = min(wait, deadline_ms - current)
-                if not self.results.waiting():
-                    select.select([self.results.fileno()], [], [], max(0.0, wait) / 1000.0)
-            self.run_once(clock())
+            self.settler.settle(clock())
             self.settler.abandon(clock(), at_once=self.exits_after_close)
             self.settler.retries.give_up(clock())
         finally:  # a close that failed half-way still gives back every resource it holds
-            try:
-                self._close_resources()
-            finally:   # and is stopped whatever a resource's close raised: never stuck at closing
-                self.state = "stopped"
+            self._close_resources()
 
     def _close_resources(self) -> None:
         """Every resource is let go of, even when one of them fails to close; the first
@@ -413,4 +399,4 @@ class QueueWorker:
         return run
 
 
-__all__ = ["QueueWorker", "new_identity"]
+__all__ = ["QueueWorker"]

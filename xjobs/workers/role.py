@@ -33,6 +33,8 @@ module under ``workers/`` holding a ``RoleBase`` subclass with its ``role`` name
 from __future__ import annotations
 
 import re
+import socket
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Protocol, Sequence
 
@@ -200,6 +202,16 @@ class RoleBase:
 
     def stats(self) -> dict:
         return {}
+
+
+_HOST = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:24] or "host"
+
+
+def new_identity(role: str) -> str:
+    """Unique per process start, so a restarted child can never settle its predecessor's jobs,
+    and at most 63 ASCII characters, because it doubles as the sessions' ``application_name``
+    (which Postgres truncates there) by which the supervisor finds a dead child's sessions."""
+    return f"{role}:{_HOST}:{uuid.uuid4().hex[:16]}"
 
 
 def check_role_name(name: str) -> str:
