@@ -102,13 +102,14 @@ class OutboxRelay(RoleBase):
         notified = bool(self._listener.poll()) if self._listener is not None else False
         if self.accepting and (notified or now_ms >= self._next_pass):
             self._next_pass = now_ms + (self.publish() if self.accepting else self.poll_ms)
-        return max(0.0, self._next_pass - self.clock())
+        return max(0.0, self._next_pass - now_ms)
 
     def publish(self) -> float:
         """Publish batches until one comes back short, or for at most ``_PASS_BUDGET_MS``;
         answers how long to wait for the next pass (a poll, a back-off after a failure, or
         nothing when a backlog is left: the host loop hears its supervisor, a drain included,
-        between passes, so a long backlog never makes the relay deaf)."""
+        between passes, so a long backlog never makes the relay deaf). The budget is the one
+        time read inside a pass: how long the pass itself has taken."""
         began = self.clock()
         while self.accepting:
             try:

@@ -210,7 +210,7 @@ class Scheduler(RoleBase):
     def run_once(self, now_ms: float) -> float:
         if self.accepting and now_ms >= self._next_round:
             wait = self._round_wait(self.tick())
-            self._next_round = self.clock() + max(_ROUND_AT_LEAST_MS, wait)
+            self._next_round = now_ms + max(_ROUND_AT_LEAST_MS, wait)
             if self.is_leader and self.accepting:
                 self._start_scans()
         if self.is_leader and self.maintain and self.accepting:
@@ -218,7 +218,7 @@ class Scheduler(RoleBase):
         due = [self._next_round]
         if self.is_leader and self.maintain:
             due.append(self.upkeep.next_due())
-        return max(0.0, min(due) - self.clock())
+        return max(0.0, min(due) - now_ms)
 
     def tick(self) -> RoundReport:
         """One dispatch round; joins the round in flight instead of starting a second one."""
