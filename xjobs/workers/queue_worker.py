@@ -113,7 +113,7 @@ class QueueWorker(RoleBase):
         self.exits_after_close = exits_after_close
         self.stats_ = WorkerStats()
         self._initialized = False
-        self.runs = RunTable(slots)
+        self.runs = RunTable(slots, finished=self._count_steps, vacated=self._vacated)
         self.results = Results()
         self._executor = Executor(sum(slots.values()), self.results.put, name=f"xjobs-{next(iter(slots))}")
         self.reporter = Reporter(registry.error_hooks if error_hooks is None else error_hooks, self.identity)
@@ -168,14 +168,20 @@ class QueueWorker(RoleBase):
         self.admission = Admission(driver=self.driver, identity=self.identity, caps=self._caps,
                                    limits=self.settings.limits, lease_ms=self.settings.lease_ms,
                                    retry_ms=self.settings.poll_ms)
-        self.runs.on_vacate = self._vacated
         self._listener = self.driver.job_listen()
         self.leases.start(self.clock, self._executor.cancel)
         self._initialized = True
         self.accepting = True
 
+    def _count_steps(self, run: Run) -> None:
+        """A settled run's step counters, whoever settled it (a settlement, a lost lease, a
+        timeout)."""
+        steps = run.ctx.steps_used
+        if steps is not None:
+            self.stats_.steps(steps.counts)
+
     def _vacated(self, run: Run) -> None:
-        assert self.admission is not None
+        assert self.admission is not None   # built by initialize, before any run is held
         if self.admission.release(run) or self.admission.limited:
             # the slot or the limit's room it freed can start a waiting job now: claim at once
             # rather than at the next poll (no notification says a slot or a limit came free)
@@ -192,28 +198,10 @@ class QueueWorker(RoleBase):
         return self.runs.in_flight() + len(self.runs.settling())
 
     def stats(self) -> dict[str, Any]:
-        stats = {**self.stats_.snapshot(self.in_flight()), "running": self._reported_runs()}
+        stats = {**self.stats_.snapshot(self.in_flight()), "running": self.runs.reported(self.clock(), self.quarantine.holds, _REPORTED_RUNS)}
         if self.admission is not None and (not self.settings.limits.unlimited or self._caps):
             stats["limits"] = self.admission.snapshot()
         return stats
-
-    def _reported_runs(self) -> list[dict[str, Any]]:
-        """Runs worth naming in ``xjobsd status``: those that report progress, and a suspect
-        running alone (at most ``_REPORTED_RUNS``; the heartbeat stays small)."""
-        now = self.clock()
-        out = []
-        for run in list(self.runs.held.values()):
-            report = run.ctx.last_progress
-            alone = self.quarantine.holds(run)
-            if report is None and not alone:
-                continue
-            out.append({"id": run.job.id, "name": run.job.name, "attempt": run.job.attempt,
-                        "seconds": round(max(0.0, now - run.started_ms) / 1000.0, 3),
-                        "alone": alone,
-                        "progress": report.as_json() if report is not None else None})
-            if len(out) >= _REPORTED_RUNS:
-                break
-        return out
 
     def stop_accepting(self, reason: str = "drain", interrupt: bool = True,
                        deadline_ms: float | None = None) -> None:

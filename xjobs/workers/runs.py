@@ -18,19 +18,26 @@ of ``renewable()`` (and retries one taken while the loop changed the table).
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from ..context import SETTLED
 from .execute import Run
 
 
+def _nothing(run: Run) -> None:
+    pass
+
+
 class RunTable:
-    def __init__(self, slots: Mapping[str, int]) -> None:
+    def __init__(self, slots: Mapping[str, int], *, finished: Callable[[Run], None] = _nothing,
+                 vacated: Callable[[Run], None] = _nothing) -> None:
+        """``finished``: what the owner counts once a run settles, whoever settled it;
+        ``vacated``: what else a body's end frees (its admission)."""
         self.slots = dict(slots)                    # queue -> bodies it may run at once
         self.held: dict[int, Run] = {}              # job id -> its run, until settled
         self.busy = {q: 0 for q in self.slots}      # queue -> bodies running, settled or not
-        self.on_vacate: Callable[[Run], None] | None = None   # what else a body's end frees
-        self.on_finish: Callable[[Run], None] | None = None   # what is counted once a run settles
+        self._finished = finished
+        self._vacated = vacated
         # settled runs whose settlement write failed and waits for its retry (settle_retry.py):
         # their leases are still renewed, so a failed write alone never lets one lapse
         self._settling: dict[int, Run] = {}
@@ -51,15 +58,14 @@ class RunTable:
         run.signal.abort(SETTLED, "the run is settled; it writes nothing more")
         if self.held.get(run.job.id) is run:  # a newer claim of the same job may hold the key
             del self.held[run.job.id]
-        if first and self.on_finish is not None:
-            self.on_finish(run)
+        if first:
+            self._finished(run)
 
     def vacate(self, run: Run) -> None:
         """The run's body ended, or will never start: its slot is free again (and whatever the
         worker's admission counted for it: its limiter count, its fleet-wide slot)."""
         self.busy[run.job.queue] -= 1
-        if self.on_vacate is not None:
-            self.on_vacate(run)
+        self._vacated(run)
 
     def free(self, queue: str) -> int:
         return self.slots[queue] - self.busy[queue]
@@ -88,6 +94,23 @@ class RunTable:
     def forget_settling(self, runs: list[Run]) -> None:
         for run in runs:
             self._settling.pop(id(run), None)
+
+    def reported(self, now_ms: float, alone: Callable[[Run], bool], most: int) -> list[dict[str, Any]]:
+        """Runs worth naming in ``xjobsd status``: those that report progress, and a suspect
+        running ``alone`` (at most ``most``: the heartbeat stays small)."""
+        out = []
+        for run in list(self.held.values()):
+            report = run.ctx.last_progress
+            apart = alone(run)
+            if report is None and not apart:
+                continue
+            out.append({"id": run.job.id, "name": run.job.name, "attempt": run.job.attempt,
+                        "seconds": round(max(0.0, now_ms - run.started_ms) / 1000.0, 3),
+                        "alone": apart,
+                        "progress": report.as_json() if report is not None else None})
+            if len(out) >= most:
+                break
+        return out
 
     def running_given_up(self) -> bool:
         """Whether a body this worker gave up on (timed out, lease lost) still runs."""

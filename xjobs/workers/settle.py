@@ -68,8 +68,6 @@ class Settler:
         # timed-out def bodies whose thread has not returned: id(run) -> (run, when to say so)
         self._overruns: dict[int, tuple[Run, float]] = {}
         self.retries = SettleRetries(runs=runs, stats=stats, lease_ms=settings.lease_ms, identity=identity)
-        # every run's step counters, whoever settles it (this settler, a lost lease, a timeout)
-        runs.on_finish = self._count_steps
 
     def next_due(self) -> float | None:
         """When a pass must run for this settler: a progress report waits, or a run's deadline."""
@@ -239,11 +237,6 @@ class Settler:
         """The database refused one of the run's writes: the job is not its own any more."""
         count_loss(self._stats, self._identity, run, now_ms, "the database refused one of its writes; "
                    "nothing it wrote after that landed", was_cancelled(self._driver, run))
-
-    def _count_steps(self, run: Run) -> None:
-        steps = run.ctx.steps_used
-        if steps is not None:
-            self._stats.steps(steps.counts)
 
     def _write_acks(self, acks: list[Run], now_ms: float) -> None:
         def attempt() -> None:
