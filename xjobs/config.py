@@ -83,6 +83,9 @@ _DAY_MS = 86_400_000.0
 
 @dataclass(frozen=True)
 class Settings:
+    """Every setting, declared once. A ``Settings`` holds each value checked and normalised
+    (``"30s"`` given anywhere is ``30000.0`` here), or is not made."""
+
     dsn: str | None = setting(
         "database_url", Maybe(Text()), None, aliases=("dsn",), env="XJOBS_DATABASE_URL", flag="--dsn",
         help="PostgreSQL URL (default: XJOBS_DATABASE_URL; none: embedded)")
@@ -176,9 +179,9 @@ class Settings:
                   "as a deploy step (also XJOBS_MIGRATE=false, migrate = false)")
 
     def __post_init__(self) -> None:
-        # every value is stored normalised: "30s" given anywhere is 30000.0 here
         for declared in SETTINGS:
             object.__setattr__(self, declared.field, declared.check(getattr(self, declared.field)))
+        # a relation between two settings, checked once both are
         if self.heartbeat_ms >= self.lease_ms:
             raise InvalidOption("heartbeat", f"must be shorter than the lease ({self.lease_ms:g}ms), "
                                              f"got {self.heartbeat_ms:g}ms")
@@ -192,21 +195,19 @@ _BY_NAME: dict[str, Setting[Any]] = {name: s for s in SETTINGS for name in (s.ke
 
 
 def find_setting(name: str) -> Setting[Any]:
-    """The setting a key, alias or ``Settings`` field names (``lease``, ``lease_ms``); refused
-    when none does."""
-    found = _BY_NAME.get(name)
-    if found is None:
-        raise InvalidOption(name, "unknown setting")
-    return found
+    """The setting a key, alias or ``Settings`` field names (``lease``, ``lease_ms``)."""
+    return _BY_NAME[name]
 
 
 def _read(values: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """User-facing keys (``lease = "30s"``, ``database_url``) read onto ``Settings`` fields."""
+    """What one source says (``lease = "30s"``, ``database_url``), read and checked, by
+    ``Settings`` field."""
     out: dict[str, Any] = {}
-    for name, value in values.items():
-        declared = _BY_NAME.get(name.replace("-", "_").lower())
-        if declared is None:
-            raise InvalidOption(name.replace("-", "_").lower(), f"unknown setting in {source}")
+    for given, value in values.items():
+        name = given.replace("-", "_").lower()
+        if name not in _BY_NAME:
+            raise InvalidOption(name, f"unknown setting in {source}")
+        declared = _BY_NAME[name]
         out[declared.field] = declared.read(value)
     return out
 

@@ -7,9 +7,10 @@ A kind reads a value two ways:
 * ``read`` also takes the text an environment variable, a flag or a file gives (``"3"`` for
   a count, ``"yes"`` for a switch, ``"emails=2x16,pdf"`` for queues), then checks it.
 
-A count written as text in Python (``Settings(max_payload_bytes="3")``) is refused: only the
-sources that can hold nothing but text are read from it. ``show`` writes a value as the
-README's table of settings prints a default (``30s``, ``1 MiB``; empty for none).
+A count written as text in Python (``Settings(max_payload_bytes="3")``) is refused: only
+what the environment, a flag or a file says is read. A duration is text in either
+(``"30s"``). ``show`` writes a value as the README's table of settings prints a default
+(``30s``, ``1 MiB``; empty for none).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ _MIB = 1024 * 1024
 
 
 class Kind(Generic[T]):
+    """What values a setting takes, stored as ``T``; ``key`` names the setting in a refusal."""
+
     unit = ""              # what the stored number counts: ms, bytes, MiB
     metavar: str | None = None   # what a flag's value is called (DURATION, N, MiB)
     repeatable = False     # its flag adds up when given again (--queue, --app)
