@@ -36,8 +36,8 @@ def refusal_exit_code(code: str | None) -> int:
 
 
 def add_database_flags(parser: argparse.ArgumentParser) -> None:
-    # none given, a command other than ``run`` finds the embedded database (settings_from)
-    # rather than starting one
+    # with no database named, these commands find the embedded one ``run`` keeps
+    # (settings_from) and never start one: their --dsn says less than run's
     setting_flags.add(parser, "database_url", "schema",
                       help={"database_url": "PostgreSQL URL (default: XJOBS_DATABASE_URL)"})
     add_config_flag(parser)
