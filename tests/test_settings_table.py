@@ -30,13 +30,14 @@ _DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted
 
 
 def reference() -> str:
-    """The table of settings the README shows, one row per declaration."""
+    """The table of settings the README shows, one row per declaration (the key unquoted: a
+    quoted first cell is how the README's table of log events names an event)."""
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
     rows = ["| setting | environment | flag (`xjobsd run`) | default | |", "|---|---|---|---|---|"]
     for s in SETTINGS:
         default = s.kind.show(s.default)
-        rows.append(f"| `{s.key}` | `{s.env}` | {f'`{s.flag}`' if s.flag else ''} | "
+        rows.append(f"| {s.key} | `{s.env}` | {f'`{s.flag}`' if s.flag else ''} | "
                     f"{cell(default) if default else '-'} | {cell(s.help)} |")
     return "\n".join(rows)
 
