@@ -130,5 +130,7 @@ def test_a_flag_given_by_another_command_is_not_a_setting():
     ``control`` setting (the socket a daemon serves)."""
     args = build_parser().parse_args(["ui", "--control", "elsewhere.sock"])
     assert setting_flags.given(args) == {}
+    args = build_parser().parse_args(["ui", "--actions", "--trust-header", "X-Forwarded-User"])
+    assert setting_flags.given(args) == {"ui_actions": True, "ui_trust_header": "X-Forwarded-User"}
     args = build_parser().parse_args(["tick", "--queue", "emails", "--dsn", "postgresql://h/db", "--no-migrate"])
     assert setting_flags.given(args) == {"database_url": "postgresql://h/db", "migrate": False}

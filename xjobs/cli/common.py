@@ -61,12 +61,12 @@ def ask_daemon(args: argparse.Namespace, command: str, **fields: Any) -> dict:
     return request(path, command, **fields)
 
 
-def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
+def settings_from(args: argparse.Namespace) -> Settings:
     """Flags, environment and file; with no database configured, the embedded one that
     ``xjobsd run`` keeps under ``./.xjobs/`` (the daemon's own record of it, or the server
     started for this command)."""
     flags = setting_flags.given(args)
-    settings = load_settings(getattr(args, "config", None), **{**flags, **extra})
+    settings = load_settings(getattr(args, "config", None), **flags)
     if settings.dsn:
         return settings
     from ..supervisor.embedded import local_database

@@ -20,20 +20,23 @@ from ..config import SETTINGS, find_setting
 _DEST = "setting_{}"
 
 
-def add(parser: argparse.ArgumentParser, *keys: str, help: Mapping[str, str] | None = None) -> None:
-    """Add the flags of the settings ``keys``, in that order; ``help`` rewords a flag for a
-    command where it means something narrower."""
+def add(parser: argparse.ArgumentParser, *keys: str, flags: Mapping[str, str] | None = None,
+        help: Mapping[str, str] | None = None) -> None:
+    """Add the flags of the settings ``keys``, in that order. A command whose flags read
+    otherwise names them in ``flags`` (``xjobsd ui --actions``, where every flag is about
+    the dashboard) and rewords their help in ``help``."""
     for key in keys:
         declared = find_setting(key)
-        if declared.flag is None:
+        flag = (flags or {}).get(key) or declared.flag
+        if flag is None:
             raise ValueError(f"the setting {key!r} declares no flag")
         text = (help or {}).get(key) or declared.flag_help or declared.help
         if declared.kind.switch:
-            parser.add_argument(declared.flag, dest=_DEST.format(declared.key), action="store_const", default=None,
-                                const=not declared.flag.startswith("--no-"), help=text)
+            parser.add_argument(flag, dest=_DEST.format(declared.key), action="store_const", default=None,
+                                const=not flag.startswith("--no-"), help=text)
             continue
-        metavar = declared.metavar or declared.kind.metavar or declared.flag.lstrip("-").replace("-", "_").upper()
-        parser.add_argument(declared.flag, dest=_DEST.format(declared.key), metavar=metavar, help=text,
+        metavar = declared.metavar or declared.kind.metavar or flag.lstrip("-").replace("-", "_").upper()
+        parser.add_argument(flag, dest=_DEST.format(declared.key), metavar=metavar, help=text,
                             action="append" if declared.kind.repeatable else "store")
 
 
