@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..config import Settings, load_settings
+from ..config import Settings, find_setting, load_settings
 from ..errors import (AppInvalid, IdempotencyKeyRequired, InvalidOption, PayloadInvalid, PayloadTooLarge,
                       TenantRequired, UnknownJob)
+from . import setting_flags
 
 if TYPE_CHECKING:
     from ..drivers.base import JobDriver
@@ -35,8 +36,14 @@ def refusal_exit_code(code: str | None) -> int:
 
 
 def add_database_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dsn", help="PostgreSQL URL (default: XJOBS_DATABASE_URL)")
-    parser.add_argument("--schema", help="schema holding the queue tables (default: xjobs)")
+    # with no database named, these commands find the embedded one ``run`` keeps
+    # (settings_from) and never start one: their --dsn says less than run's
+    setting_flags.add(parser, "database_url", "schema",
+                      help={"database_url": "PostgreSQL URL (default: XJOBS_DATABASE_URL)"})
+    add_config_flag(parser)
+
+
+def add_config_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="a TOML file with an [xjobs] table (default: ./xjobs.toml)")
 
 
@@ -54,12 +61,12 @@ def ask_daemon(args: argparse.Namespace, command: str, **fields: Any) -> dict:
     return request(path, command, **fields)
 
 
-def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
+def settings_from(args: argparse.Namespace) -> Settings:
     """Flags, environment and file; with no database configured, the embedded one that
     ``xjobsd run`` keeps under ``./.xjobs/`` (the daemon's own record of it, or the server
     started for this command)."""
-    settings = load_settings(getattr(args, "config", None), dsn=getattr(args, "dsn", None),
-                             schema=getattr(args, "schema", None), **extra)
+    flags = setting_flags.given(args)
+    settings = load_settings(getattr(args, "config", None), **flags)
     if settings.dsn:
         return settings
     from ..supervisor.embedded import local_database
@@ -67,7 +74,7 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
     if found is None:
         return settings
     dsn, schema = found
-    explicit_schema = getattr(args, "schema", None) or os.environ.get("XJOBS_SCHEMA")
+    explicit_schema = "schema" in flags or os.environ.get(find_setting("schema").env)
     return settings.with_overrides(dsn=dsn, schema=None if explicit_schema else schema)
 
 

@@ -27,7 +27,8 @@ from typing import Any
 from ..config import Settings, load_settings
 from ..errors import InvalidOption
 from ..logs import configure_logging, event
-from .common import add_log_flags, import_apps
+from . import setting_flags
+from .common import add_config_flag, add_log_flags, import_apps
 
 log = logging.getLogger("xjobs.supervisor")
 
@@ -35,49 +36,24 @@ log = logging.getLogger("xjobs.supervisor")
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the daemon: a supervisor and its worker processes",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--app", action="append", help="module declaring jobs (repeatable)")
-    p.add_argument("--dsn", help="PostgreSQL URL (default: XJOBS_DATABASE_URL; none: embedded)")
-    p.add_argument("--schema", help="schema holding the queue tables (default: xjobs)")
-    p.add_argument("--config", help="a TOML file with an [xjobs] table (default: ./xjobs.toml)")
-    p.add_argument("--queue", action="append", metavar="NAME=PROCSxCONC|NAME=N",
-                   help="a queue to serve: emails=2x16 (2 processes x 16 jobs), emails=64 (64 jobs at "
-                        "once, shape chosen) (repeatable; default: every queue at 1x16)")
-    p.add_argument("--metrics", metavar="HOST:PORT",
-                   help="serve /metrics, /healthz, /readyz here (default 127.0.0.1:9464; 'off' disables)")
-    p.add_argument("--control", metavar="PATH", help="control socket (default $XDG_RUNTIME_DIR/xjobsd.sock "
-                                                     "or ./.xjobs/xjobsd.sock)")
-    p.add_argument("--drain-deadline", metavar="DURATION", help="how long a drain waits for running jobs (25s)")
-    p.add_argument("--stats-interval", metavar="DURATION",
-                   help="how often queue depth and age are read from the database (5s)")
-    p.add_argument("--recycle-after-jobs", metavar="N",
-                   help="replace a worker process after it has claimed N jobs")
-    p.add_argument("--recycle-above-rss", metavar="MiB",
-                   help="replace a worker process whose resident memory exceeds this many MiB")
+    setting_flags.add(p, "apps", "database_url", "schema")
+    add_config_flag(p)
+    setting_flags.add(p, "queues", "metrics", "control", "drain_deadline", "stats_interval",
+                      "recycle_after_jobs", "recycle_above_rss")
     p.add_argument("--strict", action="store_true",
                    help="refuse to start when a registered job's queue is served by no process")
-    p.add_argument("--ui", metavar="HOST:PORT",
-                   help="serve the dashboard here, from a child process (needs the ui extra; default off)")
-    p.add_argument("--ui-actions", action="store_true", default=None,
-                   help="let the dashboard retry, cancel and pause, for who signs in with XJOBS_UI_TOKEN "
-                        "(or a trusted proxy's user); without it the dashboard is read-only")
-    p.add_argument("--ui-trust-header", metavar="NAME",
-                   help="a header set by a trusted reverse proxy naming the signed-in user "
-                        "(e.g. X-Forwarded-User); only behind a proxy that strips it from clients")
+    setting_flags.add(p, "ui", "ui_actions", "ui_trust_header")
     p.add_argument("--embedded", action="store_true",
                    help="start the embedded PostgreSQL when no database is configured, even under systemd")
-    add_migrate_flag(p)
+    setting_flags.add(p, "migrate")
     add_log_flags(p)
     p.set_defaults(handler=run)
 
 
 def _load(args: argparse.Namespace, dsn: str | None = None) -> Settings:
-    return load_settings(args.config, dsn=args.dsn or dsn, schema=args.schema, queues=args.queue,
-                         metrics=args.metrics, control=args.control, apps=args.app,
-                         drain_deadline=args.drain_deadline, stats_interval=args.stats_interval,
-                         recycle_after_jobs=args.recycle_after_jobs,
-                         recycle_above_rss=args.recycle_above_rss, ui=args.ui,
-                         ui_actions=args.ui_actions, ui_trust_header=args.ui_trust_header,
-                         migrate=False if args.no_migrate else None)
+    """What the command line, the environment and the file say; ``dsn`` stands in for a
+    database the command line does not name."""
+    return load_settings(args.config, **{"database_url": dsn, **setting_flags.given(args)})
 
 
 def _options(settings: Settings) -> Any:
@@ -251,12 +227,6 @@ def banner(facts: dict[str, Any]) -> str:
     lines.append("    xjobsd jobs ls")
     lines.append("    xjobsd queues ls")
     return "\n".join(lines)
-
-
-def add_migrate_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--no-migrate", action="store_true",
-                        help="refuse an outdated schema instead of upgrading it, for fleets that run "
-                             "`xjobsd migrate` as a deploy step (also XJOBS_MIGRATE=false, migrate = false)")
 
 
 def _migrate(settings: Settings) -> None:

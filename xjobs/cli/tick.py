@@ -20,7 +20,7 @@ from ..registry import REGISTRY
 from ..tick import TickSummary, run_tick
 from ..logs import configure_logging
 from .common import add_database_flags, add_log_flags, driver_from, import_apps, print_json, print_table, settings_from
-from .run import add_migrate_flag
+from . import setting_flags
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="bodies at once per queue (16)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_database_flags(parser)
-    add_migrate_flag(parser)
+    setting_flags.add(parser, "migrate")
     add_log_flags(parser)
     parser.set_defaults(handler=tick)
 
@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def tick(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     deadline_s = duration_ms(args.deadline, "deadline", exclusive_minimum=True, maximum_ms=3_600_000) / 1000.0
-    settings = settings_from(args, migrate=False if args.no_migrate else None)
+    settings = settings_from(args)
     import_apps(args.app or list(settings.apps))
     driver = driver_from(settings, application_name="xjobsd-tick")
     try:

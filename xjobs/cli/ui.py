@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from ..logs import configure_logging
+from . import setting_flags
 from .common import add_database_flags, add_log_flags, driver_from, import_apps, settings_from
 
 
@@ -28,10 +29,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--listen", metavar="HOST:PORT", default=None,
                    help="where to serve it (default: XJOBS_UI, else 127.0.0.1:8080)")
     p.add_argument("--app", action="append", default=[], help="module declaring the app's cron tasks (repeatable)")
-    p.add_argument("--actions", action="store_true", default=None,
-                   help="allow retry, cancel and pause for who signs in with XJOBS_UI_TOKEN")
-    p.add_argument("--trust-header", metavar="NAME",
-                   help="a trusted reverse proxy's header naming the signed-in user")
+    setting_flags.add(p, "ui_actions", "ui_trust_header",
+                      flags={"ui_actions": "--actions", "ui_trust_header": "--trust-header"},
+                      help={"ui_actions": "allow retry, cancel and pause for who signs in with XJOBS_UI_TOKEN",
+                            "ui_trust_header": "a trusted reverse proxy's header naming the signed-in user"})
     p.add_argument("--control", metavar="PATH", help="a local daemon's control socket, to show its children")
     add_database_flags(p)
     add_log_flags(p)
@@ -42,7 +43,7 @@ def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     from ..ui import listen
     listen.check_installed()
-    settings = settings_from(args, ui_actions=args.actions, ui_trust_header=args.trust_header)
+    settings = settings_from(args)
     sock = listen.bind(args.listen or settings.ui or "127.0.0.1:8080")
     from ..registry import REGISTRY
     from ..supervisor.roles import ROLE_STATEMENT_TIMEOUT_MS

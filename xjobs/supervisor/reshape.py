@@ -36,7 +36,7 @@ from typing import Callable
 
 import orjson
 
-from ..config import MAX_PROCESSES, QueueSpec, Settings
+from ..config import MAX_PROCESSES, SETTINGS, QueueSpec, Settings
 from ..errors import InvalidOption
 from .appcode import AppImage
 from .processes import ProcessTable
@@ -47,7 +47,7 @@ log = logging.getLogger("xjobs.supervisor")
 # (queue, processes, concurrency) -> the groups that serve a queue the app declares
 MakeQueueSpecs = Callable[[str, int, int], list[RoleSpec]]
 # read by the supervisor once, at start: a reload says they changed, and they change at the next start
-START_ONLY = ("metrics", "control", "stats_interval_ms", "recycle_after_jobs", "recycle_above_rss_mib", "ui")
+START_ONLY = tuple(s.field for s in SETTINGS if s.start_only)
 # what a group's fingerprint leaves out of the settings: its own shape is its concurrency and
 # process count, and the app image says what the configured apps are
 _NOT_IN_FINGERPRINT = frozenset(START_ONLY) | {"queues", "apps"}

@@ -1,0 +1,46 @@
+"""The flags that set settings, made from their declarations in ``config.py``.
+
+A command names the settings it takes (``add(parser, "database_url", "schema")``); each
+becomes the flag its declaration names, with its help, its value's name (``DURATION``, ``MiB``,
+``HOST:PORT``) and its action: a repeatable setting's flag adds up (``--queue``, ``--app``), a
+switch's flag sets it (``--ui-actions``) or, named ``--no-...``, clears it (``--no-migrate``).
+``given(args)`` answers what was given, by setting key, for ``load_settings``: the values are
+read and refused there, as the environment's and the file's are.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Mapping
+
+from ..config import SETTINGS, find_setting
+
+# where a setting's flag lands on the namespace: apart from a command's own flags, which may
+# share a name (``xjobsd ui --control`` names a daemon to show, not a socket to serve)
+_DEST = "setting_{}"
+
+
+def add(parser: argparse.ArgumentParser, *keys: str, flags: Mapping[str, str] | None = None,
+        help: Mapping[str, str] | None = None) -> None:
+    """Add the flags of the settings ``keys``, in that order. A command whose flags read
+    otherwise names them in ``flags`` (``xjobsd ui --actions``, where every flag is about
+    the dashboard) and rewords their help in ``help``."""
+    for key in keys:
+        declared = find_setting(key)
+        flag = (flags or {}).get(key) or declared.flag
+        if flag is None:
+            raise ValueError(f"the setting {key!r} declares no flag")
+        text = (help or {}).get(key) or declared.flag_help or declared.help
+        if declared.kind.switch:
+            parser.add_argument(flag, dest=_DEST.format(declared.key), action="store_const", default=None,
+                                const=not flag.startswith("--no-"), help=text)
+            continue
+        metavar = declared.metavar or declared.kind.metavar or flag.lstrip("-").replace("-", "_").upper()
+        parser.add_argument(flag, dest=_DEST.format(declared.key), metavar=metavar, help=text,
+                            action="append" if declared.kind.repeatable else "store")
+
+
+def given(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings this command line sets, by key (flags it did not give are left out)."""
+    values = {s.key: getattr(args, _DEST.format(s.key), None) for s in SETTINGS}
+    return {key: value for key, value in values.items() if value is not None}
