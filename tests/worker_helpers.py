@@ -37,7 +37,7 @@ class Pacer:
             select.select(list(self.worker.wakeup_fds()), [], [], min(remaining, 0.05))
 
     def totals(self) -> dict:
-        return self.worker.stats()
+        return self.worker.stats().to_wire()
 
 
 def make_worker(driver, registry, queue: str = "q", concurrency: int = 4, **settings) -> QueueWorker:

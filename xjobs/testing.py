@@ -215,7 +215,7 @@ def run_until_idle(queue: str | Sequence[str] | None = None, *, driver: JobDrive
     finally:
         worker.stop_accepting("run_until_idle stopped", interrupt=not idle)
         worker.close(monotonic_ms() + 1000.0)
-    summary = RunSummary(worker.stats()["jobs"], advanced)
+    summary = RunSummary(worker.stats().jobs, advanced)
     if not idle:
         raise NotIdle(f"queue(s) {', '.join(queues)} still had work after {timeout:g}s; ran {summary.jobs}",
                            summary=summary)

@@ -113,12 +113,12 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
     finally:
         worker.close(deadline_ms=max(deadline, clock()) + _CLOSE_GRACE_MS)
     stats = worker.stats()
-    ran = {name: dict(outcomes) for name, outcomes in stats["jobs"].items()}
+    ran = {name: dict(outcomes) for name, outcomes in stats.jobs.items()}
     for run in scans:    # a scan is no job: listed as scan:NAME, so a job of that name stays apart
         outcomes = ran.setdefault(f"scan:{run.name}", {})
         outcomes[run.outcome] = outcomes.get(run.outcome, 0) + 1
     summary.jobs = dict(sorted(ran.items()))
-    summary.abandoned = int(stats["abandoned"])
+    summary.abandoned = stats.abandoned
     summary.failures = sorted(failures.items, key=lambda f: (f["name"], f["job_id"] or 0, f["attempt"] or 0))
     summary.elapsed_s = (clock() - began) / 1000.0
     return summary
@@ -161,7 +161,7 @@ def _work(worker: QueueWorker, deadline: float, clock: Callable[[], float]) -> b
         wait_ms = worker.run_once(now)
         if now >= next_check:
             next_check = now + _IDLE_CHECK_MS
-            seen = worker.stats_.totals["claimed"]
+            seen = worker.stats_.claimed
             quiet = quiet + 1 if worker.in_flight() == 0 and seen == claimed else 0
             claimed = seen
             if quiet >= _QUIET_CHECKS:

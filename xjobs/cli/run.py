@@ -98,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
     from ..supervisor.appcode import AppCode
     from ..supervisor.probe import DatabaseProbe, default_driver_factory
     from ..supervisor.reload import Configuration
-    from ..supervisor.roles import (ROLES, describe_unserved, queue_specs, refuse_unserved, registered_queues,
-                                    role_specs, unserved_jobs)
+    from ..supervisor.roles import (ROLES, RoleKind, describe_unserved, queue_specs, refuse_unserved,
+                                    registered_queues, role_specs, unserved_jobs)
 
     settings = _load(args)
     options = _options(settings)
@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         from ..ui import listen as ui_listen
         ui_listen.check_installed()
         ui_socket = ui_listen.bind(settings.ui)
-        roles = ROLES + (ui_listen.role_kind(ui_socket, control_path),)
+        roles = ROLES + (RoleKind(ui_listen.ROLE, ui_listen.POLICY, ui_listen.builder(ui_socket, control_path),
+                                  runs_app=ui_listen.RUNS_APP),)
     specs = role_specs(settings, REGISTRY, roles)
     stranded = unserved_jobs(settings, REGISTRY)
     if stranded:

@@ -33,6 +33,7 @@ from ..registry import Registry
 from ..workers.outbox_relay import OutboxRelay
 from ..workers.role import Role, RoleBase, RoleContext, RolePolicy, check_role_name
 from ..workers.scheduler import Scheduler
+from ..workers.stats import WorkerStats
 from .slots import RoleSpec
 
 ROLE_STATEMENT_TIMEOUT_MS = 5000
@@ -73,7 +74,8 @@ def _build_worker(context: RoleContext) -> Role:
 # The queue worker's policy is declared here rather than on its class while queue_worker.py is
 # being restructured; it moves there (``RoleKind.of(QueueWorker)``) with that work.
 WORKER = RoleKind("worker", RolePolicy(per_queue=True, scalable=True, recyclable=True,
-                                       hands_back_jobs=True, drain="interrupt"), _build_worker)
+                                       hands_back_jobs=True, drain="interrupt", stats=WorkerStats),
+                  _build_worker)
 
 ROLES: tuple[RoleKind, ...] = (
     WORKER,

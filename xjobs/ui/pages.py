@@ -18,6 +18,7 @@ import orjson
 
 from .. import admin
 from ..drivers.base import JobDriver, JobView, ListFilter, RatePoint
+from ..workers.outbox_relay import relay_row
 from ..workers.rates import RATED as ENDED
 
 PAGE_SIZE = 50
@@ -130,6 +131,6 @@ def schedules(driver: JobDriver, tasks: Iterable[Any], control: str | None) -> d
     relay = None
     daemon = daemon_status(control)
     if daemon is not None:
-        relay = next((c for c in daemon.get("children", ()) if c.get("role") == "outbox-relay"), None)
+        relay = relay_row(daemon.get("children", ()))
     return {**found, "outbox": summary, "relay": relay, "daemon": daemon is not None}
 

@@ -195,11 +195,12 @@ def drain_until_idle(role: Role, idle_passes: int = 1) -> None:
 
     def idle() -> bool:
         snapshot = stats()
-        if snapshot["in_flight"] == 0 and snapshot["claimed"] == seen["claimed"]:
+        claimed = snapshot.job_counts().claimed
+        if snapshot.in_flight == 0 and claimed == seen["claimed"]:
             seen["quiet"] += 1
         else:
             seen["quiet"] = 0
-        seen["claimed"] = snapshot["claimed"]
+        seen["claimed"] = claimed
         return seen["quiet"] > idle_passes
 
     host.run(until=idle)

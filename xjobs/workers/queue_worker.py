@@ -194,11 +194,11 @@ class QueueWorker:
     def in_flight(self) -> int:
         return self.runs.in_flight()
 
-    def stats(self) -> dict[str, Any]:
-        stats = {**self.stats_.snapshot(self.in_flight()), "running": self._reported_runs()}
+    def stats(self) -> WorkerStats:
+        limits = None
         if self.admission is not None and (not self.settings.limits.unlimited or self._caps):
-            stats["limits"] = self.admission.snapshot()
-        return stats
+            limits = self.admission.snapshot()
+        return self.stats_.snapshot(self.in_flight(), self._reported_runs(), limits)
 
     def _reported_runs(self) -> list[dict[str, Any]]:
         """Runs worth naming in ``xjobsd status``: those that report progress, and a suspect

@@ -19,9 +19,10 @@ it through the same phases (``host.Lifecycle``)::
 * ``close(deadline_monotonic_ms)`` is the close phase: settle what finished, abandon what did
   not by the deadline (its lease lapses and it is delivered again), release, close pools.
   It always returns, and is safe to call twice or before ``initialize()``.
-* ``stats()`` is a JSON-able dict published over the pipe in every heartbeat (see
-  ``workers/stats.py`` for a worker's shape); counters only grow within one process, and a
-  stat that is a level rather than a count is declared as a ``RoleGauge``.
+* ``stats()`` is the role's record (``telemetry.RoleStats``; a worker's is
+  ``stats.WorkerStats``), published over the pipe in every heartbeat; counters only grow
+  within one process, and a stat that is a level rather than a count is declared as a
+  ``RoleGauge``.
 
 What the supervisor does AROUND a role is data, never a test of its name: each role declares a
 ``RolePolicy`` (one group per queue or a singleton, whether it is scaled or recycled, whether a
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Protocol, Sequence
 
 from ..errors import InvalidOption
+from .telemetry import RoleStats
 
 if TYPE_CHECKING:
     from typing import Self
@@ -86,6 +88,8 @@ class RolePolicy:
                      by itself until the deadline. A reload's replacement drains as a drain
                      does; a recycle or a scale-down never interrupts.
     gauges           the ``RoleGauge``s it exports on ``/metrics``.
+    stats            the class of its ``stats()`` record, which the supervisor reads its
+                     heartbeats back into.
     """
     per_queue: bool = False
     scalable: bool = False
@@ -94,6 +98,7 @@ class RolePolicy:
     restart: RestartMode = "always"
     drain: DrainMode = "interrupt"
     gauges: tuple[RoleGauge, ...] = ()
+    stats: type[RoleStats] = RoleStats
 
     def __post_init__(self) -> None:
         if self.scalable and not self.per_queue:
@@ -104,6 +109,8 @@ class RolePolicy:
             raise InvalidOption("policy", f"drain must be 'interrupt' or 'finish', got {self.drain!r}")
         if not all(isinstance(g, RoleGauge) for g in self.gauges):
             raise InvalidOption("policy", "gauges must be RoleGauge declarations")
+        if not (isinstance(self.stats, type) and issubclass(self.stats, RoleStats)):
+            raise InvalidOption("policy", "stats must be a RoleStats class")
 
     @property
     def interrupts(self) -> bool:
@@ -127,7 +134,7 @@ class Role(Protocol):
     # deadline_ms: when the drain ends, on the clock of run_once's now_ms (None: unbounded)
     def in_flight(self) -> int: ...
     def close(self, deadline_monotonic_ms: float | None) -> None: ...
-    def stats(self) -> dict: ...
+    def stats(self) -> RoleStats: ...
 
 
 @dataclass(frozen=True)
@@ -157,8 +164,9 @@ class RoleBase:
             @classmethod
             def build(cls, context): return cls(context.identity, driver=context.connect(pool_size=1))
 
-    The defaults: nothing to open, no wake-up fd, nothing in flight, no stats; accept phase and
-    close only record that they happened (close is idempotent and safe before initialize).
+    The defaults: nothing to open, no wake-up fd, nothing in flight, no figures (a bare
+    ``RoleStats``); accept phase and close only record that they happened (close is
+    idempotent and safe before initialize).
     """
 
     role: str
@@ -198,8 +206,8 @@ class RoleBase:
         self.accepting = False
         self.closed = True
 
-    def stats(self) -> dict:
-        return {}
+    def stats(self) -> RoleStats:
+        return RoleStats(in_flight=self.in_flight())
 
 
 def check_role_name(name: str) -> str:
