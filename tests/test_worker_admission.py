@@ -11,7 +11,7 @@ import pytest
 import xjobs
 from xjobs.context import SLOT_LOST
 from xjobs.errors import ConcurrencyUnenforceable
-from xjobs.workers.limiter import Limits
+from xjobs.limits import Limits
 
 from .test_worker import declare, enqueue
 from .worker_helpers import Pacer, make_worker

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .errors import InvalidOption, NotConfigured
 from .options import duration_ms, finite_count, plain_name
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES
-from .workers.limiter import Limits
+from .limits import Limits
 
 if TYPE_CHECKING:
     from .drivers.base import JobDriver
@@ -118,7 +118,7 @@ class Settings:
     outbox_retention_ms: float = 86_400_000.0   # published outbox rows are kept this long
     wake_ms: float = 250.0               # how often due sleepers and timed-out waits are woken
     event_retention_ms: float = 7 * 86_400_000.0   # sent events are kept (and delivered) this long
-    limits: Limits = field(default_factory=Limits)   # per worker PROCESS ceilings (workers/limiter.py)
+    limits: Limits = field(default_factory=Limits)   # per worker PROCESS ceilings (limits.py)
     recycle_after_jobs: int | None = None  # replace a worker process after this many claims
     recycle_above_rss_mib: int | None = None  # ... or once its resident memory passes this
     ui: str | None = None                # HOST:PORT of the dashboard (xjobsd run --ui); None: no dashboard

@@ -91,8 +91,9 @@ def _options(settings: Settings) -> Any:
 def run(args: argparse.Namespace) -> int:
     log_format = configure_logging(args.log_level, args.log_format)
     from ..registry import REGISTRY
+    from ..control_client import default_path
     from ..supervisor import control as control_mod
-    from ..supervisor import embedded as embedded_mod
+    from . import embedded as embedded_mod
     from ..supervisor.arbiter import Arbiter
     from ..supervisor.metrics import MetricsEndpoint
     from ..supervisor.appcode import AppCode
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidOption("app", "no job modules: pass --app MODULE (or apps = [...] in the config)")
     import_apps(settings.apps)
     app = AppCode(settings.apps, REGISTRY)
-    control_path = os.path.abspath(settings.control or control_mod.default_path())
+    control_path = os.path.abspath(settings.control or default_path())
     roles, ui_socket = ROLES, None
     if settings.ui:
         from ..ui import listen as ui_listen

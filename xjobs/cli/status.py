@@ -20,7 +20,8 @@ import time
 import orjson
 
 from ..options import duration_ms
-from .common import add_control_flags, age, ask_daemon, print_table, refusal_exit_code
+from ..formatting import age
+from .common import add_control_flags, ask_daemon, print_table, refusal_exit_code
 
 _WAIT_POLL_S = 0.2
 
@@ -37,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _ready(args: argparse.Namespace, timeout_s: float) -> dict:
     """Ask until the daemon answers running with every child ready, or the time is up (then
     the last answer, or the last ``ControlUnavailable``)."""
-    from ..supervisor.control import ControlUnavailable
+    from ..control_client import ControlUnavailable
     end = time.monotonic() + timeout_s
     while True:
         try:

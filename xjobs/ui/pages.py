@@ -77,7 +77,7 @@ def daemon_status(control: str | None) -> dict[str, Any] | None:
     served by one; None when it is not, or it does not answer."""
     if not control:
         return None
-    from ..supervisor.control import ControlUnavailable, request
+    from ..control_client import ControlUnavailable, request
     try:
         answer = request(control, "status", timeout_s=2.0)
     except (ControlUnavailable, OSError):
