@@ -31,7 +31,7 @@ def default_path() -> str:
     return os.path.join(".xjobs", "xjobsd.sock")
 
 
-def request(path: str, command: str, timeout_s: float = 5.0, **fields: Any) -> dict:
+def request(path: str, command: str, timeout_s: float = 5.0, **fields: Any) -> dict[str, Any]:
     """Ask the daemon at ``path``; ``ControlUnavailable`` when nothing answers there."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
@@ -61,6 +61,9 @@ def request(path: str, command: str, timeout_s: float = 5.0, **fields: Any) -> d
             buffer += chunk
         if not buffer:
             raise ControlUnavailable(f"xjobsd at {path} closed the connection without answering")
-        return orjson.loads(bytes(buffer).split(b"\n", 1)[0])
+        answer = orjson.loads(bytes(buffer).split(b"\n", 1)[0])
+        if not isinstance(answer, dict):
+            raise ControlUnavailable(f"xjobsd at {path} answered something other than an object")
+        return answer
     finally:
         sock.close()

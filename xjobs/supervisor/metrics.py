@@ -82,7 +82,7 @@ class SnapshotCollector:
     def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
         self._snapshot = snapshot
 
-    def describe(self) -> list:
+    def describe(self) -> list[Any]:
         return []   # families are built per scrape; nothing to pre-register
 
     def collect(self) -> Iterator[Any]:

@@ -139,5 +139,4 @@ class WorkerStats(RoleStats):
         return record
 
 
-_COUNTERS = frozenset(f.name for f in dataclasses.fields(WorkerStats)
-                      if f.type == "int" and f.name != "in_flight")
+_COUNTERS = frozenset(WorkerStats().counters())   # what ``bump`` may count
