@@ -211,10 +211,9 @@ def snapshot(arbiter: "Arbiter", now: float) -> MetricsSnapshot:
             in_flight[child.queue] = in_flight.get(child.queue, 0) + child.in_flight
         key = (child.role, child.state)
         children_by_state[key] = children_by_state.get(key, 0) + 1
-        reported = child.stats.numbers()
         for gauge in policy.gauges:
-            value = reported.get(gauge.stat)
-            if value is not None:   # a child that has not said yet adds nothing
+            value = getattr(child.stats, gauge.stat, None)   # a field of the role's record
+            if isinstance(value, (int, float)):   # a flag too; a child that has not said yet adds nothing
                 known = role_gauges.get(gauge.family)
                 role_gauges[gauge.family] = (gauge.help, max(float(value), known[1]) if known else float(value))
     # every role this daemon runs has a restart count, 0 until it restarts

@@ -55,7 +55,7 @@ ROLE_NAME = re.compile(r"[a-z][a-z0-9-]{0,20}")
 
 @dataclass(frozen=True)
 class RoleGauge:
-    """A gauge a role exports from its children's heartbeat ``stats[stat]``, e.g. the
+    """A gauge a role exports from the field ``stat`` of its children's stats record, e.g. the
     scheduler's ``RoleGauge("xjobs_scheduler_leader", "leader", "1 while ... leads.")``. It is
     served only while a live child of the role has reported it, as the largest value reported,
     so a daemon that does not run the role never exports it. The stat is a level: it is never
@@ -76,7 +76,7 @@ class RolePolicy:
                      singleton, one process per daemon, no queue, no concurrency.
     scalable         ``xjobsd scale``, SIGTTIN and SIGTTOU change its process count (per queue).
     recyclable       replaced, without a gap, after ``--recycle-after-jobs`` claims (its
-                     ``stats["claimed"]``) or above ``--recycle-above-rss``.
+                     record's ``job_counts().claimed``) or above ``--recycle-above-rss``.
     hands_back_jobs  it runs jobs under leases in its identity's name: when one of its children
                      exits, the supervisor's probe hands its still-running jobs back once the
                      child's database sessions are gone, instead of waiting for the leases.

@@ -25,7 +25,7 @@ import dataclasses
 import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, TypeGuard, get_type_hints
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, TypeGuard
 
 if TYPE_CHECKING:
     from typing import Self
@@ -107,7 +107,7 @@ class RoleStats:
         return NO_JOBS
 
     def describe(self) -> str:
-        """One line for ``xjobsd status``: by default its counters, by name."""
+        """One line for ``xjobsd status``: by default its numbers, by name."""
         return ", ".join(f"{name} {n:g}" for name, n in sorted(self.numbers().items()))
 
     def status(self) -> dict[str, Any]:
@@ -145,16 +145,21 @@ def _is_count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-_SCALARS: dict[str, Any] = {"int": _is_count, "float": _is_number, "str": lambda v: isinstance(v, str),
-                            "bool": lambda v: isinstance(v, bool)}
+_SCALARS: dict[str, Callable[[Any], bool]] = {
+    "int": _is_count, "float": _is_number, "str": lambda v: isinstance(v, str), "bool": lambda v: isinstance(v, bool)}
 _FIELDS: dict[type, dict[str, str]] = {}
 
 
 def _scalar_fields(cls: type) -> dict[str, str]:
-    """A record's fields of a scalar type (``int``, ``float``, ``str``, ``bool``), by name."""
+    """A record's fields of a scalar type (``int``, ``float``, ``str``, ``bool``), by name: read
+    from the annotation as written, so a record may annotate with names it imports only for
+    the type checker."""
     found = _FIELDS.get(cls)
     if found is None:
-        hints = get_type_hints(cls)
-        found = _FIELDS[cls] = {f.name: getattr(hints[f.name], "__name__", "") for f in dataclasses.fields(cls)
-                                if getattr(hints[f.name], "__name__", "") in _SCALARS}
+        found = {}
+        for f in dataclasses.fields(cls):
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+            if kind in _SCALARS:
+                found[f.name] = kind
+        _FIELDS[cls] = found
     return found
