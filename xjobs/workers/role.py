@@ -28,7 +28,8 @@ What the supervisor does AROUND a role is data, never a test of its name: each r
 ``RolePolicy`` (one group per queue or a singleton, whether it is scaled or recycled, whether a
 dead child's jobs are handed back, restart, what a drain means, its gauges). A new role is one
 module under ``workers/`` holding a ``RoleBase`` subclass with its ``role`` name, its
-``policy`` and its ``build``, plus one line in ``supervisor/roles.py`` where roles are listed.
+``policy`` and its ``build`` (and, when it reports figures of its own, a ``RoleStats`` record
+its policy names), plus one line in ``supervisor/roles.py`` where roles are listed.
 """
 
 from __future__ import annotations
