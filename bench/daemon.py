@@ -29,7 +29,7 @@ import psycopg
 
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
-from xjobs.supervisor.control import ControlUnavailable, request
+from xjobs.control_client import ControlUnavailable, request
 
 BENCH = Path(__file__).resolve().parent
 XJOBSD = str(Path(sys.executable).with_name("xjobsd"))

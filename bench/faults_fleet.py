@@ -22,7 +22,7 @@ from pathlib import Path
 
 from daemon import wait_control_ready
 from faults_proxy import Proxy
-from xjobs.supervisor.control import ControlUnavailable, request
+from xjobs.control_client import ControlUnavailable, request
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent

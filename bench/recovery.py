@@ -24,7 +24,7 @@ import psycopg
 from daemon import Daemon, drop_schema, fresh_schema
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
-from xjobs.supervisor.control import request
+from xjobs.control_client import request
 
 SCENARIOS = [(4, 3.0, "nap=1x4"), (128, 1.0, "nap=1x128")]
 

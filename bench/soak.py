@@ -52,7 +52,7 @@ from daemon import process_rss, wait_control_ready  # noqa: E402
 from tests.apps.daemon_app import effects_ddl  # noqa: E402
 from xjobs.drivers.base import NewJob  # noqa: E402
 from xjobs.drivers.postgres import PostgresDriver  # noqa: E402
-from xjobs.supervisor.control import ControlUnavailable, request  # noqa: E402
+from xjobs.control_client import ControlUnavailable, request  # noqa: E402
 
 CLI = [sys.executable, "-c", "import sys; from xjobs.cli import main; sys.exit(main())"]
 

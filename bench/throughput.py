@@ -154,7 +154,7 @@ def bench_queue(dsn: str, jobs: int, concurrency: int, is_async: bool,
     host = InProcessHost(worker)
     before = ServerWork.read(dsn)
     started = time.perf_counter()
-    host.run(until=lambda: worker.stats_.totals["completed"] >= jobs)
+    host.run(until=lambda: worker.stats_.completed >= jobs)
     drain_rate = jobs / (time.perf_counter() - started)
     wal_per_job = ServerWork.read(dsn).since(dsn, before)[0] / jobs
     stats = driver.job_stats()["bench"]
@@ -214,7 +214,7 @@ def bench_outbox(dsn: str, jobs: int) -> tuple[float, float]:
         pass
     publish_rate = jobs / (time.perf_counter() - started)
     relay.close()
-    published, pending = relay.stats()["published"], driver.outbox_summary().pending
+    published, pending = relay.stats().published, driver.outbox_summary().pending
     stats = driver.job_stats()["bench"]
     driver.close()
     drop_schema(dsn, schema)

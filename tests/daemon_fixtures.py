@@ -29,7 +29,7 @@ from tests.apps.daemon_app import effects_ddl
 from tests.fixtures import drop_schema, new_schema_name
 from xjobs.drivers.base import NewJob
 from xjobs.drivers.postgres import PostgresDriver
-from xjobs.supervisor.control import ControlUnavailable, request
+from xjobs.control_client import ControlUnavailable, request
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "tests.apps.daemon_app"

@@ -13,12 +13,14 @@ only when ``stop_accepting`` interrupts it: without ``interrupt`` it stays in fl
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from xjobs.supervisor.roles import RoleKind
 from xjobs.supervisor.slots import RoleSpec
 from xjobs.workers.role import RoleBase, RoleGauge, RolePolicy
+from xjobs.workers.stats import WorkerStats
+from xjobs.workers.telemetry import Histogram, RoleStats
 
 TICKING = RoleGauge("xjobs_ticker_ticking", "ticking", "1 while the ticker ticks.")
 
@@ -72,16 +74,24 @@ class FakeRole:
         self.calls.append(("close", deadline_monotonic_ms))
         self.closed_with = deadline_monotonic_ms
 
-    def stats(self) -> dict:
-        return {"in_flight": self.busy, "claimed": self.claimed, "completed": self.claimed,
-                "lease_lost": self.lease_lost,
-                "jobs": {"fake": {"completed": self.claimed}} if self.claimed else {},
-                "durations": {"fake": {"buckets": [self.claimed] * 15, "sum": self.claimed * 0.001,
-                                       "count": self.claimed}} if self.claimed else {}}
+    def stats(self) -> WorkerStats:
+        return WorkerStats(in_flight=self.busy, claimed=self.claimed, completed=self.claimed,
+                           lease_lost=self.lease_lost,
+                           jobs={"fake": {"completed": self.claimed}} if self.claimed else {},
+                           durations={"fake": Histogram([self.claimed] * 15, self.claimed * 0.001,
+                                                        self.claimed)} if self.claimed else {})
 
 
 def maker(queue: str | None = "q", *behavior: str):
     return lambda identity: FakeRole(identity, queue, behavior)
+
+
+@dataclass
+class TickerStats(RoleStats):
+    passes: int = 0
+    ticking: int = 0
+    phase: str = ""
+    interrupted: str = ""
 
 
 class Ticker(RoleBase):
@@ -90,7 +100,7 @@ class Ticker(RoleBase):
     ``phase``), so a test in the parent can see it through the heartbeats."""
 
     role = "ticker"
-    policy = RolePolicy(gauges=(TICKING,))
+    policy = RolePolicy(gauges=(TICKING,), stats=TickerStats)
 
     def __init__(self, identity: str, queue: str | None = None) -> None:
         super().__init__(identity, queue)
@@ -101,10 +111,10 @@ class Ticker(RoleBase):
             self.passes += 1
         return 20.0
 
-    def stats(self) -> dict:
+    def stats(self) -> TickerStats:
         phase = "closed" if self.closed else "ticking" if self.accepting else "draining"
-        return {"passes": self.passes, "ticking": int(self.accepting), "phase": phase,
-                "interrupted": self.interrupted or ""}
+        return TickerStats(passes=self.passes, ticking=int(self.accepting), phase=phase,
+                           interrupted=self.interrupted or "")
 
 
 def ticker_spec(**policy: object) -> RoleSpec:

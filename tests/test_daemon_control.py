@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from tests.daemon_fixtures import CLI, daemon_env, wait_for  # noqa: F401 (fixture)
-from xjobs.supervisor.control import request
+from xjobs.control_client import request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 

@@ -96,7 +96,7 @@ def test_sigttin_and_sigttou_add_and_remove_a_worker_process(daemon_env):
     daemon.signal(signal.SIGTTOU)   # never below one process per queue
     # handled before the scale below (a signal and a request in one loop pass: the request first)
     wait_for(lambda: "queue beta stays at 1 process(es)" in daemon.output(), 10, "the SIGTTOU to be handled")
-    from xjobs.supervisor.control import request
+    from xjobs.control_client import request
     answer = request(daemon.control, "scale", queue="beta", delta=2)
     assert answer == {"ok": True, "processes": {"beta": 3}, "processes_before": {"beta": 1}}
     wait_for(lambda: len([c for c in daemon.children("beta") if c["state"] == "ready"]) == 3, 10,

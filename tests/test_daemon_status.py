@@ -120,7 +120,7 @@ def test_with_no_database_configured_an_embedded_one_starts_under_dot_xjobs(daem
                                        "--metrics", "off", "--control", control],
                                 cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            from xjobs.supervisor.control import ControlUnavailable, request
+            from xjobs.control_client import ControlUnavailable, request
 
             def ready():
                 assert proc.poll() is None, log_path.read_text()

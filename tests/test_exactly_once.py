@@ -49,7 +49,7 @@ def test_ten_thousand_jobs_run_exactly_once(pg_dsn, pg_schema, live_driver):
     assert len({r.id for r in results}) == 10_000 and not any(r.deduped for r in results)
     worker = QueueWorker(driver=PostgresDriver(pg_dsn, schema=pg_schema), registry=registry,
                          queue="bulk", concurrency=32, settings=Settings(poll_ms=100))
-    InProcessHost(worker).run(until=lambda: worker.stats_.totals["completed"] >= 10_000)
+    InProcessHost(worker).run(until=lambda: worker.stats_.completed >= 10_000)
     pool.close()
     with psycopg.connect(pg_dsn) as conn:
         count, distinct_n, max_runs = conn.execute(

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xjobs.errors import InvalidOption
-from xjobs.workers.limiter import Limiter, Limits
+from xjobs.limits import Limits
+from xjobs.workers.limiter import Limiter
 
 
 def test_zero_is_a_hard_stop_and_omission_is_unlimited():

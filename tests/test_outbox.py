@@ -48,7 +48,7 @@ def test_staged_rows_become_one_job_each_through_the_relay(driver, receipt):
     role = relay(driver, batch=2)
     role.publish()
     assert keys(driver) == [f"receipt:{n}" for n in range(4)]
-    assert role.stats()["published"] == 4 and role.stats()["batches"] == 2
+    assert role.stats().published == 4 and role.stats().batches == 2
     assert driver.outbox_summary().pending == 0
     role.publish()
     assert len(keys(driver)) == 4                    # published once
@@ -98,7 +98,7 @@ def test_a_failed_claim_never_stops_the_relay(driver, receipt, caplog):
     flaky = Flaky(driver, {"outbox_claim"})
     role = relay(flaky)
     assert role.run_once(0.0) > 0                    # backs off instead of raising
-    assert role.stats()["claim_failed"] == 1 and keys(driver) == []
+    assert role.stats().claim_failed == 1 and keys(driver) == []
     [record] = _events(caplog, "relay.claim.failed")
     assert record.levelname == "WARNING" and record.relay == "relay-1"
     flaky.failing.clear()
@@ -110,7 +110,7 @@ def test_a_failed_publish_hands_the_batch_back_at_once(driver, receipt, clock, c
     stage_many(None, receipt, [{"order": 1}, {"order": 2}], driver=driver)
     role = relay(Flaky(driver, {"outbox_publish"}))
     role.publish()
-    assert role.stats()["publish_failed"] == 1 and role.stats()["released"] == 2
+    assert role.stats().publish_failed == 1 and role.stats().released == 2
     [record] = _events(caplog, "relay.publish.failed")
     assert (record.levelname, record.count) == ("ERROR", 2)
     other = relay(driver, "relay-2")                 # no need to wait out the lease
@@ -161,10 +161,10 @@ def test_a_relay_stalled_past_its_lease_publishes_nothing_another_holds(driver, 
 
     stalled = relay(Stalling(driver, take_over))
     stalled.publish()
-    assert stalled.stats()["fenced"] == 1 and stalled.stats()["published"] == 0
+    assert stalled.stats().fenced == 1 and stalled.stats().published == 0
     [record] = _events(caplog, "relay.publish.fenced")
     assert (record.levelname, record.count) == ("WARNING", 2)
-    assert other.stats()["published"] == 2
+    assert other.stats().published == 2
     assert keys(driver) == ["receipt:1", "receipt:2"]
     assert len(driver.job_list(ListFilter(limit=100))) == 2
 
@@ -175,7 +175,7 @@ def test_a_pass_over_a_backlog_yields_to_the_host_loop_and_comes_back_at_once(dr
     role = OutboxRelay(driver=driver, identity="relay-1", batch=1, poll=60_000, clock=lambda: float(next(ticks)))
     role.initialize()
     assert role.publish() == 0.0                        # a backlog is left: next pass at once
-    assert role.stats()["published"] == 2 and len(keys(driver)) == 2
+    assert role.stats().published == 2 and len(keys(driver)) == 2
     role.stop_accepting()                               # the drain is heard between passes
     role.run_once(1e12)
     assert len(keys(driver)) == 2

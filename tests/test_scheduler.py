@@ -52,7 +52,7 @@ def test_a_follower_dispatches_nothing_and_the_leader_each_occurrence_once(drive
     assert b.tick().dispatched == 0 and a.tick().dispatched == 0   # the watermark moved past it
     [key] = dispatched(driver)
     assert key.startswith("task:hourly:") and key.endswith(":digest:all")
-    assert a.stats()["leader"] == 1 and b.stats()["leader"] == 0
+    assert a.stats().leader == 1 and b.stats().leader == 0
 
 
 @pytest.mark.parametrize("catch_up, expected", [("run-once", 1), ("skip", 1), ("run-all", 5)])

@@ -13,7 +13,7 @@ import xjobs
 from xjobs.enqueue import enqueue_many
 from xjobs.errors import Aborted, InvalidOption, StepDuplicate, StepResultInvalid
 from xjobs.retry import Retry
-from xjobs.workers.steps import MAX_TRACE_NAMES
+from xjobs.steps import MAX_TRACE_NAMES
 
 from .worker_helpers import Pacer, make_worker
 

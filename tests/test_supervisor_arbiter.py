@@ -26,6 +26,7 @@ from xjobs.supervisor.notify import Notifier
 from xjobs.supervisor.reload import Configuration
 from xjobs.workers.queue_worker import QueueWorker
 from xjobs.supervisor.slots import RoleGauge, RoleSpec
+from xjobs.supervisor.tally import Restarts
 
 FAST = ArbiterOptions(heartbeat_ms=100, silence_s=1.0, startup_s=5.0, kill_grace_s=0.3,
                       release_flush_s=0.1, backoff=Backoff(base_s=0.05, cap_s=0.2, stable_s=5.0))
@@ -43,7 +44,6 @@ class RecordingProbe:
 
     def start(self) -> None: ...
     def stop(self, timeout_s: float = 0) -> None: ...
-    def refresh(self) -> None: ...
     def flush_releases(self, timeout_s: float) -> None: ...
     def results(self) -> list: return []
 
@@ -124,7 +124,7 @@ def test_a_killed_child_is_restarted_with_a_fresh_identity(make_arbiter):
     assert arbiter.probe.released[0] == (first["identity"], "q")
     assert arbiter.probe.counted[first["identity"]] is True   # a crash: the attempt counts
     drive(arbiter, lambda: rows(arbiter)[0]["completed"] > before, what="counting to go on")
-    assert arbiter.tally.get(("restarts", "worker")) == 1
+    assert arbiter.tally.get(Restarts("worker")) == 1
 
 
 def test_a_crash_loop_is_visible_and_keeps_retrying(make_arbiter):
@@ -136,7 +136,7 @@ def test_a_crash_loop_is_visible_and_keeps_retrying(make_arbiter):
     restarts = row["restarts"]
     drive(arbiter, lambda: rows(arbiter)[0]["restarts"] > restarts, what="another attempt")
     assert report.loop_healthy(arbiter)   # reported, not fatal: the watchdog keeps flowing
-    assert report.snapshot(arbiter, time.monotonic())["crash_loop"] == {("worker", "bad"): 1}
+    assert report.snapshot(arbiter, time.monotonic()).crash_loop == {("worker", "bad"): 1}
 
 
 def test_a_silent_child_is_killed_and_replaced(make_arbiter):
@@ -354,16 +354,16 @@ def test_a_role_gauge_is_in_the_snapshot_only_while_a_child_of_its_role_reports_
     arbiter = make_arbiter([counted, spec("b", 1, "work")])
     drive(arbiter, lambda: all(c["completed"] > 0 for c in rows(arbiter, "a")), what="claims to arrive")
     # stats change only inside step(): the snapshot and the children agree here
-    claimed = [c.stats["claimed"] for s in arbiter.processes.slots if s.spec is counted for c in s.children()]
-    gauges = report.snapshot(arbiter, time.monotonic())["role_gauges"]
+    claimed = [c.stats.claimed for s in arbiter.processes.slots if s.spec is counted for c in s.children()]
+    gauges = report.snapshot(arbiter, time.monotonic()).role_gauges
     assert gauges == {"xjobs_fake_claimed": (gauge.help, float(max(claimed)))}   # b declares none
     arbiter.begin_drain("test")
     drive(arbiter, lambda: arbiter.state == "stopped", what="the drain to finish")
-    assert report.snapshot(arbiter, time.monotonic())["role_gauges"] == {}   # no child: not exported
+    assert report.snapshot(arbiter, time.monotonic()).role_gauges == {}   # no child: not exported
 
 
 def test_the_snapshot_has_no_gauge_for_a_role_that_does_not_run(make_arbiter):
     arbiter = make_arbiter([spec("a", 1, "work")])
     drive(arbiter, lambda: rows(arbiter)[0]["completed"] > 0, what="stats to arrive")
     snap = report.snapshot(arbiter, time.monotonic())
-    assert snap["role_gauges"] == {} and "leader" not in snap and "outbox_pending" not in snap
+    assert snap.role_gauges == {} and not hasattr(snap, "leader") and not hasattr(snap, "outbox_pending")

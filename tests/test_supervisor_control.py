@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from xjobs.errors import InvalidOption
-from xjobs.supervisor.control import ControlServer, ControlUnavailable, bind, request
+from xjobs.control_client import ControlUnavailable, request
+from xjobs.supervisor.control import ControlServer, bind
 
 
 def serve_once(server: ControlServer) -> threading.Thread:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 import urllib.error
 import urllib.request
 
@@ -10,20 +11,20 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from xjobs.errors import InvalidOption
-from xjobs.supervisor.metrics import MetricsEndpoint, parse_address
-from xjobs.workers.stats import DURATION_BUCKETS
+from xjobs.options import parse_address
+from xjobs.supervisor.metrics import MetricsEndpoint, MetricsSnapshot
+from xjobs.workers.telemetry import DURATION_BUCKETS, Histogram
 
-SNAPSHOT = {
-    "alive_at": 0.0, "not_ready": None, "queues": ["emails"],
-    "summary": {"emails": {"depth": 7, "oldest_ready_seconds": 12.5}},
-    "states": {"emails": {"ready": 7, "running": 2, "completed": 100, "quarantined": 3}}, "paused": ["reports"],
-    "jobs": {("emails", "send", "completed"): 100, ("emails", "send", "retried"): 3},
-    "bounds": DURATION_BUCKETS,
-    "durations": {("emails", "send"): ([10] * len(DURATION_BUCKETS), 4.5, 103)},
-    "lease_lost": {"emails": 1}, "released": {"emails": 2}, "in_flight": {"emails": 2},
-    "restarts": {"worker": 4}, "crash_loop": {("worker", "emails"): 0},
-    "children": {("worker", "ready"): 2}, "role_gauges": {}, "database_up": True,
-}
+SNAPSHOT = MetricsSnapshot(
+    alive_at=0.0, not_ready=None, queues=["emails"],
+    depth={"emails": 7}, oldest_ready_seconds={"emails": 12.5},
+    states={"emails": {"ready": 7, "running": 2, "completed": 100, "quarantined": 3}}, paused=["reports"],
+    jobs={("emails", "send", "completed"): 100, ("emails", "send", "retried"): 3},
+    durations={("emails", "send"): Histogram([10] * len(DURATION_BUCKETS), 4.5, 103)},
+    lease_lost={"emails": 1}, released={"emails": 2}, in_flight={"emails": 2},
+    restarts={"worker": 4}, crash_loop={("worker", "emails"): 0},
+    children={("worker", "ready"): 2}, role_gauges={}, database_up=True,
+)
 
 
 # every family this snapshot makes the endpoint serve, as the parser names them (counters lose
@@ -52,7 +53,7 @@ def get(ep: MetricsEndpoint, path: str) -> tuple[int, str]:
 
 
 def test_metrics_render_every_family_from_the_snapshot(endpoint):
-    endpoint.publish({**SNAPSHOT, "alive_at": time.monotonic()})
+    endpoint.publish(replace(SNAPSHOT, alive_at=time.monotonic()))
     status, text = get(endpoint, "/metrics")
     assert status == 200
     families = {f.name: f for f in text_string_to_metric_families(text)}
@@ -79,19 +80,19 @@ def test_metrics_render_every_family_from_the_snapshot(endpoint):
 
 
 def test_a_role_gauge_in_the_snapshot_is_served(endpoint):
-    endpoint.publish({**SNAPSHOT, "role_gauges": {"xjobs_scheduler_leader": ("1 while it leads.", 1.0)}})
+    endpoint.publish(replace(SNAPSHOT, role_gauges={"xjobs_scheduler_leader": ("1 while it leads.", 1.0)}))
     families = {f.name: f for f in text_string_to_metric_families(get(endpoint, "/metrics")[1])}
     assert families["xjobs_scheduler_leader"].samples[0].value == 1.0
     assert set(families) == SERVED | {"xjobs_scheduler_leader"}
 
 
 def test_health_and_readiness(endpoint):
-    endpoint.publish({**SNAPSHOT, "alive_at": time.monotonic()})
+    endpoint.publish(replace(SNAPSHOT, alive_at=time.monotonic()))
     assert get(endpoint, "/healthz") == (200, "ok\n")
     assert get(endpoint, "/readyz") == (200, "ready\n")
-    endpoint.publish({**SNAPSHOT, "alive_at": time.monotonic(), "not_ready": "draining"})
+    endpoint.publish(replace(SNAPSHOT, alive_at=time.monotonic(), not_ready="draining"))
     assert get(endpoint, "/readyz") == (503, "not ready: draining\n")
-    endpoint.publish({**SNAPSHOT, "alive_at": time.monotonic() - 60})
+    endpoint.publish(replace(SNAPSHOT, alive_at=time.monotonic() - 60))
     assert get(endpoint, "/healthz")[0] == 503
     assert get(endpoint, "/nope")[0] == 404
 

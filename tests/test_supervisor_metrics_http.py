@@ -17,9 +17,9 @@ import pytest
 
 from tests.daemon_fixtures import wait_for
 from xjobs.errors import InvalidOption
-from xjobs.supervisor.metrics import MetricsEndpoint
+from xjobs.supervisor.metrics import MetricsEndpoint, MetricsSnapshot
 
-READY = {"alive_at": 0.0, "not_ready": None}
+READY = MetricsSnapshot(alive_at=0.0, not_ready=None)
 HALF = b"GET /metr"   # no end of line, no blank line: the server waits for the rest
 
 

@@ -22,6 +22,7 @@ from xjobs.supervisor import report
 from xjobs.supervisor.roles import RoleKind, kind_specs
 from xjobs.workers.queue_worker import QueueWorker
 from xjobs.supervisor.slots import RoleSpec
+from xjobs.supervisor.tally import Restarts, RoleCounter
 from xjobs.workers.host import InProcessHost
 from xjobs.workers.role import RolePolicy
 
@@ -44,14 +45,14 @@ def test_a_singleton_role_runs_restarts_is_not_scaled_and_drains_by_its_policy(m
     row = ticker_row(arbiter)
     assert row["queue"] is None and row["concurrency"] is None and row["in_flight"] == 0
     assert row["identity"].startswith("ticker:")
-    drive(arbiter, lambda: ticker_child(arbiter).stats.get("passes", 0) > 3, what="passes to be counted")
-    assert arbiter.tally.get(("counter", "ticker", "", "passes")) > 3
-    assert ("counter", "ticker", "", "ticking") not in arbiter.tally.totals   # a gauge, not a count
+    drive(arbiter, lambda: ticker_child(arbiter).stats.passes > 3, what="passes to be counted")
+    assert arbiter.tally.get(RoleCounter("ticker", "", "passes")) > 3
+    assert RoleCounter("ticker", "", "ticking") not in arbiter.tally.totals   # a gauge, not a count
     snap = report.snapshot(arbiter, time.monotonic())
-    assert snap["role_gauges"] == {TICKING.family: (TICKING.help, 1.0)}
-    assert snap["queues"] == ["q"] and set(snap["in_flight"]) == {"q"}
-    assert snap["restarts"] == {"ticker": 0, "worker": 0}
-    assert snap["children"][("ticker", "ready")] == 1
+    assert snap.role_gauges == {TICKING.family: (TICKING.help, 1.0)}
+    assert snap.queues == ["q"] and set(snap.in_flight) == {"q"}
+    assert snap.restarts == {"ticker": 0, "worker": 0}
+    assert snap.children[("ticker", "ready")] == 1
     assert set(arbiter.cmd_status({})["queues"]) == {"q"}
 
     # SIGKILL: restarted, and no hand-back is asked for (it holds no jobs)
@@ -60,7 +61,7 @@ def test_a_singleton_role_runs_restarts_is_not_scaled_and_drains_by_its_policy(m
     drive(arbiter, lambda: ticker_row(arbiter)["pid"] not in (None, first)
           and ticker_row(arbiter)["state"] == "ready", what="the ticker's restart")
     assert ticker_row(arbiter)["restarts"] == 1 and "SIGKILL" in ticker_row(arbiter)["last_exit"]
-    assert arbiter.tally.get(("restarts", "ticker")) == 1
+    assert arbiter.tally.get(Restarts("ticker")) == 1
     assert arbiter.probe.released == []
 
     # SIGTTIN scales the worker queue, never the singleton
@@ -73,19 +74,19 @@ def test_a_singleton_role_runs_restarts_is_not_scaled_and_drains_by_its_policy(m
     arbiter.begin_drain("test")
     drive(arbiter, lambda: arbiter.state == "stopped", what="the drain to finish")
     assert child.exit_code == 0 and child.state == "stopped" and child.interrupted
-    assert child.stats["phase"] == "closed" and child.stats["interrupted"] == "test"
+    assert child.stats.phase == "closed" and child.stats.interrupted == "test"
     assert child.identity not in {identity for identity, _ in arbiter.probe.released}
     assert {queue for _, queue in arbiter.probe.released} == {"q"}   # the workers' hand-backs only
 
 
 def test_a_role_whose_drain_is_finish_is_not_interrupted(make_arbiter):
     arbiter = make_arbiter([ticker_spec(drain="finish")])
-    drive(arbiter, lambda: all_ready(arbiter) and ticker_child(arbiter).stats.get("passes", 0) > 0)
+    drive(arbiter, lambda: all_ready(arbiter) and ticker_child(arbiter).stats.passes > 0)
     child = ticker_child(arbiter)
     arbiter.begin_drain("test")
     drive(arbiter, lambda: arbiter.state == "stopped", what="the drain to finish")
     assert child.exit_code == 0 and child.interrupted is False
-    assert child.stats["phase"] == "closed" and child.stats["interrupted"] == ""
+    assert child.stats.phase == "closed" and child.stats.interrupted == ""
 
 
 def test_a_role_that_is_never_restarted_gives_its_slot_up_until_a_reload(make_arbiter):
@@ -98,7 +99,7 @@ def test_a_role_that_is_never_restarted_gives_its_slot_up_until_a_reload(make_ar
     for _ in range(20):
         arbiter.step(timeout=0.01)
     assert arbiter.state == "running" and not [r for r in rows(arbiter) if r["role"] == "ticker"]
-    assert arbiter.tally.get(("restarts", "ticker")) == 0 and rows(arbiter, "q")[0]["pid"] == worker
+    assert arbiter.tally.get(Restarts("ticker")) == 0 and rows(arbiter, "q")[0]["pid"] == worker
     assert arbiter.reload().answer["ok"]
     drive(arbiter, lambda: [r for r in rows(arbiter) if r["role"] == "ticker" and r["state"] == "ready"]
           and arbiter.reshaper.state()["state"] == "idle", what="the ticker back after a reload")

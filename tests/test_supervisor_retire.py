@@ -49,7 +49,7 @@ def test_scaling_down_stops_claiming_but_lets_running_jobs_finish(make_arbiter):
     retired = arbiter.processes.retired[0]
     drive(arbiter, lambda: retired.state == "draining", what="the retired child to drain")
     # not interrupted: its job is still running (an interrupted one would have stopped at once)
-    drive(arbiter, lambda: retired.stats.get("in_flight") == 1 and retired.in_flight == 1,
+    drive(arbiter, lambda: retired.stats.in_flight == 1 and retired.in_flight == 1,
           what="a heartbeat from the retired child")
     assert retired.exit_code is None and not retired.interrupted
     # a real drain reaches that job: everything stops long before the 30 s deadline

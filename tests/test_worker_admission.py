@@ -11,7 +11,7 @@ import pytest
 import xjobs
 from xjobs.context import SLOT_LOST
 from xjobs.errors import ConcurrencyUnenforceable
-from xjobs.workers.limiter import Limits
+from xjobs.limits import Limits
 
 from .test_worker import declare, enqueue
 from .worker_helpers import Pacer, make_worker
@@ -64,7 +64,7 @@ def test_a_shed_job_goes_back_to_ready_without_an_attempt_or_an_error(driver, re
     assert (view.state, view.attempt, view.last_error, view.crashes) == ("ready", 0, None, 0)
     assert view.run_at == before.run_at                  # its place in line and its age are kept
     assert [h["outcome"] for h in view.history] == [h["outcome"] for h in before.history]   # no event
-    assert worker.stats()["shed"] == 1 and worker.stats()["jobs"] == {"capped": {"shed": 1}}
+    assert worker.stats().shed == 1 and worker.stats().jobs == {"capped": {"shed": 1}}
     assert driver.job_claim(["q"], 1, 30_000, "w", caps={"capped": 1}) == []   # no spin
     worker.close()
 
@@ -105,7 +105,7 @@ def test_per_process_limits_run_one_job_of_a_tenant_at_a_time_without_spinning(d
     for job_id in ids:
         view = driver.job_get(job_id)
         assert (view.state, view.attempt, view.last_error) == ("completed", 1, None)
-    snapshot = pacer.worker.stats()["limits"]
+    snapshot = pacer.worker.stats().limits
     assert snapshot["scope"] == "per worker process" and snapshot["config"]["tenant"] == 1
     assert snapshot["tracked"]["tenants_in_flight"] == 0
 
@@ -180,7 +180,7 @@ def test_a_slot_that_cannot_be_acquired_sheds_without_running(driver, registry, 
     assert worker.take(claimed, 0.0) is None            # shed, never run unbounded
     view = driver.job_get(job_id)
     assert (view.state, view.attempt, view.last_error) == ("ready", 0, None)
-    assert ran == [] and worker.stats()["shed"] == 1
+    assert ran == [] and worker.stats().shed == 1
     [record] = _events(caplog, "worker.slot.acquire.failed")
     assert record.job_id == job_id and "unreachable" in record.error
     assert worker.admission.limiter.snapshot()["in_flight"]["global"] == 0   # its count given back

@@ -125,8 +125,8 @@ def test_a_lease_window_closes_on_time_while_the_loop_is_stuck(registry):
     # not left to lapse a lease window later, and its attempt is not counted
     view = driver.job_get(job_id)
     assert (view.state, view.attempt) == ("ready", 0), view
-    assert worker.stats()["interrupted"] == 1
-    assert worker.stats()["lease_lost"] == 1       # the stall is what the loss metric shows
+    assert worker.stats().interrupted == 1
+    assert worker.stats().lease_lost == 1       # the stall is what the loss metric shows
 
 
 def test_no_suspect_is_reserved_beside_a_body_the_worker_gave_up_on(driver, registry, clock):

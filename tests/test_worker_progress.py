@@ -43,7 +43,7 @@ def test_progress_is_written_on_the_next_round_and_reported(driver, registry):
     written = driver.job_get(job_id).progress
     assert (written["done"], written["total"], written["note"]) == (4, 10, "page 4")
     assert refusals == ["X_INVALID_OPTION", "X_INVALID_OPTION"]
-    [running] = worker.stats()["running"]
+    [running] = worker.stats().running
     assert (running["id"], running["progress"]["done"], running["alone"]) == (job_id, 4, False)
     release.set()
     pacer.until(lambda: pacer.totals()["completed"] == 1)

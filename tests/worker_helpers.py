@@ -40,7 +40,7 @@ class Pacer:
         drive(self.worker, until=reached, clock=lambda: self.now, most_wait_ms=50.0)
 
     def totals(self) -> dict:
-        return self.worker.stats()
+        return self.worker.stats().to_wire()
 
 
 def make_worker(driver, registry, queue: str = "q", concurrency: int = 4, **settings) -> QueueWorker:

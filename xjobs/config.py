@@ -28,7 +28,7 @@ from .errors import InvalidOption, NotConfigured
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES
 from .setting_kinds import (MAX_PROCESSES, Count, Duration, Kind, Maybe, Names, PerProcessLimits, Queues,
                             QueueSpec, Switch, Text)
-from .workers.limiter import Limits
+from .limits import Limits
 
 if TYPE_CHECKING:
     from .drivers.base import JobDriver

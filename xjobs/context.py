@@ -21,7 +21,7 @@ from .options import finite_option
 
 if TYPE_CHECKING:
     from .drivers.base import Lease, Progress, RunStore
-    from .workers.steps import StepOptions, StepRunner
+    from .steps import StepOptions, StepRunner
 
 T = TypeVar("T")
 
@@ -213,12 +213,12 @@ class Ctx:
     @property
     def step(self) -> "StepRunner":
         """Durable steps: ``ctx.step.run(name, fn)``, ``ctx.step.sleep(name, duration)``,
-        ``ctx.step.wait_for_event(name, event, key=, timeout=)`` (see ``workers/steps.py``)."""
+        ``ctx.step.wait_for_event(name, event, key=, timeout=)`` (see ``steps.py``)."""
         if self._steps is None:
             if self._step_options is None:
                 raise NotConfigured("ctx.step needs a job row to record steps in; run the job "
                                     "through a worker (testing.run_until_idle), not inline")
-            from .workers.steps import StepRunner
+            from .steps import StepRunner
             self._steps = StepRunner(store=self._driver, lease=self._lease, attempt=self.attempt,
                                      fence=self.fence, options=self._step_options)
         return self._steps

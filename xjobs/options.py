@@ -1,4 +1,4 @@
-"""The two refusals every numeric knob passes through, and duration parsing.
+"""The two refusals every numeric knob passes through, and duration and address parsing.
 
 ``NaN`` compares false with everything, so a knob guarded only by ``x < 0`` lets it through
 and it surfaces far away: a lease that never expires, a claim of ``NaN`` rows, a poll loop
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import socket
 from numbers import Integral, Real
 
 from .errors import InvalidOption
@@ -84,3 +85,20 @@ def plain_name(value: object, option: str) -> str:
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
         raise InvalidOption(option, f"must not contain control characters, got {value!r}")
     return value
+
+
+def parse_address(address: str, option: str = "metrics") -> tuple[str, int]:
+    """A listening address, ``HOST:PORT`` (``--metrics``, ``--ui``), whose host resolves;
+    ``InvalidOption(option)`` otherwise. An empty host is 127.0.0.1, a bracketed one IPv6."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise InvalidOption(option, f"expected HOST:PORT like 127.0.0.1:9464, got {address!r}")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise InvalidOption(option, f"port must be 0..65535, got {port}")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        socket.getaddrinfo(host, port)
+    except socket.gaierror as exc:
+        raise InvalidOption(option, f"cannot resolve {host!r}: {exc}") from None
+    return host, port

@@ -61,7 +61,3 @@ def encode_payload(value: object, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) ->
     if len(encoded) > max_bytes:
         raise PayloadTooLarge(f"payload is {len(encoded)} bytes, over the limit of {max_bytes}")
     return encoded
-
-
-def decode_payload(data: bytes | str) -> object:
-    return orjson.loads(data)

@@ -186,12 +186,6 @@ class Registry:
         """Sorted by code point, like ``jobs()``."""
         return [self._tasks[name] for name in sorted(self._tasks)]
 
-    def get_task(self, name: str) -> Any:
-        try:
-            return self._tasks[name]
-        except KeyError:
-            raise UnknownJob(f"no task named {name!r} is registered", code="X_TASK_UNKNOWN") from None
-
     def clear(self) -> None:
         with self._lock:
             self._jobs.clear()

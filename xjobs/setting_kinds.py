@@ -21,7 +21,7 @@ from typing import Any, Callable, Generic, Mapping, TypeVar
 
 from .errors import InvalidOption
 from .options import duration_ms, finite_count, plain_name
-from .workers.limiter import Limits
+from .limits import Limits
 
 T = TypeVar("T")
 

@@ -219,7 +219,7 @@ def run_until_idle(queue: str | Sequence[str] | None = None, *, driver: JobDrive
     finally:
         wind_down(lifecycle, monotonic_ms, monotonic_ms() + 1000.0, "run_until_idle stopped",
                   interrupt=not idle_reached)
-    summary = RunSummary(worker.stats()["jobs"], advanced)
+    summary = RunSummary(worker.stats().jobs, advanced)
     if not idle_reached:
         raise NotIdle(f"queue(s) {', '.join(queues)} still had work after {timeout:g}s; ran {summary.jobs}",
                            summary=summary)

@@ -115,12 +115,12 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
         wind_down(lifecycle, clock, max(deadline, clock()) + _CLOSE_GRACE_MS,
                   "the tick's deadline" if summary.reached_deadline else "the tick is done", interrupt=True)
     stats = worker.stats()
-    ran = {name: dict(outcomes) for name, outcomes in stats["jobs"].items()}
+    ran = {name: dict(outcomes) for name, outcomes in stats.jobs.items()}
     for run in scans:    # a scan is no job: listed as scan:NAME, so a job of that name stays apart
         outcomes = ran.setdefault(f"scan:{run.name}", {})
         outcomes[run.outcome] = outcomes.get(run.outcome, 0) + 1
     summary.jobs = dict(sorted(ran.items()))
-    summary.abandoned = int(stats["abandoned"])
+    summary.abandoned = stats.abandoned
     summary.failures = sorted(failures.items, key=lambda f: (f["name"], f["job_id"] or 0, f["attempt"] or 0))
     summary.elapsed_s = (clock() - began) / 1000.0
     return summary
@@ -162,7 +162,7 @@ def _work(worker: QueueWorker, deadline: float, clock: Callable[[], float]) -> b
         if now < seen["next_check"]:
             return False
         seen["next_check"] = now + _IDLE_CHECK_MS
-        claimed = worker.stats_.totals["claimed"]
+        claimed = worker.stats_.claimed
         seen["quiet"] = seen["quiet"] + 1 if worker.in_flight() == 0 and claimed == seen["claimed"] else 0
         seen["claimed"] = claimed
         return seen["quiet"] >= _QUIET_CHECKS

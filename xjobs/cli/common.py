@@ -1,27 +1,24 @@
 """What the subcommands share: database and control-socket flags, settings, app import, exit
-codes, JSON rendering."""
+codes, printing JSON and tables (the values themselves are formatted by ``xjobs/formatting.py``,
+which the dashboard shares)."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..config import Settings, find_setting, load_settings
+from ..formatting import plain
 from ..errors import (AppInvalid, IdempotencyKeyRequired, InvalidOption, PayloadInvalid, PayloadTooLarge,
                       TenantRequired, UnknownJob)
 from . import setting_flags
 
 if TYPE_CHECKING:
     from ..drivers.base import JobDriver
-
-_TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at", "started_at",
-                "wake_at", "until")
 
 # refusals of what the user typed, configured or deployed: exit 2, like argparse's own
 USAGE_ERRORS = (InvalidOption, UnknownJob, PayloadInvalid, PayloadTooLarge, TenantRequired,
@@ -56,9 +53,20 @@ def add_control_flags(parser: argparse.ArgumentParser) -> None:
 
 def ask_daemon(args: argparse.Namespace, command: str, **fields: Any) -> dict:
     """One request over the control socket; ``ControlUnavailable`` (exit 1) when none answers."""
-    from ..supervisor.control import client_path, request
+    from ..control_client import request
     path = args.control or os.environ.get("XJOBS_CONTROL") or client_path()
     return request(path, command, **fields)
+
+
+def client_path() -> str:
+    """Where a command looks for the daemon when told nothing: the control socket the daemon
+    running from this directory recorded (``./.xjobs/daemon.json``), else ``default_path()``."""
+    from ..control_client import default_path
+    from .embedded import recorded_daemon
+    info = recorded_daemon()
+    if info is not None and isinstance(info.get("control"), str):
+        return info["control"]
+    return default_path()
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -69,7 +77,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     settings = load_settings(getattr(args, "config", None), **flags)
     if settings.dsn:
         return settings
-    from ..supervisor.embedded import local_database
+    from .embedded import local_database
     found = local_database()
     if found is None:
         return settings
@@ -110,26 +118,6 @@ def import_apps(modules: list[str] | tuple[str, ...]) -> None:
         raise InvalidOption("app", exc.args[0]) from None
 
 
-def iso(ms: float | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc).isoformat(timespec="milliseconds")
-
-
-def plain(value: Any) -> Any:
-    """A JobView (or anything holding them) as plain JSON with ISO-8601 times."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        # a payload is the application's data, shown exactly as stored
-        return {k: (v if k == "payload" else
-                    iso(v) if k in _TIME_FIELDS and isinstance(v, (int, float)) else plain(v))
-                for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
-
-
 def print_json(value: Any) -> None:
     sys.stdout.write(orjson.dumps(plain(value), option=orjson.OPT_INDENT_2).decode() + "\n")
 
@@ -148,17 +136,3 @@ def add_log_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-format", default=None, choices=("text", "json"),
                         help="text for people, json for machines: one object per line (default text, "
                              "or XJOBS_LOG_FORMAT)")
-
-
-def age(seconds: float | None) -> str:
-    """A duration as people read it: ``4.2s``, ``3m05s``, ``2h10m``, ``1d03h``."""
-    if seconds is None:
-        return "-"
-    seconds = float(seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
-    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"

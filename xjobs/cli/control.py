@@ -27,7 +27,7 @@ import orjson
 
 from ..errors import InvalidOption
 from ..options import duration_ms
-from ..supervisor.control import ControlUnavailable
+from ..control_client import ControlUnavailable
 from ..supervisor.validate import DEADLINE_S
 from .common import add_control_flags, ask_daemon, refusal_exit_code
 

@@ -29,8 +29,8 @@ import orjson
 from .. import admin
 from ..drivers.base import STATES, JobDriver, JobView, ListFilter
 from ..errors import InvalidOption
-from .common import (add_database_flags, driver_from, iso, plain, print_json, print_table,
-                     settings_from)
+from ..formatting import iso, plain
+from .common import add_database_flags, driver_from, print_json, print_table, settings_from
 
 _LIST_COLUMNS = ["id", "name", "queue", "state", "attempt", "tenant", "run_at", "last_error"]
 _FOLLOW_EVERY_S = 1.0

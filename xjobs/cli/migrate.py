@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from ..drivers.sql import SCHEMA_VERSION
 from ..errors import InvalidOption
-from .common import add_database_flags, driver_from, iso, print_json, print_table, settings_from
+from ..formatting import iso
+from .common import add_database_flags, driver_from, print_json, print_table, settings_from
 
 if TYPE_CHECKING:
     from ..drivers.pg_install import MigrationStatus, SchemaState

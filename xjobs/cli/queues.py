@@ -14,7 +14,8 @@ import argparse
 import getpass
 
 from .. import admin
-from .common import add_database_flags, driver_from, iso, print_json, print_table, settings_from
+from ..formatting import iso
+from .common import add_database_flags, driver_from, print_json, print_table, settings_from
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -67,15 +67,16 @@ def _options(settings: Settings) -> Any:
 def run(args: argparse.Namespace) -> int:
     log_format = configure_logging(args.log_level, args.log_format)
     from ..registry import REGISTRY
+    from ..control_client import default_path
     from ..supervisor import control as control_mod
-    from ..supervisor import embedded as embedded_mod
+    from . import embedded as embedded_mod
     from ..supervisor.arbiter import Arbiter
     from ..supervisor.metrics import MetricsEndpoint
     from ..supervisor.appcode import AppCode
     from ..supervisor.probe import DatabaseProbe, default_driver_factory
     from ..supervisor.reload import Configuration
-    from ..supervisor.roles import (ROLES, describe_unserved, queue_specs, refuse_unserved, registered_queues,
-                                    role_specs, unserved_jobs)
+    from ..supervisor.roles import (ROLES, RoleKind, describe_unserved, queue_specs, refuse_unserved,
+                                    registered_queues, role_specs, unserved_jobs)
 
     settings = _load(args)
     options = _options(settings)
@@ -83,13 +84,14 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidOption("app", "no job modules: pass --app MODULE (or apps = [...] in the config)")
     import_apps(settings.apps)
     app = AppCode(settings.apps, REGISTRY)
-    control_path = os.path.abspath(settings.control or control_mod.default_path())
+    control_path = os.path.abspath(settings.control or default_path())
     roles, ui_socket = ROLES, None
     if settings.ui:
         from ..ui import listen as ui_listen
         ui_listen.check_installed()
         ui_socket = ui_listen.bind(settings.ui)
-        roles = ROLES + (ui_listen.role_kind(ui_socket, control_path),)
+        roles = ROLES + (RoleKind(ui_listen.ROLE, ui_listen.POLICY, ui_listen.builder(ui_socket, control_path),
+                                  runs_app=ui_listen.RUNS_APP),)
     specs = role_specs(settings, REGISTRY, roles)
     stranded = unserved_jobs(settings, REGISTRY)
     if stranded:

@@ -20,7 +20,8 @@ import time
 import orjson
 
 from ..options import duration_ms
-from .common import add_control_flags, age, ask_daemon, print_table, refusal_exit_code
+from ..formatting import age
+from .common import add_control_flags, ask_daemon, print_table, refusal_exit_code
 
 _WAIT_POLL_S = 0.2
 
@@ -37,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _ready(args: argparse.Namespace, timeout_s: float) -> dict:
     """Ask until the daemon answers running with every child ready, or the time is up (then
     the last answer, or the last ``ControlUnavailable``)."""
-    from ..supervisor.control import ControlUnavailable
+    from ..control_client import ControlUnavailable
     end = time.monotonic() + timeout_s
     while True:
         try:
@@ -103,9 +104,9 @@ def status(args: argparse.Namespace) -> int:
     for queue, names in sorted((answer.get("unserved_jobs") or {}).items()):
         print(f"\nwarning: no process of this daemon serves queue {queue}: jobs {', '.join(names)} "
               f"wait for a daemon that does (xjobsd scale {queue} =1)")
-    for c in answer["children"]:
-        if c.get("stats") is not None and c.get("pid") and c.get("queue") is None:
-            print(f"\n{c['role']} #{c['index']}: {_role_words(c['role'], c['stats'])}")
+    for c in answer["children"]:   # a per-queue child's figures are its table row; a singleton's, a line
+        if c.get("description") is not None and c.get("pid") and c.get("queue") is None:
+            print(f"\n{c['role']} #{c['index']}: {c['description']}")
     if answer.get("outbox"):
         print(f"outbox: {answer['outbox']['pending']} row(s) pending, oldest {age(answer['outbox']['oldest_seconds'])}")
     running = [(c, run) for c in answer["children"] for run in c.get("running") or ()]
@@ -115,20 +116,6 @@ def status(args: argparse.Namespace) -> int:
                     [[f"{run['name']}#{run['id']}", c["queue"] or "-", run["attempt"], age(run["seconds"]),
                       "yes" if run.get("alone") else "", _progress(run.get("progress"))] for c, run in running])
     return 1 if not_ready else 0
-
-
-def _role_words(role: str, stats: dict) -> str:
-    """A singleton's counters in a line: the scheduler's leadership, the relay's publishes."""
-    if role == "scheduler":
-        lead = "LEADER" if stats.get("leader") else "follower"
-        return (f"{lead}; {stats.get('tasks', 0)} task(s), {stats.get('dispatched', 0)} dispatched, "
-                f"{stats.get('rounds', 0)} round(s), {stats.get('rescued', 0)} rescued")
-    if role == "outbox-relay":
-        return (f"{stats.get('published', 0)} published in {stats.get('batches', 0)} batch(es), "
-                f"{stats.get('publish_failed', 0) + stats.get('claim_failed', 0)} failure(s)")
-    if role == "ui":
-        return f"{stats.get('requests', 0)} request(s) answered, {stats.get('failed', 0)} with a server error"
-    return ", ".join(f"{k} {v:g}" for k, v in sorted(stats.items()))
 
 
 def _progress(report: dict | None) -> str:

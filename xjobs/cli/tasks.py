@@ -13,7 +13,8 @@ import argparse
 
 from .. import admin
 from ..registry import REGISTRY
-from .common import add_database_flags, driver_from, import_apps, iso, print_json, print_table, settings_from
+from ..formatting import iso
+from .common import add_database_flags, driver_from, import_apps, print_json, print_table, settings_from
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

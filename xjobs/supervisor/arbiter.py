@@ -65,7 +65,7 @@ from .reload import Configuration, Reloader
 from .reshape import MakeQueueSpecs, Reshaper
 from .signals import SignalQueue, WakeUp
 from .slots import Child, RoleSpec
-from .tally import Tally
+from .tally import QueueCount, Settled, Tally
 from .validate import DEADLINE_S
 
 log = logging.getLogger("xjobs.supervisor")
@@ -364,12 +364,12 @@ class Arbiter:
 
     def _on_released(self, identity: str, queue: str | None, released: list) -> None:
         """Count what a dead child's hand-back did; a crash's verdicts are logged per job."""
-        self.tally.add(("released", queue or ""), len(released))
+        self.tally.add(QueueCount(queue or "", "released"), len(released))
         outcomes: dict[str, int] = {}
         for job in released:
             outcomes[job.outcome] = outcomes.get(job.outcome, 0) + 1
             if job.outcome == "dead":
-                self.tally.add(("jobs", job.queue, job.name, "dead"))
+                self.tally.add(Settled(job.queue, job.name, "dead"))
             if job.outcome in ("dead", "crashed"):
                 log.warning("job %s#%s crashed its worker process %s alone%s", job.name, job.id,
                             identity, "; dead-lettered on its last attempt" if job.outcome == "dead"

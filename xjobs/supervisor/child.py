@@ -152,9 +152,10 @@ class ChildHost:
 
     def _heartbeat(self, now: float) -> None:
         stats = self.role.stats()
-        self._send("heartbeat", state=self.lifecycle.state, in_flight=self.role.in_flight(), stats=stats)
-        lost = stats.get("lease_lost", 0) if isinstance(stats, dict) else 0
-        if isinstance(lost, int) and lost > self._lease_lost_seen:
+        self._send("heartbeat", state=self.lifecycle.state, in_flight=self.role.in_flight(),
+                   stats=stats.to_wire())
+        lost = stats.job_counts().lease_lost
+        if lost > self._lease_lost_seen:
             self._send("lease-lost", count=lost - self._lease_lost_seen, total=lost)
             self._lease_lost_seen = lost
         self._next_heartbeat = now + self.spec.heartbeat_ms
@@ -221,7 +222,7 @@ class ChildHost:
             return 1
         if self.on_ready is not None:
             self.on_ready()
-        self._send("ready", pid=os.getpid(), stats=self.role.stats())
+        self._send("ready", pid=os.getpid(), stats=self.role.stats().to_wire())
         with PassLoop(self.role, self.clock) as loop:
             loop.watch(self.channel.sock, "pipe")
             if self.signal_fd is not None:
@@ -286,7 +287,7 @@ class ChildHost:
         try:
             self.lifecycle.close(self.clock(), at_once=at_once)
         finally:
-            self._send("stopped", stats=self.role.stats(), in_flight=self.role.in_flight())
+            self._send("stopped", stats=self.role.stats().to_wire(), in_flight=self.role.in_flight())
             if not self.orphaned:
                 self.channel.flush_blocking(1.0)
 

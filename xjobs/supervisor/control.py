@@ -1,4 +1,5 @@
-"""The control socket: a Unix stream socket, mode 0600, answering one request per connection.
+"""The control socket's server: a Unix stream socket, mode 0600, answering one request per
+connection (the client, which the CLI and the dashboard use, is ``xjobs/control_client.py``).
 
 A request is one line of JSON, ``{"command": NAME, ...}``; the answer is one line of JSON and
 the server closes. Connections from another user are refused (``SO_PEERCRED``; root is let in,
@@ -47,7 +48,7 @@ import stat
 import struct
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import orjson
 
@@ -58,27 +59,6 @@ _MAX_REQUEST = 64 * 1024
 _CLIENT_TIMEOUT_S = 2.0
 _PEERCRED = struct.Struct("3i")
 _BOUND: dict[str, tuple[int, int]] = {}   # absolute path -> (device, inode) of the socket bound there
-
-
-class ControlUnavailable(XJobsError):
-    code = "X_DAEMON_UNAVAILABLE"
-
-
-def default_path() -> str:
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        return os.path.join(runtime, "xjobsd.sock")
-    return os.path.join(".xjobs", "xjobsd.sock")
-
-
-def client_path() -> str:
-    """Where a command looks for the daemon when told nothing: the control socket the daemon
-    running from this directory recorded (``./.xjobs/daemon.json``), else ``default_path()``."""
-    from .embedded import recorded_daemon
-    info = recorded_daemon()
-    if info is not None and isinstance(info.get("control"), str):
-        return info["control"]
-    return default_path()
 
 
 def bind(path: str) -> socket.socket:
@@ -287,38 +267,3 @@ def _answer(conn: socket.socket, answer: dict) -> None:
         conn.sendall(orjson.dumps(answer) + b"\n")
     except OSError:
         pass
-
-
-def request(path: str, command: str, timeout_s: float = 5.0, **fields: Any) -> dict:
-    """Ask the daemon at ``path``; ``ControlUnavailable`` when nothing answers there."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout_s)
-    try:
-        try:
-            sock.connect(path)
-        except FileNotFoundError:
-            raise ControlUnavailable(f"no xjobsd is running: no control socket at {path}") from None
-        except OSError as exc:
-            if exc.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK):
-                raise ControlUnavailable(f"no xjobsd is running: nothing answers at {path}") from None
-            raise ControlUnavailable(f"cannot reach xjobsd at {path}: {exc.strerror or exc}") from None
-        try:
-            sock.sendall(orjson.dumps({"command": command, **fields}) + b"\n")
-        except (BrokenPipeError, ConnectionResetError):
-            pass   # a refusal may answer and close before reading: its answer is still there
-        buffer = bytearray()
-        while b"\n" not in buffer:
-            try:
-                chunk = sock.recv(1 << 16)
-            except socket.timeout:
-                raise ControlUnavailable(f"xjobsd at {path} did not answer within {timeout_s:g}s") from None
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            buffer += chunk
-        if not buffer:
-            raise ControlUnavailable(f"xjobsd at {path} closed the connection without answering")
-        return orjson.loads(bytes(buffer).split(b"\n", 1)[0])
-    finally:
-        sock.close()

@@ -43,11 +43,6 @@ REPEAT_WINDOW_S = 1.0
 _EXTEND_EVERY_S = 5.0
 
 
-def _counter(tally: Tally, name: str) -> float:
-    """A counter the children report (``stats``), summed over every role and queue."""
-    return sum(v for k, v in tally.items("counter") if k[3] == name)
-
-
 class Drain:
     def __init__(self, processes: ProcessTable, tally: Tally, notifier: Notifier) -> None:
         self.processes = processes
@@ -83,8 +78,8 @@ class Drain:
         self.phase = "draining"
         self.reason = reason
         self.deadline = now + settings.drain_deadline_ms / 1000.0
-        self._interrupted_base = _counter(self.tally, "interrupted")
-        self._abandoned_base = _counter(self.tally, "abandoned")
+        self._interrupted_base = self.tally.sum("interrupted")
+        self._abandoned_base = self.tally.sum("abandoned")
         self._released = 0
         children = self.processes.live()
         log.info("draining (%s): %d child(ren), %d job(s) in flight, deadline %.1fs", reason,
@@ -118,8 +113,8 @@ class Drain:
 
     def finish(self, pending_releases: int) -> None:
         """The one line that ends a drain; ``pending_releases`` hand-backs did not finish."""
-        interrupted = int(_counter(self.tally, "interrupted") - self._interrupted_base)
-        by_worker = int(_counter(self.tally, "abandoned") - self._abandoned_base)
+        interrupted = int(self.tally.sum("interrupted") - self._interrupted_base)
+        by_worker = int(self.tally.sum("abandoned") - self._abandoned_base)
         by_supervisor = self._released
         log.info("drained: %d run(s) interrupted and back to ready, %d run(s) abandoned (%d handed back "
                  "by their worker at the deadline; %d handed back by the supervisor for children that "

@@ -22,9 +22,9 @@ Parent to child::
     close       deadline_at number, reason str (optional)
     ping        nothing
 
-Inside ``stats`` the values the supervisor reads directly (``claimed``, for recycling, and
-``in_flight``) must be numbers when present; everything else there goes through ``Tally`` or
-is a role's declared gauge, and both take numbers and skip the rest.
+Inside ``stats`` (the role's record, ``workers/telemetry.py``) ``claimed`` and ``in_flight`` must
+be numbers when present; the supervisor reads the rest back into the record class the role's
+policy names, which keeps a field's default for a value of another type.
 """
 
 from __future__ import annotations

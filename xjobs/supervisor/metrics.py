@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import http.server
 import math
-import socket
 import threading
 import time
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily)
@@ -37,7 +37,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ..drivers.base import COUNTED_STATES
 from ..errors import InvalidOption
-from ..workers.stats import STEP_COUNTS
+from ..options import parse_address
+from ..workers.telemetry import DURATION_BUCKETS, STEP_COUNTS, Histogram
 from .httpd import BoundedHTTPServer
 
 _ALIVE_WINDOW_S = 5.0
@@ -47,41 +48,61 @@ REQUEST_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 128
 
 
-def duration_bounds() -> tuple[float, ...]:
-    from ..workers.stats import DURATION_BUCKETS
-    return tuple(DURATION_BUCKETS)
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Every figure ``/metrics``, ``/healthz`` and ``/readyz`` serve, as the arbiter's loop last
+    published it (``report.snapshot``). Counters come from ``Tally``; queue figures from the
+    probe's last statistics round."""
+    alive_at: float = 0.0                  # time.monotonic() of the loop pass that built it
+    not_ready: str | None = "starting"     # why /readyz answers 503; None: ready
+    queues: Sequence[str] = ()             # the queues a group of this daemon serves
+    depth: Mapping[str, float] = field(default_factory=dict)                 # queue -> ready now
+    oldest_ready_seconds: Mapping[str, float] = field(default_factory=dict)
+    states: Mapping[str, Mapping[str, int]] = field(default_factory=dict)    # queue -> state -> jobs
+    unknown: Mapping[str, int] = field(default_factory=dict)                 # queue -> unknown names
+    paused: Collection[str] = ()
+    outbox: tuple[int, float] | None = None          # pending rows, age of the oldest (s)
+    jobs: Mapping[tuple[str, str, str], float] = field(default_factory=dict)  # (queue, job, outcome)
+    durations: Mapping[tuple[str, str], Histogram] = field(default_factory=dict)   # (queue, job)
+    steps: Mapping[tuple[str, str], float] = field(default_factory=dict)      # (queue, kind)
+    claim_failed: Mapping[str, float] = field(default_factory=dict)
+    lease_lost: Mapping[str, float] = field(default_factory=dict)
+    released: Mapping[str, float] = field(default_factory=dict)
+    in_flight: Mapping[str, float] = field(default_factory=dict)
+    restarts: Mapping[str, float] = field(default_factory=dict)               # role -> restarts
+    crash_loop: Mapping[tuple[str, str], int] = field(default_factory=dict)   # (role, queue) -> 0/1
+    children: Mapping[tuple[str, str], int] = field(default_factory=dict)     # (role, state) -> n
+    role_gauges: Mapping[str, tuple[str, float]] = field(default_factory=dict)   # family -> help, value
+    database_up: bool = False
 
 
 class SnapshotCollector:
     """Turns the arbiter's latest snapshot into metric families at scrape time."""
 
-    def __init__(self, snapshot: Callable[[], dict]) -> None:
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
         self._snapshot = snapshot
 
-    def describe(self) -> list:
+    def describe(self) -> list[Any]:
         return []   # families are built per scrape; nothing to pre-register
 
     def collect(self) -> Iterator[Any]:
-        snap = self._snapshot() or {}
-        queues = sorted(snap.get("queues", ()))
+        snap = self._snapshot()
+        queues = sorted(snap.queues)
 
         depth = GaugeMetricFamily("xjobs_queue_depth", "Jobs ready to run now, per queue.", labels=["queue"])
         oldest = GaugeMetricFamily("xjobs_queue_oldest_ready_seconds",
                                    "Age of the oldest job ready to run now, per queue.", labels=["queue"])
-        summary = snap.get("summary", {})
-        for q in sorted(set(queues) | set(summary)):
-            row = summary.get(q, {})
-            depth.add_metric([q], row.get("depth", 0))
-            oldest.add_metric([q], row.get("oldest_ready_seconds", 0.0))
+        for q in sorted(set(queues) | set(snap.depth) | set(snap.oldest_ready_seconds)):
+            depth.add_metric([q], snap.depth.get(q, 0))
+            oldest.add_metric([q], snap.oldest_ready_seconds.get(q, 0.0))
         yield depth
         yield oldest
 
         per_state = GaugeMetricFamily(
             "xjobs_queue_jobs", "Jobs per queue in the live states and dead; the finished bulk is "
             "counted by xjobsd jobs stats, not every scrape.", labels=["queue", "state"])
-        states = snap.get("states", {})
-        for q in sorted(set(queues) | set(states)):
-            counts = states.get(q, {})
+        for q in sorted(set(queues) | set(snap.states)):
+            counts = snap.states.get(q, {})
             for state in COUNTED_STATES:   # completed and cancelled are never counted: no 0 stands in
                 per_state.add_metric([q, state], counts.get(state, 0))
         yield per_state
@@ -89,81 +110,80 @@ class SnapshotCollector:
         # job_name, not job: Prometheus owns job (the scrape target) and would rename ours exported_job
         jobs = CounterMetricFamily("xjobs_jobs", "Job runs settled, per queue, job and outcome.",
                                    labels=["queue", "job_name", "outcome"])
-        for (q, job, outcome), n in sorted(snap.get("jobs", {}).items()):
+        for (q, job, outcome), n in sorted(snap.jobs.items()):
             jobs.add_metric([q, job, outcome], n)
         yield jobs
 
         histogram = HistogramMetricFamily("xjobs_job_duration_seconds", "Job run durations.",
                                           labels=["queue", "job_name"])
-        bounds = snap.get("bounds", ())
-        for (q, job), (buckets, total, count) in sorted(snap.get("durations", {}).items()):
-            pairs = [(_bound(b), buckets[i] if i < len(buckets) else 0) for i, b in enumerate(bounds)]
-            pairs.append(("+Inf", count))
-            histogram.add_metric([q, job], pairs, total)
+        for (q, job), hist in sorted(snap.durations.items(), key=lambda item: item[0]):
+            pairs = [(_bound(b), hist.buckets[i] if i < len(hist.buckets) else 0)
+                     for i, b in enumerate(DURATION_BUCKETS)]
+            pairs.append(("+Inf", hist.count))
+            histogram.add_metric([q, job], pairs, hist.sum)
         yield histogram
 
         steps = CounterMetricFamily(
             "xjobs_steps", "Durable steps, per queue and kind: run (a step.run body called), replayed "
             "(answered from its record), woke (a sleeper woke and went on), delivered (a waiting "
             "job got its event), timed_out (a wait's timeout passed first).", labels=["queue", "kind"])
-        recorded = snap.get("steps", {})
         for q in queues:
             for kind in STEP_COUNTS:
-                steps.add_metric([q, kind], recorded.get((q, kind), 0))
+                steps.add_metric([q, kind], snap.steps.get((q, kind), 0))
         yield steps
 
         yield _per_queue(CounterMetricFamily, "xjobs_claim_failures", "Claim rounds that failed (the "
                          "database refused or was away), per queue: the worker tries again at its poll.",
-                         queues, snap.get("claim_failed", {}))
+                         queues, snap.claim_failed)
         yield _per_queue(CounterMetricFamily, "xjobs_lease_lost", "Leases a worker lost, per queue.",
-                         queues, snap.get("lease_lost", {}))
+                         queues, snap.lease_lost)
         yield _per_queue(CounterMetricFamily, "xjobs_jobs_released", "Running jobs of a dead worker "
-                         "child handed back at once, per queue.", queues, snap.get("released", {}))
+                         "child handed back at once, per queue.", queues, snap.released)
         yield _per_queue(GaugeMetricFamily, "xjobs_in_flight", "Jobs running now, per queue.",
-                         queues, snap.get("in_flight", {}))
+                         queues, snap.in_flight)
         yield _per_queue(GaugeMetricFamily, "xjobs_queue_paused", "1 while the queue is paused "
                          "fleet-wide (xjobsd queues pause), as of the last statistics round.",
-                         queues, {q: 1 for q in snap.get("paused", ())})
-        outbox = snap.get("outbox")
-        if outbox is not None:   # read from the database, true whether or not a relay runs here
+                         queues, {q: 1 for q in snap.paused})
+        if snap.outbox is not None:   # read from the database, true whether or not a relay runs here
+            pending, oldest_seconds = snap.outbox
             yield GaugeMetricFamily("xjobs_outbox_pending", "Outbox rows staged and not yet "
-                                    "published, fleet-wide.", value=outbox["pending"])
+                                    "published, fleet-wide.", value=pending)
             yield GaugeMetricFamily("xjobs_outbox_oldest_seconds", "Age of the oldest outbox row "
-                                    "not yet published.", value=outbox["oldest_seconds"])
+                                    "not yet published.", value=oldest_seconds)
         yield _per_queue(GaugeMetricFamily, "xjobs_queue_quarantined", "Ready jobs that were "
                          "running when a worker process crashed, waiting to run alone.",
-                         queues, {q: c.get("quarantined", 0) for q, c in snap.get("states", {}).items()})
+                         queues, {q: c.get("quarantined", 0) for q, c in snap.states.items()})
 
         yield _per_queue(GaugeMetricFamily, "xjobs_queue_unknown_jobs", "Ready jobs of a name no "
                          "worker of this daemon's code has a body for: no claim takes them (a "
-                         "rolling deploy, or a job removed from the code).", queues,
-                         snap.get("unknown", {}))
+                         "rolling deploy, or a job removed from the code).", queues, snap.unknown)
 
         restarts = CounterMetricFamily("xjobs_child_restarts", "Child processes started again after "
                                        "an unexpected exit, per role.", labels=["role"])
-        for role, n in sorted(snap.get("restarts", {}).items()):
+        for role, n in sorted(snap.restarts.items()):
             restarts.add_metric([role], n)
         yield restarts
 
         crash = GaugeMetricFamily("xjobs_child_crash_loop", "1 while a child slot is in a crash loop.",
                                   labels=["role", "queue"])
-        for (role, q), flag in sorted(snap.get("crash_loop", {}).items()):
+        for (role, q), flag in sorted(snap.crash_loop.items()):
             crash.add_metric([role, q], flag)
         yield crash
 
         children = GaugeMetricFamily("xjobs_children", "Child processes per role and state.",
                                      labels=["role", "state"])
-        for (role, state), n in sorted(snap.get("children", {}).items()):
+        for (role, state), n in sorted(snap.children.items()):
             children.add_metric([role, state], n)
         yield children
 
-        for name, (help_text, value) in sorted(snap.get("role_gauges", {}).items()):
+        for name, (help_text, value) in sorted(snap.role_gauges.items()):
             yield GaugeMetricFamily(name, help_text, value=value)
         yield GaugeMetricFamily("xjobs_database_up", "1 while the supervisor's last statistics "
-                                "round reached the database.", value=1 if snap.get("database_up") else 0)
+                                "round reached the database.", value=1 if snap.database_up else 0)
 
 
-def _per_queue(family: type, name: str, help_text: str, queues: Any, counts: dict) -> Any:
+def _per_queue(family: type, name: str, help_text: str, queues: Sequence[str],
+               counts: Mapping[str, float]) -> Any:
     """One sample per queue, every configured queue present (0 until it has a value)."""
     metric = family(name, help_text, labels=["queue"])
     for q in sorted(set(queues) | set(counts)):
@@ -185,11 +205,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path == "/metrics":
             self._reply(200, generate_latest(owner.registry), CONTENT_TYPE_LATEST)
         elif path == "/healthz":
-            alive = time.monotonic() - owner.snapshot().get("alive_at", 0.0) < _ALIVE_WINDOW_S
+            alive = time.monotonic() - owner.snapshot().alive_at < _ALIVE_WINDOW_S
             self._reply(200 if alive else 503, b"ok\n" if alive else b"supervisor loop stalled\n")
         elif path == "/readyz":
-            snap = owner.snapshot()
-            reason = snap.get("not_ready", "starting")
+            reason = owner.snapshot().not_ready
             if reason is None:
                 self._reply(200, b"ready\n")
             else:
@@ -227,7 +246,7 @@ class MetricsEndpoint:
             raise InvalidOption("metrics", f"request timeout must be in (0, 3600] s, got {request_timeout_s!r}")
         if not 1 <= max_connections <= 10_000:
             raise InvalidOption("metrics", f"max connections must be 1..10000, got {max_connections!r}")
-        self._snapshot: dict = {}
+        self._snapshot = MetricsSnapshot()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(self.snapshot))
         try:
@@ -241,10 +260,10 @@ class MetricsEndpoint:
         self.address = f"{bound_host}:{bound_port}"
         self._thread: threading.Thread | None = None
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> MetricsSnapshot:
         return self._snapshot
 
-    def publish(self, snapshot: dict) -> None:
+    def publish(self, snapshot: MetricsSnapshot) -> None:
         self._snapshot = snapshot
 
     def open_connections(self) -> int:
@@ -266,18 +285,3 @@ class MetricsEndpoint:
     def close_in_child(self) -> None:
         """In a fresh child: drop the listener and every connection the fork copied."""
         self.server.close_in_child()
-
-
-def parse_address(address: str, option: str = "metrics") -> tuple[str, int]:
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not port_text.isdigit():
-        raise InvalidOption(option, f"expected HOST:PORT like 127.0.0.1:9464, got {address!r}")
-    port = int(port_text)
-    if not 0 <= port <= 65535:
-        raise InvalidOption(option, f"port must be 0..65535, got {port}")
-    host = host.strip("[]") or "127.0.0.1"
-    try:
-        socket.getaddrinfo(host, port)
-    except socket.gaierror as exc:
-        raise InvalidOption(option, f"cannot resolve {host!r}: {exc}") from None
-    return host, port

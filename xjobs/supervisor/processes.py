@@ -46,7 +46,7 @@ from .messages import child_message_problem
 from .probe import Probe
 from .slots import Child, RoleSpec, Slot, SpecKey, describe_exit
 from .spawn import Forker
-from .tally import Tally
+from .tally import Restarts, Tally
 
 if TYPE_CHECKING:
     from .arbiter import ArbiterOptions
@@ -253,10 +253,10 @@ class ProcessTable:
     def _on_message(self, child: Child, message: dict) -> None:
         child.last_seen = time.monotonic()
         kind = message["type"]
-        stats = message.get("stats")
-        if isinstance(stats, dict) and stats:
-            child.stats = stats
-            self.tally.observe(child.identity, child.role, child.queue, child.slot.index, stats,
+        wire = message.get("stats")
+        if isinstance(wire, dict) and wire:
+            child.stats = child.policy.stats.from_wire(wire)
+            self.tally.observe(child.identity, child.role, child.queue, child.slot.index, child.stats,
                                gauges=child.policy.gauge_stats())
         if "in_flight" in message:
             child.in_flight = int(message["in_flight"])
@@ -331,7 +331,7 @@ class ProcessTable:
                           "policy is 'never') until the next reload", child.title, how, uptime)
             return
         delay = slot.restart_after(child, how, now, self.options.backoff)
-        self.tally.add(("restarts", child.role))
+        self.tally.add(Restarts(child.role))
         event(log, logging.WARNING, "child.restarted", "%s exited unexpectedly %s after %.1fs; "
               "restarting in %.2fs", child.title, slot.last_exit, uptime, delay, role=child.role,
               pid=child.pid, how=slot.last_exit, uptime_s=round(uptime, 3), restart_in_s=round(delay, 3))
@@ -378,8 +378,9 @@ class ProcessTable:
         slot.settle(child, now, opts.backoff)
         if not child.policy.recyclable or slot.want_replace or slot.child is not child:
             return
-        if opts.recycle_jobs is not None and child.stats.get("claimed", 0) >= opts.recycle_jobs:
-            slot.ask_replace(f"recycled after {child.stats.get('claimed')} jobs")
+        claimed = child.stats.job_counts().claimed
+        if opts.recycle_jobs is not None and claimed >= opts.recycle_jobs:
+            slot.ask_replace(f"recycled after {claimed} jobs")
         elif opts.recycle_rss_bytes is not None and now - child.rss_checked >= _RSS_EVERY_S:
             child.rss_checked = now
             rss = report.rss_bytes(child.proc.pid)

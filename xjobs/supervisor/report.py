@@ -13,7 +13,11 @@ policies declare.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..workers.telemetry import Histogram
+from .metrics import MetricsSnapshot
+from .tally import Duration, QueueCount, Restarts, Settled, SlotCounter, Steps
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -43,7 +47,7 @@ def _child_row(arbiter: "Arbiter", child: "Child", now: float, state: str | None
         "identity": child.identity,
         "state": state or ("retiring" if child.retiring and child.state == "ready" else child.state),
         "in_flight": child.in_flight,
-        "completed": int(arbiter.tally.get(("slot", role, queue or "", index, "completed"))),
+        "completed": _completed(arbiter, role, queue, index),
         "restarts": slot.restarts,
         "uptime": round(now - child.started_at, 3),
         "heartbeat_age": round(now - child.last_seen, 3),
@@ -51,12 +55,15 @@ def _child_row(arbiter: "Arbiter", child: "Child", now: float, state: str | None
         "last_exit": slot.last_exit,
         "retiring": child.retiring,
         "concurrency": slot.spec.concurrency if slot.spec.policy.per_queue else None,
-        "running": child.stats.get("running", []),
-        # the child's own counters in this life, whole numbers only: what its heartbeat says it
-        # did (a worker's claims and sweeps, the scheduler's leadership, the relay's publishes)
-        "stats": {k: v for k, v in child.stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
-        "limits": child.stats.get("limits"),
+        # from its last heartbeat's record: the runs worth naming, its figures in this life (a
+        # worker's claims and sweeps, the scheduler's leadership, the relay's publishes), its
+        # limits, and the line describing it
+        **child.stats.status(),
     }
+
+
+def _completed(arbiter: "Arbiter", role: str, queue: str | None, index: int) -> int:
+    return int(arbiter.tally.get(SlotCounter(role, queue or "", index, "completed")))
 
 
 def _empty_row(arbiter: "Arbiter", slot: "Slot", now: float) -> dict:
@@ -65,7 +72,7 @@ def _empty_row(arbiter: "Arbiter", slot: "Slot", now: float) -> dict:
         "role": role, "queue": queue, "index": index, "pid": None, "identity": None,
         "state": "crash-loop" if slot.crash_loop else "backoff" if slot.restarts else "pending",
         "in_flight": 0,
-        "completed": int(arbiter.tally.get(("slot", role, queue or "", index, "completed"))),
+        "completed": _completed(arbiter, role, queue, index),
         "restarts": slot.restarts, "uptime": 0.0, "heartbeat_age": None,
         "crash_loop": slot.crash_loop, "last_exit": slot.last_exit, "retiring": None,
         "restart_in": round(max(0.0, slot.next_start - now), 3),
@@ -182,24 +189,20 @@ def status_line(arbiter: "Arbiter") -> str:
     return line
 
 
-def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
+def snapshot(arbiter: "Arbiter", now: float) -> MetricsSnapshot:
     """Everything ``/metrics``, ``/healthz`` and ``/readyz`` read, built on the loop thread."""
-    from .metrics import duration_bounds
     tally = arbiter.tally
     table = arbiter.processes
-    jobs = {(k[1], k[2], k[3]): v for k, v in tally.items("jobs")}
-    durations: dict[tuple[str, str], list] = {}
-    for (_, q, job, i), n in tally.items("duration"):
-        entry = durations.setdefault((q, job), [[], 0.0, 0])
-        buckets = entry[0]
-        while len(buckets) <= i:
-            buckets.append(0)
-        buckets[i] = n
-    for (_, q, job), total in tally.items("duration_sum"):
-        durations.setdefault((q, job), [[], 0.0, 0])[1] = total
-    for (_, q, job), count in tally.items("duration_count"):
-        durations.setdefault((q, job), [[], 0.0, 0])[2] = count
-    in_flight: dict[str, int] = {}
+    durations: dict[tuple[str, str], Histogram] = {}
+    for part, n in tally.items(Duration):
+        hist = durations.setdefault((part.queue, part.job), Histogram())
+        if part.part == "sum":
+            hist.sum = n
+        elif part.part == "count":
+            hist.count = n
+        elif part.part < len(hist.buckets):
+            hist.buckets[part.part] = n
+    in_flight: dict[str, float] = {}
     children_by_state: dict[tuple[str, str], int] = {}
     role_gauges: dict[str, tuple[str, float]] = {}   # family -> (help, largest value reported)
     for child in table.live():
@@ -209,40 +212,41 @@ def snapshot(arbiter: "Arbiter", now: float) -> dict[str, Any]:
         key = (child.role, child.state)
         children_by_state[key] = children_by_state.get(key, 0) + 1
         for gauge in policy.gauges:
-            value = child.stats.get(gauge.stat)
-            if isinstance(value, (int, float)):   # bool too; a child that has not said yet adds nothing
+            value = getattr(child.stats, gauge.stat, None)   # a field of the role's record
+            if isinstance(value, (int, float)):   # a flag too; a child that has not said yet adds nothing
                 known = role_gauges.get(gauge.family)
                 role_gauges[gauge.family] = (gauge.help, max(float(value), known[1]) if known else float(value))
     # every role this daemon runs has a restart count, 0 until it restarts
     restarts: dict[str, float] = {spec.role: 0 for spec in table.specs.values()}
-    restarts.update({k[1]: v for k, v in tally.items("restarts")})
+    restarts.update({key.role: n for key, n in tally.items(Restarts)})
+    per_queue: dict[str, dict[str, float]] = {"claim_failed": {}, "lease_lost": {}, "released": {}}
+    for count, n in tally.items(QueueCount):
+        per_queue[count.name][count.queue] = n
     summary = arbiter.summary
-    return {
-        "alive_at": now,
-        "not_ready": not_ready(arbiter),
-        "queues": served_queues(arbiter),
-        "summary": summary.queues if summary is not None else {},
-        "states": summary.states if summary is not None else {},
-        "unknown": summary.unknown if summary is not None else {},
-        "paused": sorted(summary.paused) if summary is not None else [],
-        "outbox": ({"pending": summary.outbox_pending, "oldest_seconds": summary.outbox_oldest_seconds}
-                   if summary is not None else None),
-        "jobs": jobs,
-        "bounds": duration_bounds(),
-        "durations": {k: (v[0], v[1], v[2]) for k, v in durations.items()},
-        "lease_lost": {k[1]: v for k, v in tally.items("lease_lost")},
-        "claim_failed": {k[2]: v for k, v in tally.items("counter")
-                         if k[1] == "worker" and k[3] == "claim_failed"},
-        "steps": {(k[2], k[3][len("steps_"):]): v for k, v in tally.items("counter")
-                  if k[1] == "worker" and k[3].startswith("steps_")},
-        "released": {k[1]: v for k, v in tally.items("released")},
-        "in_flight": in_flight,
-        "restarts": restarts,
-        "crash_loop": {(s.spec.role, s.spec.queue or ""): int(s.crash_loop) for s in table.slots},
-        "children": children_by_state,
-        "role_gauges": role_gauges,
-        "database_up": bool(arbiter.database_up),
-    }
+    figures = summary.queues if summary is not None else {}
+    return MetricsSnapshot(
+        alive_at=now,
+        not_ready=not_ready(arbiter),
+        queues=served_queues(arbiter),
+        depth={q: row.get("depth", 0) for q, row in figures.items()},
+        oldest_ready_seconds={q: row.get("oldest_ready_seconds", 0.0) for q, row in figures.items()},
+        states=summary.states if summary is not None else {},
+        unknown=summary.unknown if summary is not None else {},
+        paused=sorted(summary.paused) if summary is not None else [],
+        outbox=(summary.outbox_pending, summary.outbox_oldest_seconds) if summary is not None else None,
+        jobs={(key.queue, key.job, key.outcome): n for key, n in tally.items(Settled)},
+        durations=durations,
+        steps={(key.queue, key.kind): n for key, n in tally.items(Steps)},
+        claim_failed=per_queue["claim_failed"],
+        lease_lost=per_queue["lease_lost"],
+        released=per_queue["released"],
+        in_flight=in_flight,
+        restarts=restarts,
+        crash_loop={(s.spec.role, s.spec.queue or ""): int(s.crash_loop) for s in table.slots},
+        children=children_by_state,
+        role_gauges=role_gauges,
+        database_up=bool(arbiter.database_up),
+    )
 
 
 PUBLISH_EVERY_S = 0.25

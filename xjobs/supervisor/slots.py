@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from ..errors import InvalidOption
 from ..workers.role import Role, RoleGauge, RolePolicy, check_role_name, new_identity
+from ..workers.telemetry import RoleStats
 from .backoff import Backoff
 from .framing import Channel
 
@@ -78,7 +79,7 @@ class Child:
     last_seen: float = 0.0
     ready_at: float | None = None
     pinged_at: float = 0.0
-    stats: dict = field(default_factory=dict)
+    stats: RoleStats = field(default_factory=RoleStats)   # its last heartbeat's record
     in_flight: int = 0
     retiring: str | None = None       # why it was asked to go (its exit is then expected)
     interrupted: bool = False         # whether that request also stopped its running jobs

@@ -30,10 +30,10 @@ from werkzeug.utils import redirect
 from werkzeug.wrappers import Request, Response
 
 from .. import admin
-from ..cli.common import age
 from ..drivers.base import LIVE_STATES, STATES, JobDriver, ListFilter
 from ..drivers.refusals import is_bigint
 from ..errors import JobNotFound, XJobsError
+from ..formatting import age
 from . import pages
 from .auth import SESSION_COOKIE, SESSION_SECONDS, Guard
 from .charts import throughput_chart

@@ -1,24 +1,35 @@
 """What the supervisor does for the dashboard before it forks: check the ``ui`` extra is
 installed, bind the listening socket (a port in use is refused at start, exit 2), and declare
-the ``ui`` role that serves it. Nothing web-related is imported here: the supervisor stays
-small, and the child imports the server after the fork (``serve.py``)."""
+the ``ui`` role that serves it: its name, policy, stats record and build. Nothing web-related
+is imported here: the supervisor stays small, and the child imports the server after the fork
+(``serve.py``)."""
 
 from __future__ import annotations
 
 import importlib.util
 import socket
+from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import InvalidOption
-from typing import TYPE_CHECKING
-
+from ..options import parse_address
 from ..workers.role import Role, RoleContext, RolePolicy
+from ..workers.telemetry import RoleStats
 
-if TYPE_CHECKING:
-    from ..supervisor.roles import RoleKind
+
+@dataclass
+class DashboardStats(RoleStats):
+    requests: int = 0   # requests answered
+    failed: int = 0     # of them, answered with a server error (5xx)
+
+    def describe(self) -> str:
+        return f"{self.requests} request(s) answered, {self.failed} with a server error"
+
 
 ROLE = "ui"
 # a request in flight ends by itself within the server's timeout; nothing is leased
-POLICY = RolePolicy(drain="finish")
+POLICY = RolePolicy(drain="finish", stats=DashboardStats)
+RUNS_APP = False   # it reads the tables, runs no body: a reload bringing new code leaves it be
 NEEDS = ("werkzeug", "jinja2", "waitress")
 
 
@@ -31,7 +42,6 @@ def check_installed() -> None:
 
 def bind(address: str) -> socket.socket:
     """The dashboard's listening socket; ``InvalidOption("ui")`` when it cannot be had."""
-    from ..supervisor.metrics import parse_address
     host, port = parse_address(address, option="ui")
     try:
         return socket.create_server((host, port), backlog=128,
@@ -50,11 +60,10 @@ def announce(sock: socket.socket, actions: bool) -> str:
     return f"http://{address_of(sock)}/ ({'actions for who signs in' if actions else 'read-only'})"
 
 
-def role_kind(sock: socket.socket, control: str | None) -> "RoleKind":
-    """The ``ui`` role's line for ``role_specs``: a singleton serving ``sock``."""
-    from ..supervisor.roles import RoleKind
-
+def builder(sock: socket.socket, control: str | None) -> Callable[[RoleContext], Role]:
+    """The ``ui`` role's build, serving ``sock``: what its line in the daemon's roles runs in
+    the child."""
     def build(context: RoleContext) -> Role:
         from .serve import DashboardRole
         return DashboardRole.build_on(context, sock, control)
-    return RoleKind(ROLE, POLICY, build, runs_app=False)   # it reads the tables, runs no body
+    return build

@@ -18,6 +18,7 @@ import orjson
 
 from .. import admin
 from ..drivers.base import JobDriver, JobView, ListFilter, RatePoint
+from ..workers.outbox_relay import relay_row
 from ..workers.rates import RATED as ENDED
 
 PAGE_SIZE = 50
@@ -76,7 +77,7 @@ def daemon_status(control: str | None) -> dict[str, Any] | None:
     served by one; None when it is not, or it does not answer."""
     if not control:
         return None
-    from ..supervisor.control import ControlUnavailable, request
+    from ..control_client import ControlUnavailable, request
     try:
         answer = request(control, "status", timeout_s=2.0)
     except (ControlUnavailable, OSError):
@@ -130,6 +131,6 @@ def schedules(driver: JobDriver, tasks: Iterable[Any], control: str | None) -> d
     relay = None
     daemon = daemon_status(control)
     if daemon is not None:
-        relay = next((c for c in daemon.get("children", ()) if c.get("role") == "outbox-relay"), None)
+        relay = relay_row(daemon.get("children", ()))
     return {**found, "outbox": summary, "relay": relay, "daemon": daemon is not None}
 

@@ -25,7 +25,7 @@ from ..registry import Registry
 from ..workers.role import RoleBase, RoleContext
 from .app import Dashboard
 from .auth import Guard
-from .listen import POLICY, ROLE, address_of
+from .listen import POLICY, ROLE, DashboardStats, address_of
 
 log = logging.getLogger("xjobs.ui")
 THREADS = 4
@@ -91,8 +91,8 @@ class DashboardRole(RoleBase):
     def wakeup_fds(self) -> Sequence[int]:
         return ()
 
-    def stats(self) -> dict:
-        return dict(self.app.counts)
+    def stats(self) -> DashboardStats:
+        return DashboardStats(**self.app.counts)
 
     def run_once(self, now_ms: float) -> float:
         if self._thread is not None and not self._thread.is_alive() and not self.closed:

@@ -30,9 +30,10 @@ from typing import Any, Mapping
 
 from ..context import SLOT_LOST
 from ..drivers.base import ClaimedJob, TenantRoom
+from ..limits import Limits
 from ..logs import event, run_fields
 from .execute import Run
-from .limiter import Decision, Limiter, Limits
+from .limiter import Decision, Limiter
 
 log = logging.getLogger("xjobs.worker")
 

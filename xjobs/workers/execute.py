@@ -40,7 +40,7 @@ from ..errors import JobTimeout, StepSuspension
 from ..retry import ErrorTypes, Retry, RetryVerdict, decide
 from ..tracing import mark_parked, run_span
 from .failures import describe, full_traceback
-from .steps import StepOptions
+from ..steps import StepOptions
 
 log = logging.getLogger("xjobs.worker")
 

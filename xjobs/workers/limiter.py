@@ -16,7 +16,8 @@ the worker: back to ready in its place in line, no attempt burned, no ``last_err
 ``outcome="shed"``; the next claim skips its tenant until it has room, so a shed does not
 spin, and it stays in the queue's depth and oldest-ready age meanwhile.
 
-Per-tenant state stays bounded: a tenant whose counters fall to zero is forgotten, spent rate
+The ceilings themselves are a setting (``xjobs/limits.py``); this module is the gate that
+applies them. Per-tenant state stays bounded: a tenant whose counters fall to zero is forgotten, spent rate
 windows are swept once per window, and at most ``max_tenants`` tenants are tracked for the
 rate window; past that the LEAST throttled is evicted first (the one with the fewest refusals:
 losing its window costs the least fairness). ``snapshot()`` shows the configured ceilings and
@@ -27,50 +28,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
 
 from ..drivers.records import TenantRoom
-from ..errors import InvalidOption
-from ..options import duration_ms, finite_count
-
-_COUNT_MAX = 1_000_000
-
-
-@dataclass(frozen=True)
-class Limits:
-    global_: int | None = None
-    queue: int | None = None
-    tenant: int | None = None
-    tenant_rate: int | None = None
-    tenant_rate_window_ms: float = 1_000.0
-    max_tenants: int = 10_000
-
-    def __post_init__(self) -> None:
-        for name, option in (("global_", "limits.global"), ("queue", "limits.queue"),
-                             ("tenant", "limits.tenant"), ("tenant_rate", "limits.tenant_rate")):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, finite_count(value, option, minimum=0, maximum=_COUNT_MAX))
-        object.__setattr__(self, "tenant_rate_window_ms", duration_ms(
-            self.tenant_rate_window_ms, "limits.tenant_rate_window", exclusive_minimum=True))
-        object.__setattr__(self, "max_tenants", finite_count(self.max_tenants, "limits.max_tenants",
-                                                             minimum=1, maximum=_COUNT_MAX))
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "Limits":
-        """From ``[xjobs.limits]`` / flags: ``global``, ``queue``, ``tenant``, ``tenant_rate``,
-        ``tenant_rate_window`` (a duration), ``max_tenants``."""
-        known = {"global": "global_", "queue": "queue", "tenant": "tenant", "tenant_rate": "tenant_rate",
-                 "tenant_rate_window": "tenant_rate_window_ms", "max_tenants": "max_tenants"}
-        unknown = set(values) - set(known)
-        if unknown:
-            raise InvalidOption("limits", f"unknown limit(s): {', '.join(sorted(unknown))}; "
-                                          f"known: {', '.join(known)}")
-        return cls(**{known[k]: v for k, v in values.items()})
-
-    @property
-    def unlimited(self) -> bool:
-        return self.global_ is None and self.queue is None and self.tenant is None and self.tenant_rate is None
+from ..limits import Limits
 
 
 @dataclass(frozen=True, slots=True)

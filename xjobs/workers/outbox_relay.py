@@ -19,7 +19,8 @@ or not at all: never twice, never lost. Every knob is checked once, here, at con
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..clock import monotonic_ms
 from ..config import Settings
@@ -27,6 +28,7 @@ from ..drivers.base import JobDriver
 from ..logs import event
 from ..options import duration_ms, finite_count
 from .role import RoleBase, RoleContext, RolePolicy
+from .telemetry import RoleStats
 
 log = logging.getLogger("xjobs.outbox")
 
@@ -35,9 +37,24 @@ _FAILURE_BACKOFF_MS = 1_000.0
 _PASS_BUDGET_MS = 1_000.0   # a pass yields to the host loop this often while a backlog lasts
 
 
+@dataclass
+class RelayStats(RoleStats):
+    published: int = 0        # rows published, each now a job
+    batches: int = 0
+    claim_failed: int = 0
+    publish_failed: int = 0   # batches whose publish failed (released again)
+    released: int = 0         # rows those failures gave back
+    fenced: int = 0           # batches another relay had claimed meanwhile
+
+    def describe(self) -> str:
+        return (f"{self.published} published in {self.batches} batch(es), "
+                f"{self.publish_failed + self.claim_failed} failure(s)")
+
+
 class OutboxRelay(RoleBase):
     role = "outbox-relay"
-    policy = RolePolicy(drain="finish")   # a pass is short and leaves nothing held: let it end
+    # a pass is short and leaves nothing held: let it end
+    policy = RolePolicy(drain="finish", stats=RelayStats)
 
     def __init__(self, *, driver: JobDriver, identity: str, settings: Settings | None = None,
                  batch: object = DEFAULT_BATCH, poll: object = None,
@@ -77,8 +94,8 @@ class OutboxRelay(RoleBase):
     def in_flight(self) -> int:
         return 0          # a pass claims and publishes before it returns: nothing is held after it
 
-    def stats(self) -> dict:
-        return dict(self.totals)
+    def stats(self) -> RelayStats:
+        return RelayStats(**self.totals)
 
     def stop_accepting(self, reason: str = "drain", interrupt: bool = True,
                        deadline_ms: float | None = None) -> None:
@@ -150,3 +167,8 @@ class OutboxRelay(RoleBase):
         except Exception as exc:   # the claim's lease hands the rows back in the end
             event(log, logging.WARNING, "relay.release.failed", "outbox relay %s: releasing a batch failed "
                   "(its lease frees it): %s", self.identity, exc, error=str(exc), relay=self.identity)
+
+
+def relay_row(children: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The relay among the children ``xjobsd status`` lists, if the daemon runs one."""
+    return next((child for child in children if child.get("role") == OutboxRelay.role), None)

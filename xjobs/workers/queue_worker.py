@@ -70,7 +70,7 @@ _REPORTED_RUNS = 20
 class QueueWorker(RoleBase):
     role = "worker"
     policy = RolePolicy(per_queue=True, scalable=True, recyclable=True, hands_back_jobs=True,
-                        drain="interrupt")
+                        drain="interrupt", stats=WorkerStats)
 
     @classmethod
     def build(cls, context: RoleContext) -> "QueueWorker":
@@ -197,11 +197,12 @@ class QueueWorker(RoleBase):
         """What a drain waits for: bodies running, and settlements still to land."""
         return self.runs.in_flight() + len(self.runs.settling())
 
-    def stats(self) -> dict[str, Any]:
-        stats = {**self.stats_.snapshot(self.in_flight()), "running": self.runs.reported(self.clock(), self.quarantine.holds, _REPORTED_RUNS)}
+    def stats(self) -> WorkerStats:
+        limits = None
         if self.admission is not None and (not self.settings.limits.unlimited or self._caps):
-            stats["limits"] = self.admission.snapshot()
-        return stats
+            limits = self.admission.snapshot()
+        return self.stats_.snapshot(self.in_flight(), self.runs.reported(self.clock(), self.quarantine.holds, _REPORTED_RUNS),
+                                   limits)
 
     def stop_accepting(self, reason: str = "drain", interrupt: bool = True,
                        deadline_ms: float | None = None) -> None:

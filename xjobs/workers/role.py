@@ -19,15 +19,17 @@ it through the same phases (``host.Lifecycle``)::
 * ``close(deadline_monotonic_ms)`` is the close phase: settle what finished, abandon what did
   not by the deadline (its lease lapses and it is delivered again), release, close pools.
   It always returns, and is safe to call twice or before ``initialize()``.
-* ``stats()`` is a JSON-able dict published over the pipe in every heartbeat (see
-  ``workers/stats.py`` for a worker's shape); counters only grow within one process, and a
-  stat that is a level rather than a count is declared as a ``RoleGauge``.
+* ``stats()`` is the role's record (``telemetry.RoleStats``; a worker's is
+  ``stats.WorkerStats``), published over the pipe in every heartbeat; counters only grow
+  within one process, and a stat that is a level rather than a count is declared as a
+  ``RoleGauge``.
 
 What the supervisor does AROUND a role is data, never a test of its name: each role declares a
 ``RolePolicy`` (one group per queue or a singleton, whether it is scaled or recycled, whether a
 dead child's jobs are handed back, restart, what a drain means, its gauges). A new role is one
 module under ``workers/`` holding a ``RoleBase`` subclass with its ``role`` name, its
-``policy`` and its ``build``, plus one line in ``supervisor/roles.py`` where roles are listed.
+``policy`` and its ``build`` (and, when it reports figures of its own, a ``RoleStats`` record
+its policy names), plus one line in ``supervisor/roles.py`` where roles are listed.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Protocol, Sequence
 
 from ..errors import InvalidOption
+from .telemetry import RoleStats
 
 if TYPE_CHECKING:
     from typing import Self
@@ -55,7 +58,7 @@ ROLE_NAME = re.compile(r"[a-z][a-z0-9-]{0,20}")
 
 @dataclass(frozen=True)
 class RoleGauge:
-    """A gauge a role exports from its children's heartbeat ``stats[stat]``, e.g. the
+    """A gauge a role exports from the field ``stat`` of its children's stats record, e.g. the
     scheduler's ``RoleGauge("xjobs_scheduler_leader", "leader", "1 while ... leads.")``. It is
     served only while a live child of the role has reported it, as the largest value reported,
     so a daemon that does not run the role never exports it. The stat is a level: it is never
@@ -76,7 +79,7 @@ class RolePolicy:
                      singleton, one process per daemon, no queue, no concurrency.
     scalable         ``xjobsd scale``, SIGTTIN and SIGTTOU change its process count (per queue).
     recyclable       replaced, without a gap, after ``--recycle-after-jobs`` claims (its
-                     ``stats["claimed"]``) or above ``--recycle-above-rss``.
+                     record's ``job_counts().claimed``) or above ``--recycle-above-rss``.
     hands_back_jobs  it runs jobs under leases in its identity's name: when one of its children
                      exits, the supervisor's probe hands its still-running jobs back once the
                      child's database sessions are gone, instead of waiting for the leases.
@@ -88,6 +91,8 @@ class RolePolicy:
                      by itself until the deadline. A reload's replacement drains as a drain
                      does; a recycle or a scale-down never interrupts.
     gauges           the ``RoleGauge``s it exports on ``/metrics``.
+    stats            the class of its ``stats()`` record, which the supervisor reads its
+                     heartbeats back into.
     """
     per_queue: bool = False
     scalable: bool = False
@@ -96,6 +101,7 @@ class RolePolicy:
     restart: RestartMode = "always"
     drain: DrainMode = "interrupt"
     gauges: tuple[RoleGauge, ...] = ()
+    stats: type[RoleStats] = RoleStats
 
     def __post_init__(self) -> None:
         if self.scalable and not self.per_queue:
@@ -106,6 +112,8 @@ class RolePolicy:
             raise InvalidOption("policy", f"drain must be 'interrupt' or 'finish', got {self.drain!r}")
         if not all(isinstance(g, RoleGauge) for g in self.gauges):
             raise InvalidOption("policy", "gauges must be RoleGauge declarations")
+        if not (isinstance(self.stats, type) and issubclass(self.stats, RoleStats)):
+            raise InvalidOption("policy", "stats must be a RoleStats class")
 
     @property
     def interrupts(self) -> bool:
@@ -129,7 +137,7 @@ class Role(Protocol):
     # deadline_ms: when the drain ends, on the clock of run_once's now_ms (None: unbounded)
     def in_flight(self) -> int: ...
     def close(self, deadline_monotonic_ms: float | None) -> None: ...
-    def stats(self) -> dict: ...
+    def stats(self) -> RoleStats: ...
 
 
 @dataclass(frozen=True)
@@ -159,8 +167,9 @@ class RoleBase:
             @classmethod
             def build(cls, context): return cls(context.identity, driver=context.connect(pool_size=1))
 
-    The defaults: nothing to open, no wake-up fd, nothing in flight, no stats; accept phase and
-    close only record that they happened (close is idempotent and safe before initialize).
+    The defaults: nothing to open, no wake-up fd, nothing in flight, no figures (a bare
+    ``RoleStats``); accept phase and close only record that they happened (close is
+    idempotent and safe before initialize).
     """
 
     role: str
@@ -200,8 +209,8 @@ class RoleBase:
         self.accepting = False
         self.closed = True
 
-    def stats(self) -> dict:
-        return {}
+    def stats(self) -> RoleStats:
+        return RoleStats(in_flight=self.in_flight())
 
 
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:24] or "host"

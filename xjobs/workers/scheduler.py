@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..clock import monotonic_ms
 from ..config import Settings
@@ -47,6 +47,7 @@ from ..scans import ScanCtx
 from .scanning import run_due_scans
 from .upkeep import Upkeep
 from .role import RoleBase, RoleContext, RoleGauge, RolePolicy
+from .telemetry import JobCounts, RoleStats, outcomes_from_wire
 
 log = logging.getLogger("xjobs.scheduler")
 
@@ -66,10 +67,45 @@ class RoundReport:
     tasks: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class SchedulerStats(RoleStats):
+    """What a scheduler reports: its rounds and their dispatches, its upkeep, and the scans'
+    outcomes (``jobs``, counted in ``xjobs_jobs_total`` like runs)."""
+
+    LEVELS = frozenset({"in_flight", "leader", "tasks"})
+
+    rounds: int = 0
+    dispatched: int = 0
+    deduped: int = 0
+    dropped: int = 0
+    rescued: int = 0
+    pruned: int = 0
+    elections_won: int = 0
+    sweeps: int = 0
+    woken: int = 0
+    leader: int = 0      # 1 while it leads the fleet (xjobs_scheduler_leader)
+    tasks: int = 0       # the cron tasks it dispatches
+    jobs: dict[str, dict[str, int]] = field(default_factory=dict)   # scan -> outcome -> runs
+
+    def job_counts(self) -> JobCounts:
+        return JobCounts(outcomes=self.jobs)
+
+    def describe(self) -> str:
+        return (f"{'LEADER' if self.leader else 'follower'}; {self.tasks} task(s), {self.dispatched} "
+                f"dispatched, {self.rounds} round(s), {self.rescued} rescued")
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> "SchedulerStats":
+        record = super().from_wire(data)
+        record.jobs = outcomes_from_wire(data.get("jobs"))
+        return record
+
+
 class Scheduler(RoleBase):
     role = "scheduler"
     policy = RolePolicy(gauges=(RoleGauge("xjobs_scheduler_leader", "leader",
-                                          "1 while this daemon's scheduler leads the fleet."),))
+                                          "1 while this daemon's scheduler leads the fleet."),),
+                        stats=SchedulerStats)
 
     def __init__(self, *, driver: JobDriver, registry: Registry, settings: Settings | None = None,
                  identity: str, holder: str | None = None, resolver: CronResolver = DEFAULT_RESOLVER,
@@ -124,11 +160,11 @@ class Scheduler(RoleBase):
     def in_flight(self) -> int:
         return 1 if self._in_round else 0
 
-    def stats(self) -> dict:
+    def stats(self) -> SchedulerStats:
         with self._scan_lock:
             jobs = {name: dict(outcomes) for name, outcomes in self._scan_counts.items()}
-        return {**self.totals, "leader": 1 if self.is_leader else 0, "tasks": len(self.tasks),
-                "in_flight": self.in_flight(), "jobs": jobs}
+        return SchedulerStats(**self.totals, leader=1 if self.is_leader else 0, tasks=len(self.tasks),
+                              in_flight=self.in_flight(), jobs=jobs)
 
     def _start_scans(self) -> None:
         """Run the due scans on a thread of their own (one batch at a time): a long scan must

@@ -1,43 +1,73 @@
-"""A worker's counters, in the shape published over the supervisor pipe.
+"""A worker's stats: the counters its collaborators bump as runs settle, and the record of
+them published in every heartbeat.
 
-Counters only grow within one process; the supervisor adds a restarted child's fresh
-counters to what its predecessors reported, so the published totals never go backwards.
+The worker keeps one live ``WorkerStats`` (``QueueWorker.stats_``). Its collaborators count
+into it from the loop and the executor's threads (``bump``, ``outcome``/``outcomes``,
+``steps``, each under its lock); ``snapshot`` copies it, with the levels the worker adds
+(what is in flight, the runs worth naming, its limits), into the record the heartbeat
+carries (``telemetry.RoleStats``). Counters only grow within one process; the supervisor adds
+a restarted child's fresh counters to what its predecessors reported, so the published
+totals never go backwards.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from bisect import bisect_left
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
-OUTCOMES = ("completed", "retried", "dead", "interrupted", "cancelled", "suspended", "shed")
-# what runs did with ctx.step, as worker counters "steps_<kind>" (xjobs_steps_total{kind})
-STEP_COUNTS = ("run", "replayed", "woke", "delivered", "timed_out")
-# seconds; the last bucket (+Inf) is implied by "count"
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                    300.0, 900.0)
+from .telemetry import OUTCOMES, STEP_COUNTS, Histogram, JobCounts, RoleStats, outcomes_from_wire
 
 
-class WorkerStats:
-    def __init__(self) -> None:
+@dataclass
+class WorkerStats(RoleStats):
+    claimed: int = 0
+    # the outcomes (OUTCOMES), each the sum of its column in ``jobs``
+    completed: int = 0
+    retried: int = 0
+    dead: int = 0
+    interrupted: int = 0
+    cancelled: int = 0
+    suspended: int = 0
+    shed: int = 0
+    lease_lost: int = 0
+    settle_failed: int = 0
+    timed_out: int = 0
+    # runs still going at the close deadline, handed back one lease later: a counter, not an
+    # outcome, since such a run has not settled and is delivered again
+    abandoned: int = 0
+    sweeps: int = 0
+    claim_failed: int = 0
+    # what runs did with ctx.step, one counter per STEP_COUNTS kind
+    steps_run: int = 0
+    steps_replayed: int = 0
+    steps_woke: int = 0
+    steps_delivered: int = 0
+    steps_timed_out: int = 0
+    jobs: dict[str, dict[str, int]] = field(default_factory=dict)   # job -> outcome -> runs
+    durations: dict[str, Histogram] = field(default_factory=dict)   # job -> its run durations
+    # the levels a snapshot adds: the runs ``xjobsd status`` names, the limiter's figures
+    running: list[dict[str, Any]] = field(default_factory=list)
+    limits: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        # "abandoned": runs still going at the close deadline, handed back one lease later. A
-        # counter, not an outcome: such a run has not settled, it is delivered again.
-        self.totals = {name: 0 for name in ("claimed", *OUTCOMES, "lease_lost", "settle_failed",
-                                            "timed_out", "abandoned", "sweeps", "claim_failed",
-                                            *(f"steps_{kind}" for kind in STEP_COUNTS))}
-        self.jobs: dict[str, dict[str, int]] = {}
-        self.durations: dict[str, list[float]] = {}   # name -> [bucket counts..., sum, count]
+
+    # -- counting (the live instance) -------------------------------------------------------------
 
     def bump(self, key: str, n: int = 1) -> None:
+        if key not in _COUNTERS:
+            raise KeyError(key)
         with self._lock:
-            self.totals[key] += n
+            setattr(self, key, getattr(self, key) + n)
 
-    def steps(self, counts: dict[str, int]) -> None:
+    def steps(self, counts: Mapping[str, int]) -> None:
         with self._lock:
             for kind, n in counts.items():
                 if n:
-                    self.totals[f"steps_{kind}"] += n
+                    name = f"steps_{kind}"
+                    setattr(self, name, getattr(self, name) + n)
 
     def outcome(self, job: str, outcome: str, seconds: float | None) -> None:
         self.outcomes([(job, outcome, seconds)])
@@ -49,7 +79,9 @@ class WorkerStats:
                 self._record(job, outcome, seconds)
 
     def _record(self, job: str, outcome: str, seconds: float | None) -> None:
-        self.totals[outcome] += 1
+        if outcome not in OUTCOMES:
+            raise KeyError(outcome)
+        setattr(self, outcome, getattr(self, outcome) + 1)
         per_job = self.jobs.get(job)
         if per_job is None:
             per_job = self.jobs[job] = {}
@@ -57,28 +89,54 @@ class WorkerStats:
         if seconds is not None:
             hist = self.durations.get(job)
             if hist is None:
-                hist = self.durations[job] = [0] * len(DURATION_BUCKETS) + [0.0, 0]
-            index = bisect_left(DURATION_BUCKETS, seconds)
-            if index < len(DURATION_BUCKETS):
-                hist[index] += 1
-            hist[-2] += seconds
-            hist[-1] += 1
+                hist = self.durations[job] = Histogram()
+            hist.observe(seconds)
 
     def job_outcomes(self) -> dict[str, dict[str, int]]:
         """Per job name, how many runs ended in each outcome so far (a copy)."""
         with self._lock:
             return {job: dict(counts) for job, counts in self.jobs.items()}
 
-    def snapshot(self, in_flight: int) -> dict[str, Any]:
+    def snapshot(self, in_flight: int, running: list[dict[str, Any]] | None = None,
+                 limits: dict[str, Any] | None = None) -> "WorkerStats":
+        """The record for a heartbeat: a copy of the counters, with the worker's levels."""
         with self._lock:
-            durations = {}
-            for job, hist in self.durations.items():
-                cumulative: list[float] = []
-                running: float = 0
-                for count in hist[:len(DURATION_BUCKETS)]:
-                    running += count
-                    cumulative.append(running)
-                durations[job] = {"buckets": cumulative, "sum": hist[-2], "count": hist[-1]}
-            return {"in_flight": in_flight, **self.totals,
-                    "jobs": {job: dict(c) for job, c in self.jobs.items()},
-                    "durations": durations}
+            return dataclasses.replace(
+                self, in_flight=in_flight, running=list(running or ()), limits=limits,
+                jobs={job: dict(counts) for job, counts in self.jobs.items()},
+                durations={job: hist.copy() for job, hist in self.durations.items()})
+
+    # -- the record ------------------------------------------------------------------------------
+
+    def job_counts(self) -> JobCounts:
+        return JobCounts(outcomes=self.jobs, durations=self.durations,
+                         steps={kind: getattr(self, f"steps_{kind}") for kind in STEP_COUNTS},
+                         claimed=self.claimed, claim_failed=self.claim_failed, lease_lost=self.lease_lost)
+
+    def describe(self) -> str:
+        return (f"{self.claimed} claimed, {self.completed} completed, {self.retried} retried, "
+                f"{self.dead} dead, {self.in_flight} in flight")
+
+    def status(self) -> dict[str, Any]:
+        return {**super().status(), "running": self.running, "limits": self.limits}
+
+    def to_wire(self) -> dict[str, Any]:
+        return {**super().to_wire(), "durations": {job: hist.to_wire() for job, hist in self.durations.items()}}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> "WorkerStats":
+        record = super().from_wire(data)
+        record.jobs = outcomes_from_wire(data.get("jobs"))
+        durations = data.get("durations")
+        if isinstance(durations, dict):
+            record.durations = {job: hist for job, value in durations.items()
+                                if (hist := Histogram.from_wire(value)) is not None}
+        running = data.get("running")
+        if isinstance(running, list):
+            record.running = [run for run in running if isinstance(run, dict)]
+        limits = data.get("limits")
+        record.limits = limits if isinstance(limits, dict) else None
+        return record
+
+
+_COUNTERS = frozenset(WorkerStats().counters())   # what ``bump`` may count

@@ -51,17 +51,17 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generator, Union
 
 import orjson
 
-from ..drivers.base import (Lease, StepLog, StepOutcome, StepRecord, StepResult, StepSleep, StepStore,
+from .drivers.base import (Lease, StepLog, StepOutcome, StepRecord, StepResult, StepSleep, StepStore,
                             StepWait)
-from ..drivers.jsonb import as_stored
-from ..drivers.refusals import check_event, check_step_name
-from ..errors import (InvalidOption, PayloadInvalid, PayloadTooLarge, StepDuplicate, StepResultInvalid,
+from .drivers.jsonb import as_stored
+from .drivers.refusals import check_event, check_step_name
+from .errors import (InvalidOption, PayloadInvalid, PayloadTooLarge, StepDuplicate, StepResultInvalid,
                       StepSuspension)
-from ..options import duration_ms
-from ..payload import encode_payload
+from .options import duration_ms
+from .payload import encode_payload
 
 if TYPE_CHECKING:
-    from ..context import Fence
+    from .context import Fence
 
 MAX_TRACE_NAMES = 200
 MAX_RESULT_BYTES = 16 * 1024 * 1024     # a step result is one jsonb value, read back every attempt
