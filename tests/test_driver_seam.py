@@ -13,7 +13,7 @@ import pytest
 
 from xjobs.drivers.base import ListFilter, Nack
 from xjobs.drivers.postgres import PostgresDriver
-from xjobs.errors import DuplicateJob, InvalidOption, JobNotFound, NotCancellable, NotRetryable
+from xjobs.errors import DatabaseUnavailable, DuplicateJob, InvalidOption, JobNotFound, NotCancellable, NotRetryable
 
 from .test_driver_parity import claim_one, enqueue
 
@@ -55,8 +55,9 @@ def test_lifecycle_arguments_are_refused_the_same_on_every_driver(driver, bad):
 
 def test_a_ping_of_an_unreachable_server_raises():
     driver = PostgresDriver("postgresql://postgres@127.0.0.1:1/postgres")
-    with pytest.raises(psycopg.OperationalError):
+    with pytest.raises(DatabaseUnavailable) as err:
         driver.ping(2)
+    assert err.value.code == "X_DATABASE_UNAVAILABLE" and isinstance(err.value.__cause__, psycopg.OperationalError)
 
 
 def test_ages_in_a_filter_may_be_durations_and_are_normalised(driver, clock):
@@ -84,7 +85,7 @@ def test_the_operator_refusals_say_the_same_on_every_driver(driver):
     assert str(missing.value) == "X_JOB_NOT_FOUND: no job with id 10000"
     dead_id = enqueue(driver, "d")
     dead = claim_one(driver)
-    driver.job_nack(Nack(dead.id, dead.token, "boom", dead=True, outcome="dead"))
+    driver.job_nack(Nack(dead.id, dead.token, "dead", error="boom"))
     enqueue(driver, "d")
     with pytest.raises(DuplicateJob) as held:
         driver.job_requeue(dead_id)
