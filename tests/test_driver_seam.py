@@ -105,7 +105,8 @@ def test_nacks_settle_in_one_batch_each_as_its_outcome_and_fenced_on_its_own_cla
         Nack(dead.id, dead.token, "dead", error="terminal"),
         Nack(interrupted.id, interrupted.token, "interrupted", error="drained"),
         Nack(shed.id, shed.token, "shed"),
-        Nack(stale.id, stale.token + 1, "retried", error="not mine")])
+        Nack(stale.id, stale.token + 1, "retried", error="not mine"),
+        Nack(shed.id, shed.token + 1, "dead", error="a displaced claim of the same job")])
     assert settled == {retried.id, dead.id, interrupted.id, shed.id}
     views = {i: driver.job_get(i) for i in ids}
     assert [(views[i].state, views[i].attempt) for i in ids] == \

@@ -11,8 +11,9 @@ A verb exists in three places, under its own name, so ``grep job_claim`` finds a
 * here, the Protocol that declares it (and what it means);
 * ``facade.CheckedDriver``, the one door of every driver: it refuses or normalises the
   verb's arguments once (``refusals.py``), then calls the driver's own implementation;
-* one implementation per driver, a method of the same name in ``pg_<noun>.py`` (its
-  statement, of that name or starting with it, in ``queries.sql``) and ``memory_<noun>.py``.
+* one implementation per driver, a method of the same name in ``pg_<noun>.py`` and in
+  ``memory_<noun>.py``; its statements are in ``queries.sql``, most under the verb's own name
+  (``job_claim_one``, ``job_nack_many``), the others named where the method runs them.
 
 Each noun is implemented by one object per driver, which subclasses the noun's Protocol, so
 the type checker holds both drivers to every signature::
@@ -154,7 +155,7 @@ class JobStore(JobTransactions, Protocol):
         ...
 
     def job_nack_many(self, nacks: Sequence[Nack]) -> set[int]:
-        """Settle every attempt as its ``Nack`` says, in one statement; a job appears at most
+        """Settle every attempt as its ``Nack`` says, in one statement; a claim appears at most
         once in a batch. A run handed back with no delay (``interrupted``) wakes its queue."""
         ...
 

@@ -198,9 +198,9 @@ class PgJobs(JobStore):
                         cross_tenant: bool = False) -> Iterator[psycopg.Connection]:
         """A connection in a transaction that, on a clean exit, also completes the job.
 
-        The completion is fenced like ``ack``: if the lease was lost the whole transaction
-        rolls back and ``LeaseLost`` is raised, so the body's writes land exactly once. The
-        run's tenant is set first (``job_tenant``), local to the transaction. The driver's
+        The completion (``job_complete_fenced``) is fenced like an ack: if the lease was lost
+        the whole transaction rolls back and ``LeaseLost`` is raised, so the body's writes land
+        exactly once. The run's tenant is set first (``job_tenant``), local to the transaction. The driver's
         own statements raise the seam's errors; the body's statements and the commit of its
         writes raise what psycopg raises, as the application's own code would see them.
         """

@@ -26,6 +26,7 @@ class PgSchedule(LeaderStore, ScheduleStore):
         self._jobs = jobs
 
     def clock_now_ms(self) -> float:
+        """``clock_now``: the database's now."""
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["clock_now"], self._db.now())
             return float(first_row(cur)[0])
@@ -55,6 +56,7 @@ class PgSchedule(LeaderStore, ScheduleStore):
             return [Watermark(*row) for row in cur.fetchall()]
 
     def schedule_dispatch(self, dispatch: Dispatch) -> list[Enqueued] | None:
+        """``leader_fence``, ``schedule_advance`` and ``job_enqueue`` in one transaction."""
         db = self._db
         try:
             with db.connection() as conn, conn.transaction():

@@ -123,14 +123,16 @@ def _storable(text: str | None) -> str | None:
 
 
 def check_nacks(nacks: Sequence[Nack]) -> list[Nack]:
-    """A batch of settlements, each checked; the ones a fence could match (``held``). A job
-    settles once per batch: a second nack of one job is refused, not left to chance."""
+    """A batch of settlements, each checked; the ones a fence could match (``held``). A claim
+    settles once per batch: a second nack on one lease is refused, not left to which row a
+    join picks. Two claims of one job (a stale run and the one that displaced it) may both
+    be in a batch; the fence lets only the job's current one land."""
     checked = [check_nack(nack) for nack in nacks]
-    seen: set[int] = set()
+    seen: set[tuple[int, int]] = set()
     for nack in checked:
-        if nack.job_id in seen:
-            raise InvalidOption("nack.job_id", f"job {nack.job_id} is settled twice in one batch")
-        seen.add(nack.job_id)
+        if (nack.job_id, nack.token) in seen:
+            raise InvalidOption("nack.job_id", f"job {nack.job_id} is settled twice on one claim in one batch")
+        seen.add((nack.job_id, nack.token))
     return [nack for nack in checked if held(Lease(nack.job_id, nack.token))]
 
 
