@@ -17,6 +17,7 @@ from xjobs import outbox
 from xjobs.drivers.base import ListFilter, StepWait
 from xjobs.drivers.records import ENQUEUE_CHUNK
 from xjobs.enqueue import enqueue_many
+from xjobs.errors import DriverError
 from xjobs.events import send_event
 
 from .test_driver_parity_steps import run
@@ -110,7 +111,8 @@ def test_a_failed_send_inside_a_begun_transaction_leaves_the_callers_work_usable
         conn.execute("create temporary table mine (n int)")
         conn.execute("insert into mine values (1)")
         bad = orjson.dumps({"v": 1})
-        with pytest.raises(psycopg.Error):
+        with pytest.raises(DriverError) as err:
             pg_driver.event_send(xjobs.drivers.base.NewEvent("e", "k", bad[:-1]), conn=conn)  # malformed JSON
+        assert isinstance(err.value.__cause__, psycopg.Error)
         assert conn.execute("select count(*) from mine").fetchone()[0] == 1
         conn.rollback()

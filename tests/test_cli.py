@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from xjobs.drivers.postgres import PostgresDriver
+from xjobs.drivers.base import Claim
 
 pytestmark = pytest.mark.postgres
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,8 +83,8 @@ def test_dead_letters_are_listed(xjobsd, pg_dsn, pg_schema):
     from xjobs.drivers.base import Nack, NewJob
     [e] = driver.job_enqueue([NewJob(name="greet", queue="mail", payload=b"{}", idempotency_key="k",
                                      max_attempts=1)])
-    [claimed] = driver.job_claim(["mail"], 1, 30_000, "w")
-    driver.job_nack(Nack(claimed.id, claimed.token, "ValueError: nope -- dead", dead=True, outcome="dead"))
+    [claimed] = driver.job_claim(Claim(["mail"], 1, 30_000, "w"))
+    driver.job_nack(Nack(claimed.id, claimed.token, "dead", error="ValueError: nope -- dead"))
     driver.close()
     [dead] = as_json(xjobsd("jobs", "dead", "--json"))
     assert (dead["id"], dead["state"], dead["last_error"]) == (e.id, "dead", "ValueError: nope -- dead")

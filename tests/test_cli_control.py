@@ -12,7 +12,7 @@ import orjson
 import psycopg
 import pytest
 
-from xjobs.drivers.base import NewJob
+from xjobs.drivers.base import Claim, NewJob
 from xjobs.drivers.postgres import PostgresDriver
 
 from .test_cli import ROOT, as_json, xjobsd  # noqa: F401 (fixture)
@@ -60,12 +60,12 @@ def test_queues_pause_resume_and_list(xjobsd, driver):
     driver.job_enqueue([NewJob(name="n", queue="mail", payload=b"{}", idempotency_key="k")])
     paused = xjobsd("queues", "pause", "mail").stdout
     assert paused.startswith("queue mail paused fleet-wide by cli:")
-    assert driver.job_claim(["mail"], 10, 30_000, "w") == []
+    assert driver.job_claim(Claim(["mail"], 10, 30_000, "w")) == []
     [row] = as_json(xjobsd("queues", "ls", "--json"))
     assert (row["name"], row["paused"], row["depth"]) == ("mail", True, 1)
     assert "paused by cli:" in xjobsd("queues", "ls").stdout
     xjobsd("queues", "resume", "mail")
-    assert [j.queue for j in driver.job_claim(["mail"], 10, 30_000, "w")] == ["mail"]
+    assert [j.queue for j in driver.job_claim(Claim(["mail"], 10, 30_000, "w"))] == ["mail"]
     xjobsd("queues", "pause", "bad\nname", expect=2)
 
 

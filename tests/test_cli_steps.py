@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from xjobs.drivers.base import Lease, NewJob, StepResult, StepSleep, StepWait
+from xjobs.drivers.base import Claim, Lease, NewJob, StepResult, StepSleep, StepWait
 from xjobs.drivers.postgres import PostgresDriver
 
 from .test_cli import as_json, xjobsd  # noqa: F401  (the fixture)
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.postgres
 
 def _claimed(driver: PostgresDriver, key: str):
     driver.job_enqueue([NewJob(name="flow", queue="q", payload=b"{}", idempotency_key=key)])
-    [job] = driver.job_claim(["q"], 1, 30_000, "w1")
+    [job] = driver.job_claim(Claim(["q"], 1, 30_000, "w1"))
     return job
 
 
@@ -83,8 +83,7 @@ def test_show_prints_a_failed_attempts_traceback_whole(xjobsd, pg_dsn, pg_schema
         f'  File "app.py", line {n}, in step_{n}\n    call_{n}()\n' for n in range(60)) + "ValueError: boom\n"
     try:
         job = _claimed(driver, "failing")
-        assert driver.job_nack(Nack(job.id, job.token, "ValueError: boom -- dead", dead=True, outcome="dead",
-                                    traceback=trace))
+        assert driver.job_nack(Nack(job.id, job.token, "dead", error="ValueError: boom -- dead", traceback=trace))
     finally:
         driver.close()
     text = xjobsd("jobs", "show", str(job.id)).stdout

@@ -18,11 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xjobs.clock import SYSTEM_CLOCK, ManualClock
-from xjobs.drivers.base import STATES, Enqueued, Lease, ListFilter, Nack, NewJob, TenantRoom
+from xjobs.drivers.base import (STATES, Batch, Claim, ClaimAlone, Enqueued, Lease, ListFilter, Nack, NewJob,
+                                TenantRoom, WorkerExit)
 from xjobs.drivers.jsonb import as_stored
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.drivers.postgres import PostgresDriver
-from xjobs.errors import (ClaimQueuesEmpty, DuplicateJob, InvalidOption, JobNotFound, LeaseLost,
+from xjobs.errors import (ClaimQueuesEmpty, DriverError, DuplicateJob, InvalidOption, JobNotFound, LeaseLost,
                           NotCancellable, NotRetryable)
 from xjobs.payload import encode_payload
 
@@ -45,7 +46,7 @@ def enqueue(driver, key: str = "k1", **kw) -> int:
 
 
 def claim(driver, queue: str = "default", limit: int = 10, worker: str = "w1", lease: float = LEASE):
-    return driver.job_claim([queue], limit, lease, worker)
+    return driver.job_claim(Claim([queue], limit, lease, worker))
 
 
 def claim_one(driver, queue: str = "default", **kw):
@@ -93,8 +94,9 @@ def test_a_chunked_batch_is_written_whole_or_not_at_all(pg_driver):
     # the database refuses one row of the second chunk: the first chunk is not kept
     batch = [new_job(f"k{n}") for n in range(6_000)]
     batch[5_500] = NewJob(name="send", queue="default", payload=b'"\\u0000"', idempotency_key="nul")
-    with pytest.raises(psycopg.errors.UntranslatableCharacter):
+    with pytest.raises(DriverError) as err:
         pg_driver.job_enqueue(batch)
+    assert isinstance(err.value.__cause__, psycopg.errors.UntranslatableCharacter)
     assert pg_driver.job_stats() == {}
 
 
@@ -133,7 +135,7 @@ def test_a_finished_job_frees_its_key(driver, finish):
     if finish == "ack":
         assert driver.job_ack(job.id, job.token)
     elif finish == "dead":
-        assert driver.job_nack(Nack(job.id, job.token, "boom", dead=True, outcome="dead"))
+        assert driver.job_nack(Nack(job.id, job.token, "dead", error="boom"))
     else:
         driver.job_cancel(job.id)
     [again] = driver.job_enqueue([new_job("k")])
@@ -144,7 +146,7 @@ def test_running_and_suspended_jobs_still_hold_their_key(driver):
     first = enqueue(driver, "k")
     job = claim_one(driver)
     assert driver.job_enqueue([new_job("k")]) == [Enqueued(first, True)]
-    assert driver.job_nack(Nack(job.id, job.token, None, delay_ms=5000, park=True, outcome="suspended"))
+    assert driver.job_nack(Nack(job.id, job.token, "suspended", delay_ms=5000))
     assert state(driver, first) == "suspended"
     assert driver.job_enqueue([new_job("k")]) == [Enqueued(first, True)]
 
@@ -212,7 +214,7 @@ def test_a_batch_claim_takes_the_first_in_order_and_answers_them_by_id(driver, c
 
 def test_claim_limit_zero_claims_nothing(driver):
     job_id = enqueue(driver, "k")
-    assert driver.job_claim(["default"], 0, LEASE, "w1") == []
+    assert driver.job_claim(Claim(["default"], 0, LEASE, "w1")) == []
     assert state(driver, job_id) == "ready"
 
 
@@ -221,7 +223,7 @@ def test_claim_reads_only_the_named_queues(driver):
     b = enqueue(driver, "b", queue="qb")
     enqueue(driver, "c", queue="qc")
     assert claim(driver, "nowhere") == []
-    jobs = driver.job_claim(["qb", "qa"], 10, LEASE, "w1")
+    jobs = driver.job_claim(Claim(["qb", "qa"], 10, LEASE, "w1"))
     assert [j.id for j in jobs] == [a, b]
     assert driver.job_stats()["qc"] == {"ready": 1}
 
@@ -241,7 +243,7 @@ def test_claim_starts_an_attempt_under_a_lease(driver, clock):
 @pytest.mark.parametrize("queues", [[], (), "default"])
 def test_claim_refuses_an_empty_queue_list(driver, queues):
     with pytest.raises(ClaimQueuesEmpty) as err:
-        driver.job_claim(queues, 1, LEASE, "w1")
+        driver.job_claim(Claim(queues, 1, LEASE, "w1"))
     assert err.value.code == "X_JOB_CLAIM_QUEUES_EMPTY"
 
 
@@ -249,7 +251,7 @@ def test_claim_refuses_an_empty_queue_list(driver, queues):
 def test_claim_refuses_a_bad_limit(driver, limit):
     enqueue(driver, "k")
     with pytest.raises(InvalidOption) as err:
-        driver.job_claim(["default"], limit, LEASE, "w1")
+        driver.job_claim(Claim(["default"], limit, LEASE, "w1"))
     assert err.value.code == "X_INVALID_OPTION"
     assert driver.job_stats() == {"default": {"ready": 1}}
 
@@ -258,13 +260,13 @@ def test_claim_refuses_a_bad_limit(driver, limit):
 def test_claim_refuses_a_bad_lease(driver, lease):
     enqueue(driver, "k")
     with pytest.raises(InvalidOption):
-        driver.job_claim(["default"], 1, lease, "w1")
+        driver.job_claim(Claim(["default"], 1, lease, "w1"))
     assert driver.job_stats() == {"default": {"ready": 1}}
 
 
 def test_claim_accepts_duration_text_and_whole_floats(driver, clock):
     enqueue(driver, "k")
-    [job] = driver.job_claim(["default"], 1.0, "2s", "w1")
+    [job] = driver.job_claim(Claim(["default"], 1.0, "2s", "w1"))
     assert at(driver.job_get(job.id).lease_expires_at) == clock.now_ms() + 2000
 
 
@@ -276,15 +278,15 @@ def test_claim_accepts_duration_text_and_whole_floats(driver, clock):
     lambda d: d.job_dead(limit=-3),
     lambda d: d.job_heartbeat(1, 12345, math.nan),
     lambda d: d.job_heartbeat(1, 12345, 0),
-    lambda d: d.job_nack(Nack(1, 12345, "x", delay_ms=math.nan)),
-    lambda d: d.job_nack(Nack(1, 12345, "x", delay_ms=math.inf)),
+    lambda d: d.job_nack(Nack(1, 12345, "retried", error="x", delay_ms=math.nan)),
+    lambda d: d.job_nack(Nack(1, 12345, "retried", error="x", delay_ms=math.inf)),
     lambda d: d.job_prune(math.nan, 0),
     lambda d: d.job_prune(-1, 0),
-    lambda d: d.job_claim_alone("default", LEASE, "w", math.nan),
+    lambda d: d.job_claim_alone(ClaimAlone("default", LEASE, "w", math.nan)),
     lambda d: d.job_list(ListFilter(since_ms=math.inf)),
     lambda d: d.job_list(ListFilter(state="lost")),
-    lambda d: d.job_requeue_batch(ListFilter(), 0, 10, -1, None),
-    lambda d: d.job_cancel_batch(ListFilter(), 1.5, 10, 10, "x"),
+    lambda d: d.job_requeue_batch(Batch(ListFilter(), 0, 10, -1), None),
+    lambda d: d.job_cancel_batch(Batch(ListFilter(), 1.5, 10, 10), "x"),
 ], ids=["list-nan", "list-negative", "rescue-fraction", "prune-inf", "dead-negative",
         "heartbeat-nan", "heartbeat-zero", "nack-nan", "nack-inf", "prune-nan", "prune-negative",
         "alone-wait-nan", "list-since-inf", "list-bad-state", "requeue-batch-negative",
@@ -306,7 +308,7 @@ def test_ack_completes_a_held_job_once(driver, clock):
     assert (view.state, at(view.finished_at), view.lease_expires_at) == ("completed", clock.now_ms(), None)
     assert driver.job_ack(job.id, job.token) is False
     assert driver.job_heartbeat(job.id, job.token, LEASE) is False
-    assert driver.job_nack(Nack(job.id, job.token, "late")) is False
+    assert driver.job_nack(Nack(job.id, job.token, "retried", error="late")) is False
     assert state(driver, job.id) == "completed"
 
 
@@ -320,7 +322,7 @@ def test_a_wrong_token_holds_nothing(driver, wrong):
     token = wrong(job.token)
     assert driver.job_ack(job.id, token) is False
     assert driver.job_heartbeat(job.id, token, LEASE) is False
-    assert driver.job_nack(Nack(job.id, token, "x")) is False
+    assert driver.job_nack(Nack(job.id, token, "retried", error="x")) is False
     with pytest.raises(LeaseLost):
         with driver.job_transaction(Lease(job.id, token)):
             pass
@@ -347,7 +349,7 @@ def test_cancel_reaches_a_running_job_and_fences_its_worker(driver):
     view = driver.job_cancel(job.id, reason="operator said so")
     assert (view.state, view.last_error, view.lease_expires_at) == ("cancelled", "operator said so", None)
     assert driver.job_heartbeat(job.id, job.token, LEASE) is False
-    assert driver.job_nack(Nack(job.id, job.token, "failed")) is False
+    assert driver.job_nack(Nack(job.id, job.token, "retried", error="failed")) is False
     assert driver.job_ack(job.id, job.token) is False
     assert driver.job_get(job.id).last_error == "operator said so"
 
@@ -361,7 +363,7 @@ def test_a_rescued_lease_is_dead_to_its_old_worker(driver, clock):
     assert new.attempt == 2 and new.token != old.token
     assert driver.job_ack(old.id, old.token) is False
     assert driver.job_heartbeat(old.id, old.token, LEASE) is False
-    assert driver.job_nack(Nack(old.id, old.token, "stale")) is False
+    assert driver.job_nack(Nack(old.id, old.token, "retried", error="stale")) is False
     assert driver.job_ack(new.id, new.token) is True
 
 
@@ -384,7 +386,7 @@ def test_nack_retry_schedules_the_next_attempt(driver, clock):
     enqueue(driver, "k")
     job = claim_one(driver)
     now = clock.now_ms()
-    assert driver.job_nack(Nack(job.id, job.token, "boom", delay_ms=2000)) is True
+    assert driver.job_nack(Nack(job.id, job.token, "retried", error="boom", delay_ms=2000)) is True
     view = driver.job_get(job.id)
     assert (view.state, view.attempt, view.last_error, at(view.run_at)) == ("ready", 1, "boom", now + 2000)
     assert view.lease_expires_at is None and view.finished_at is None
@@ -398,8 +400,7 @@ def test_nack_retry_schedules_the_next_attempt(driver, clock):
 def test_nack_that_does_not_count_gives_the_attempt_back(driver):
     enqueue(driver, "k")
     job = claim_one(driver)
-    assert driver.job_nack(Nack(job.id, job.token, "drained", counts_as_attempt=False,
-                                outcome="interrupted"))
+    assert driver.job_nack(Nack(job.id, job.token, "interrupted", error="drained"))
     view = driver.job_get(job.id)
     assert (view.state, view.attempt) == ("ready", 0)
     assert [(h["attempt"], h["outcome"]) for h in view.history] == [(1, "interrupted")]
@@ -411,11 +412,11 @@ def test_a_claim_leaves_blocked_tenants_and_takes_no_more_of_one_than_its_room(d
     [globex] = [enqueue(driver, "g", tenant="globex")]
     [untenanted] = [enqueue(driver, "u", tenant=None)]
     blocked = TenantRoom(blocked=("acme", ""))                 # "" is the jobs without a tenant
-    assert [j.id for j in driver.job_claim(["default"], 10, LEASE, "w", tenants=blocked)] == [globex]
+    assert [j.id for j in driver.job_claim(Claim(["default"], 10, LEASE, "w", tenants=blocked))] == [globex]
     # a ceiling of 2 with one of acme's already running here: room for one more of acme's
     room = TenantRoom(ceiling=2, held={"acme": 1})
-    assert [j.id for j in driver.job_claim(["default"], 10, LEASE, "w", tenants=room)] == [acme[0], untenanted]
-    assert [j.id for j in driver.job_claim(["default"], 10, LEASE, "w", tenants=TenantRoom(ceiling=1))] == [acme[1]]
+    assert [j.id for j in driver.job_claim(Claim(["default"], 10, LEASE, "w", tenants=room))] == [acme[0], untenanted]
+    assert [j.id for j in driver.job_claim(Claim(["default"], 10, LEASE, "w", tenants=TenantRoom(ceiling=1)))] == [acme[1]]
 
 
 @pytest.mark.parametrize("bad", [TenantRoom(blocked="acme"), TenantRoom(blocked=(1,)),  # type: ignore[arg-type]
@@ -423,14 +424,14 @@ def test_a_claim_leaves_blocked_tenants_and_takes_no_more_of_one_than_its_room(d
                                  TenantRoom(held={"acme": -1}), "acme"])
 def test_a_tenant_room_is_checked(driver, bad):
     with pytest.raises(InvalidOption):
-        driver.job_claim(["default"], 1, LEASE, "w", tenants=bad)
+        driver.job_claim(Claim(["default"], 1, LEASE, "w", tenants=bad))
 
 
 def test_filters_apply_to_a_claim_on_one_queue(driver):
     with pytest.raises(InvalidOption):
-        driver.job_claim(["default", "other"], 1, LEASE, "w", tenants=TenantRoom(ceiling=1))
+        driver.job_claim(Claim(["default", "other"], 1, LEASE, "w", tenants=TenantRoom(ceiling=1)))
     with pytest.raises(InvalidOption):
-        driver.job_claim(["default", "other"], 1, LEASE, "w", caps={"send": 1})
+        driver.job_claim(Claim(["default", "other"], 1, LEASE, "w", caps={"send": 1}))
 
 
 def test_a_shed_stays_ready_keeps_its_place_and_age_and_writes_no_history(driver, clock):
@@ -438,7 +439,7 @@ def test_a_shed_stays_ready_keeps_its_place_and_age_and_writes_no_history(driver
     enqueue(driver, "later")
     job = claim_one(driver)
     clock.advance(60_000)
-    assert driver.job_nack(Nack(job.id, job.token, None, counts_as_attempt=False, outcome="shed"))
+    assert driver.job_nack(Nack(job.id, job.token, "shed"))
     view = driver.job_get(job.id)
     assert (view.state, view.attempt, view.last_error, list(view.history)) == ("ready", 0, None, [])
     summary = driver.queue_summary()["default"]
@@ -446,8 +447,7 @@ def test_a_shed_stays_ready_keeps_its_place_and_age_and_writes_no_history(driver
     again = claim_one(driver)
     assert again.id == job.id                             # first in line again
     # a shed told to wait (a per-process rate limit) is not due before then
-    assert driver.job_nack(Nack(again.id, again.token, None, delay_ms=5_000, counts_as_attempt=False,
-                                outcome="shed"))
+    assert driver.job_nack(Nack(again.id, again.token, "shed", delay_ms=5_000))
     assert [j.id for j in claim(driver)] != [job.id]      # only "later"
     clock.advance(5_000)
     assert [j.id for j in claim(driver)] == [job.id]
@@ -456,8 +456,7 @@ def test_a_shed_stays_ready_keeps_its_place_and_age_and_writes_no_history(driver
 def test_nack_park_suspends_until_due_and_rescue_wakes_it(driver, clock):
     enqueue(driver, "k")
     job = claim_one(driver)
-    assert driver.job_nack(Nack(job.id, job.token, None, delay_ms=5000, counts_as_attempt=False,
-                                park=True, outcome="suspended"))
+    assert driver.job_nack(Nack(job.id, job.token, "suspended", delay_ms=5000))
     view = driver.job_get(job.id)
     assert (view.state, view.attempt, view.last_error) == ("suspended", 0, None)
     clock.advance(4999)
@@ -474,7 +473,7 @@ def test_nack_dead_dead_letters_the_job(driver, clock):
     run_at = driver.job_get(job_id).run_at
     job = claim_one(driver)
     clock.advance(10)
-    assert driver.job_nack(Nack(job.id, job.token, "terminal", delay_ms=9999, dead=True, outcome="dead"))
+    assert driver.job_nack(Nack(job.id, job.token, "dead", error="terminal"))
     view = driver.job_get(job_id)
     assert (view.state, view.attempt, view.last_error) == ("dead", 1, "terminal")
     assert (at(view.finished_at), at(view.run_at)) == (clock.now_ms(), at(run_at))
@@ -484,9 +483,9 @@ def test_nack_dead_dead_letters_the_job(driver, clock):
 def test_nack_without_an_error_keeps_the_last_one(driver):
     enqueue(driver, "k")
     job = claim_one(driver)
-    driver.job_nack(Nack(job.id, job.token, "first failure"))
+    driver.job_nack(Nack(job.id, job.token, "retried", error="first failure"))
     job = claim_one(driver)
-    driver.job_nack(Nack(job.id, job.token, None, counts_as_attempt=False, outcome="interrupted"))
+    driver.job_nack(Nack(job.id, job.token, "interrupted"))
     view = driver.job_get(job.id)
     assert view.last_error == "first failure"
     assert [(h["attempt"], h["outcome"], h["error"]) for h in view.history] == \
@@ -545,10 +544,10 @@ def test_release_worker_returns_only_that_workers_jobs(driver):
     a = claim_one(driver, worker="w1")
     b = claim_one(driver, worker="w1")
     c = claim_one(driver, worker="w2")
-    released = driver.job_release_worker("w1", how="killed by SIGKILL")
+    released = driver.job_release_worker(WorkerExit("w1", how="killed by SIGKILL"))
     assert [(r.id, r.state, r.outcome) for r in released] == [(a.id, "ready", "quarantined"),
                                                                (b.id, "ready", "quarantined")]
-    assert driver.job_release_worker("w1") == []
+    assert driver.job_release_worker(WorkerExit("w1")) == []
     va, vb = driver.job_get(a.id), driver.job_get(b.id)
     error = "worker process killed by SIGKILL (w1) running 2 job(s); attempt not counted, runs apart from other work next"
     # two jobs ran together: neither is charged, not even b on its last attempt; both are suspects
@@ -562,15 +561,15 @@ def test_release_worker_returns_only_that_workers_jobs(driver):
 def test_a_crash_charges_a_job_that_ran_alone_and_kills_it_on_its_last_attempt(driver):
     enqueue(driver, "a", max_attempts=2)
     job = claim_one(driver, worker="w1")
-    [released] = driver.job_release_worker("w1", how="exited with code 3")
+    [released] = driver.job_release_worker(WorkerExit("w1", how="exited with code 3"))
     assert (released.id, released.state, released.outcome) == (job.id, "ready", "crashed")
     view = driver.job_get(job.id)
     assert (view.state, view.attempt, view.crashes) == ("ready", 1, 1)
     assert view.last_error == "crashed its worker process (exited with code 3, w1); attempt counted, runs alone next"
     assert claim(driver) == []                         # a suspect: the ordinary claim skips it
-    again = driver.job_claim_alone("default", LEASE, "w2")[0]
+    again = driver.job_claim_alone(ClaimAlone("default", LEASE, "w2"))[0]
     assert (again.id, again.attempt) == (job.id, 2)
-    [released] = driver.job_release_worker("w2", how="exited with code 3")
+    [released] = driver.job_release_worker(WorkerExit("w2", how="exited with code 3"))
     assert (released.state, released.outcome) == ("dead", "dead")
     view = driver.job_get(job.id)
     assert (view.state, view.attempt, view.crashes) == ("dead", 2, 2)
@@ -582,27 +581,27 @@ def test_a_suspect_is_claimed_alone_after_it_waited_and_cleared_once_it_ends_on_
     for key in "abc":
         enqueue(driver, key)
     a, b = claim(driver, limit=2, worker="w1")
-    driver.job_release_worker("w1")
+    driver.job_release_worker(WorkerExit("w1"))
     assert [j.id for j in claim(driver)] == [3]        # c: the suspects a and b are skipped
-    assert driver.job_claim_alone("default", LEASE, "w2", waited_ms=1000) == []   # not waited yet
+    assert driver.job_claim_alone(ClaimAlone("default", LEASE, "w2", waited_ms=1000)) == []   # not waited yet
     clock.advance(1000)
-    got = driver.job_claim_alone("default", LEASE, "w2", waited_ms=1000)
+    got = driver.job_claim_alone(ClaimAlone("default", LEASE, "w2", waited_ms=1000))
     assert [j.id for j in got] == [a.id]               # one at a time, oldest first
-    assert driver.job_nack(Nack(a.id, got[0].token, "boom", 0.0)) is True
+    assert driver.job_nack(Nack(a.id, got[0].token, "retried", error="boom")) is True
     assert driver.job_get(a.id).crashes == 0            # it ended on its own: no longer a suspect
     assert [j.id for j in claim(driver)] == [a.id]
     driver.queue_pause("default", True)
-    assert driver.job_claim_alone("default", LEASE, "w2") == []   # paused is paused for suspects too
+    assert driver.job_claim_alone(ClaimAlone("default", LEASE, "w2")) == []   # paused is paused for suspects too
     driver.queue_pause("default", False)
-    again = driver.job_claim_alone("default", LEASE, "w2")
+    again = driver.job_claim_alone(ClaimAlone("default", LEASE, "w2"))
     assert [j.id for j in again] == [b.id]
     # an interrupted run (attempt given back) keeps the suspicion
-    assert driver.job_nack(Nack(b.id, again[0].token, "drained", 0.0, counts_as_attempt=False)) is True
+    assert driver.job_nack(Nack(b.id, again[0].token, "interrupted", error="drained")) is True
     assert driver.job_get(b.id).crashes == 1
 
 
 def _claim_group(driver, worker: str, limit: int = 10) -> list:
-    return driver.job_claim_alone("default", LEASE, worker, limit=limit)
+    return driver.job_claim_alone(ClaimAlone("default", LEASE, worker, limit=limit))
 
 
 def _ids(jobs) -> list[int]:
@@ -612,27 +611,27 @@ def _ids(jobs) -> list[int]:
 def test_a_crashed_processs_jobs_are_split_in_halves_that_run_apart(driver):
     ids = [enqueue(driver, key) for key in "abcde"]
     claim(driver, limit=5, worker="w1")
-    driver.job_release_worker("w1", how="killed by SIGKILL")
+    driver.job_release_worker(WorkerExit("w1", how="killed by SIGKILL"))
     first = _claim_group(driver, "w2")
     second = _claim_group(driver, "w3")
     assert (_ids(first), _ids(second)) == (ids[:3], ids[3:])     # the odd one in the first half
     assert _claim_group(driver, "w4") == []
     # the first half crashes again: it is halved again; the second ends on its own
-    driver.job_release_worker("w2", how="killed by SIGKILL")
+    driver.job_release_worker(WorkerExit("w2", how="killed by SIGKILL"))
     for job in second:
-        assert driver.job_nack(Nack(job.id, job.token, "fine", 0.0)) is True
+        assert driver.job_nack(Nack(job.id, job.token, "retried", error="fine")) is True
         assert driver.job_get(job.id).crashes == 0
     assert _ids(_claim_group(driver, "w5")) == ids[:2] and _ids(_claim_group(driver, "w6")) == ids[2:3]
     assert [driver.job_get(i).crashes for i in ids[:3]] == [2, 2, 2]
     # a half of one is a job alone: its crash is its own
-    [released] = driver.job_release_worker("w6", how="killed by SIGKILL")
+    [released] = driver.job_release_worker(WorkerExit("w6", how="killed by SIGKILL"))
     assert (released.id, released.outcome) == (ids[2], "crashed")
 
 
 def test_a_group_is_claimed_up_to_the_limit_and_the_rest_stays_for_another_claim(driver):
     ids = [enqueue(driver, key) for key in "abcdefgh"]
     claim(driver, limit=8, worker="w1")
-    driver.job_release_worker("w1", how="killed by SIGKILL")
+    driver.job_release_worker(WorkerExit("w1", how="killed by SIGKILL"))
     assert _ids(_claim_group(driver, "w2", limit=3)) == ids[:3]
     assert _ids(_claim_group(driver, "w3", limit=3)) == ids[3:4]     # the rest of the first half
     assert _ids(_claim_group(driver, "w4", limit=3)) == ids[4:7]
@@ -650,7 +649,7 @@ def test_the_lapsed_jobs_of_one_holder_are_halved_too(driver, clock):
 def test_a_release_that_does_not_count_gives_the_attempt_back_and_never_kills(driver):
     enqueue(driver, "last", max_attempts=1)
     job = claim_one(driver, worker="w1")
-    [released] = driver.job_release_worker("w1", crashed=False)
+    [released] = driver.job_release_worker(WorkerExit("w1", crashed=False))
     assert released.outcome == "interrupted"
     view = driver.job_get(job.id)
     assert (view.state, view.attempt, view.crashes) == ("ready", 0, 0)
@@ -663,16 +662,16 @@ def test_a_silent_or_busy_process_charges_only_as_its_charge_allows(driver):
     for key in "abc":
         enqueue(driver, key)
     a = claim_one(driver, worker="silent")
-    [released] = driver.job_release_worker("silent", how="killed (silent)", charge="suspect")
+    [released] = driver.job_release_worker(WorkerExit("silent", how="killed (silent)", charge="suspect"))
     assert (released.outcome, driver.job_get(a.id).attempt) == ("quarantined", 0)   # not yet a suspect
-    again = driver.job_claim_alone("default", LEASE, "silent-2")[0]
-    [released] = driver.job_release_worker("silent-2", how="killed (silent)", charge="suspect")
+    again = driver.job_claim_alone(ClaimAlone("default", LEASE, "silent-2"))[0]
+    [released] = driver.job_release_worker(WorkerExit("silent-2", how="killed (silent)", charge="suspect"))
     assert (released.id, released.outcome, driver.job_get(a.id).attempt) == (again.id, "crashed", 1)
     b = claim_one(driver, worker="busy")
-    [released] = driver.job_release_worker("busy", charge="never")     # other bodies ran in it
+    [released] = driver.job_release_worker(WorkerExit("busy", charge="never"))     # other bodies ran in it
     assert (released.id, released.outcome) == (b.id, "quarantined")
     with pytest.raises(InvalidOption):
-        driver.job_release_worker("w", charge="maybe")
+        driver.job_release_worker(WorkerExit("w", charge="maybe"))
 
 
 def test_a_worker_seen_dying_beside_others_never_charges_a_later_lapse(driver, clock):
@@ -700,7 +699,7 @@ def test_a_rescue_split_by_its_limit_judges_the_holder_once(driver, clock):
     assert [driver.job_get(j.id).state for j in (a, b)] == ["ready", "ready"]
     c = enqueue(driver, "c", max_attempts=1)
     claim_one(driver, worker="w1-successor")
-    assert [r.outcome for r in driver.job_release_worker("w1")] == []   # nothing left to hand back
+    assert [r.outcome for r in driver.job_release_worker(WorkerExit("w1"))] == []   # nothing left to hand back
     assert driver.job_get(c).state == "running"
 
 
@@ -726,7 +725,7 @@ def test_cancel_a_waiting_job(driver, clock, before):
     job_id = enqueue(driver, "k")
     if before == "suspended":
         job = claim_one(driver)
-        driver.job_nack(Nack(job.id, job.token, None, delay_ms=60_000, park=True))
+        driver.job_nack(Nack(job.id, job.token, "suspended", delay_ms=60_000))
     clock.advance(5)
     view = driver.job_cancel(job_id)
     assert (view.state, view.last_error, at(view.finished_at)) == ("cancelled", "cancelled", clock.now_ms())
@@ -755,7 +754,7 @@ def test_cancel_refuses_finished_and_unknown_jobs(driver):
 def test_requeue_runs_a_dead_job_again_from_attempt_zero(driver, clock):
     enqueue(driver, "k", max_attempts=1)
     job = claim_one(driver)
-    driver.job_nack(Nack(job.id, job.token, "boom", dead=True, outcome="dead"))
+    driver.job_nack(Nack(job.id, job.token, "dead", error="boom"))
     clock.advance(7)
     view = driver.job_requeue(job.id)
     assert (view.state, view.attempt, view.finished_at, view.last_error) == ("ready", 0, None, "boom")
@@ -788,9 +787,9 @@ def test_stats_count_every_row_in_exactly_one_bucket(driver):
     by_id = {j.id: j for j in jobs}
     j1, j3, j5, j0, j2 = (by_id[ids[i]] for i in (1, 3, 5, 0, 2))
     driver.job_ack(j1.id, j1.token)
-    driver.job_nack(Nack(j3.id, j3.token, "x", dead=True))
-    driver.job_nack(Nack(j5.id, j5.token, None, delay_ms=1000, park=True))
-    driver.job_nack(Nack(j0.id, j0.token, "again", delay_ms=1000))
+    driver.job_nack(Nack(j3.id, j3.token, "dead", error="x"))
+    driver.job_nack(Nack(j5.id, j5.token, "suspended", delay_ms=1000))
+    driver.job_nack(Nack(j0.id, j0.token, "retried", error="again", delay_ms=1000))
     driver.job_cancel(j2.id)
     stats = driver.job_stats()
     assert stats == {"q1": {"completed": 1, "dead": 1, "suspended": 1, "running": 1},
@@ -820,7 +819,7 @@ def test_list_is_newest_first_with_filters(driver):
     c = enqueue(driver, "c", queue="q1", name="n2")
     d = enqueue(driver, "d", queue="q1", name="n1")
     job = claim_one(driver, "q2")
-    driver.job_nack(Nack(job.id, job.token, "x", dead=True))
+    driver.job_nack(Nack(job.id, job.token, "dead", error="x"))
 
     def ids(**where):
         return [v.id for v in driver.job_list(ListFilter(**where))]
@@ -844,7 +843,7 @@ def test_prune_deletes_old_finished_jobs_within_its_limit(driver, clock):
     clock.advance(10)
     driver.job_ack(b.id, b.token)
     clock.advance(10)
-    driver.job_nack(Nack(c.id, c.token, "x", dead=True))
+    driver.job_nack(Nack(c.id, c.token, "dead", error="x"))
     clock.advance(10)
     driver.job_cancel(d.id)
     clock.advance(10)
@@ -904,7 +903,7 @@ def test_the_memory_driver_refuses_a_foreign_connection(memory_driver):
         memory_driver.job_enqueue([new_job("k")], conn=object())
     other = MemoryDriver(clock=memory_driver.clock)
     other.job_enqueue([new_job("k")])
-    job = other.job_claim(["default"], 1, LEASE, "w1")[0]
+    job = other.job_claim(Claim(["default"], 1, LEASE, "w1"))[0]
     with other.job_transaction(Lease(job.id, job.token)) as conn:
         with pytest.raises(InvalidOption):
             memory_driver.job_enqueue([new_job("k")], conn=conn)
@@ -930,7 +929,7 @@ def test_concurrent_claims_never_hand_out_a_job_twice(driver):
 
     def drain(i):
         mine = []
-        while jobs := driver.job_claim(["default"], 3, LEASE, f"w{i}"):
+        while jobs := driver.job_claim(Claim(["default"], 3, LEASE, f"w{i}")):
             mine += [j.id for j in jobs]
         return mine
     claimed = [job_id for mine in _at_once(4, drain) for job_id in mine]
@@ -961,9 +960,9 @@ def test_names_are_plain_data(driver, text):
     assert driver.job_stats() == {text: {"ready": 2}}
     assert driver.queue_summary()[text].depth == 2
     assert [v.id for v in driver.job_list(ListFilter(queue=text, name=text, state="ready"))] == [3, first]
-    job = driver.job_claim([text, "default"], 1, LEASE, text)[0]
+    job = driver.job_claim(Claim([text, "default"], 1, LEASE, text))[0]
     assert (job.id, job.name, job.queue, job.tenant, job.payload) == (first, text, text, text, {text: text})
-    assert [r.id for r in driver.job_release_worker(text, how=text)] == [first]
+    assert [r.id for r in driver.job_release_worker(WorkerExit(text, how=text))] == [first]
     view = driver.job_get(first)
     assert (view.idempotency_key, view.claimed_by) == (text, text)
     assert view.last_error == f"crashed its worker process ({text}, {text}); attempt counted, runs alone next"
@@ -975,9 +974,9 @@ def test_queue_counts_hold_live_states_and_dead_letters_only(driver, clock):
     jobs = [NewJob(name="n", queue=q, payload=b"{}", idempotency_key=str(i), max_attempts=1)
             for i, q in enumerate(["a", "a", "a", "b"])]
     driver.job_enqueue(jobs)
-    first, second = driver.job_claim(["a"], 2, 30_000, "w")
+    first, second = driver.job_claim(Claim(["a"], 2, 30_000, "w"))
     driver.job_ack_many([Lease(first.id, first.token)])
-    driver.job_nack(Nack(second.id, second.token, "boom", dead=True, outcome="dead"))
+    driver.job_nack(Nack(second.id, second.token, "dead", error="boom"))
     assert driver.queue_counts() == {"a": {"ready": 1, "dead": 1}, "b": {"ready": 1}}
     assert driver.job_stats() == {"a": {"ready": 1, "dead": 1, "completed": 1}, "b": {"ready": 1}}
 
@@ -1033,7 +1032,7 @@ def test_a_driver_without_a_clock_takes_now_from_the_server(pg_dsn, pg_schema, c
         after = _server_ms(production)
         view = production.job_get(job.id)
         assert before + 30_000 - 0.001 <= view.lease_expires_at <= after + 30_000 + 0.001
-        assert production.job_nack(Nack(held.id, held.token, "boom", delay_ms=60_000))
+        assert production.job_nack(Nack(held.id, held.token, "retried", error="boom", delay_ms=60_000))
         assert production.job_get(job.id).run_at >= after + 60_000 - 1
     finally:
         injected.close()

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from xjobs.drivers.base import Enqueued, Lease, ListFilter, Matching, Nack, Progress
+from xjobs.drivers.base import Batch, Claim, Enqueued, Lease, ListFilter, Matching, Nack, Progress
 from xjobs.errors import DuplicateJob
 
 from .test_driver_parity import LEASE, at, claim, claim_one, enqueue, new_job
@@ -48,7 +48,7 @@ def test_dead_and_cancelled_jobs_never_keep_a_key(driver):
     [a] = driver.job_enqueue([windowed("a")])
     [b] = driver.job_enqueue([windowed("b")])
     job = claim_one(driver)
-    driver.job_nack(Nack(job.id, job.token, "x", dead=True))
+    driver.job_nack(Nack(job.id, job.token, "dead", error="x"))
     driver.job_cancel(b.id)
     assert [r.deduped for r in driver.job_enqueue([windowed("a"), windowed("b")])] == [False, False]
 
@@ -66,7 +66,7 @@ def test_a_window_is_scoped_to_name_and_tenant_and_a_batch_answers_in_order(driv
 def test_operator_retry_of_a_dead_job_is_refused_while_a_completed_one_holds_nothing(driver):
     enqueue(driver, "k")
     job = claim_one(driver)
-    driver.job_nack(Nack(job.id, job.token, "x", dead=True))
+    driver.job_nack(Nack(job.id, job.token, "dead", error="x"))
     live = enqueue(driver, "k")
     with pytest.raises(DuplicateJob):
         driver.job_requeue(job.id)
@@ -81,7 +81,7 @@ def test_a_paused_queue_is_claimed_by_nobody_until_resumed(driver):
     enqueue(driver, "b", queue="other")
     driver.queue_pause("default", True, "ops")
     assert claim(driver) == []
-    assert [j.queue for j in driver.job_claim(["default", "other"], 10, LEASE, "w")] == ["other"]
+    assert [j.queue for j in driver.job_claim(Claim(["default", "other"], 10, LEASE, "w"))] == ["other"]
     [control] = driver.queue_control()
     assert (control.name, control.paused, control.changed_by) == ("default", True, "ops")
     driver.queue_pause("default", False, "ops")
@@ -98,7 +98,7 @@ def test_progress_lands_only_while_the_run_holds_its_job(driver, clock):
     report = Progress(Lease(job.id, job.token), 40, 100, "page 40", 1.8e12)
     assert driver.job_progress_many([report, replace(report, lease=Lease(job.id, job.token + 1))]) == {job.id}
     assert driver.job_get(job.id).progress == {"done": 40, "total": 100, "note": "page 40", "at": 1.8e12}
-    driver.job_nack(Nack(job.id, job.token, "x", 0.0))
+    driver.job_nack(Nack(job.id, job.token, "retried", error="x"))
     assert driver.job_progress_many([report]) == set()
     again = claim_one(driver)
     assert driver.job_get(again.id).progress is None    # a new attempt starts without a report
@@ -110,7 +110,7 @@ def test_progress_lands_only_while_the_run_holds_its_job(driver, clock):
 def _dead(driver, key: str, error: str, **kw) -> int:
     job_id = enqueue(driver, key, **kw)
     [job] = [j for j in claim(driver, kw.get("queue", "default")) if j.id == job_id]
-    driver.job_nack(Nack(job.id, job.token, error, dead=True))
+    driver.job_nack(Nack(job.id, job.token, "dead", error=error))
     return job_id
 
 
@@ -138,11 +138,11 @@ def test_bulk_requeue_goes_in_batches_and_skips_keys_a_live_job_holds(driver):
     holder = enqueue(driver, "b")                        # b's key is live again
     where = ListFilter(state="dead")
     assert driver.job_count(where, ["dead"]) == Matching(4, dead[3])
-    first = driver.job_requeue_batch(where, 0, dead[3], 2, "bulk retry")
+    first = driver.job_requeue_batch(Batch(where, 0, dead[3], 2), "bulk retry")
     assert first == [(dead[0], "default"), (dead[1], None)]
-    second = driver.job_requeue_batch(where, dead[1], dead[3], 2, "bulk retry")
+    second = driver.job_requeue_batch(Batch(where, dead[1], dead[3], 2), "bulk retry")
     assert second == [(dead[2], "default"), (dead[3], "default")]
-    assert driver.job_requeue_batch(where, dead[3], holder, 2, None) == []
+    assert driver.job_requeue_batch(Batch(where, dead[3], holder, 2), None) == []
     assert [driver.job_get(i).state for i in dead] == ["ready", "dead", "ready", "ready"]
     assert driver.job_get(dead[0]).history[-1]["outcome"] == "requeued"
     assert driver.job_get(holder).state == "ready"
@@ -151,7 +151,7 @@ def test_bulk_requeue_goes_in_batches_and_skips_keys_a_live_job_holds(driver):
 def test_bulk_requeue_of_two_dead_jobs_with_one_key_requeues_the_newest(driver):
     older = _dead(driver, "k", "boom")
     newer = _dead(driver, "k", "boom")
-    assert driver.job_requeue_batch(ListFilter(), 0, newer, 10, None) == [(older, None), (newer, "default")]
+    assert driver.job_requeue_batch(Batch(ListFilter(), 0, newer, 10), None) == [(older, None), (newer, "default")]
 
 
 def test_bulk_cancel_takes_live_jobs_matching_the_filters(driver):
@@ -159,8 +159,8 @@ def test_bulk_cancel_takes_live_jobs_matching_the_filters(driver):
     b = enqueue(driver, "b", name="y")
     running = claim_one(driver)
     assert driver.job_count(ListFilter(name="x"), ["ready", "running", "suspended"]) == Matching(1, a)
-    assert driver.job_cancel_batch(ListFilter(name="x"), 0, b, 10, "bulk") == [a]
-    assert driver.job_cancel_batch(ListFilter(), 0, a, 10, "bulk") == []   # b is past the bound
+    assert driver.job_cancel_batch(Batch(ListFilter(name="x"), 0, b, 10), "bulk") == [a]
+    assert driver.job_cancel_batch(Batch(ListFilter(), 0, a, 10), "bulk") == []   # b is past the bound
     assert driver.job_get(a).state == "cancelled" and driver.job_get(a).last_error == "bulk"
     assert driver.job_ack(running.id, running.token) is False   # a running job loses its lease
     assert driver.job_get(b).state == "ready"

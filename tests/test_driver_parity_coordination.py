@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from xjobs.drivers.base import Dispatch, ListFilter, NewJob, OutboxClaim
+from xjobs.drivers.base import Claim, Dispatch, ListFilter, NewJob, OutboxClaim, Slot, SlotRequest, WorkerExit
 from xjobs.errors import InvalidOption
 
 from .test_driver_parity import claim as claim_jobs
@@ -88,9 +88,9 @@ def test_an_occurrence_dispatched_twice_while_its_job_lives_is_one_job(driver):
     lambda d: d.outbox_claim("relay", 10, float("nan")),
     lambda d: d.outbox_publish(OutboxClaim(None, "relay", (1,), (job("k"),))),
     lambda d: d.outbox_release(OutboxClaim(0, "relay", (1,), (job("k"),))),
-    lambda d: d.slot_acquire("capped", 0, "w", 1000),
-    lambda d: d.slot_renew("capped", -1, "w", 1000),
-    lambda d: d.job_claim(["default"], 1, 1000, "w", caps={"capped": float("inf")}),
+    lambda d: d.slot_acquire(SlotRequest("capped", 0, "w", 1000)),
+    lambda d: d.slot_renew(Slot("capped", -1, "w"), 1000),
+    lambda d: d.job_claim(Claim(["default"], 1, 1000, "w", caps={"capped": float("inf")})),
 ], ids=["lease-zero", "election-empty", "holder-control", "watermark-fraction", "claim-negative",
         "claim-lease-nan", "publish-no-token", "release-zero-token", "cap-zero", "slot-negative",
         "caps-inf"])
@@ -157,41 +157,41 @@ def test_published_rows_are_pruned_after_their_retention(driver, clock):
 
 
 def test_slots_are_granted_up_to_the_cap_renewed_by_their_holder_and_freed(driver, clock):
-    assert [driver.slot_acquire("capped", 3, f"w{i}", 1000) for i in range(4)] == [0, 1, 2, None]
+    assert [driver.slot_acquire(SlotRequest("capped", 3, f"w{i}", 1000)) for i in range(4)] == [0, 1, 2, None]
     assert driver.slot_held() == {"capped": 3}
     clock.advance(500)
-    assert driver.slot_renew("capped", 1, "w1", 1000) is True
-    assert driver.slot_renew("capped", 1, "w2", 1000) is False       # not its holder
-    assert driver.slot_release("capped", 0, "w0") is True
-    assert driver.slot_acquire("capped", 3, "w4", 1000) == 0
+    assert driver.slot_renew(Slot("capped", 1, "w1"), 1000) is True
+    assert driver.slot_renew(Slot("capped", 1, "w2"), 1000) is False       # not its holder
+    assert driver.slot_release(Slot("capped", 0, "w0")) is True
+    assert driver.slot_acquire(SlotRequest("capped", 3, "w4", 1000)) == 0
     clock.advance(600)                                               # w2 never renewed
-    assert driver.slot_renew("capped", 2, "w2", 1000) is False       # expired: fenced on expiry too
+    assert driver.slot_renew(Slot("capped", 2, "w2"), 1000) is False       # expired: fenced on expiry too
     assert driver.slot_held() == {"capped": 2}
-    assert driver.slot_acquire("capped", 3, "w5", 1000) == 2         # its expired slot is free again
+    assert driver.slot_acquire(SlotRequest("capped", 3, "w5", 1000)) == 2         # its expired slot is free again
 
 
 def test_a_claim_leaves_a_capped_job_whose_slots_are_all_held(driver):
     [a], [b] = (driver.job_enqueue([job(key, name="capped")]) for key in ("a", "b"))
     driver.job_enqueue([job("c", name="free")])
-    driver.slot_acquire("capped", 1, "elsewhere", 60_000)
-    got = driver.job_claim(["default"], 10, 1000, "w", caps={"capped": 1})
+    driver.slot_acquire(SlotRequest("capped", 1, "elsewhere", 60_000))
+    got = driver.job_claim(Claim(["default"], 10, 1000, "w", caps={"capped": 1}))
     assert [j.name for j in got] == ["free"]
-    driver.slot_release("capped", 0, "elsewhere")
+    driver.slot_release(Slot("capped", 0, "elsewhere"))
     # no more of a capped job than it has free slots: the other stays ready, not claimed to be shed
-    assert [j.id for j in driver.job_claim(["default"], 10, 1000, "w", caps={"capped": 1})] == [a.id]
+    assert [j.id for j in driver.job_claim(Claim(["default"], 10, 1000, "w", caps={"capped": 1}))] == [a.id]
     # the claim filters on slots HELD; taking one is the worker's admission, so b is claimable
-    assert [j.id for j in driver.job_claim(["default"], 10, 1000, "w", caps={"capped": 1})] == [b.id]
+    assert [j.id for j in driver.job_claim(Claim(["default"], 10, 1000, "w", caps={"capped": 1}))] == [b.id]
 
 
 def test_a_claim_takes_a_capped_job_up_to_its_free_slots_and_everything_else(driver):
     capped = driver.job_enqueue([job(f"c{n}", name="capped") for n in range(5)])
     free = driver.job_enqueue([job(f"f{n}", name="free") for n in range(3)])
-    driver.slot_acquire("capped", 3, "elsewhere", 60_000)
-    got = driver.job_claim(["default"], 10, 1000, "w", caps={"capped": 3})
+    driver.slot_acquire(SlotRequest("capped", 3, "elsewhere", 60_000))
+    got = driver.job_claim(Claim(["default"], 10, 1000, "w", caps={"capped": 3}))
     assert sorted(j.id for j in got) == sorted([capped[0].id, capped[1].id] + [e.id for e in free])
 
 
 def test_a_dead_workers_slots_are_freed_with_its_jobs(driver):
-    assert driver.slot_acquire("capped", 1, "w1", 60_000) == 0
-    driver.job_release_worker("w1", crashed=True)
-    assert driver.slot_held() == {} and driver.slot_acquire("capped", 1, "w2", 60_000) == 0
+    assert driver.slot_acquire(SlotRequest("capped", 1, "w1", 60_000)) == 0
+    driver.job_release_worker(WorkerExit("w1", crashed=True))
+    assert driver.slot_held() == {} and driver.slot_acquire(SlotRequest("capped", 1, "w2", 60_000)) == 0

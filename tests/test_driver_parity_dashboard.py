@@ -19,7 +19,7 @@ MINUTE = 60_000.0
 def kill(driver, error: str, **kw) -> int:
     job_id = enqueue(driver, f"k{error}{kw}", **kw)
     job = claim_one(driver, kw.get("queue", "default"))
-    driver.job_nack(Nack(job.id, job.token, error, dead=True))
+    driver.job_nack(Nack(job.id, job.token, "dead", error=error))
     return job_id
 
 

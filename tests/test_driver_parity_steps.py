@@ -13,7 +13,7 @@ import math
 import orjson
 import pytest
 
-from xjobs.drivers.base import (LATEST_MS, Lease, Nack, NewEvent, StepOutcome, StepResult, StepSleep,
+from xjobs.drivers.base import (LATEST_MS, Claim, Lease, Nack, NewEvent, StepOutcome, StepResult, StepSleep,
                                 StepWait)
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.drivers.sql import statements
@@ -148,7 +148,7 @@ def _park(driver, clock, job_id, lease):
 
 
 def _nack(driver, clock, job_id, lease):
-    assert driver.job_nack(Nack(job_id, lease.token, "boom", delay_ms=5000))
+    assert driver.job_nack(Nack(job_id, lease.token, "retried", error="boom", delay_ms=5000))
     return "ready"
 
 
@@ -563,7 +563,7 @@ def _finished(driver, clock, finish: str) -> tuple[int, Lease]:
     if finish == "completed":
         assert driver.job_ack(job_id, lease.token)
     elif finish == "dead":
-        assert driver.job_nack(Nack(job_id, lease.token, "boom", dead=True, outcome="dead"))
+        assert driver.job_nack(Nack(job_id, lease.token, "dead", error="boom"))
     else:
         driver.job_cancel(job_id, "stop")
     assert driver.job_get(job_id).state == finish
@@ -711,7 +711,7 @@ def test_the_memory_driver_refuses_a_foreign_connection_for_an_event(memory_driv
     other = MemoryDriver(clock=memory_driver.clock)
     assert other.event_send(NewEvent("paid", "o1", b'"theirs"')).id == 1
     other.job_enqueue([new_job("k")])
-    job = other.job_claim(["default"], 1, LEASE, "w1")[0]
+    job = other.job_claim(Claim(["default"], 1, LEASE, "w1"))[0]
     with pytest.raises(_Abort):
         with other.job_transaction(Lease(job.id, job.token)) as conn:
             with pytest.raises(InvalidOption):

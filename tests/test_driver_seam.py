@@ -1,6 +1,7 @@
 """Conformance of the seam itself, on both drivers: the capabilities every consumer may now
-call without asking (listen, ping, migrate, session_count), the refusals the checked facade
-makes once for every driver, and the operator's refusal texts, identical on both."""
+call without asking (listen, ping, migrate, session_count) and the one it asks for (slots),
+the refusals the checked facade makes once for every driver, the operator's refusal texts,
+identical on both, batched settlements, and the database's failures as the driver's errors."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import time
 import psycopg
 import pytest
 
-from xjobs.drivers.base import ListFilter, Nack
+from xjobs.drivers.base import Claim, JobDriver, Lease, ListFilter, Nack, SlotStore
 from xjobs.drivers.postgres import PostgresDriver
-from xjobs.errors import DuplicateJob, InvalidOption, JobNotFound, NotCancellable, NotRetryable
+from xjobs.errors import (DatabaseUnavailable, DuplicateJob, InvalidOption, JobNotFound, NotCancellable,
+                          NotRetryable, SchemaMissing)
 
 from .test_driver_parity import claim_one, enqueue
 
@@ -55,8 +57,9 @@ def test_lifecycle_arguments_are_refused_the_same_on_every_driver(driver, bad):
 
 def test_a_ping_of_an_unreachable_server_raises():
     driver = PostgresDriver("postgresql://postgres@127.0.0.1:1/postgres")
-    with pytest.raises(psycopg.OperationalError):
+    with pytest.raises(DatabaseUnavailable) as err:
         driver.ping(2)
+    assert err.value.code == "X_DATABASE_UNAVAILABLE" and isinstance(err.value.__cause__, psycopg.OperationalError)
 
 
 def test_ages_in_a_filter_may_be_durations_and_are_normalised(driver, clock):
@@ -84,9 +87,77 @@ def test_the_operator_refusals_say_the_same_on_every_driver(driver):
     assert str(missing.value) == "X_JOB_NOT_FOUND: no job with id 10000"
     dead_id = enqueue(driver, "d")
     dead = claim_one(driver)
-    driver.job_nack(Nack(dead.id, dead.token, "boom", dead=True, outcome="dead"))
+    driver.job_nack(Nack(dead.id, dead.token, "dead", error="boom"))
     enqueue(driver, "d")
     with pytest.raises(DuplicateJob) as held:
         driver.job_requeue(dead_id)
     assert str(held.value) == (f"X_JOB_DUPLICATE: job {dead_id}: a live job already holds its "
                                "idempotency key")
+
+
+def test_nacks_settle_in_one_batch_each_as_its_outcome_and_fenced_on_its_own_claim(driver, clock):
+    ids = [enqueue(driver, f"k{n}") for n in range(5)]
+    jobs = {job.id: job for job in driver.job_claim(Claim(["default"], 5, 30_000, "w"))}
+    retried, dead, interrupted, shed, stale = (jobs[i] for i in ids)
+    clock.advance(10)
+    settled = driver.job_nack_many([
+        Nack(retried.id, retried.token, "retried", error="boom", delay_ms=1000),
+        Nack(dead.id, dead.token, "dead", error="terminal"),
+        Nack(interrupted.id, interrupted.token, "interrupted", error="drained"),
+        Nack(shed.id, shed.token, "shed"),
+        Nack(stale.id, stale.token + 1, "retried", error="not mine"),
+        Nack(shed.id, shed.token + 1, "dead", error="a displaced claim of the same job")])
+    assert settled == {retried.id, dead.id, interrupted.id, shed.id}
+    views = {i: driver.job_get(i) for i in ids}
+    assert [(views[i].state, views[i].attempt) for i in ids] == \
+        [("ready", 1), ("dead", 1), ("ready", 0), ("ready", 0), ("running", 1)]
+    assert [[h["outcome"] for h in views[i].history] for i in ids] == \
+        [["retried"], ["dead"], ["interrupted"], [], []]
+    assert driver.job_nack_many([]) == set()
+
+
+@pytest.mark.parametrize("bad", [
+    lambda job: [Nack(job.id, job.token, "retried"), Nack(job.id, job.token, "dead")],   # one job twice
+    lambda job: [Nack(job.id, job.token, "shed", error="a shed is no failure")],
+    lambda job: [Nack(job.id, job.token, "suspended", error="nor a suspension", delay_ms=10)],
+    lambda job: [Nack(job.id, job.token, "dead", delay_ms=5)],
+    lambda job: [Nack(job.id, job.token, "interrupted", traceback="only a failure has one")],
+    lambda job: [Nack(job.id, job.token, "parked")],   # type: ignore[arg-type]
+], ids=["twice", "shed-error", "suspended-error", "dead-delay", "interrupted-traceback", "unknown"])
+def test_a_settlement_that_cannot_be_is_refused_and_nothing_is_written(driver, bad):
+    enqueue(driver, "k")
+    job = claim_one(driver)
+    with pytest.raises(InvalidOption):
+        driver.job_nack_many(bad(job))
+    assert driver.job_get(job.id).state == "running"
+
+
+def test_fleet_wide_slots_are_a_capability_both_drivers_declare(driver):
+    assert isinstance(driver, SlotStore) and not hasattr(JobDriver, "slot_acquire")
+
+
+@pytest.mark.postgres
+def test_an_unreachable_database_is_the_drivers_own_error_on_every_verb():
+    driver = PostgresDriver("postgresql://postgres@127.0.0.1:1/postgres", pool_timeout=0.3)
+    try:
+        for verb in (lambda: driver.job_stats(), lambda: driver.job_claim(Claim(["q"], 1, 1000, "w")),
+                     lambda: driver.job_nack_many([Nack(1, 1, "retried")]), lambda: driver.migrate()):
+            with pytest.raises(DatabaseUnavailable) as err:
+                verb()
+            assert isinstance(err.value.__cause__, psycopg.OperationalError)
+        with pytest.raises(DatabaseUnavailable):
+            with driver.job_transaction(Lease(1, 1)):
+                pass
+    finally:
+        driver.close()
+
+
+@pytest.mark.postgres
+def test_a_schema_nothing_installed_is_schema_missing(pg_dsn):
+    driver = PostgresDriver(pg_dsn, schema="xjobs_never_installed")
+    try:
+        with pytest.raises(SchemaMissing) as err:
+            driver.job_stats()
+        assert err.value.code == "X_SCHEMA_MISSING"
+    finally:
+        driver.close()

@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, multiple,
                                  rule, run_state_machine_as_test)
 
-from xjobs.drivers.base import (Dispatch, Lease, ListFilter, Nack, NewEvent, NewJob, Progress,
-                                StepResult, StepSleep, StepWait, TenantRoom)
+from xjobs.drivers.base import (Batch, Claim, ClaimAlone, Dispatch, Lease, ListFilter, Nack, NewEvent,
+                                NewJob, Progress, Slot, SlotRequest, StepResult, StepSleep, StepWait,
+                                TenantRoom, WorkerExit)
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.errors import XJobsError
 from xjobs.payload import encode_payload
@@ -115,6 +116,13 @@ def _claim_pair(mem, pg):
     return (mem, pg)
 
 
+def _nack(job_id: int, token: int, outcome: str, error: str | None, delay: float) -> Nack:
+    """A settlement as the worker writes one: a shed or a suspension carries no error, and a
+    dead letter no delay."""
+    return Nack(job_id, token, outcome, None if outcome in ("shed", "suspended") else error,  # type: ignore[arg-type]
+                0.0 if outcome == "dead" else delay)
+
+
 class DriverPair(RuleBasedStateMachine):
     leases = Bundle("leases")
     outbox_claims = Bundle("outbox_claims")
@@ -154,8 +162,8 @@ class DriverPair(RuleBasedStateMachine):
           limit=st.integers(0, 3), lease_ms=st.sampled_from([500, 1000, 3000]),
           worker=st.sampled_from(WORKERS))
     def claim(self, queues, limit, lease_ms, worker):
-        mem = self.memory.job_claim(queues, limit, lease_ms, worker)
-        pg = self.pg.job_claim(queues, limit, lease_ms, worker)
+        mem = self.memory.job_claim(Claim(queues, limit, lease_ms, worker))
+        pg = self.pg.job_claim(Claim(queues, limit, lease_ms, worker))
         return self.remember(mem, pg)
 
     @rule(target=leases, queue=st.sampled_from(QUEUES), limit=st.integers(0, 3),
@@ -166,8 +174,8 @@ class DriverPair(RuleBasedStateMachine):
               blocked=st.lists(st.sampled_from(["", "t1"]), unique=True).map(tuple)),
           worker=st.sampled_from(WORKERS))
     def claim_filtered(self, queue, limit, caps, tenants, worker):
-        mem = self.memory.job_claim([queue], limit, 1000, worker, caps=caps, tenants=tenants)
-        pg = self.pg.job_claim([queue], limit, 1000, worker, caps=caps, tenants=tenants)
+        mem = self.memory.job_claim(Claim([queue], limit, 1000, worker, caps=caps, tenants=tenants))
+        pg = self.pg.job_claim(Claim([queue], limit, 1000, worker, caps=caps, tenants=tenants))
         return self.remember(mem, pg)
 
     def remember(self, mem, pg):
@@ -187,15 +195,20 @@ class DriverPair(RuleBasedStateMachine):
         pg = self.pg.job_ack_many([Lease(i, p) for i, _, p in batch])
         assert mem == pg
 
-    @rule(lease=leases, kind=st.sampled_from(["retry", "dead", "park", "interrupted", "shed"]),
+    @rule(lease=leases, outcome=st.sampled_from(["retried", "dead", "suspended", "interrupted", "shed"]),
           delay=st.sampled_from([0, 300, 1500]), error=st.sampled_from([None, "boom"]))
-    def nack(self, lease, kind, delay, error):
+    def nack(self, lease, outcome, delay, error):
         job_id, mem_token, pg_token = lease
+        assert self.memory.job_nack(_nack(job_id, mem_token, outcome, error, delay)) == \
+            self.pg.job_nack(_nack(job_id, pg_token, outcome, error, delay))
 
-        def settle(token):
-            return Nack(job_id, token, error, delay_ms=delay, counts_as_attempt=kind in ("retry", "dead"),
-                        park=kind == "park", dead=kind == "dead", outcome=kind)
-        assert self.memory.job_nack(settle(mem_token)) == self.pg.job_nack(settle(pg_token))
+    @rule(batch=st.lists(st.tuples(leases, st.sampled_from(["retried", "dead", "interrupted", "shed"])),
+                         min_size=1, max_size=3, unique_by=lambda pair: pair[0][0]),
+          delay=st.sampled_from([0, 700]))
+    def nack_many(self, batch, delay):
+        mem = self.memory.job_nack_many([_nack(i, m, outcome, "many", delay) for (i, m, _), outcome in batch])
+        pg = self.pg.job_nack_many([_nack(i, p, outcome, "many", delay) for (i, _, p), outcome in batch])
+        assert mem == pg
 
     @rule(batch=st.lists(leases, min_size=1, max_size=3), lease_ms=st.sampled_from([500, 2000]))
     def heartbeat(self, batch, lease_ms):
@@ -220,13 +233,13 @@ class DriverPair(RuleBasedStateMachine):
     @rule(worker=st.sampled_from(WORKERS), crashed=st.booleans(),
           charge=st.sampled_from(["alone", "suspect", "never"]))
     def release_worker(self, worker, crashed, charge):
-        self.both(lambda d: d.job_release_worker(worker, crashed=crashed, how="killed", charge=charge))
+        self.both(lambda d: d.job_release_worker(WorkerExit(worker, crashed=crashed, how="killed", charge=charge)))
 
     @rule(target=leases, queue=st.sampled_from(QUEUES), lease_ms=st.sampled_from([500, 3000]),
           worker=st.sampled_from(WORKERS), waited=st.sampled_from([0, 1000]), limit=st.integers(1, 4))
     def claim_alone(self, queue, lease_ms, worker, waited, limit):
-        mem = self.memory.job_claim_alone(queue, lease_ms, worker, waited, limit=limit)
-        pg = self.pg.job_claim_alone(queue, lease_ms, worker, waited, limit=limit)
+        mem = self.memory.job_claim_alone(ClaimAlone(queue, lease_ms, worker, waited, limit=limit))
+        pg = self.pg.job_claim_alone(ClaimAlone(queue, lease_ms, worker, waited, limit=limit))
         return self.remember(mem, pg)
 
     @rule(batch=st.lists(leases, min_size=1, max_size=2), done=st.sampled_from([0, 1.5, 7]))
@@ -241,13 +254,13 @@ class DriverPair(RuleBasedStateMachine):
           error=st.sampled_from([None, "lease", "boom"]), ago=st.sampled_from([None, 1000]))
     def requeue_batch(self, state, after, upto, limit, error, ago):
         where = ListFilter(state=state, error=error, since_ago_ms=ago)
-        self.both(lambda d: d.job_requeue_batch(where, after, upto, limit, "bulk"))
+        self.both(lambda d: d.job_requeue_batch(Batch(where, after, upto, limit), "bulk"))
 
     @rule(queue=st.sampled_from([None, *QUEUES]), after=st.integers(0, 3), upto=st.sampled_from([3, 100]),
           limit=st.integers(0, 3), ago=st.sampled_from([None, 500]))
     def cancel_batch(self, queue, after, upto, limit, ago):
         where = ListFilter(queue=queue, until_ago_ms=ago)
-        self.both(lambda d: d.job_cancel_batch(where, after, upto, limit, "bulk"))
+        self.both(lambda d: d.job_cancel_batch(Batch(where, after, upto, limit), "bulk"))
 
     @rule(states=st.sampled_from([["dead"], ["ready", "running"], ["cancelled", "dead"]]),
           ago=st.sampled_from([None, 700]))
@@ -299,11 +312,11 @@ class DriverPair(RuleBasedStateMachine):
           verb=st.sampled_from(["acquire", "renew", "release"]), slot=st.integers(0, 1))
     def slots(self, job, cap, holder, verb, slot):
         if verb == "acquire":
-            self.both(lambda d: d.slot_acquire(job, cap, holder, 1000))
+            self.both(lambda d: d.slot_acquire(SlotRequest(job, cap, holder, 1000)))
         elif verb == "renew":
-            self.both(lambda d: d.slot_renew(job, slot, holder, 1000))
+            self.both(lambda d: d.slot_renew(Slot(job, slot, holder), 1000))
         else:
-            self.both(lambda d: d.slot_release(job, slot, holder))
+            self.both(lambda d: d.slot_release(Slot(job, slot, holder)))
 
     @initialize()
     def ready_jobs(self):
@@ -322,8 +335,8 @@ class DriverPair(RuleBasedStateMachine):
                      idempotency_key=f"run{self.started}", max_attempts=2)
         self.enqueued += 1
         self.both(lambda d: d.job_enqueue([job]))
-        mem = self.memory.job_claim([queue], 1, 3000, worker)
-        pg = self.pg.job_claim([queue], 1, 3000, worker)
+        mem = self.memory.job_claim(Claim([queue], 1, 3000, worker))
+        pg = self.pg.job_claim(Claim([queue], 1, 3000, worker))
         return self.remember(mem, pg)
 
     @rule(target=leases, queue=st.sampled_from(QUEUES), worker=st.sampled_from(WORKERS),
@@ -334,8 +347,8 @@ class DriverPair(RuleBasedStateMachine):
         when the body is done."""
         self.clock.advance(idle)
         self.both(lambda d: d.job_wake(10))
-        mem = self.memory.job_claim([queue], 1, 3000, worker)
-        pg = self.pg.job_claim([queue], 1, 3000, worker)
+        mem = self.memory.job_claim(Claim([queue], 1, 3000, worker))
+        pg = self.pg.job_claim(Claim([queue], 1, 3000, worker))
         claimed = self.remember(mem, pg)
         for m, p in zip(mem, pg):
             self.run_body((m.id, m.token, p.token), m.attempt)

@@ -11,9 +11,10 @@ import pytest
 
 import xjobs
 from xjobs.config import Settings
+from xjobs.drivers.base import Claim, WorkerExit
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
-from xjobs.errors import Aborted
+from xjobs.errors import Aborted, DatabaseTimeout
 from xjobs.workers.host import InProcessHost
 from xjobs.workers.queue_worker import QueueWorker
 
@@ -161,14 +162,15 @@ def test_statement_timeout_caps_the_drivers_verbs_but_not_body_transactions(pg_d
     try:
         with psycopg.connect(pg_dsn) as locker:
             locker.execute(f"lock table {pg_schema}.jobs in access exclusive mode")
-            with pytest.raises(psycopg.errors.QueryCanceled):
-                capped.job_claim(["q"], 1, 30_000, "w")     # gives up instead of hanging
+            with pytest.raises(DatabaseTimeout) as err:
+                capped.job_claim(Claim(["q"], 1, 30_000, "w"))     # gives up instead of hanging
+            assert isinstance(err.value.__cause__, psycopg.errors.QueryCanceled)
             locker.rollback()
         registry = xjobs.Registry()
         handle = xjobs.job(queue="q", idempotency_key=lambda i: "k", tenant="none",
                            registry=registry, name="slow")(lambda ctx, i: None)
         enqueue_many(handle, [{}], driver=live_driver)
-        [job] = capped.job_claim(["q"], 1, 30_000, "w")
+        [job] = capped.job_claim(Claim(["q"], 1, 30_000, "w"))
         from xjobs.drivers.base import Lease
         with capped.job_transaction(Lease(job.id, job.token)) as conn:
             conn.execute("select pg_sleep(0.4)")              # the app's statement, not capped
@@ -183,19 +185,19 @@ def test_jobs_coming_back_to_ready_wake_listening_workers(pg_dsn, pg_schema, liv
     try:
         live_driver.job_enqueue([NewJob(name="n", queue="back", payload=b"{}", idempotency_key="k")])
         assert _notified(listener) == {"back"}                 # the insert trigger
-        [job] = live_driver.job_claim(["back"], 1, 30_000, "w1")
-        assert len(live_driver.job_release_worker("w1", crashed=False)) == 1   # handed back
+        [job] = live_driver.job_claim(Claim(["back"], 1, 30_000, "w1"))
+        assert len(live_driver.job_release_worker(WorkerExit("w1", crashed=False))) == 1   # handed back
         assert _notified(listener) == {"back"}
-        [job] = live_driver.job_claim(["back"], 1, 30_000, "w2")
+        [job] = live_driver.job_claim(Claim(["back"], 1, 30_000, "w2"))
         live_driver.job_cancel(job.id, "stop")
         live_driver.job_requeue(job.id)                       # an operator's retry
         assert _notified(listener) == {"back"}
-        [job] = live_driver.job_claim(["back"], 1, 30_000, "w3")
-        interrupted = Nack(job.id, job.token, "drained", 0.0, counts_as_attempt=False, outcome="interrupted")
+        [job] = live_driver.job_claim(Claim(["back"], 1, 30_000, "w3"))
+        interrupted = Nack(job.id, job.token, "interrupted", error="drained")
         assert live_driver.job_nack(interrupted) is True       # a drain's hand-back
         assert _notified(listener) == {"back"}
-        [job] = live_driver.job_claim(["back"], 1, 30_000, "w4")
-        shed = Nack(job.id, job.token, None, 0.0, counts_as_attempt=False, outcome="shed")
+        [job] = live_driver.job_claim(Claim(["back"], 1, 30_000, "w4"))
+        shed = Nack(job.id, job.token, "shed")
         assert live_driver.job_nack(shed) is True              # a shed wakes nobody
         assert _notified(listener, timeout_s=0.3) == set()
     finally:

@@ -17,6 +17,7 @@ import pytest
 import xjobs
 from xjobs import logs
 from xjobs.config import Settings
+from xjobs.drivers.base import Claim, Slot, SlotRequest
 from xjobs.workers.scanning import run_due_scans
 from xjobs.workers.scheduler import ELECTION
 from xjobs.workers.upkeep import Upkeep
@@ -80,14 +81,14 @@ def test_a_completed_attempt_and_a_shed_are_debug_events(driver, registry, caplo
     caplog.set_level(logging.DEBUG, logger="xjobs")
     capped = declare(registry, lambda ctx, i: None, name="capped", concurrency=1)
     [first, second] = enqueue(capped, driver, {"n": 1}, {"n": 2})
-    driver.slot_acquire("capped", 1, "another-machine", 60_000)
-    claimed = driver.job_claim(["q"], 1, 30_000, "w")
+    driver.slot_acquire(SlotRequest("capped", 1, "another-machine", 60_000))
+    claimed = driver.job_claim(Claim(["q"], 1, 30_000, "w"))
     worker = make_worker(driver, registry)
     worker.initialize()
     assert worker.take(claimed[0], 0.0) is None
     [shed] = _events(caplog, "job.shed")
     assert (shed.levelname, shed.job_id) == ("DEBUG", claimed[0].id) and "held" in shed.why
-    driver.slot_release("capped", 0, "another-machine")
+    driver.slot_release(Slot("capped", 0, "another-machine"))
     pacer = Pacer(worker)
     pacer.until(lambda: pacer.totals()["completed"] == 2, advance_ms=50)
     assert sorted(r.job_id for r in _events(caplog, "job.attempt.completed")) == sorted([first, second])

@@ -25,6 +25,7 @@ from tests.migration_fixtures import (HISTORY, SNAPSHOT, Release, catalog, catal
                                       recorded_checksums)
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.sql import SCHEMA_VERSION, Migration, check_sequence, migrations, serves_from
+from xjobs.drivers.base import Claim
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.postgres
@@ -124,7 +125,7 @@ def test_an_upgrade_from_each_release_equals_a_fresh_install(pg_dsn, schema, fre
             token = conn.execute(f"select lease_token from {schema}.jobs where id = 3").fetchone()[0]
             assert token == (None if release.commit == "a3592a1" else 7)   # uuid tokens fence nothing
             # today's code works on what the old release left: the ready job is claimed and settled
-            [claimed] = driver.job_claim(["old"], 10, 30_000, "w-new")
+            [claimed] = driver.job_claim(Claim(["old"], 10, 30_000, "w-new"))
             assert (claimed.id, driver.job_ack(claimed.id, claimed.token)) == (1, True)
             assert [h["error"] for h in driver.job_get(2).history] == ["boom"]
         finally:

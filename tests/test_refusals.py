@@ -9,7 +9,7 @@ import pytest
 
 import xjobs
 from xjobs.config import QueueSpec, Settings, load_settings
-from xjobs.drivers.base import ListFilter
+from xjobs.drivers.base import Claim, ListFilter
 from xjobs.enqueue import enqueue_many
 from xjobs.errors import (DuplicateJob, IdempotencyKeyRequired, InvalidOption, PayloadInvalid,
                           PayloadTooLarge, TenantRequired)
@@ -156,10 +156,10 @@ def test_enqueue_timing_knobs_are_checked(driver, kwargs):
 @pytest.mark.parametrize("bad", BAD_COUNTS + [0])
 def test_claim_limits_must_be_whole(driver, bad):
     if bad == 0:
-        assert driver.job_claim(["q"], 0, 1000, "w") == []
+        assert driver.job_claim(Claim(["q"], 0, 1000, "w")) == []
         return
     with pytest.raises(InvalidOption):
-        driver.job_claim(["q"], bad, 1000, "w")
+        driver.job_claim(Claim(["q"], bad, 1000, "w"))
 
 
 @pytest.mark.parametrize("field,bad", [("lease_ms", b) for b in BAD_NUMBERS + [0]]

@@ -12,7 +12,7 @@ import pytest
 
 import xjobs
 from xjobs.config import Settings
-from xjobs.drivers.base import ListFilter, Nack
+from xjobs.drivers.base import Claim, ListFilter, Nack
 from xjobs.workers.scheduler import ELECTION, Scheduler
 
 HOUR = 3_600_000.0
@@ -98,7 +98,7 @@ def test_a_job_that_completed_is_not_dispatched_again_by_the_next_leader(driver,
     a.tick()
     clock.advance(HOUR)
     a.tick()
-    [job] = driver.job_claim(["reports"], 10, 30_000, "w")
+    [job] = driver.job_claim(Claim(["reports"], 10, 30_000, "w"))
     driver.job_ack(job.id, job.token)                 # its key is free again
     clock.advance(10_001)
     assert b.tick().leader and b.tick().dispatched == 0   # the watermark, not the key, says done
@@ -186,13 +186,13 @@ def test_maintenance_runs_on_the_leader_only(driver, registry, digest, clock):
     digest.enqueue  # noqa: B018 (the job exists; enqueue through the driver below)
     from xjobs.drivers.base import NewJob
     driver.job_enqueue([NewJob(name="digest", queue="reports", payload=b"{}", idempotency_key="k")])
-    [job] = driver.job_claim(["reports"], 1, 1000, "gone")
+    [job] = driver.job_claim(Claim(["reports"], 1, 1000, "gone"))
     clock.advance(1001)
     for role in (a, b):
         role.run_once(0.0)
     assert a.totals["rescued"] == 1 and b.totals["rescued"] == 0
     assert driver.job_get(job.id).state == "ready"
-    assert driver.job_nack(Nack(job.id, job.token, "late")) is False
+    assert driver.job_nack(Nack(job.id, job.token, "retried", error="late")) is False
 
 
 class _HeldDispatch:

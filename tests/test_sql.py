@@ -20,10 +20,10 @@ from psycopg.rows import dict_row, namedtuple_row
 from psycopg_pool import PoolTimeout
 
 import xjobs
-from xjobs.drivers.base import Enqueued, Lease, NewJob
+from xjobs.drivers.base import Claim, Enqueued, Lease, NewJob
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.sql import SCHEMA_VERSION, migrations, raw_statements, statements
-from xjobs.errors import InvalidOption, MigrationBlocked
+from xjobs.errors import DatabaseUnavailable, InvalidOption, MigrationBlocked
 
 from .fixtures import drop_schema, new_schema_name
 
@@ -337,7 +337,7 @@ def test_every_connection_gives_up_on_a_dead_server(pg_driver):
     with pg_driver.database.connection() as pooled:
         seen.append(pooled.info.get_parameters())
     pg_driver.job_enqueue([NewJob(name="n", queue="q", payload=b"{}", idempotency_key="k")])
-    [job] = pg_driver.job_claim(["q"], 1, 30_000, "w")
+    [job] = pg_driver.job_claim(Claim(["q"], 1, 30_000, "w"))
     with pg_driver.job_transaction(Lease(job.id, job.token)) as body:
         seen.append(body.info.get_parameters())
     for params in seen:
@@ -351,8 +351,9 @@ def test_a_verb_waits_for_a_pooled_connection_at_most_pool_timeout(pg_dsn, pg_sc
     try:
         driver.migrate()
         with driver.database.connection():       # the only connection is busy
-            with pytest.raises(PoolTimeout):
+            with pytest.raises(DatabaseUnavailable) as err:
                 driver.job_stats()
+            assert isinstance(err.value.__cause__, PoolTimeout)
         assert driver.job_stats() == {}
     finally:
         driver.close()
@@ -379,11 +380,11 @@ def test_body_transactions_never_take_the_verbs_connections(pg_dsn, pg_schema, c
         driver.migrate()
         driver.job_enqueue([NewJob(name="n", queue="q", payload=b"{}", idempotency_key=k)
                             for k in "abc"])
-        a, b = driver.job_claim(["q"], 2, 30_000, "w")
+        a, b = driver.job_claim(Claim(["q"], 2, 30_000, "w"))
         with driver.job_transaction(Lease(a.id, a.token)), driver.job_transaction(Lease(b.id, b.token)):
             assert driver.job_heartbeat_many([Lease(a.id, a.token), Lease(b.id, b.token)],
                                              30_000) == {a.id, b.id}
-            [c] = driver.job_claim(["q"], 1, 30_000, "w")
+            [c] = driver.job_claim(Claim(["q"], 1, 30_000, "w"))
             assert driver.job_ack(c.id, c.token)
         assert driver.job_stats() == {"q": {"completed": 3}}
     finally:
@@ -415,11 +416,13 @@ def test_a_running_statement_is_attributed_in_pg_stat_activity(pg_driver):
     with pg_driver.connect() as observer, pg_driver.connect() as blocker:
         blocker.execute("begin")
         blocker.execute(f"lock table {pg_driver.schema}.jobs in access exclusive mode")
-        claim = threading.Thread(target=lambda: pg_driver.job_claim(["q"], 1, 1000, "w"), daemon=True)
+        claim = threading.Thread(target=lambda: pg_driver.job_claim(Claim(["q"], 1, 1000, "w")), daemon=True)
         claim.start()
         for _ in range(200):
+            # this test's own statement: other sessions on the server may be claiming too
             rows = observer.execute("select query from pg_stat_activity where query like '/* xjobs:job_claim%%' "
-                                    "and pid <> pg_backend_pid()").fetchall()
+                                    "and query like %s and pid <> pg_backend_pid()",
+                                    (f"% {pg_driver.schema}.jobs%",)).fetchall()
             if rows:
                 seen = rows
                 break

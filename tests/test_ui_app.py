@@ -14,6 +14,7 @@ pytest.importorskip("werkzeug", reason="the dashboard needs the ui extra")
 from werkzeug.test import Client  # noqa: E402
 
 from xjobs.drivers.base import Nack  # noqa: E402
+from xjobs.errors import DatabaseTimeout  # noqa: E402
 from xjobs.ui.app import Dashboard  # noqa: E402
 from xjobs.ui.auth import CSRF_COOKIE, SESSION_COOKIE, Guard  # noqa: E402
 
@@ -55,7 +56,7 @@ def signed_in(driver, **guard) -> tuple[Client, str]:
 def dead_job(driver, key: str = "k1", error: str = "boom") -> int:
     job_id = enqueue(driver, key)
     job = claim_one(driver)
-    driver.job_nack(Nack(job.id, job.token, error, dead=True))
+    driver.job_nack(Nack(job.id, job.token, "dead", error=error))
     return job_id
 
 
@@ -197,12 +198,10 @@ def test_the_chart_draws_what_workers_reported(memory_driver):
 
 
 def test_a_database_error_is_a_page_that_says_so(memory_driver):
-    import psycopg
-
     class Broken:
         def __getattr__(self, name):
             def fail(*args, **kw):
-                raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+                raise DatabaseTimeout("canceling statement due to statement timeout")
             return fail
     page = Browser(Dashboard(Broken(), guard=Guard())).get("/jobs?error=x")   # type: ignore[arg-type]
     assert page.status_code == 503 and "narrow the filter" in page.get_data(as_text=True)

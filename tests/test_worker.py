@@ -10,6 +10,7 @@ import pytest
 
 import xjobs
 from xjobs.context import CANCELLED, DRAINED
+from xjobs.drivers.base import Claim
 from xjobs.enqueue import enqueue_many
 from xjobs.errors import InvalidOption, RetryAfter, Terminal
 
@@ -256,11 +257,11 @@ def test_a_worker_never_claims_a_job_name_it_has_no_body_for(driver, registry):
 def test_a_claim_limited_to_names_answers_only_those(driver):
     from xjobs.drivers.base import NewJob
     driver.job_enqueue([NewJob(name=n, queue="q", payload=b"{}", idempotency_key=n) for n in ("x", "y")])
-    assert driver.job_claim(["q"], 10, 1000, "w", names=[]) == []
-    assert [j.name for j in driver.job_claim(["q"], 10, 1000, "w", names=["y", "z"])] == ["y"]
+    assert driver.job_claim(Claim(["q"], 10, 1000, "w", names=[])) == []
+    assert [j.name for j in driver.job_claim(Claim(["q"], 10, 1000, "w", names=["y", "z"]))] == ["y"]
     with pytest.raises(InvalidOption):
-        driver.job_claim(["q"], 10, 1000, "w", names="x")
-    assert [j.name for j in driver.job_claim(["q"], 10, 1000, "w")] == ["x"]
+        driver.job_claim(Claim(["q"], 10, 1000, "w", names="x"))
+    assert [j.name for j in driver.job_claim(Claim(["q"], 10, 1000, "w"))] == ["x"]
 
 
 def test_a_slow_queue_never_starves_another(driver, registry):

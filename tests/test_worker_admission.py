@@ -10,6 +10,7 @@ import pytest
 
 import xjobs
 from xjobs.context import SLOT_LOST
+from xjobs.drivers.base import Claim, Slot, SlotRequest
 from xjobs.errors import ConcurrencyUnenforceable
 from xjobs.limits import Limits
 
@@ -55,8 +56,8 @@ def test_a_shed_job_goes_back_to_ready_without_an_attempt_or_an_error(driver, re
     capped = declare(registry, lambda ctx, i: None, name="capped", concurrency=1)
     [job_id] = enqueue(capped, driver, {"n": 1})
     before = driver.job_get(job_id)
-    driver.slot_acquire("capped", 1, "another-machine", 60_000)   # the fleet's only slot is held
-    [claimed] = driver.job_claim(["q"], 1, 30_000, "w")           # a claim without caps takes it
+    driver.slot_acquire(SlotRequest("capped", 1, "another-machine", 60_000))   # the fleet's only slot is held
+    [claimed] = driver.job_claim(Claim(["q"], 1, 30_000, "w"))           # a claim without caps takes it
     worker = make_worker(driver, registry)
     worker.initialize()
     assert worker.take(claimed, 0.0) is None
@@ -65,7 +66,7 @@ def test_a_shed_job_goes_back_to_ready_without_an_attempt_or_an_error(driver, re
     assert view.run_at == before.run_at                  # its place in line and its age are kept
     assert [h["outcome"] for h in view.history] == [h["outcome"] for h in before.history]   # no event
     assert worker.stats().shed == 1 and worker.stats().jobs == {"capped": {"shed": 1}}
-    assert driver.job_claim(["q"], 1, 30_000, "w", caps={"capped": 1}) == []   # no spin
+    assert driver.job_claim(Claim(["q"], 1, 30_000, "w", caps={"capped": 1})) == []   # no spin
     worker.close()
 
 
@@ -82,7 +83,7 @@ def test_a_lost_slot_stops_the_run_and_gives_the_attempt_back(driver, registry):
     worker = make_worker(driver, registry, heartbeat_ms=100)
     pacer = Pacer(worker)
     pacer.until(started.is_set)
-    assert driver.slot_release("capped", 0, worker.identity) is True   # taken from under it
+    assert driver.slot_release(Slot("capped", 0, worker.identity)) is True   # taken from under it
     pacer.until(lambda: seen == [SLOT_LOST], advance_ms=150)
     pacer.until(lambda: pacer.totals()["interrupted"] == 1, advance_ms=50)
     [entry] = driver.job_get(job_id).history
@@ -174,7 +175,7 @@ def test_a_slot_that_cannot_be_acquired_sheds_without_running(driver, registry, 
     def unreachable(*args, **kwargs):
         raise ConnectionError("slot store unreachable")
     monkeypatch.setattr(driver, "slot_acquire", unreachable)
-    [claimed] = driver.job_claim(["q"], 1, 30_000, "w")
+    [claimed] = driver.job_claim(Claim(["q"], 1, 30_000, "w"))
     worker = make_worker(driver, registry)
     worker.initialize()
     assert worker.take(claimed, 0.0) is None            # shed, never run unbounded
@@ -193,11 +194,11 @@ def test_a_slot_that_cannot_be_released_is_logged_and_retried_and_the_job_still_
     [job_id] = enqueue(capped, driver, {"n": 1})
     real, failures = driver.slot_release, []
 
-    def flaky(job, slot, holder):
+    def flaky(slot):
         if not failures:
-            failures.append(slot)
+            failures.append(slot.slot)
             raise ConnectionError("connection reset")
-        return real(job, slot, holder)
+        return real(slot)
     monkeypatch.setattr(driver, "slot_release", flaky)
     worker = make_worker(driver, registry, heartbeat_ms=100)
     pacer = Pacer(worker)
@@ -222,7 +223,7 @@ def test_a_lost_slot_is_the_stable_event_worker_slot_lost(driver, registry, capl
     worker = make_worker(driver, registry, heartbeat_ms=100)
     pacer = Pacer(worker)
     pacer.until(started.is_set)
-    driver.slot_release("capped", 0, worker.identity)
+    driver.slot_release(Slot("capped", 0, worker.identity))
     pacer.until(lambda: _events(caplog, "worker.slot.lost"), advance_ms=150)
     [record] = _events(caplog, "worker.slot.lost")
     assert (record.levelname, record.job_id, record.slot) == ("ERROR", job_id, 0)

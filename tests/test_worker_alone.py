@@ -11,6 +11,7 @@ import pytest
 
 import xjobs
 from xjobs.context import LEASE_LOST
+from xjobs.drivers.base import Claim, WorkerExit
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.workers.host import InProcessHost
 
@@ -40,8 +41,8 @@ def test_suspects_run_apart_in_their_halves_and_everything_completes(driver, reg
             running.discard(ctx.job_id)
     handle = declare(registry, body, name="work")
     suspects = enqueue(handle, driver, *({"n": n, "suspect": True} for n in range(3)))
-    driver.job_claim(["q"], 3, 30_000, "dead-worker")
-    assert {r.outcome for r in driver.job_release_worker("dead-worker", how="killed by SIGKILL")} == {"quarantined"}
+    driver.job_claim(Claim(["q"], 3, 30_000, "dead-worker"))
+    assert {r.outcome for r in driver.job_release_worker(WorkerExit("dead-worker", how="killed by SIGKILL"))} == {"quarantined"}
     halves.update({job_id: frozenset(suspects[:2]) for job_id in suspects[:2]})
     halves[suspects[2]] = frozenset(suspects[2:])
     normal = enqueue(handle, driver, *({"n": n, "suspect": False} for n in range(3, 9)))
@@ -62,8 +63,8 @@ def test_a_busy_worker_reserves_a_suspect_that_waited_and_gives_it_back_if_it_st
     pacer = Pacer(worker)
     pacer.until(lambda: driver.job_get(busy).state == "running")
     suspects = enqueue(handle, driver, {"n": 1}, {"n": 2})     # caught in some other worker's crash
-    driver.job_claim(["q"], 2, 30_000, "dead")
-    driver.job_release_worker("dead")
+    driver.job_claim(Claim(["q"], 2, 30_000, "dead"))
+    driver.job_release_worker(WorkerExit("dead"))
     pacer.pass_(advance_ms=60)
     assert not worker.quarantine.holding                                # busy: it leaves fresh suspects to idle workers
     clock.advance(200)                                          # ... for two polls
@@ -139,8 +140,8 @@ def test_no_suspect_is_reserved_beside_a_body_the_worker_gave_up_on(driver, regi
     pacer.until(lambda: driver.job_get(stuck).state == "running")
     pacer.until(lambda: pacer.totals()["timed_out"] == 1, advance_ms=60)   # its thread runs on
     [suspect] = enqueue(quick, driver, {"n": 1})
-    driver.job_claim(["q"], 1, 30_000, "dead")
-    driver.job_release_worker("dead", charge="never")
+    driver.job_claim(Claim(["q"], 1, 30_000, "dead"))
+    driver.job_release_worker(WorkerExit("dead", charge="never"))
     for _ in range(5):
         clock.advance(100)
         pacer.pass_(advance_ms=100)
@@ -157,8 +158,8 @@ def test_a_reserved_suspect_is_given_back_when_the_other_runs_outlast_a_lease(dr
     pacer = Pacer(worker)
     pacer.until(lambda: driver.job_get(busy).state == "running")
     [suspect] = enqueue(long, driver, {"n": 1})
-    driver.job_claim(["q"], 1, 30_000, "dead")
-    driver.job_release_worker("dead", charge="never")
+    driver.job_claim(Claim(["q"], 1, 30_000, "dead"))
+    driver.job_release_worker(WorkerExit("dead", charge="never"))
     clock.advance(200)
     pacer.until(lambda: worker.quarantine.holding, advance_ms=60)
     pacer.until(lambda: not worker.quarantine.holding, advance_ms=250)     # 2 s later: let go

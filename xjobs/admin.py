@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Iterable
 
-from .drivers.base import LATEST_MS, LIVE_STATES, DeadGroup, JobDriver, JobView, ListFilter
+from .drivers.base import LATEST_MS, LIVE_STATES, Batch, DeadGroup, JobDriver, JobView, ListFilter
 from .errors import InvalidOption
 from .options import duration_ms, finite_count, plain_name
 
@@ -101,7 +101,7 @@ def retry_jobs(driver: JobDriver, where: ListFilter, *, by: str, dry_run: bool =
     changed = batches = 0
     after = 0
     while True:
-        picked = driver.job_requeue_batch(where, after, matching.newest_id, batch, f"retried by {by}")
+        picked = driver.job_requeue_batch(Batch(where, after, matching.newest_id, batch), f"retried by {by}")
         if not picked:
             break
         batches += 1
@@ -124,7 +124,7 @@ def cancel_jobs(driver: JobDriver, where: ListFilter, *, by: str, reason: str | 
     changed = batches = 0
     after = 0
     while True:
-        ids = driver.job_cancel_batch(where, after, matching.newest_id, batch, text)
+        ids = driver.job_cancel_batch(Batch(where, after, matching.newest_id, batch), text)
         if not ids:
             break
         batches += 1

@@ -176,6 +176,37 @@ class MigrationBlocked(XJobsError):
     code = "X_MIGRATION_BLOCKED"
 
 
+# -- the database under a driver -----------------------------------------------------------------
+
+
+class DriverError(XJobsError):
+    """The database failed or refused one of a driver's own statements, for a reason that is
+    not in the verb's arguments (those are ``InvalidOption``). ``__cause__`` is the driver
+    library's exception (psycopg's, for the Postgres driver); what a job body's own
+    statements raise inside ``ctx.transaction()`` stays the library's."""
+
+    code = "X_DATABASE_ERROR"
+
+
+class DatabaseUnavailable(DriverError):
+    """No connection to the database: it refused or dropped one, or none came free in the
+    pool within its timeout. Worth a retry once the database answers again."""
+
+    code = "X_DATABASE_UNAVAILABLE"
+
+
+class DatabaseTimeout(DriverError):
+    """The database gave up on a statement: its ``statement_timeout``, or a cancel."""
+
+    code = "X_DATABASE_TIMEOUT"
+
+
+class SchemaMissing(DriverError):
+    """A statement found no table of the schema: nothing installed it yet (``migrate``)."""
+
+    code = "X_SCHEMA_MISSING"
+
+
 # -- the app's code ------------------------------------------------------------------------------
 
 

@@ -13,9 +13,6 @@ import os
 import sys
 from typing import NoReturn
 
-import psycopg
-from psycopg_pool import PoolTimeout
-
 from .. import __version__
 from ..errors import XJobsError
 from .common import USAGE_ERRORS
@@ -75,13 +72,7 @@ def _dispatch(argv: list[str] | None) -> int:
     except USAGE_ERRORS as exc:
         print(f"xjobsd: {exc}", file=sys.stderr)
         return 2
-    except psycopg.ProgrammingError as exc:   # a DSN that cannot be parsed is bad usage
-        print(f"xjobsd: X_INVALID_OPTION: dsn: {exc}", file=sys.stderr)
-        return 2
-    except (psycopg.Error, PoolTimeout) as exc:
-        print(f"xjobsd: X_DATABASE_UNAVAILABLE: {exc}", file=sys.stderr)
-        return 1
-    except XJobsError as exc:
+    except XJobsError as exc:     # the database's failures among them (DriverError: X_DATABASE_*)
         print(f"xjobsd: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

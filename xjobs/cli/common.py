@@ -92,17 +92,15 @@ def driver_from(settings: Settings, application_name: str = "xjobs-cli", **pool_
     ``pool_options`` override the one-connection pool (``pool_size``, ``statement_timeout_ms``)."""
     if not settings.dsn:
         raise InvalidOption("dsn", "no database configured: pass --dsn or set XJOBS_DATABASE_URL")
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict
-    try:
-        conninfo_to_dict(settings.dsn)
-    except psycopg.ProgrammingError as exc:
-        raise InvalidOption("dsn", str(exc).strip()) from None
-    with psycopg.connect(settings.dsn, connect_timeout=5, application_name=application_name):
-        pass
     from ..drivers.postgres import PostgresDriver
-    return PostgresDriver(settings.dsn, schema=settings.schema, application_name=application_name,
-                          **{"pool_size": 1, "pool_timeout": 10.0, **pool_options})
+    driver = PostgresDriver(settings.dsn, schema=settings.schema, application_name=application_name,
+                            **{"pool_size": 1, "pool_timeout": 10.0, **pool_options})
+    try:
+        driver.ping(5)    # DatabaseUnavailable within seconds when nothing answers
+    except BaseException:
+        driver.close()
+        raise
+    return driver
 
 
 def import_apps(modules: list[str] | tuple[str, ...]) -> None:

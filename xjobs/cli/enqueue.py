@@ -7,11 +7,10 @@ import argparse
 import getpass
 
 import orjson
-import psycopg
 
 from ..drivers.base import Enqueued
 from ..enqueue import enqueue_many
-from ..errors import InvalidOption
+from ..errors import InvalidOption, SchemaMissing
 from ..registry import REGISTRY
 from .common import add_database_flags, driver_from, import_apps, print_json, settings_from
 
@@ -45,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
                             enqueued_by=f"cli:{getpass.getuser()}", driver=driver)[0]
     try:
         result = enqueue()
-    except psycopg.errors.UndefinedTable:
+    except SchemaMissing:
         # a database no daemon has started on yet: install the schema, as a daemon's boot
         # would. Only then: an older schema is upgraded by the daemon or `xjobsd migrate`,
         # never as a side effect of one enqueue

@@ -232,9 +232,8 @@ def banner(facts: dict[str, Any]) -> str:
 
 
 def _migrate(settings: Settings) -> None:
-    import psycopg
     from ..drivers.postgres import PostgresDriver
-    from ..errors import XJobsError
+    from ..errors import DriverError, XJobsError
     if not settings.dsn:   # run() starts the embedded database first when none is configured
         raise InvalidOption("dsn", "no database configured: pass --dsn or set XJOBS_DATABASE_URL")
     driver = PostgresDriver(settings.dsn, schema=settings.schema, application_name="xjobsd-migrate")
@@ -242,7 +241,8 @@ def _migrate(settings: Settings) -> None:
         # its own connection, closed on return: nothing crosses the fork; the migrations it
         # applies are logged as it goes (schema.migrated)
         driver.migrate(upgrade=settings.migrate)
-    except psycopg.Error as exc:
-        raise XJobsError(f"cannot install the schema: {exc}".strip(), code="X_DATABASE_UNAVAILABLE") from None
+    except DriverError as exc:
+        raise XJobsError(f"cannot install the schema: {exc.args[0]}".strip(),
+                         code="X_DATABASE_UNAVAILABLE") from None
     finally:
         driver.close()

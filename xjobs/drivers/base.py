@@ -1,27 +1,48 @@
 """The JobDriver seam: the only door between the runtime and storage.
 
-Verbs are noun-first (``job_claim``, ``job_ack``). ``supervisor/`` and ``workers/`` never hold
-SQL; everything they need from storage is a method of ``JobDriver`` (below) taking small frozen
-dataclasses, and every consumer names that Protocol (or the one noun it needs). It is the
-union of four nouns about jobs: ``JobStore`` (the hot path of one run: enqueue, claim, settle,
-renew, listen, transaction), ``Maintenance`` (rescue, hand-back of a dead worker's jobs,
-prune, sessions), ``Introspection`` (the operator's verbs on jobs) and ``QueueStore`` (queue
-control and statistics); four that coordinate many processes through rows: ``LeaderStore``,
-``ScheduleStore``, ``OutboxStore`` and ``SlotStore`` (see below); plus the lifecycle
-(``migrate``, ``ping``, ``close``). The records they pass are in ``records.py``.
+Verbs are noun-first (``job_claim``, ``job_nack_many``, ``leader_elect``). ``supervisor/`` and
+``workers/`` never hold SQL; everything they need from storage is a verb of a Protocol below,
+taking small frozen records (``records*.py``): one record where a verb has more than three
+parameters, and a settlement is one ``Nack`` with one outcome. Every consumer names the
+Protocol it uses (``JobDriver``, or the one noun it needs).
 
-Two drivers implement it: ``postgres`` (production) and ``memory`` (fast tests). Both are a
-``CheckedDriver`` (``facade.py``): its verbs refuse bad arguments once (``refusals.py``) and
-hand what they checked to the driver's own collaborators (``backend.py``), so no driver checks
-twice and a new driver cannot forget a check. One conformance suite runs against both, so a
-semantic difference is a failing test.
+A verb exists in three places, under its own name, so ``grep job_claim`` finds all of them:
+
+* here, the Protocol that declares it (and what it means);
+* ``facade.CheckedDriver``, the one door of every driver: it refuses or normalises the
+  verb's arguments once (``refusals.py``), then calls the driver's own implementation;
+* one implementation per driver, a method of the same name in ``pg_<noun>.py`` and in
+  ``memory_<noun>.py``; its statements are in ``queries.sql``, most under the verb's own name
+  (``job_claim_one``, ``job_nack_many``), the others named where the method runs them.
+
+Each noun is implemented by one object per driver, which subclasses the noun's Protocol, so
+the type checker holds both drivers to every signature::
+
+    noun                          Postgres          memory
+    Storage (the lifecycle)       PgDatabase        MemoryTable
+    JobStore (a run's hot path)   PgJobs            MemoryJobs
+    Maintenance                   PgMaintenance     MemoryMaintenance
+    Introspection (operators)     PgOperator        MemoryOperator
+    QueueStore                    PgQueues          MemoryQueues
+    LeaderStore, ScheduleStore    PgSchedule        MemorySchedule
+    OutboxStore                   PgOutbox          MemoryOutbox
+    SlotStore                     PgSlots           MemorySlots
+    StepStore, EventStore         PgSteps           MemorySteps
+
+``JobDriver`` is the core every driver has. ``SlotStore`` (fleet-wide job slots, for
+``job(concurrency=N)``) is a declared optional capability: a consumer asks
+``isinstance(driver, SlotStore)``, and a worker refuses a capped job on a driver without it
+(``X_JOB_CONCURRENCY_UNENFORCEABLE``). Both shipped drivers have it. One conformance suite
+runs against both drivers, so a semantic difference is a failing test. Failures of the
+database itself are the driver's own errors (``errors.DriverError`` and its kinds), never the
+library's.
 
 Job states::
 
       enqueue ──> ready ──claim──> running ──ack──> completed
                    ^  ^               │
-                   │  └──nack(retry)──┤──nack(dead)──> dead
-                   │                  ├──nack(park)──> suspended ──due──> ready
+                   │  └──nack(retried, interrupted, shed)──┤──nack(dead)──> dead
+                   │                  ├──nack(suspended)──> suspended ──due──> ready
                    └──lease lapses────┘
                       or its worker process died (released)
       cancel: ready | running | suspended ──> cancelled
@@ -42,10 +63,18 @@ absolute ``run_at_ms``.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..clock import Clock
-from .records import (STATES, LIVE_STATES, FINISHED_STATES, COUNTED_STATES, CHARGES, MAX_DELAY_MS, LATEST_MS, NewJob, Enqueued, ClaimedJob, TenantRoom, Nack, Lease, JobView, ListFilter, Matching, Released, QueueControl, Progress, QueueSummary, RatePoint, DeadGroup, LeaderView, Watermark, Dispatch, OutboxClaim, OutboxSummary, STEP_KINDS, STEP_STATES, StepRecord, StepLog, StepResult, StepSleep, StepWait, StepOutcome, NewEvent, SentEvent)
+from .records import (CHARGES, COUNTED_STATES, FINISHED_STATES, LATEST_MS, LIVE_STATES, MAX_DELAY_MS,
+                      NACK_OUTCOMES, STATES, Batch, Claim, ClaimAlone, ClaimedJob, DeadGroup, Enqueued,
+                      JobView, Lease, ListFilter, Matching, Nack, NackOutcome, NewJob, Progress,
+                      QueueControl, QueueSummary, RatePoint, Released, TenantRoom, WorkerExit)
+from .records_coordination import (Dispatch, LeaderView, OutboxClaim, OutboxSummary, Slot, SlotRequest,
+                                   Watermark)
+from .records_steps import (STEP_KINDS, STEP_STATES, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
+                            StepResult, StepSleep, StepWait)
+
 
 class JobListener(Protocol):
     """What ``job_listen`` answers: ``fileno()`` goes into a worker's selector (``None``: nothing
@@ -54,6 +83,32 @@ class JobListener(Protocol):
 
     def fileno(self) -> int | None: ...
     def poll(self) -> set[str]: ...
+    def close(self) -> None: ...
+
+
+class Storage(Protocol):
+    """The lifecycle of a driver, and its notion of now."""
+
+    clock: Clock
+    """The injected clock of a test driver; never decides a row's fate in production."""
+
+    @property
+    def server_clock(self) -> bool:
+        """True: statements take now from the database server, not ``clock``."""
+        ...
+
+    def migrate(self, *, lock_timeout_ms: float = 10_000.0, upgrade: bool = True) -> list[str]:
+        """Install or upgrade the schema (nothing to do on memory); idempotent. Answers the
+        migrations applied (``0009_drift_and_suspect_groups``), none when the schema was current.
+        ``upgrade=False`` only checks: an older schema is refused (``X_SCHEMA_OUTDATED``). A
+        newer one is refused (``X_SCHEMA_TOO_NEW``) unless it still serves this code."""
+        ...
+
+    def ping(self, timeout_s: float) -> None:
+        """Raise (``DatabaseUnavailable``) unless the database answers a fresh connection
+        within ``timeout_s``."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -70,7 +125,9 @@ class JobTransactions(Protocol):
 
 
 class JobStore(JobTransactions, Protocol):
-    """The hot path of one run: enqueue, claim, settle (ack, nack), renew (heartbeat), report."""
+    """The hot path of one run: enqueue, claim, settle (ack, nack), renew (heartbeat), report.
+    The settling and renewing verbs take a batch and answer the ids whose fence matched (the
+    claim's token on a running job); a job missing from the answer is no longer this claim's."""
 
     def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
         """Insert, or answer the live holder of each key (``deduped``); ``conn``: join the
@@ -84,35 +141,48 @@ class JobStore(JobTransactions, Protocol):
         the insert of this one; an exception from ``chunks`` writes nothing."""
         ...
 
-    def job_claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
-                  caps: Mapping[str, int] | None = None,
-                  tenants: TenantRoom | None = None,
-                  names: Sequence[str] | None = None) -> list[ClaimedJob]:
-        """``names``: claim only jobs of these names (the ones the worker has bodies for; None:
-        any), so a worker deployed without a job never takes one of it.
-        ``caps`` (job name -> ``job(concurrency=N)``): a capped job whose every slot is held
-        is left ready, and no more of one is claimed than it has free slots (a filter, not
-        the grant: ``slot_acquire`` grants). ``tenants``: what a worker's per-process tenant
-        limits leave room for. Both filter a claim on ONE queue (a worker's); a claim on
-        several queues with either is refused."""
+    def job_claim(self, claim: Claim) -> list[ClaimedJob]:
+        """Due ready jobs, leased under one new token (see ``Claim``); crash suspects are left
+        to ``job_claim_alone`` and a paused queue is claimed by nobody."""
         ...
-    def job_claim_alone(self, queue: str, lease_ms: float, worker_id: str,
-                        waited_ms: float = 0.0, names: Sequence[str] | None = None,
-                        limit: int = 1) -> list[ClaimedJob]:
-        """Crash suspects to run with nothing beside them: the first in line and the rest of
-        its group (the half of a crashed process's jobs it was put in), ``limit`` in all."""
+
+    def job_claim_alone(self, claim: ClaimAlone) -> list[ClaimedJob]:
+        """Crash suspects, to run with nothing beside them (see ``ClaimAlone``)."""
         ...
-    def job_ack_many(self, leases: Sequence[Lease]) -> set[int]: ...
-    def job_ack(self, job_id: int, token: int) -> bool: ...
-    def job_nack(self, nack: Nack) -> bool: ...
-    def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]: ...
-    def job_heartbeat(self, job_id: int, token: int, lease_ms: float) -> bool: ...
-    def job_progress_many(self, reports: Sequence[Progress]) -> set[int]: ...
+
+    def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
+        """Complete every job still held under its lease, in one statement."""
+        ...
+
+    def job_nack_many(self, nacks: Sequence[Nack]) -> set[int]:
+        """Settle every attempt as its ``Nack`` says, in one statement; a claim appears at most
+        once in a batch. A run handed back with no delay (``interrupted``) wakes its queue."""
+        ...
+
+    def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
+        """Extend every held lease to ``lease_ms`` from now."""
+        ...
+
+    def job_progress_many(self, reports: Sequence[Progress]) -> set[int]:
+        """Write each run's latest ``ctx.progress()`` report, fenced like a heartbeat."""
+        ...
 
     def job_listen(self) -> JobListener:
         """A listener for new ready jobs (Postgres: LISTEN on a dedicated connection; memory:
         one with nothing to wait on)."""
         ...
+
+    def job_ack(self, job_id: int, token: int) -> bool:
+        """``job_ack_many`` of one lease: whether it was still held."""
+        return job_id in self.job_ack_many([Lease(job_id, token)])
+
+    def job_nack(self, nack: Nack) -> bool:
+        """``job_nack_many`` of one settlement: whether its lease was still held."""
+        return nack.job_id in self.job_nack_many([nack])
+
+    def job_heartbeat(self, job_id: int, token: int, lease_ms: float) -> bool:
+        """``job_heartbeat_many`` of one lease: whether it was still held."""
+        return job_id in self.job_heartbeat_many([Lease(job_id, token)], lease_ms)
 
 
 class Maintenance(Protocol):
@@ -127,10 +197,15 @@ class Maintenance(Protocol):
         ready, their queues woken. Cheap enough to run every few hundred milliseconds."""
         ...
 
-    def job_release_worker(self, worker_id: str, *, crashed: bool = True, how: str = "died",
-                           charge: str = "alone") -> list[Released]: ...
-    def job_prune(self, completed_for_ms: float, finished_for_ms: float,
-                  limit: int = 1000) -> int: ...
+    def job_release_worker(self, worker: WorkerExit) -> list[Released]:
+        """Every job the ended worker process held goes back now (see ``WorkerExit`` and the
+        statement's comment for who is charged)."""
+        ...
+
+    def job_prune(self, completed_for_ms: float, finished_for_ms: float, limit: int = 1000) -> int:
+        """Delete finished jobs past retention (completed ones after ``completed_for_ms``,
+        dead and cancelled ones after ``finished_for_ms``), oldest first, at most ``limit``."""
+        ...
 
     def session_count(self, application_name: str) -> int:
         """Open sessions announcing ``application_name`` (a child's identity): its jobs are
@@ -139,49 +214,79 @@ class Maintenance(Protocol):
 
 
 class Introspection(Protocol):
-    """The operator's verbs on jobs (``xjobsd jobs``, ``admin.py``)."""
+    """The operator's verbs on jobs (``xjobsd jobs``, ``admin.py``). A verb on one job answers
+    the job as it is after it, or raises the one refusal that says why it did not change:
+    ``JobNotFound``, ``NotCancellable``, ``NotRetryable``, ``StepNotFound``, ``DuplicateJob``
+    (a live job holds its key), with one text for every driver (``refusals.py``)."""
 
     def job_list(self, where: ListFilter) -> list[JobView]: ...
-    def job_get(self, job_id: int) -> JobView: ...
-    def job_dead(self, limit: int = 50) -> list[JobView]: ...
+
+    def job_get(self, job_id: int) -> JobView:
+        """The job with its history and its recorded steps."""
+        ...
+
     def job_cancel(self, job_id: int, reason: str | None = None) -> JobView: ...
-    def job_requeue(self, job_id: int, reason: str | None = None) -> JobView: ...
-    def job_dead_groups(self, limit: int = 50) -> list[DeadGroup]: ...
-    def job_requeue_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
-                          reason: str | None) -> list[tuple[int, str | None]]: ...
-    def job_cancel_batch(self, where: ListFilter, after_id: int, upto_id: int, limit: int,
-                         reason: str) -> list[int]: ...
+
+    def job_requeue(self, job_id: int, reason: str | None = None) -> JobView:
+        """``reason`` is written to the job's history (who asked, and why)."""
+        ...
+
+    def step_reopen(self, job_id: int, name: str) -> JobView:
+        """``retry --from-step``: forget step ``name`` and every one recorded after it, and run
+        the finished job again."""
+        ...
+
+    def job_requeue_batch(self, batch: Batch, reason: str | None) -> list[tuple[int, str | None]]:
+        """One batch of a bulk retry: every picked id, with its queue when it was requeued
+        (None: its key is held by a live job, so it stays as it is)."""
+        ...
+
+    def job_cancel_batch(self, batch: Batch, reason: str) -> list[int]: ...
+
     def job_count(self, where: ListFilter, states: Sequence[str]) -> Matching: ...
-    def job_stats(self) -> dict[str, dict[str, int]]: ...
+
+    def job_dead_groups(self, limit: int = 50) -> list[DeadGroup]:
+        """Dead letters grouped by queue, job name and the first ``ERROR_GROUP_WIDTH``
+        characters of their error, biggest group first."""
+        ...
+
+    def job_dead(self, limit: int = 50) -> list[JobView]:
+        """The newest dead letters."""
+        return self.job_list(ListFilter(state="dead", limit=limit))
 
 
 class QueueStore(Protocol):
-    """Queue control (fleet-wide pause) and the per-queue statistics metrics read."""
+    """Queue control (fleet-wide pause) and the statistics metrics and operators read."""
 
     def queue_pause(self, queue: str, paused: bool, by: str | None = None) -> None: ...
     def queue_control(self) -> list[QueueControl]: ...
     def queue_summary(self) -> dict[str, QueueSummary]: ...
     def queue_counts(self) -> dict[str, dict[str, int]]: ...
-    def queue_unknown(self, names: Sequence[str]) -> dict[str, int]:
+
+    def queue_unknown(self, names: Collection[str]) -> dict[str, int]:
         """Per queue, ready jobs whose name is not among ``names`` (no worker claims them)."""
+        ...
+
+    def job_stats(self) -> dict[str, dict[str, int]]:
+        """Every job counted once, under its queue and state."""
         ...
 
     def rate_add(self, counts: Mapping[str, Mapping[str, int]]) -> None:
         """Add runs that ended, per queue and outcome, to the current minute (``job_rates``)."""
         ...
 
-    def rate_series(self, since_ms: float) -> list[RatePoint]: ...
+    def rate_series(self, since_ms: float) -> list[RatePoint]:
+        """Per minute since ``since_ms`` ago (the database's clock), per queue and outcome."""
+        ...
+
     def rate_prune(self, retention_ms: float) -> int: ...
 
 
 # -- the coordination nouns ------------------------------------------------------------------------
 #
-# The driver nouns that coordinate many processes on many machines through rows: the
-# scheduler's leader lease and watermarks, the transactional outbox, and fleet-wide job slots.
-#
-# Each is a small typed Protocol with noun-first verbs taking frozen dataclasses; both drivers
-# implement all of them, and one conformance suite runs against both. Every decision about a
-# row's fate is taken on the database's clock, in the statement that acts on it.
+# The nouns that coordinate many processes on many machines through rows: the scheduler's
+# leader lease and watermarks, the transactional outbox, and fleet-wide job slots. Every
+# decision about a row's fate is taken on the database's clock, in the statement that acts on it.
 #
 # * **leader** — ``leader_elect(election, holder, lease_ms)`` takes a free or expired lease, or
 #   renews this holder's; ``leader_resign`` expires it now. Never a session advisory lock: a
@@ -196,10 +301,9 @@ class QueueStore(Protocol):
 #   transaction, fenced on the claim's token (all or nothing: no row is ever published twice,
 #   none is lost); ``outbox_release`` hands a batch back, fenced the same way. A claim older
 #   than its lease is free again (its relay died mid-batch).
-# * **slots** — ``slot_acquire(job, cap, holder, lease_ms)`` grants one of ``cap`` rows keyed
-#   (job, slot): the primary key is the serialisation, nothing counts and then acts;
-#   ``slot_renew`` is fenced on the holder AND on the slot not having expired; ``slot_release``
-#   deletes the holder's row.
+# * **slots** — ``slot_acquire(SlotRequest)`` grants one of ``cap`` rows keyed (job, slot): the
+#   primary key is the serialisation, nothing counts and then acts; ``slot_renew`` is fenced on
+#   the holder AND on the slot not having expired; ``slot_release`` deletes the holder's row.
 
 
 class LeaderStore(Protocol):
@@ -216,9 +320,11 @@ class ScheduleStore(Protocol):
 
 class OutboxStore(Protocol):
     def outbox_stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]: ...
+
     def outbox_listen(self) -> JobListener:
         """Wakes when rows are staged (its ``poll()`` answers a non-empty set then)."""
         ...
+
     def outbox_claim(self, holder: str, limit: int, lease_ms: float) -> OutboxClaim: ...
     def outbox_publish(self, claim: OutboxClaim) -> list[Enqueued] | None: ...
     def outbox_release(self, claim: OutboxClaim) -> int: ...
@@ -226,10 +332,13 @@ class OutboxStore(Protocol):
     def outbox_summary(self) -> OutboxSummary: ...
 
 
+@runtime_checkable
 class SlotStore(Protocol):
-    def slot_acquire(self, job: str, cap: int, holder: str, lease_ms: float) -> int | None: ...
-    def slot_renew(self, job: str, slot: int, holder: str, lease_ms: float) -> bool: ...
-    def slot_release(self, job: str, slot: int, holder: str) -> bool: ...
+    """Fleet-wide job slots: the optional capability ``job(concurrency=N)`` needs."""
+
+    def slot_acquire(self, request: SlotRequest) -> int | None: ...
+    def slot_renew(self, slot: Slot, lease_ms: float) -> bool: ...
+    def slot_release(self, slot: Slot) -> bool: ...
     def slot_held(self) -> dict[str, int]: ...
 
 
@@ -242,10 +351,9 @@ class SlotStore(Protocol):
 # * ``step_sleep`` / ``step_wait``: ONE transaction, fenced on the claim: record the step the
 #   first time (its wake-up time or timeout on the database's clock), then complete it (due,
 #   event found, timed out) or park the job (suspended until the wake-up, attempt given back).
-# * ``step_reopen(job_id, name)``: the operator's ``retry --from-step``: forget that step and
-#   every one recorded after it, and run the finished job again.
 # * ``event_send(NewEvent, conn)``: store the event and wake the jobs parked on its name and
 #   key, in ``conn``'s transaction when given; ``event_prune`` forgets events past retention.
+# ``step_reopen``, the operator's ``retry --from-step``, is one of the operator's verbs.
 
 
 class StepStore(Protocol):
@@ -253,7 +361,6 @@ class StepStore(Protocol):
     def step_put(self, lease: Lease, step: StepResult) -> bool: ...
     def step_sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome: ...
     def step_wait(self, lease: Lease, wait: StepWait) -> StepOutcome: ...
-    def step_reopen(self, job_id: int, name: str) -> JobView: ...
 
 
 class EventStore(Protocol):
@@ -265,40 +372,18 @@ class RunStore(JobTransactions, StepStore, Protocol):
     """What one run's ``Ctx`` writes through: its transaction and its steps."""
 
 
-class JobDriver(JobStore, Maintenance, Introspection, QueueStore, LeaderStore, ScheduleStore,
-                OutboxStore, SlotStore, StepStore, EventStore, Protocol):
-    """The whole seam, and its lifecycle: install the schema, prove the database answers, close."""
-
-    @property
-    def clock(self) -> Clock:
-        """The injected clock of a test driver; never decides a row's fate in production."""
-        ...
-
-    @property
-    def server_clock(self) -> bool:
-        """True: statements take now from the database server, not ``clock``."""
-        ...
-
-    def migrate(self, *, lock_timeout_ms: float = 10_000.0, upgrade: bool = True) -> list[str]:
-        """Install or upgrade the schema (nothing to do on memory); idempotent. Answers the
-        migrations applied (``0009_drift_and_suspect_groups``), none when the schema was current.
-        ``upgrade=False`` only checks: an older schema is refused (``X_SCHEMA_OUTDATED``). A
-        newer one is refused (``X_SCHEMA_TOO_NEW``) unless it still serves this code."""
-        ...
-
-    def ping(self, timeout_s: float) -> None:
-        """Raise unless the database answers a fresh connection within ``timeout_s``."""
-        ...
-
-    def close(self) -> None: ...
+class JobDriver(Storage, JobStore, Maintenance, Introspection, QueueStore, LeaderStore, ScheduleStore,
+                OutboxStore, StepStore, EventStore, Protocol):
+    """The core every driver has: the lifecycle and every noun but the optional capabilities
+    (``SlotStore``)."""
 
 
-__all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGES",
-           "MAX_DELAY_MS", "LATEST_MS", "NewJob", "Enqueued", "ClaimedJob", "Nack", "Lease",
-           "JobView", "ListFilter", "Matching", "Released", "QueueControl", "Progress",
-           "QueueSummary", "RatePoint", "DeadGroup", "LeaderView", "Watermark", "Dispatch", "OutboxClaim",
-           "OutboxSummary", "JobListener", "JobTransactions", "JobStore", "Maintenance",
-           "Introspection", "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore",
-           "SlotStore", "StepStore", "EventStore", "RunStore", "JobDriver", "STEP_KINDS", "STEP_STATES",
-           "StepRecord", "StepLog", "StepResult", "StepSleep", "StepWait", "StepOutcome", "NewEvent",
-           "SentEvent"]
+__all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGES", "NACK_OUTCOMES",
+           "MAX_DELAY_MS", "LATEST_MS", "NewJob", "Enqueued", "Claim", "ClaimAlone", "ClaimedJob",
+           "TenantRoom", "Nack", "NackOutcome", "Lease", "WorkerExit", "Batch", "JobView", "ListFilter",
+           "Matching", "Released", "QueueControl", "Progress", "QueueSummary", "RatePoint", "DeadGroup",
+           "LeaderView", "Watermark", "Dispatch", "OutboxClaim", "OutboxSummary", "SlotRequest", "Slot",
+           "JobListener", "Storage", "JobTransactions", "JobStore", "Maintenance", "Introspection",
+           "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore", "SlotStore", "StepStore",
+           "EventStore", "RunStore", "JobDriver", "STEP_KINDS", "STEP_STATES", "StepRecord", "StepLog",
+           "StepResult", "StepSleep", "StepWait", "StepOutcome", "NewEvent", "SentEvent"]

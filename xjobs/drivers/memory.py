@@ -1,18 +1,18 @@
 """An in-memory driver: a copy of the semantics of ``queries.sql``, one statement at a time.
 
 ``MemoryDriver`` is a ``CheckedDriver`` (``facade.py``: every verb checks its arguments,
-then calls one collaborator), so it refuses exactly what the Postgres driver refuses, with
-the same texts. Its collaborators share one ``MemoryTable`` (``memory_table.py``: the rows,
-the indexes the SQL relies on, the one lock, now) and each mirrors its statements, method by
-method:
+then calls the method of the same name on one of the objects below), so it refuses exactly
+what the Postgres driver refuses, with the same texts. They share one ``MemoryTable``
+(``memory_table.py``: the rows, the indexes the SQL relies on, the one lock, now) and each
+mirrors its statements, verb by verb:
 
-    memory_jobs.MemoryJobs                 enqueue, claim, ack, nack, heartbeat, progress, transaction
-    memory_maintenance.MemoryMaintenance   rescue lapsed leases, release a dead worker's jobs, prune
-    memory_operator.MemoryOperator         list, get, cancel, requeue (one and in batches), count
-    memory_queues.MemoryQueues             pause, control, summary, counts, stats
-    memory_coordination.MemorySchedule,    the leader row and watermarks, the outbox, job slots
-      MemoryOutbox, MemorySlots
-    memory_steps.MemorySteps               durable steps and stored events
+    memory_jobs.MemoryJobs                 JobStore: enqueue, claim, ack, nack, heartbeat, progress
+    memory_maintenance.MemoryMaintenance   Maintenance: rescue, release a dead worker's jobs, prune
+    memory_operator.MemoryOperator         Introspection: list, get, cancel, requeue, retry from a step
+    memory_queues.MemoryQueues             QueueStore: pause, control, summary, counts, stats, rates
+    memory_coordination.MemorySchedule,    LeaderStore, ScheduleStore, OutboxStore, SlotStore: the
+      MemoryOutbox, MemorySlots              leader row and watermarks, the outbox, job slots
+    memory_steps.MemorySteps               StepStore, EventStore: durable steps and stored events
 
 The conformance suite runs the same tests against this driver and ``PostgresDriver``, so any
 drift from the SQL is a failing test, not a convenience. There is no server: the injected
@@ -42,8 +42,9 @@ class MemoryDriver(CheckedDriver):
         self.schema = check_schema_name(schema)
         self.table = MemoryTable(clock)
         table = self.table
-        jobs = MemoryJobs(table)
+        jobs, steps = MemoryJobs(table), MemorySteps(table)
+        schedule = MemorySchedule(table, jobs)
         super().__init__(storage=table, jobs=jobs, maintenance=MemoryMaintenance(table),
-                         operator=MemoryOperator(table), queues=MemoryQueues(table),
-                         schedule=MemorySchedule(table, jobs), outbox=MemoryOutbox(table, jobs),
-                         slots=MemorySlots(table), steps=MemorySteps(table))
+                         operator=MemoryOperator(table, steps), queues=MemoryQueues(table),
+                         leader=schedule, schedule=schedule, outbox=MemoryOutbox(table, jobs),
+                         slots=MemorySlots(table), steps=steps, events=steps)

@@ -1,6 +1,6 @@
 """The memory driver's coordination nouns, each a copy of its statements: the scheduler's
-leader row and watermarks (``memory_coordination.MemorySchedule``), the outbox
-(``MemoryOutbox``) and fleet-wide job slots (``MemorySlots``).
+leader row and watermarks (``MemorySchedule``: ``LeaderStore``, ``ScheduleStore``), the outbox
+(``MemoryOutbox``: ``OutboxStore``) and fleet-wide job slots (``MemorySlots``: ``SlotStore``).
 
 They keep their rows in the one ``MemoryTable`` and take its lock around each verb, so a
 dispatch and an outbox publish are as atomic as their transactions in SQL: the fence, the
@@ -15,23 +15,24 @@ from typing import Any, Sequence
 
 import orjson
 
-from .base import Dispatch, Enqueued, JobListener, LeaderView, NewJob, OutboxClaim, OutboxSummary, Watermark
+from .base import (Dispatch, Enqueued, JobListener, LeaderStore, LeaderView, NewJob, OutboxClaim, OutboxStore,
+                   OutboxSummary, ScheduleStore, Slot, SlotRequest, SlotStore, Watermark)
 from .jsonb import as_stored
 from .memory_jobs import IdleListener, MemoryJobs
 from .memory_table import MemoryTable, plus, ts
 
 
-class MemorySchedule:
+class MemorySchedule(LeaderStore, ScheduleStore):
     def __init__(self, table: MemoryTable, jobs: MemoryJobs) -> None:
         self._table = table
         self._jobs = jobs
 
-    def now(self) -> float:
+    def clock_now_ms(self) -> float:
         """``clock_now``."""
         with self._table.lock:
             return self._table.now()
 
-    def elect(self, election: str, holder: str, lease_ms: float) -> bool:
+    def leader_elect(self, election: str, holder: str, lease_ms: float) -> bool:
         """``leader_elect``: take a free or expired lease, or renew this holder's."""
         table = self._table
         with table.lock:
@@ -43,7 +44,7 @@ class MemorySchedule:
             table.leaders[election] = (holder, plus(at, lease_ms), elected)
             return True
 
-    def resign(self, election: str, holder: str) -> bool:
+    def leader_resign(self, election: str, holder: str) -> bool:
         """``leader_resign``: expire this holder's live lease now."""
         table = self._table
         with table.lock:
@@ -54,7 +55,7 @@ class MemorySchedule:
             table.leaders[election] = (holder, at, current[2])
             return True
 
-    def leader(self, election: str) -> LeaderView | None:
+    def leader_get(self, election: str) -> LeaderView | None:
         """``leader_get``."""
         table = self._table
         with table.lock:
@@ -64,12 +65,12 @@ class MemorySchedule:
             holder, expires, elected = current
             return LeaderView(holder, expires, elected, expires > table.now())
 
-    def state(self) -> list[Watermark]:
+    def schedule_state(self) -> list[Watermark]:
         """``schedule_state``, by task."""
         with self._table.lock:
             return [Watermark(task, *row) for task, row in sorted(self._table.watermarks.items())]
 
-    def dispatch(self, dispatch: Dispatch) -> list[Enqueued] | None:
+    def schedule_dispatch(self, dispatch: Dispatch) -> list[Enqueued] | None:
         """``leader_fence`` + ``schedule_advance`` + the enqueue, under one lock."""
         table = self._table
         with table.lock:
@@ -85,12 +86,12 @@ class MemorySchedule:
             return self._jobs.insert_locked(dispatch.jobs) if dispatch.jobs else []
 
 
-class MemoryOutbox:
+class MemoryOutbox(OutboxStore):
     def __init__(self, table: MemoryTable, jobs: MemoryJobs) -> None:
         self._table = table
         self._jobs = jobs
 
-    def stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]:
+    def outbox_stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]:
         """``outbox_stage``: there is no application transaction in memory; a row staged here
         exists at once (``conn`` is ignored)."""
         table = self._table
@@ -109,10 +110,10 @@ class MemoryOutbox:
                 ids.append(outbox_id)
         return ids
 
-    def listen(self) -> JobListener:
+    def outbox_listen(self) -> JobListener:
         return IdleListener()
 
-    def claim(self, holder: str, limit: int, lease_ms: float) -> OutboxClaim:
+    def outbox_claim(self, holder: str, limit: int, lease_ms: float) -> OutboxClaim:
         """``outbox_claim``: unpublished rows not held by a live claim, (staged_at, id) order."""
         table = self._table
         token = secrets.randbits(63)
@@ -126,7 +127,7 @@ class MemoryOutbox:
             return OutboxClaim(token, holder, tuple(r["id"] for r in picked),
                                tuple(NewJob.from_document(r["job"]) for r in picked))
 
-    def publish(self, claim: OutboxClaim) -> list[Enqueued] | None:
+    def outbox_publish(self, claim: OutboxClaim) -> list[Enqueued] | None:
         """``outbox_publish`` with its enqueue: all of the batch, or nothing."""
         table = self._table
         with table.lock:
@@ -140,7 +141,7 @@ class MemoryOutbox:
                 row.update(published_at=at, job_id=result.id, claim_token=None)
             return results
 
-    def release(self, claim: OutboxClaim) -> int:
+    def outbox_release(self, claim: OutboxClaim) -> int:
         """``outbox_release``: fenced on the claim's token."""
         table = self._table
         with table.lock:
@@ -152,7 +153,7 @@ class MemoryOutbox:
                     released += 1
             return released
 
-    def prune(self, retention_ms: float, limit: int) -> int:
+    def outbox_prune(self, retention_ms: float, limit: int) -> int:
         """``outbox_prune``: published rows past their retention, oldest first; the memory
         store stays bounded the same way."""
         table = self._table
@@ -165,7 +166,7 @@ class MemoryOutbox:
                 del table.outbox[row["id"]]
             return len(doomed)
 
-    def summary(self) -> OutboxSummary:
+    def outbox_summary(self) -> OutboxSummary:
         """``outbox_summary``."""
         table = self._table
         with table.lock:
@@ -173,13 +174,14 @@ class MemoryOutbox:
             return OutboxSummary(len(pending), ts(table.now() - min(pending)) if pending else 0.0)
 
 
-class MemorySlots:
+class MemorySlots(SlotStore):
     def __init__(self, table: MemoryTable) -> None:
         self._table = table
 
-    def acquire(self, job: str, cap: int, holder: str, lease_ms: float) -> int | None:
+    def slot_acquire(self, request: SlotRequest) -> int | None:
         """``slot_acquire``: the lowest slot nobody holds, or whose holder's expiry passed."""
         table = self._table
+        job, cap, holder, lease_ms = request.job, request.cap, request.holder, request.lease_ms
         with table.lock:
             at = table.now()
             for slot in range(cap):
@@ -189,28 +191,28 @@ class MemorySlots:
                     return slot
             return None
 
-    def renew(self, job: str, slot: int, holder: str, lease_ms: float) -> bool:
+    def slot_renew(self, slot: Slot, lease_ms: float) -> bool:
         """``slot_renew``: fenced on the holder and on the slot not having expired."""
-        table = self._table
+        table, key = self._table, (slot.job, slot.slot)
         with table.lock:
             at = table.now()
-            current = table.slots.get((job, slot))
-            if current is None or current[0] != holder or current[1] <= at:
+            current = table.slots.get(key)
+            if current is None or current[0] != slot.holder or current[1] <= at:
                 return False
-            table.slots[(job, slot)] = (holder, plus(at, lease_ms))
+            table.slots[key] = (slot.holder, plus(at, lease_ms))
             return True
 
-    def release(self, job: str, slot: int, holder: str) -> bool:
+    def slot_release(self, slot: Slot) -> bool:
         """``slot_release``."""
-        table = self._table
+        table, key = self._table, (slot.job, slot.slot)
         with table.lock:
-            current = table.slots.get((job, slot))
-            if current is None or current[0] != holder:
+            current = table.slots.get(key)
+            if current is None or current[0] != slot.holder:
                 return False
-            del table.slots[(job, slot)]
+            del table.slots[key]
             return True
 
-    def held(self) -> dict[str, int]:
+    def slot_held(self) -> dict[str, int]:
         """``slot_held``: live slots per job."""
         table = self._table
         with table.lock:

@@ -1,4 +1,4 @@
-"""The memory driver's hot path: a copy of the semantics of its statements in ``queries.sql``.
+"""The memory driver's ``JobStore``: a copy of the semantics of its statements in ``queries.sql``.
 
 Each method says which statement it mirrors, and works on the one ``MemoryTable`` under its
 lock. Arguments arrive checked (``refusals.py``): ids and tokens are ``bigint``s, limits
@@ -19,15 +19,15 @@ import contextlib
 import heapq
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import orjson
 
 from ..errors import InvalidOption
-from .backend import lease_lost
-from .base import ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress, TenantRoom
+from .base import Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob, Progress, TenantRoom
 from .jsonb import as_stored
 from .memory_table import MemoryTable, Row, plus, ts
+from .refusals import held, lease_lost
 
 
 @dataclass
@@ -60,11 +60,11 @@ def _by_claim_order(row: Row) -> tuple[int, float, int]:
     return (row.priority, row.run_at, row.id)
 
 
-class MemoryJobs:
+class MemoryJobs(JobStore):
     def __init__(self, table: MemoryTable) -> None:
         self._table = table
 
-    def enqueue(self, jobs: Sequence[NewJob], conn: Any) -> list[Enqueued]:
+    def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
         """``job_enqueue`` (+ ``job_find_holder``): insert, or answer the holder of the key."""
         table = self._table
         # what counts as a connection is this driver's own business: only its transaction
@@ -73,10 +73,10 @@ class MemoryJobs:
         with table.lock:
             return self.insert_locked(jobs, conn)
 
-    def enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]], conn: Any) -> list[Enqueued]:
-        """``enqueue`` of every chunk at once: gathered first, so a chunk that fails to build
+    def job_enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]], conn: Any = None) -> list[Enqueued]:
+        """``job_enqueue`` of every chunk at once: gathered first, so a chunk that fails to build
         writes nothing, then inserted under one hold of the lock."""
-        return self.enqueue([job for chunk in chunks for job in chunk], conn)
+        return self.job_enqueue([job for chunk in chunks for job in chunk], conn)
 
     def insert_locked(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
         """The insert of ``job_enqueue``, for a caller that already holds the table's lock (a
@@ -107,24 +107,22 @@ class MemoryJobs:
             results.append(Enqueued(job_id, False))
         return results
 
-    def claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
-              caps: Mapping[str, int], tenants: TenantRoom | None,
-              names: frozenset[str] | None = None) -> list[ClaimedJob]:
+    def job_claim(self, claim: Claim) -> list[ClaimedJob]:
         """``job_claim_one`` / ``job_claim_many`` / ``job_claim_filtered``: due ready rows by
         priority, run_at, id; filtered as ``job_claim_filtered`` says (the picks are counted
         per job and per tenant over everything picked, as its window functions count)."""
         table = self._table
-        room = tenants or TenantRoom()
+        room, names = claim.tenants or TenantRoom(), claim.names
         with table.lock:
             at = table.now()
-            wanted = {q for q in queues if not table.is_paused(q)}
-            slots = {job: cap - table.slots_held(job, at) for job, cap in caps.items()}
+            wanted = {q for q in claim.queues if not table.is_paused(q)}
+            slots = {job: cap - table.slots_held(job, at) for job, cap in (claim.caps or {}).items()}
             blocked = set(room.blocked)
             due = (r for r in table.rows.values()
                    if r.state == "ready" and r.queue in wanted and r.run_at <= at and r.crashes == 0
                    and slots.get(r.name, 1) > 0 and (r.tenant or "") not in blocked
                    and (names is None or r.name in names))
-            picked = heapq.nsmallest(limit, due, key=_by_claim_order)
+            picked = heapq.nsmallest(claim.limit, due, key=_by_claim_order)
             of_job: dict[str, int] = {}
             of_tenant: dict[str, int] = {}
             chosen = []
@@ -137,18 +135,18 @@ class MemoryJobs:
                 if room.ceiling is not None and nth_of_tenant > room.ceiling - room.held.get(tenant, 0):
                     continue
                 chosen.append(row)
-            return self._take(chosen, at, lease_ms, worker_id)
+            return self._take(chosen, at, claim.lease_ms, claim.worker_id)
 
-    def claim_alone(self, queue: str, lease_ms: float, worker_id: str, waited_ms: float,
-                    names: frozenset[str] | None = None, limit: int = 1) -> list[ClaimedJob]:
+    def job_claim_alone(self, claim: ClaimAlone) -> list[ClaimedJob]:
         """``job_claim_alone``: the first suspect that has waited ``waited_ms`` and the rest of
         its group, ``limit`` in all, to run with nothing beside them."""
         table = self._table
+        queue, names, lease_ms, worker_id = claim.queue, claim.names, claim.lease_ms, claim.worker_id
         with table.lock:
             at = table.now()
             if table.is_paused(queue):
                 return []
-            since = ts(at - ts(waited_ms))
+            since = ts(at - ts(claim.waited_ms))
 
             def suspect(r: Row) -> bool:
                 return (r.state == "ready" and r.queue == queue and r.crashes > 0 and r.run_at <= at
@@ -158,7 +156,7 @@ class MemoryJobs:
             if not lead or lead[0].suspect_group is None:
                 return self._take(lead, at, lease_ms, worker_id)
             group = lead[0].suspect_group
-            members = heapq.nsmallest(limit - 1, (r for r in table.rows.values() if suspect(r)
+            members = heapq.nsmallest(claim.limit - 1, (r for r in table.rows.values() if suspect(r)
                                                   and r.suspect_group == group and r is not lead[0]),
                                       key=_by_claim_order)
             return self._take(lead + members, at, lease_ms, worker_id)
@@ -175,7 +173,7 @@ class MemoryJobs:
         return [ClaimedJob(r.id, r.name, r.queue, orjson.loads(r.payload), r.tenant, r.attempt,
                            r.max_attempts, r.priority, token, r.traceparent) for r in picked]
 
-    def ack(self, leases: Sequence[Lease]) -> set[int]:
+    def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
         """``job_ack_many``: complete every job still held under its token."""
         table = self._table
         with table.lock:
@@ -188,32 +186,38 @@ class MemoryJobs:
                     done.add(row.id)
             return done
 
-    def nack(self, nack: Nack) -> bool:
-        """``job_nack``: settle a held job as ready, suspended or dead, and write its history
-        (a shed: none, and with no delay it keeps its run_at)."""
+    def job_nack_many(self, nacks: Sequence[Nack]) -> set[int]:
+        """``job_nack_many``: settle each held job as its outcome says (``records.Nack``), and
+        write its history (a shed: none, and with no delay it keeps its run_at)."""
         table = self._table
         with table.lock:
-            row = table.held(nack.job_id, nack.token)
-            if row is None:
-                return False
             at = table.now()
-            row.attempt = row.attempt if nack.counts_as_attempt else max(row.attempt - 1, 0)
-            if nack.counts_as_attempt:   # the run ended on its own: no longer a crash suspect
-                row.crashes, row.suspect_group = 0, None
-            table.move(row, "dead" if nack.dead else "suspended" if nack.park else "ready")
-            shed = nack.outcome == "shed"
-            if not nack.dead and not (shed and nack.delay_ms == 0):   # a shed keeps its place
-                row.run_at = plus(at, nack.delay_ms)
-            row.finished_at = at if nack.dead else None
-            if nack.error is not None:
-                row.last_error = nack.error
-            row.lease_token = row.lease_expires_at = None
-            if not shed:   # a shed is counted by the worker, not an event in the job's history
-                ran = row.attempt if nack.counts_as_attempt else row.attempt + 1
-                table.record(row.id, at, ran, nack.outcome, nack.error, nack.traceback)
-            return True
+            settled: set[int] = set()
+            for nack in nacks:
+                row = table.held(nack.job_id, nack.token)
+                if row is not None:
+                    self._settle(row, nack, at)
+                    settled.add(row.id)
+            return settled
 
-    def heartbeat(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
+    def _settle(self, row: Row, nack: Nack, at: float) -> None:
+        table, dead = self._table, nack.outcome == "dead"
+        row.attempt = row.attempt if nack.counts else max(row.attempt - 1, 0)
+        if nack.counts:   # the run ended on its own: no longer a crash suspect
+            row.crashes, row.suspect_group = 0, None
+        table.move(row, "dead" if dead else "suspended" if nack.outcome == "suspended" else "ready")
+        shed = nack.outcome == "shed"
+        if not dead and not (shed and nack.delay_ms == 0):   # a shed keeps its place
+            row.run_at = plus(at, nack.delay_ms)
+        row.finished_at = at if dead else None
+        if nack.error is not None:
+            row.last_error = nack.error
+        row.lease_token = row.lease_expires_at = None
+        if not shed:   # a shed is counted by the worker, not an event in the job's history
+            ran = row.attempt if nack.counts else row.attempt + 1
+            table.record(row.id, at, ran, nack.outcome, nack.error, nack.traceback)
+
+    def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
         """``job_heartbeat_many``: extend the lease of every job still held."""
         table = self._table
         with table.lock:
@@ -226,7 +230,7 @@ class MemoryJobs:
                     extended.add(row.id)
             return extended
 
-    def progress(self, reports: Sequence[Progress]) -> set[int]:
+    def job_progress_many(self, reports: Sequence[Progress]) -> set[int]:
         """``job_progress_many``: the latest report of each run still holding its job."""
         table = self._table
         with table.lock:
@@ -239,8 +243,8 @@ class MemoryJobs:
             return written
 
     @contextlib.contextmanager
-    def transaction(self, lease: Lease, held: bool, tenant: str | None,
-                    cross_tenant: bool) -> Iterator[MemoryTransaction]:
+    def job_transaction(self, lease: Lease, tenant: str | None = None,
+                        cross_tenant: bool = False) -> Iterator[MemoryTransaction]:
         """``job_complete_fenced`` on a clean exit; ``LeaseLost`` if the lease is gone.
 
         Jobs enqueued with ``conn=`` the yielded object are deleted again on any failure, so
@@ -251,7 +255,7 @@ class MemoryJobs:
         try:
             yield tx
             with table.lock:
-                row = table.held(lease.job_id, lease.token) if held else None
+                row = table.held(lease.job_id, lease.token) if held(lease) else None
                 if row is None:
                     raise lease_lost(lease)
                 table.complete(row, table.now())
@@ -272,5 +276,5 @@ class MemoryJobs:
                             step.state, step.result, step.finished_at = "waiting", None, None
             raise
 
-    def listen(self) -> IdleListener:
+    def job_listen(self) -> IdleListener:
         return IdleListener()

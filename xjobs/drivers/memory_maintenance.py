@@ -1,4 +1,4 @@
-"""The memory driver's upkeep of the jobs table, a copy of its statements in ``queries.sql``:
+"""The memory driver's ``Maintenance``, the upkeep of the jobs table, a copy of its statements in ``queries.sql``:
 rescue lapsed leases and wake due suspensions, hand back a dead worker's jobs, prune.
 
 The verdicts follow the statements' comments (``job_rescue_lapsed``, ``job_release_worker``):
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 
-from .base import Released
+from .base import Maintenance, Released, WorkerExit
 from .memory_table import MemoryTable, Row, plus, ts
 
 
@@ -26,11 +26,11 @@ def _halves(rows: list[Row]) -> dict[int, int | None]:
     return {i: (ordered[0] if n < cut else ordered[cut]) for n, i in enumerate(ordered)}
 
 
-class MemoryMaintenance:
+class MemoryMaintenance(Maintenance):
     def __init__(self, table: MemoryTable) -> None:
         self._table = table
 
-    def rescue(self, limit: int) -> int:
+    def job_rescue(self, limit: int = 1000) -> int:
         """``job_rescue_lapsed`` then ``job_wake_due``, each bounded by ``limit``."""
         table = self._table
         with table.lock:
@@ -65,7 +65,7 @@ class MemoryMaintenance:
                     outcome="lapsed" if alone else "quarantined")
             return len(lapsed) + self._wake_locked(limit, at) + self._wake_delivered_locked(limit)
 
-    def wake(self, limit: int) -> int:
+    def job_wake(self, limit: int = 1000) -> int:
         """``job_wake_due``: due suspensions back to ready."""
         with self._table.lock:
             return self._wake_locked(limit, self._table.now())
@@ -93,10 +93,11 @@ class MemoryMaintenance:
             self._table.move(row, "ready")
         return len(due)
 
-    def release_worker(self, worker_id: str, crashed: bool, how: str, charge: str) -> list[Released]:
+    def job_release_worker(self, worker: WorkerExit) -> list[Released]:
         """``job_release_worker``: every job a dead worker held goes back; a crash charges only
         a job that ran alone (as ``charge`` allows), and makes suspects of the others."""
         table = self._table
+        worker_id, crashed, how, charge = worker.worker_id, worker.crashed, worker.how, worker.charge
         with table.lock:
             at = table.now()
             for key in [k for k, (holder, _) in table.slots.items() if holder == worker_id]:
@@ -141,7 +142,7 @@ class MemoryMaintenance:
         row.lease_token = row.lease_expires_at = None
         self._table.record(row.id, at, ran, "dead" if dead else outcome, row.last_error)
 
-    def prune(self, completed_for_ms: float, finished_for_ms: float, limit: int) -> int:
+    def job_prune(self, completed_for_ms: float, finished_for_ms: float, limit: int = 1000) -> int:
         """``job_prune``: delete finished rows past their retention (on the clock), oldest first."""
         table = self._table
         with table.lock:

@@ -1,23 +1,27 @@
-"""The memory driver's operator verbs: list, show, cancel, requeue (one and in batches) and
-count, each a copy of its statement in ``queries.sql``, on the one ``MemoryTable``.
+"""The memory driver's ``Introspection``, the operator's verbs: list, show, cancel, requeue (one
+and in batches), retry from a step and count, each a copy of its statement in ``queries.sql``,
+on the one ``MemoryTable``.
 
-Filters and batches arrive checked (``refusals.py``). What a verb did to one job comes back
-as an ``Outcome``, and the facade raises the refusal it means, with the same text as for
-every driver.
+Filters and batches arrive checked (``refusals.py``). What a verb did to one job is read as
+an ``Outcome``, and ``refusals`` turns it into the job or the refusal it means, with the same
+text as for every driver.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable, Sequence
 
 import orjson
 
-from .backend import Batch, Outcome
-from .base import LIVE_STATES, DeadGroup, JobView, ListFilter, Matching
+from .base import LIVE_STATES, Batch, DeadGroup, Introspection, JobView, ListFilter, Matching
+from .memory_steps import MemorySteps
 from .memory_table import MemoryTable, Namespace, Row, ts
 from .records import ERROR_GROUP_WIDTH
+from .refusals import Outcome, cancelled, job_not_found, reopened, requeued
 
 _REQUEUABLE = ("dead", "cancelled")
+_REOPENABLE = ("completed", "dead", "cancelled")
 
 
 def _matches(row: Row, where: ListFilter, at: float) -> bool:
@@ -47,9 +51,10 @@ def _matches(row: Row, where: ListFilter, at: float) -> bool:
     return True
 
 
-class MemoryOperator:
-    def __init__(self, table: MemoryTable) -> None:
+class MemoryOperator(Introspection):
+    def __init__(self, table: MemoryTable, steps: MemorySteps) -> None:
         self._table = table
+        self._steps = steps
 
     def _view(self, row: Row, *, full: bool = False) -> JobView:
         """A row as ``job_list`` (``full=False``) or ``job_get`` with ``job_history`` shows it."""
@@ -69,7 +74,7 @@ class MemoryOperator:
                        payload=orjson.loads(row.payload) if full else None, history=history,
                        traceparent=row.traceparent if full else None)
 
-    def find(self, where: ListFilter) -> list[JobView]:
+    def job_list(self, where: ListFilter) -> list[JobView]:
         """``job_list`` (newest first, before ``before_id``) or ``job_list_after`` (oldest first)."""
         table = self._table
         views: list[JobView] = []
@@ -88,14 +93,20 @@ class MemoryOperator:
                     views.append(self._view(row))
         return views
 
-    def get(self, job_id: int) -> JobView | None:
-        """``job_get`` with ``job_history``."""
+    def job_get(self, job_id: int) -> JobView:
+        """``job_get`` with ``job_history``, and its steps (``step_list``)."""
         with self._table.lock:
             row = self._table.rows.get(job_id)
-            return None if row is None else self._view(row, full=True)
+            view = None if row is None else self._view(row, full=True)
+        if view is None:
+            raise job_not_found(job_id)
+        return replace(view, steps=self._steps.step_list(job_id, for_run=False).steps)
 
-    def cancel(self, job_id: int, reason: str) -> Outcome:
+    def job_cancel(self, job_id: int, reason: str | None = None) -> JobView:
         """``job_cancel``: only a live job can be cancelled; a running one loses its lease."""
+        return cancelled(job_id, self._cancel_one(job_id, reason))
+
+    def _cancel_one(self, job_id: int, reason: str | None) -> Outcome:
         table = self._table
         with table.lock:
             row = table.rows.get(job_id)
@@ -106,15 +117,18 @@ class MemoryOperator:
                 self._cancel(row, table.now(), reason)
             return Outcome(self._view(row, full=True), done)
 
-    def _cancel(self, row: Row, at: float, reason: str) -> None:
+    def _cancel(self, row: Row, at: float, reason: str | None) -> None:
         self._table.move(row, "cancelled")
         row.finished_at, row.last_error = at, reason
         row.lease_token = row.lease_expires_at = None
         self._table.record(row.id, at, row.attempt, "cancelled", reason)
 
-    def requeue(self, job_id: int, reason: str | None) -> Outcome:
+    def job_requeue(self, job_id: int, reason: str | None = None) -> JobView:
         """``job_requeue``: a dead or cancelled job runs again from attempt 0, unless a live
         job holds its key (the unique index refuses it)."""
+        return requeued(job_id, self._requeue_one(job_id, reason))
+
+    def _requeue_one(self, job_id: int, reason: str | None) -> Outcome:
         table = self._table
         with table.lock:
             row = table.rows.get(job_id)
@@ -132,6 +146,28 @@ class MemoryOperator:
         row.attempt, row.run_at, row.finished_at = 0, at, None
         self._table.record(row.id, at, 0, "requeued", reason)
 
+    def step_reopen(self, job_id: int, name: str) -> JobView:
+        """``step_reopen``: forget the step and every later one; the job runs again."""
+        return reopened(job_id, name, self._reopen(job_id, name), lambda: self.job_get(job_id))
+
+    def _reopen(self, job_id: int, name: str) -> Outcome:
+        table = self._table
+        with table.lock:
+            row = table.rows.get(job_id)
+            steps = table.steps.get(job_id, {})
+            target = steps.get(name)
+            if row is None or target is None or row.state not in _REOPENABLE:
+                return Outcome(None, False)
+            if table.key_held(row):
+                return Outcome(None, False, key_held=True)
+            for step_name in [s.name for s in steps.values() if s.seq >= target.seq]:
+                del steps[step_name]
+            at = table.now()
+            table.move(row, "ready")
+            row.attempt, row.run_at, row.finished_at = 0, at, None
+            table.record(row.id, at, 0, "requeued", f"from step {name}")
+            return Outcome(None, True)
+
     # -- bulk verbs: one bounded batch per call, in id order after ``after_id`` -----------------
 
     def _batch(self, batch: Batch, states: Sequence[str], at: float) -> list[Row]:
@@ -144,7 +180,7 @@ class MemoryOperator:
                 picked.append(row)
         return picked
 
-    def requeue_batch(self, batch: Batch, reason: str | None) -> list[tuple[int, str | None]]:
+    def job_requeue_batch(self, batch: Batch, reason: str | None) -> list[tuple[int, str | None]]:
         """``job_requeue_batch``: per namespace the newest picked row goes back, unless a live
         job holds its key; answers every picked id with its queue when requeued."""
         table = self._table
@@ -161,7 +197,7 @@ class MemoryOperator:
             done = {row.id for row in chosen.values()}
             return [(row.id, row.queue if row.id in done else None) for row in picked]
 
-    def cancel_batch(self, batch: Batch, reason: str) -> list[int]:
+    def job_cancel_batch(self, batch: Batch, reason: str) -> list[int]:
         """``job_cancel_batch``: every picked live job is cancelled."""
         table = self._table
         with table.lock:
@@ -171,7 +207,7 @@ class MemoryOperator:
                 self._cancel(row, at, reason)
             return [row.id for row in picked]
 
-    def dead_groups(self, limit: int) -> list[DeadGroup]:
+    def job_dead_groups(self, limit: int = 50) -> list[DeadGroup]:
         """``job_dead_groups``: dead letters by queue, name and the start of their error."""
         groups: dict[tuple[str, str, str], list] = {}
         with self._table.lock:
@@ -189,7 +225,7 @@ class MemoryOperator:
         found.sort(key=lambda g: (-g.count, -g.newest_id))
         return found[:limit]
 
-    def count(self, where: ListFilter, states: Sequence[str]) -> Matching:
+    def job_count(self, where: ListFilter, states: Sequence[str]) -> Matching:
         """``job_count_matching``: how many, and the newest id among them."""
         table = self._table
         with table.lock:

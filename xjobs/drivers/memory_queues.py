@@ -1,29 +1,31 @@
-"""The memory driver's queue control and statistics, each a copy of its statement in
+"""The memory driver's ``QueueStore``, queue control and statistics, each a copy of its statement in
 ``queries.sql``: the fleet-wide pause switch, and the counts metrics and ``xjobsd jobs stats``
 read."""
 
 from __future__ import annotations
 
-from .base import COUNTED_STATES, QueueControl, QueueSummary, RatePoint
+from typing import Collection, Mapping
+
+from .base import COUNTED_STATES, QueueControl, QueueStore, QueueSummary, RatePoint
 from .memory_table import MemoryTable, ts
 
 
-class MemoryQueues:
+class MemoryQueues(QueueStore):
     def __init__(self, table: MemoryTable) -> None:
         self._table = table
 
-    def pause(self, queue: str, paused: bool, by: str | None) -> None:
+    def queue_pause(self, queue: str, paused: bool, by: str | None = None) -> None:
         """``queue_set_paused``."""
         with self._table.lock:
             self._table.paused[queue] = (paused, self._table.now(), by)
 
-    def control(self) -> list[QueueControl]:
+    def queue_control(self) -> list[QueueControl]:
         """``queue_control``: every queue ever paused or resumed, by name."""
         with self._table.lock:
             return [QueueControl(name, paused, at, by)
                     for name, (paused, at, by) in sorted(self._table.paused.items())]
 
-    def summary(self) -> dict[str, QueueSummary]:
+    def queue_summary(self) -> dict[str, QueueSummary]:
         """``queue_summary``: ready-now depth and oldest ready-now ``run_at`` per queue."""
         table = self._table
         with table.lock:
@@ -36,7 +38,7 @@ class MemoryQueues:
         return {q: QueueSummary(depth=n, oldest_ready_ms=ts(at - first))
                 for q, (n, first) in oldest.items()}
 
-    def unknown(self, names: frozenset[str]) -> dict[str, int]:
+    def queue_unknown(self, names: Collection[str]) -> dict[str, int]:
         """``queue_unknown``: ready jobs of names not in ``names``, per queue."""
         with self._table.lock:
             counts: dict[str, int] = {}
@@ -45,7 +47,7 @@ class MemoryQueues:
                     counts[row.queue] = counts.get(row.queue, 0) + 1
             return counts
 
-    def rate_add(self, counts: dict[str, dict[str, int]]) -> None:
+    def rate_add(self, counts: Mapping[str, Mapping[str, int]]) -> None:
         """``rate_add``: runs that ended since a worker's last report, into this minute."""
         with self._table.lock:
             minute = _minute(self._table.now())
@@ -72,7 +74,7 @@ class MemoryQueues:
                 del self._table.rates[key]
             return len(old)
 
-    def counts(self) -> dict[str, dict[str, int]]:
+    def queue_counts(self) -> dict[str, dict[str, int]]:
         """``queue_counts``: the states the hot indexes hold, and the ready suspects."""
         counts: dict[str, dict[str, int]] = {}
         with self._table.lock:
@@ -85,7 +87,7 @@ class MemoryQueues:
                     bucket[key] = bucket.get(key, 0) + 1
         return counts
 
-    def stats(self) -> dict[str, dict[str, int]]:
+    def job_stats(self) -> dict[str, dict[str, int]]:
         """``job_stats``: every row counted once, under its queue and state."""
         stats: dict[str, dict[str, int]] = {}
         with self._table.lock:

@@ -1,4 +1,4 @@
-"""The memory driver's durable steps and stored events: the statements of ``queries.sql`` from
+"""The memory driver's ``StepStore`` and ``EventStore``, durable steps and stored events: the statements of ``queries.sql`` from
 ``step_list`` on, one method each, under the table's one lock (which stands in for the row
 lock every step write takes on its job, and for the advisory lock a wait and a send of one
 event take turns on).
@@ -14,14 +14,12 @@ from typing import Any
 import orjson
 
 from ..errors import InvalidOption
-from .backend import Outcome, step_kind_mismatch
-from .base import (LATEST_MS, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
-                   StepResult, StepSleep, StepWait)
+from .base import (LATEST_MS, EventStore, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord, StepResult,
+                   StepSleep, StepStore, StepWait)
 from .jsonb import as_stored
 from .memory_jobs import MemoryTransaction
 from .memory_table import MemoryTable, Row, StepRow, plus, ts
-
-_REOPENABLE = ("completed", "dead", "cancelled")
+from .refusals import step_kind_mismatch
 
 
 def _record(step: StepRow) -> StepRecord:
@@ -33,18 +31,18 @@ def _record(step: StepRow) -> StepRecord:
                       timed_out=step.timed_out)
 
 
-class MemorySteps:
+class MemorySteps(StepStore, EventStore):
     def __init__(self, table: MemoryTable) -> None:
         self._table = table
 
-    def list(self, job_id: int, for_run: bool = True) -> StepLog:
+    def step_list(self, job_id: int, for_run: bool = True) -> StepLog:
         """``step_list`` (there is one lock, whoever reads)."""
         table = self._table
         with table.lock:
             steps = sorted(table.steps.get(job_id, {}).values(), key=lambda s: s.seq)
             return StepLog(now_ms=table.now(), steps=tuple(_record(s) for s in steps))
 
-    def put(self, lease: Lease, step: StepResult) -> bool:
+    def step_put(self, lease: Lease, step: StepResult) -> bool:
         """``step_put``: fenced on the claim; a name already recorded writes nothing."""
         table = self._table
         with table.lock:
@@ -59,7 +57,7 @@ class MemorySteps:
                                        ts(at - ts(step.duration_ms)), as_stored(step.result), at)
             return True
 
-    def sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome:
+    def step_sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome:
         """``step_own``, ``step_begin``, then ``step_complete`` or ``step_park``."""
         table = self._table
         with table.lock:
@@ -77,7 +75,7 @@ class MemorySteps:
                 return StepOutcome(True, None, step.wake_at)
             return self._park(row, at, step.wake_at if step.wake_at is not None else LATEST_MS)
 
-    def wait(self, lease: Lease, wait: StepWait) -> StepOutcome:
+    def step_wait(self, lease: Lease, wait: StepWait) -> StepOutcome:
         """``event_lock``, ``step_own``, ``step_begin``, ``event_first``, then ``step_complete``
         or ``step_park``."""
         table = self._table
@@ -131,28 +129,9 @@ class MemorySteps:
         table.record(row.id, at, row.attempt + 1, "suspended", None)
         return StepOutcome(False, wake_at=row.run_at)
 
-    def reopen(self, job_id: int, name: str) -> Outcome:
-        """``step_reopen``: forget the step and every later one; the job runs again."""
-        table = self._table
-        with table.lock:
-            row = table.rows.get(job_id)
-            steps = table.steps.get(job_id, {})
-            target = steps.get(name)
-            if row is None or target is None or row.state not in _REOPENABLE:
-                return Outcome(None, False)
-            if table.key_held(row):
-                return Outcome(None, False, key_held=True)
-            for step_name in [s.name for s in steps.values() if s.seq >= target.seq]:
-                del steps[step_name]
-            at = table.now()
-            table.move(row, "ready")
-            row.attempt, row.run_at, row.finished_at = 0, at, None
-            table.record(row.id, at, 0, "requeued", f"from step {name}")
-            return Outcome(None, True)
-
     # -- events -------------------------------------------------------------------------------
 
-    def send(self, event: NewEvent, conn: Any) -> SentEvent:
+    def event_send(self, event: NewEvent, conn: Any = None) -> SentEvent:
         """``event_lock`` and ``event_send``: store it, wake every job parked on it. Through a
         transaction of this driver, both are undone if it rolls back."""
         table = self._table
@@ -180,7 +159,7 @@ class MemorySteps:
                 conn.events.append(event_id)
         return SentEvent(event_id, woken)
 
-    def prune(self, retention_ms: float, limit: int) -> int:
+    def event_prune(self, retention_ms: float, limit: int) -> int:
         """``event_prune``: events sent before now minus the retention, oldest first."""
         table = self._table
         with table.lock:

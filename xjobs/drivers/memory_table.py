@@ -15,9 +15,10 @@ order like the identity column) with ``job_history``, ``queues`` (``paused``) an
 - its clock is always now: the injected clock plays the part of the server's.
 
 One lock serialises every verb, which stands in for the row locks and ``skip locked``. The
-collaborators (``memory_jobs``, ``memory_maintenance``, ``memory_operator``,
-``memory_queues``) take ``lock`` around each verb and change rows only through these methods
-where an index is involved.
+nouns of the driver (``memory_jobs``, ``memory_maintenance``, ``memory_operator``,
+``memory_queues``, ``memory_coordination``, ``memory_steps``) take ``lock`` around each verb
+and change rows only through these methods where an index is involved. It is also the
+driver's ``Storage``: nothing to migrate, always reachable.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, Iterator
 
 from ..clock import Clock
 from ..errors import DuplicateJob
-from .base import LIVE_STATES
+from .base import LIVE_STATES, Storage
 
 Namespace = tuple[str, str, str]        # (name, tenant or '', key): the idempotency namespace
 
@@ -95,7 +96,7 @@ class StepRow:
     timed_out: bool = False
 
 
-class MemoryTable:
+class MemoryTable(Storage):
     server_clock = False   # no server: the injected clock is now in every verb
 
     def __init__(self, clock: Clock) -> None:
@@ -241,7 +242,7 @@ class MemoryTable:
 
     # -- Storage: what a database would need, nothing here ------------------------------------
 
-    def migrate(self, lock_timeout_ms: float, upgrade: bool) -> list[str]:
+    def migrate(self, *, lock_timeout_ms: float = 10_000.0, upgrade: bool = True) -> list[str]:
         """Nothing to install: the tables exist as soon as the object does."""
         return []
 

@@ -1,7 +1,8 @@
-"""The Postgres driver's lower layer: connections, rendered statements, now and notify.
+"""The Postgres driver's lower layer: connections, rendered statements, now, notify, errors.
 
-Every collaborator of ``PostgresDriver`` (``pg_jobs``, ``pg_maintenance``, ``pg_operator``,
-``pg_queues``) works through one ``PgDatabase``. It owns:
+Every noun of ``PostgresDriver`` (``pg_jobs``, ``pg_maintenance``, ``pg_operator``,
+``pg_queues``, ``pg_schedule``, ``pg_outbox``, ``pg_slots``, ``pg_steps``) works through one
+``PgDatabase``, which is also the driver's ``Storage`` (migrate, ping, close). It owns:
 
 - two small connection pools, opened lazily on first use, so a supervisor that builds a
   driver before forking holds no connection across the fork. The verbs share one; bodies
@@ -16,7 +17,12 @@ Every collaborator of ``PostgresDriver`` (``pg_jobs``, ``pg_maintenance``, ``pg_
   tests step time by hand. ``clock`` stays available to callers either way;
 - ``notify``: waking the idle workers of queues whose jobs came back to ready (the insert
   trigger only sees new rows);
-- the schema install (``pg_install``) and the quick "does the server answer" probe.
+- the schema install (``pg_install``) and the quick "does the server answer" probe;
+- the driver's errors: every statement of a verb runs on a connection or a cursor of this
+  layer, and what psycopg raises there leaves as the seam's own error (``driver_errors``):
+  ``DatabaseUnavailable``, ``DatabaseTimeout``, ``SchemaMissing`` or ``DriverError``, with
+  psycopg's exception as its ``__cause__``. A job body's own statements in
+  ``job_transaction`` are the application's: what they raise is left as psycopg raised it.
 """
 
 from __future__ import annotations
@@ -28,12 +34,16 @@ from typing import Any, Callable, Iterator, Sequence
 
 import orjson
 import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 from psycopg.types.json import set_json_loads
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import DatabaseTimeout, DatabaseUnavailable, DriverError, InvalidOption, SchemaMissing
 from ..options import finite_count, finite_option
+from .base import Storage
 from .pg_install import install
 from .sql import check_schema_name, notify_channel, statements
 
@@ -48,7 +58,32 @@ def _configure(conn: psycopg.Connection) -> None:
     set_json_loads(orjson.loads, conn)
 
 
-def in_callers_transaction(conn: psycopg.Connection) -> contextlib.AbstractContextManager[Any]:
+def driver_error(exc: psycopg.Error) -> DriverError:
+    """The seam's error for what psycopg raised under one of the driver's statements."""
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, pg_errors.QueryCanceled):
+        return DatabaseTimeout(text)
+    if isinstance(exc, pg_errors.UndefinedTable):
+        return SchemaMissing(text)
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    if isinstance(exc, PoolTimeout) or sqlstate.startswith(("08", "57P")) or sqlstate == "53300" or (
+            not sqlstate and isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))):
+        # no connection: refused, dropped, shut down, too many, or none free in the pool
+        return DatabaseUnavailable(text)
+    return DriverError(text)
+
+
+@contextlib.contextmanager
+def driver_errors() -> Iterator[None]:
+    """Around the driver's own statements: psycopg's failures leave as the seam's errors."""
+    try:
+        yield
+    except psycopg.Error as exc:     # PoolTimeout is one too
+        raise driver_error(exc) from exc
+
+
+@contextlib.contextmanager
+def in_callers_transaction(conn: psycopg.Connection) -> Iterator[None]:
     """Where a verb that takes the caller's connection puts its statements: all of them in
     the caller's transaction, so the caller's rollback leaves nothing and nobody sees them
     before the caller's commit.
@@ -57,6 +92,11 @@ def in_callers_transaction(conn: psycopg.Connection) -> contextlib.AbstractConte
     already begun. On a connection that has run no statement since its last commit it BEGINs
     and COMMITs a transaction of its own, which the caller's later rollback cannot undo.
     """
+    with driver_errors(), _callers_transaction(conn):
+        yield
+
+
+def _callers_transaction(conn: psycopg.Connection) -> contextlib.AbstractContextManager[Any]:
     if conn.autocommit:
         return conn.transaction()           # no caller's transaction: one of the verb's own
     if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
@@ -74,13 +114,17 @@ def first_row(cur: psycopg.Cursor) -> tuple[Any, ...]:
     return row
 
 
-class PgDatabase:
+class PgDatabase(Storage):
     def __init__(self, dsn: str, *, schema: str, clock: Clock | None, pool_size: int,
                  transaction_pool_size: int, pool_timeout: float, application_name: str,
                  statement_timeout_ms: int | None) -> None:
+        try:
+            conninfo_to_dict(dsn)
+        except psycopg.ProgrammingError as exc:   # a DSN that cannot be parsed is never right
+            raise InvalidOption("dsn", str(exc).strip()) from None
         self.dsn = dsn
         self.schema = check_schema_name(schema)
-        self.server_clock = clock is None
+        self._server_clock = clock is None
         self.clock: Clock = SYSTEM_CLOCK if clock is None else clock
         self.channel = notify_channel(self.schema)
         self.application_name = application_name
@@ -94,6 +138,10 @@ class PgDatabase:
             statement_timeout_ms, "statement_timeout_ms", minimum=1, maximum=86_400_000)
         self._pools: dict[str, ConnectionPool] = {}
         self._pool_lock = threading.Lock()
+
+    @property
+    def server_clock(self) -> bool:
+        return self._server_clock
 
     def now(self) -> dict[str, float]:
         """The ``now`` parameter of a statement: none when the server's clock is now."""
@@ -109,7 +157,8 @@ class PgDatabase:
         return options
 
     def connect(self, **extra: Any) -> psycopg.Connection:
-        """A fresh dedicated connection (LISTEN, migrations), configured like the pool's."""
+        """A fresh dedicated connection (LISTEN, migrations), configured like the pool's; what
+        it raises is psycopg's."""
         conn = psycopg.connect(self.dsn, **{**self._options(), **extra})
         _configure(conn)
         return conn
@@ -130,12 +179,21 @@ class PgDatabase:
                     self._pools[label] = pool
         return pool
 
-    def connection(self) -> contextlib.AbstractContextManager[psycopg.Connection]:
-        """A connection of the verbs' pool."""
-        return self._pool("verbs").connection()
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A connection of the verbs' pool, for the driver's statements."""
+        with driver_errors(), self._pool("verbs").connection() as conn:
+            yield conn
 
-    def body_connection(self) -> contextlib.AbstractContextManager[psycopg.Connection]:
-        """A connection of the bodies' pool (``job_transaction``), never capped."""
+    @contextlib.contextmanager
+    def body_connection(self) -> Iterator[psycopg.Connection]:
+        """A connection of the bodies' pool (a run's steps), never capped."""
+        with driver_errors(), self.body_session() as conn:
+            yield conn
+
+    def body_session(self) -> contextlib.AbstractContextManager[psycopg.Connection]:
+        """A connection of the bodies' pool as the pool gives it, psycopg's errors and all:
+        what ``job_transaction`` yields to a body, whose statements are the application's."""
         return self._pool("bodies").connection()
 
     def cursor(self, conn: Any = None) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
@@ -155,7 +213,7 @@ class PgDatabase:
         if conn is not None:
             # the application's connection may hand rows back as dicts or objects; every
             # statement here reads its columns by position
-            with conn.cursor(row_factory=tuple_row) as cur:
+            with driver_errors(), conn.cursor(row_factory=tuple_row) as cur:
                 yield cur
             return
         with pooled() as own, own.cursor() as cur:
@@ -169,16 +227,17 @@ class PgDatabase:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def migrate(self, lock_timeout_ms: float, upgrade: bool) -> list[str]:
+    def migrate(self, *, lock_timeout_ms: float = 10_000.0, upgrade: bool = True) -> list[str]:
         """Install or upgrade the schema (see ``pg_install``); safe from many processes at once,
         and one read without a lock when the schema is current."""
-        with self.connect(prepare_threshold=None) as conn:
+        with driver_errors(), self.connect(prepare_threshold=None) as conn:
             return install(conn, self.schema, lock_timeout_ms, upgrade=upgrade)
 
     def ping(self, timeout_s: float) -> None:
         """Open and close one connection, giving up after ``timeout_s`` (libpq counts whole
         seconds, and treats 1 as 2)."""
-        self.connect(connect_timeout=max(1, math.ceil(timeout_s))).close()
+        with driver_errors():
+            self.connect(connect_timeout=max(1, math.ceil(timeout_s))).close()
 
     def close(self) -> None:
         with self._pool_lock:

@@ -1,30 +1,31 @@
-"""The Postgres driver's hot path: enqueue, claim, settle, renew, report, and a body's transaction.
+"""The Postgres driver's ``JobStore``: enqueue, claim, settle, renew, report, a body's transaction.
 
 Every statement comes from ``queries.sql`` (through ``PgDatabase``); this module only binds
 parameters and shapes results. Arguments arrive checked (``refusals.py``): ids and tokens
-are ``bigint``s, limits whole, durations finite milliseconds.
+are ``bigint``s, limits whole, durations finite milliseconds, batches never empty.
 
 Fences: ack, nack, heartbeat, progress and a body's completion match ``state = 'running'``
 AND the claim's ``lease_token``. A worker that lost its lease (rescued, cancelled, released)
-matches no row, so it can never overwrite the state of a job somebody else now runs.
+matches no row, so it can never overwrite the state of a job somebody else now runs. The
+batch verbs are planned for the batch at hand (``prepare=False``, see ``job_ack_many``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import secrets
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import orjson
 import psycopg
 from psycopg.rows import tuple_row
 
 from ..errors import XJobsError
-from .backend import lease_lost
-from .base import ClaimedJob, Enqueued, Lease, Nack, NewJob, Progress, TenantRoom
-from .pg_database import PgDatabase, in_callers_transaction
+from .base import Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob, Progress, TenantRoom
+from .pg_database import PgDatabase, driver_errors, in_callers_transaction
 from .pg_listen import PgListener
 from .records import ENQUEUE_CHUNK
+from .refusals import held, lease_lost
 
 
 def _int_array(values: Iterable[int]) -> str:
@@ -33,25 +34,25 @@ def _int_array(values: Iterable[int]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
-class PgJobs:
+class PgJobs(JobStore):
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
 
-    def enqueue(self, jobs: Sequence[NewJob], conn: Any) -> list[Enqueued]:
+    def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
         """``job_enqueue``, then ``job_find_holder`` for the inputs whose key is held; a batch
-        larger than ``ENQUEUE_CHUNK`` goes as ``enqueue_chunks`` does."""
+        larger than ``ENQUEUE_CHUNK`` goes as ``job_enqueue_chunks`` does."""
         if len(jobs) <= ENQUEUE_CHUNK:
             with self._db.cursor(conn) as cur:
                 return self._enqueue(jobs, cur)
-        return self.enqueue_chunks((jobs[start:start + ENQUEUE_CHUNK]
-                                    for start in range(0, len(jobs), ENQUEUE_CHUNK)), conn)
+        return self.job_enqueue_chunks((jobs[start:start + ENQUEUE_CHUNK]
+                                        for start in range(0, len(jobs), ENQUEUE_CHUNK)), conn)
 
-    def enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]], conn: Any) -> list[Enqueued]:
+    def job_enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]], conn: Any = None) -> list[Enqueued]:
         """The chunks of one call in ONE transaction (a savepoint on the caller's ``conn``):
         all of it or none. Pipelined: each chunk's statement is sent as soon as it is built,
         and the next chunk is built (by the caller's iterator) while the server inserts this
         one; once every chunk is sent, the answers are read in order, each chunk's held keys
-        resolved as ``enqueue`` does while the server still inserts the chunks after it. Each
+        resolved as ``job_enqueue`` does while the server still inserts the chunks after it. Each
         chunk is planned for itself (``prepare=False``, nothing beside the insert of 5,000
         rows; prepared, it ran a few thousand jobs/s slower). A 100,000-job call: 61,000-70,000
         jobs/s, against 43,000-47,000 waiting for each chunk, holding every chunk's document
@@ -119,17 +120,16 @@ class PgJobs:
                     pending.append(i)
         raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
 
-    def claim(self, queues: Sequence[str], limit: int, lease_ms: float, worker_id: str,
-              caps: Mapping[str, int], tenants: TenantRoom | None,
-              names: frozenset[str] | None = None) -> list[ClaimedJob]:
+    def job_claim(self, claim: Claim) -> list[ClaimedJob]:
         """``job_claim_one`` (the common case: one queue, nothing to filter),
         ``job_claim_filtered`` (a worker with capped jobs or tenant limits) or
         ``job_claim_many`` (whose callers filter nothing)."""
-        params: dict[str, Any] = {**self._db.now(), "limit": limit, "token": secrets.randbits(63),
-                                  "worker": worker_id, "lease": lease_ms,
-                                  "names": None if names is None else sorted(names)}
-        if len(queues) == 1 and (caps or tenants is not None):
-            room = tenants or TenantRoom()
+        queues, caps = claim.queues, claim.caps or {}
+        params: dict[str, Any] = {**self._db.now(), "limit": claim.limit, "token": secrets.randbits(63),
+                                  "worker": claim.worker_id, "lease": claim.lease_ms,
+                                  "names": None if claim.names is None else sorted(claim.names)}
+        if len(queues) == 1 and (caps or claim.tenants is not None):
+            room = claim.tenants or TenantRoom()
             name, params["queue"] = "job_claim_filtered", queues[0]
             params.update(
                 caps=orjson.dumps([{"n": job, "c": cap} for job, cap in sorted(caps.items())]).decode(),
@@ -141,12 +141,11 @@ class PgJobs:
             name, params["queues"] = "job_claim_many", list(queues)
         return self._claimed(name, params)
 
-    def claim_alone(self, queue: str, lease_ms: float, worker_id: str,
-                    waited_ms: float, names: frozenset[str] | None = None, limit: int = 1) -> list[ClaimedJob]:
+    def job_claim_alone(self, claim: ClaimAlone) -> list[ClaimedJob]:
         return self._claimed("job_claim_alone", {
-            **self._db.now(), "queue": queue, "token": secrets.randbits(63), "worker": worker_id,
-            "lease": lease_ms, "wait": waited_ms, "names": None if names is None else sorted(names),
-            "limit": limit})
+            **self._db.now(), "queue": claim.queue, "token": secrets.randbits(63), "worker": claim.worker_id,
+            "lease": claim.lease_ms, "wait": claim.waited_ms,
+            "names": None if claim.names is None else sorted(claim.names), "limit": claim.limit})
 
     def _claimed(self, statement: str, params: dict[str, Any]) -> list[ClaimedJob]:
         with self._db.cursor() as cur:
@@ -156,7 +155,7 @@ class PgJobs:
         token = params["token"]
         return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token, r[8]) for r in rows]
 
-    def ack(self, leases: Sequence[Lease]) -> set[int]:
+    def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
         with self._db.cursor() as cur:
             # planned for this batch, never generic (see job_ack_many)
             cur.execute(self._db.sql["job_ack_many"], {
@@ -164,22 +163,22 @@ class PgJobs:
                 "tokens": _int_array(l.token for l in leases)}, prepare=False)
             return {r[0] for r in cur.fetchall()}
 
-    def nack(self, nack: Nack) -> bool:
+    def job_nack_many(self, nacks: Sequence[Nack]) -> set[int]:
+        """``job_nack_many``: the batch as ONE json document, fenced per job on its token."""
+        rows = orjson.dumps([{"id": n.job_id, "token": n.token, "outcome": n.outcome, "error": n.error,
+                              "delay": n.delay_ms, "traceback": n.traceback} for n in nacks]).decode()
         with self._db.cursor() as cur:
-            cur.execute(self._db.sql["job_nack"], {
-                **self._db.now(), "id": nack.job_id, "token": nack.token,
-                "dead": nack.dead, "park": nack.park, "counts": nack.counts_as_attempt,
-                "delay": nack.delay_ms, "error": nack.error, "outcome": nack.outcome,
-                "traceback": nack.traceback})
-            row = cur.fetchone()
-            if row is not None and nack.outcome == "interrupted" and nack.delay_ms == 0:
-                # a run handed back (a drain, a reload, a lost slot) is due now: wake the
-                # queue's idle workers rather than leave it to their poll. Not for a shed,
-                # which would wake them to find the same job still held back
-                self._db.notify(cur, [row])
-            return row is not None
+            cur.execute(self._db.sql["job_nack_many"], {
+                **self._db.now(), "ids": _int_array(n.job_id for n in nacks), "rows": rows}, prepare=False)
+            settled = cur.fetchall()
+            # a run handed back (a drain, a reload, a lost slot) is due now: wake the queue's
+            # idle workers rather than leave it to their poll. Not for a shed, which would
+            # wake them to find the same job still held back
+            self._db.notify(cur, [(job_id, queue, state) for job_id, queue, state, outcome, delay in settled
+                                  if outcome == "interrupted" and delay == 0])
+            return {r[0] for r in settled}
 
-    def heartbeat(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
+    def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_heartbeat_many"], {
                 **self._db.now(), "lease": lease_ms,
@@ -187,7 +186,7 @@ class PgJobs:
                 "tokens": _int_array(l.token for l in leases)}, prepare=False)
             return {r[0] for r in cur.fetchall()}
 
-    def progress(self, reports: Sequence[Progress]) -> set[int]:
+    def job_progress_many(self, reports: Sequence[Progress]) -> set[int]:
         rows = orjson.dumps([{"id": r.lease.job_id, "token": r.lease.token, "p": r.as_json()}
                              for r in reports]).decode()
         with self._db.cursor() as cur:
@@ -195,26 +194,31 @@ class PgJobs:
             return {r[0] for r in cur.fetchall()}
 
     @contextlib.contextmanager
-    def transaction(self, lease: Lease, held: bool, tenant: str | None,
-                    cross_tenant: bool) -> Iterator[psycopg.Connection]:
+    def job_transaction(self, lease: Lease, tenant: str | None = None,
+                        cross_tenant: bool = False) -> Iterator[psycopg.Connection]:
         """A connection in a transaction that, on a clean exit, also completes the job.
 
-        The completion is fenced like ``ack``: if the lease was lost the whole transaction
-        rolls back and ``LeaseLost`` is raised, so the body's writes land exactly once. The
-        run's tenant is set first (``job_tenant``), local to the transaction.
+        The completion (``job_complete_fenced``) is fenced like an ack: if the lease was lost
+        the whole transaction rolls back and ``LeaseLost`` is raised, so the body's writes land
+        exactly once. The run's tenant is set first (``job_tenant``), local to the transaction. The driver's
+        own statements raise the seam's errors; the body's statements and the commit of its
+        writes raise what psycopg raises, as the application's own code would see them.
         """
-        with self._db.body_connection() as conn:
-            with conn.transaction():
+        with contextlib.ExitStack() as stack:
+            with driver_errors():
+                conn = stack.enter_context(self._db.body_session())
+                stack.enter_context(conn.transaction())
                 conn.execute(self._db.sql["job_tenant"], {"run_tenant": tenant or "",
                                                           "cross": "on" if cross_tenant else "off"})
-                yield conn
-                done = None
-                if held:
+            yield conn
+            done = None
+            if held(lease):
+                with driver_errors():
                     done = conn.execute(self._db.sql["job_complete_fenced"], {
                         **self._db.now(), "id": lease.job_id, "token": lease.token}).fetchone()
-                if done is None:
-                    raise lease_lost(lease)
+            if done is None:
+                raise lease_lost(lease)
 
-    def listen(self) -> PgListener:
+    def job_listen(self) -> PgListener:
         """A listener whose ``poll()`` answers the queues that got new ready jobs."""
         return PgListener(self._db)

@@ -1,4 +1,4 @@
-"""The Postgres driver's upkeep of the jobs table: rescue lapsed leases and wake due
+"""The Postgres driver's ``Maintenance``, the upkeep of the jobs table: rescue lapsed leases and wake due
 suspensions, hand back a dead worker's jobs, prune past retention, count a child's sessions.
 
 None of this is on a run's own path; it is what keeps the table honest when processes die
@@ -11,20 +11,20 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .base import Released
+from .base import Maintenance, Released, WorkerExit
 from .pg_database import PgDatabase, first_row
 
 
-class PgMaintenance:
+class PgMaintenance(Maintenance):
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
 
-    def rescue(self, limit: int) -> int:
+    def job_rescue(self, limit: int = 1000) -> int:
         """``job_rescue_lapsed``, ``job_wake_due`` and ``job_wake_delivered``, each bounded by
         ``limit``."""
         return self._back_to_ready(("job_rescue_lapsed", "job_wake_due", "job_wake_delivered"), limit)
 
-    def wake(self, limit: int) -> int:
+    def job_wake(self, limit: int = 1000) -> int:
         """``job_wake_due``: due suspensions back to ready, their queues woken."""
         return self._back_to_ready(("job_wake_due",), limit)
 
@@ -40,17 +40,17 @@ class PgMaintenance:
             self._db.notify(cur, moved)
         return len(moved)
 
-    def release_worker(self, worker_id: str, crashed: bool, how: str, charge: str) -> list[Released]:
+    def job_release_worker(self, worker: WorkerExit) -> list[Released]:
         """``job_release_worker``: every job a dead worker held goes back (see the statement)."""
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_release_worker"], {
-                **self._db.now(), "worker": worker_id, "crashed": crashed, "how": how,
-                "charge": charge})
+                **self._db.now(), "worker": worker.worker_id, "crashed": worker.crashed, "how": worker.how,
+                "charge": worker.charge})
             released = [Released(*row) for row in cur.fetchall()]
             self._db.notify(cur, [(r.id, r.queue, r.state) for r in released])
             return released
 
-    def prune(self, completed_for_ms: float, finished_for_ms: float, limit: int) -> int:
+    def job_prune(self, completed_for_ms: float, finished_for_ms: float, limit: int = 1000) -> int:
         """``job_prune``: finished rows past retention, oldest first, on the database's clock."""
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_prune"], {

@@ -1,21 +1,25 @@
-"""The Postgres driver's operator verbs: list, show, cancel, requeue (one and in batches), count.
+"""The Postgres driver's ``Introspection``, the operator's verbs: list, show, cancel, requeue
+(one and in batches), retry from a step, count.
 
 What ``xjobsd jobs`` and ``admin.py`` do to jobs, each through its statement in
-``queries.sql``. Filters and batches arrive checked (``refusals.py``); what a verb did to
-one job comes back as an ``Outcome``, and the facade raises the refusal it means.
+``queries.sql``. Filters and batches arrive checked (``refusals.py``). What a statement did
+to one job is read as an ``Outcome``, and ``refusals`` turns it into the job or the refusal
+it means, with the text every driver uses.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Sequence
 
 from psycopg import errors as pg_errors
 
 from ..errors import DuplicateJob
-from .backend import Batch, Outcome
-from .base import DeadGroup, JobView, ListFilter, Matching
-from .records import ERROR_GROUP_WIDTH
+from .base import Batch, DeadGroup, Introspection, JobView, ListFilter, Matching
 from .pg_database import PgDatabase, first_row
+from .pg_steps import PgSteps
+from .records import ERROR_GROUP_WIDTH
+from .refusals import Outcome, cancelled, job_not_found, reopened, requeued
 
 
 def _view(row: Sequence[Any], payload: Any = None, history: tuple[dict, ...] = (),
@@ -35,11 +39,12 @@ def _filters(where: ListFilter) -> dict[str, Any]:
             "error_group": where.error_group, "width": ERROR_GROUP_WIDTH}
 
 
-class PgOperator:
-    def __init__(self, db: PgDatabase) -> None:
+class PgOperator(Introspection):
+    def __init__(self, db: PgDatabase, steps: PgSteps) -> None:
         self._db = db
+        self._steps = steps
 
-    def find(self, where: ListFilter) -> list[JobView]:
+    def job_list(self, where: ListFilter) -> list[JobView]:
         """``job_list`` (newest first, before ``before_id``) or ``job_list_after`` (oldest first)."""
         params = {**self._db.now(), **_filters(where), "limit": where.limit}
         if where.after_id is not None:
@@ -50,8 +55,14 @@ class PgOperator:
             cur.execute(self._db.sql[statement], params)
             return [_view(r) for r in cur.fetchall()]
 
-    def get(self, job_id: int) -> JobView | None:
-        """``job_get`` with ``job_history``."""
+    def job_get(self, job_id: int) -> JobView:
+        """``job_get`` with ``job_history``, and its steps (``step_list``)."""
+        view = self._get(job_id)
+        if view is None:
+            raise job_not_found(job_id)
+        return replace(view, steps=self._steps.step_list(job_id, for_run=False).steps)
+
+    def _get(self, job_id: int) -> JobView | None:
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_get"], {"id": job_id})
             row = cur.fetchone()
@@ -62,52 +73,65 @@ class PgOperator:
                             for h in cur.fetchall())
         return _view(row, payload=row[18], history=history, traceparent=row[19])
 
-    def cancel(self, job_id: int, reason: str) -> Outcome:
+    def job_cancel(self, job_id: int, reason: str | None = None) -> JobView:
         """``job_cancel``: only a live job; a running one loses its lease."""
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_cancel"], {**self._db.now(), "id": job_id, "reason": reason})
             done = cur.fetchone() is not None
-        return Outcome(self.get(job_id), done)
+        return cancelled(job_id, Outcome(self._get(job_id), done))
 
-    def requeue(self, job_id: int, reason: str | None) -> Outcome:
+    def job_requeue(self, job_id: int, reason: str | None = None) -> JobView:
         """``job_requeue``: a dead or cancelled job runs again from attempt 0; its queue is woken."""
-        try:
-            with self._db.cursor() as cur:
+        with self._db.cursor() as cur:
+            try:
                 cur.execute(self._db.sql["job_requeue"], {**self._db.now(), "id": job_id, "reason": reason})
-                done = cur.fetchone() is not None
-        except pg_errors.UniqueViolation:
-            return Outcome(None, False, key_held=True)
-        view = self.get(job_id)
+            except pg_errors.UniqueViolation:
+                return requeued(job_id, Outcome(None, False, key_held=True))
+            done = cur.fetchone() is not None
+        view = self._get(job_id)
         if done and view is not None:
             with self._db.cursor() as cur:
                 self._db.notify(cur, [(view.id, view.queue, "ready")])
-        return Outcome(view, done)
+        return requeued(job_id, Outcome(view, done))
 
-    def requeue_batch(self, batch: Batch, reason: str | None) -> list[tuple[int, str | None]]:
+    def step_reopen(self, job_id: int, name: str) -> JobView:
+        """``step_reopen``; the job's steps, as ``job_get`` reads them, tell a step never recorded
+        from a job that is not finished."""
+        with self._db.cursor() as cur:
+            try:
+                cur.execute(self._db.sql["step_reopen"], {**self._db.now(), "id": job_id, "name": name})
+            except pg_errors.UniqueViolation:
+                return reopened(job_id, name, Outcome(None, False, key_held=True), lambda: self.job_get(job_id))
+            row = cur.fetchone()
+            if row is not None:
+                self._db.notify(cur, [(row[0], row[1], "ready")])
+        return reopened(job_id, name, Outcome(None, row is not None), lambda: self.job_get(job_id))
+
+    def job_requeue_batch(self, batch: Batch, reason: str | None) -> list[tuple[int, str | None]]:
         """``job_requeue_batch``: every picked id, with its queue when it was requeued."""
-        try:
-            with self._db.cursor() as cur:
+        with self._db.cursor() as cur:
+            try:
                 cur.execute(self._db.sql["job_requeue_batch"], {**self._batch(batch), "reason": reason})
-                picked = [(r[0], r[1]) for r in cur.fetchall()]
-                self._db.notify(cur, [(i, q, "ready") for i, q in picked if q is not None])
-        except pg_errors.UniqueViolation:
-            # an enqueue took one of these keys between the check and the update
-            raise DuplicateJob("a live job took a key of this batch meanwhile; run the verb again") from None
+            except pg_errors.UniqueViolation:
+                # an enqueue took one of these keys between the check and the update
+                raise DuplicateJob("a live job took a key of this batch meanwhile; run the verb again") from None
+            picked = [(r[0], r[1]) for r in cur.fetchall()]
+            self._db.notify(cur, [(i, q, "ready") for i, q in picked if q is not None])
         return picked
 
-    def cancel_batch(self, batch: Batch, reason: str) -> list[int]:
+    def job_cancel_batch(self, batch: Batch, reason: str) -> list[int]:
         """``job_cancel_batch``: every picked live job is cancelled."""
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_cancel_batch"], {**self._batch(batch), "reason": reason})
             return [r[0] for r in cur.fetchall()]
 
-    def dead_groups(self, limit: int) -> list[DeadGroup]:
+    def job_dead_groups(self, limit: int = 50) -> list[DeadGroup]:
         """``job_dead_groups``: dead letters by queue, name and the start of their error."""
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_dead_groups"], {"width": ERROR_GROUP_WIDTH, "limit": limit})
             return [DeadGroup(*row) for row in cur.fetchall()]
 
-    def count(self, where: ListFilter, states: Sequence[str]) -> Matching:
+    def job_count(self, where: ListFilter, states: Sequence[str]) -> Matching:
         """``job_count_matching``: how many, and the newest id among them."""
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_count_matching"], {**self._db.now(), **_filters(where),

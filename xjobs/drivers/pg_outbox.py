@@ -1,4 +1,4 @@
-"""The Postgres driver's transactional outbox: stage in the caller's transaction, claim a
+"""The Postgres driver's ``OutboxStore``, the transactional outbox: stage in the caller's transaction, claim a
 batch as a lease, publish it (enqueue + mark) in one transaction fenced on the claim.
 
 The claim's token is the fence of every mutation after the claim: a relay that stalled past
@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from .base import Enqueued, JobListener, NewJob, OutboxClaim, OutboxSummary
+from .base import Enqueued, JobListener, NewJob, OutboxClaim, OutboxStore, OutboxSummary
 from .pg_database import PgDatabase, first_row
 from .pg_jobs import PgJobs
 from .pg_listen import PgListener
@@ -27,7 +27,7 @@ def _int_array(values: Sequence[int]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
-class PgOutbox:
+class PgOutbox(OutboxStore):
     def __init__(self, db: PgDatabase, jobs: PgJobs) -> None:
         self._db = db
         self._jobs = jobs
@@ -36,16 +36,16 @@ class PgOutbox:
     def channel(self) -> str:
         return f"{self._db.channel}_outbox"
 
-    def stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]:
+    def outbox_stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]:
         rows = orjson.dumps([job.document() for job in jobs]).decode()
         with self._db.cursor(conn) as cur:
             cur.execute(self._db.sql["outbox_stage"], {**self._db.now(), "rows": rows})
             return [row[0] for row in cur.fetchall()]
 
-    def listen(self) -> JobListener:
+    def outbox_listen(self) -> JobListener:
         return PgListener(self._db, self.channel)
 
-    def claim(self, holder: str, limit: int, lease_ms: float) -> OutboxClaim:
+    def outbox_claim(self, holder: str, limit: int, lease_ms: float) -> OutboxClaim:
         token = secrets.randbits(63)
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["outbox_claim"], {**self._db.now(), "token": token, "holder": holder,
@@ -54,7 +54,7 @@ class PgOutbox:
         return OutboxClaim(token, holder, tuple(r[0] for r in rows),
                            tuple(NewJob.from_document(r[1]) for r in rows))
 
-    def publish(self, claim: OutboxClaim) -> list[Enqueued] | None:
+    def outbox_publish(self, claim: OutboxClaim) -> list[Enqueued] | None:
         db = self._db
         try:
             with db.connection() as conn, conn.transaction():
@@ -62,7 +62,7 @@ class PgOutbox:
                     cur.execute(db.sql["outbox_hold"], {"token": claim.token, "ids": _int_array(claim.ids)})
                     if len(cur.fetchall()) != len(claim.ids):
                         raise _Fenced()     # nothing enqueued: not even a sequence value spent
-                results = self._jobs.enqueue(claim.jobs, conn)
+                results = self._jobs.job_enqueue(claim.jobs, conn)
                 with conn.cursor() as cur:
                     cur.execute(db.sql["outbox_publish"], {
                         **db.now(), "token": claim.token, "ids": _int_array(claim.ids),
@@ -73,18 +73,18 @@ class PgOutbox:
         except _Fenced:
             return None
 
-    def release(self, claim: OutboxClaim) -> int:
+    def outbox_release(self, claim: OutboxClaim) -> int:
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["outbox_release"], {"token": claim.token, "ids": _int_array(claim.ids)})
             return len(cur.fetchall())
 
-    def prune(self, retention_ms: float, limit: int) -> int:
+    def outbox_prune(self, retention_ms: float, limit: int) -> int:
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["outbox_prune"], {**self._db.now(), "retention": retention_ms,
                                                        "limit": limit})
             return int(first_row(cur)[0])
 
-    def summary(self) -> OutboxSummary:
+    def outbox_summary(self) -> OutboxSummary:
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["outbox_summary"], self._db.now())
             pending, oldest = first_row(cur)

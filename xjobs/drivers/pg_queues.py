@@ -1,5 +1,5 @@
-"""The Postgres driver's queue control and statistics: the fleet-wide pause switch, and the
-counts the supervisor's metrics and ``xjobsd jobs stats`` read.
+"""The Postgres driver's ``QueueStore``: the fleet-wide pause switch, and the counts the
+supervisor's metrics and ``xjobsd jobs stats`` read.
 
 The counts metrics read every few seconds (``queue_counts``, ``queue_summary``) come from
 the partial indexes of the live states, never from a scan of the finished bulk; only
@@ -8,17 +8,19 @@ the partial indexes of the live states, never from a scan of the finished bulk; 
 
 from __future__ import annotations
 
+from typing import Collection, Mapping
+
 import orjson
 
-from .base import QueueControl, QueueSummary, RatePoint
+from .base import QueueControl, QueueStore, QueueSummary, RatePoint
 from .pg_database import PgDatabase
 
 
-class PgQueues:
+class PgQueues(QueueStore):
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
 
-    def pause(self, queue: str, paused: bool, by: str | None) -> None:
+    def queue_pause(self, queue: str, paused: bool, by: str | None = None) -> None:
         """``queue_set_paused``; a resume wakes the queue's idle workers at once."""
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["queue_set_paused"], {**self._db.now(), "queue": queue,
@@ -26,29 +28,29 @@ class PgQueues:
             if not paused:   # idle workers of the queue claim at once, not at their next poll
                 self._db.notify(cur, [(0, queue, "ready")])
 
-    def control(self) -> list[QueueControl]:
+    def queue_control(self) -> list[QueueControl]:
         """``queue_control``: every queue ever paused or resumed, by name."""
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["queue_control"])
             return [QueueControl(*row) for row in cur.fetchall()]
 
-    def summary(self) -> dict[str, QueueSummary]:
+    def queue_summary(self) -> dict[str, QueueSummary]:
         """``queue_summary``: ready-now depth and the age of the oldest ready-now job."""
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["queue_summary"], self._db.now())
             return {q: QueueSummary(depth=n, oldest_ready_ms=age) for q, n, age in cur.fetchall()}
 
-    def counts(self) -> dict[str, dict[str, int]]:
+    def queue_counts(self) -> dict[str, dict[str, int]]:
         """``queue_counts``: live states and dead letters per queue, each from its own index."""
         return self._per_queue("queue_counts")
 
-    def unknown(self, names: frozenset[str]) -> dict[str, int]:
+    def queue_unknown(self, names: Collection[str]) -> dict[str, int]:
         """``queue_unknown``: ready jobs of names not in ``names``, per queue."""
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["queue_unknown"], {"names": sorted(names)})
             return {queue: int(count) for queue, count in cur.fetchall()}
 
-    def rate_add(self, counts: dict[str, dict[str, int]]) -> None:
+    def rate_add(self, counts: Mapping[str, Mapping[str, int]]) -> None:
         """``rate_add``: runs that ended since a worker's last report, into this minute."""
         rows = [{"q": queue, "o": outcome, "c": n} for queue, per in counts.items()
                 for outcome, n in per.items()]
@@ -67,7 +69,7 @@ class PgQueues:
             cur.execute(self._db.sql["rate_prune"], {**self._db.now(), "retention": retention_ms})
             return cur.rowcount
 
-    def stats(self) -> dict[str, dict[str, int]]:
+    def job_stats(self) -> dict[str, dict[str, int]]:
         """``job_stats``: every row counted once, under its queue and state."""
         return self._per_queue("job_stats")
 

@@ -1,4 +1,5 @@
-"""The Postgres driver's durable steps and stored events (``ctx.step``, ``xjobs.send_event``).
+"""The Postgres driver's ``StepStore`` and ``EventStore``: durable steps and stored events
+(``ctx.step``, ``xjobs.send_event``).
 
 Statements are in ``queries.sql`` (from ``step_list`` on). Every write a run makes is fenced
 on its claim: ``step_put`` locks the job row ``for share`` in the statement that writes, and
@@ -20,13 +21,12 @@ from typing import Any
 
 import orjson
 import psycopg
-from psycopg import errors as pg_errors
 
 from ..errors import InvalidOption
-from .backend import Outcome, step_kind_mismatch
-from .base import (LATEST_MS, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
-                   StepResult, StepSleep, StepWait)
+from .base import (LATEST_MS, EventStore, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord, StepResult,
+                   StepSleep, StepStore, StepWait)
 from .pg_database import PgDatabase, first_row, in_callers_transaction
+from .refusals import step_kind_mismatch
 
 
 def record(row: tuple[Any, ...]) -> StepRecord:
@@ -37,25 +37,25 @@ def record(row: tuple[Any, ...]) -> StepRecord:
                       event_key=key, timed_out=timed_out)
 
 
-class PgSteps:
+class PgSteps(StepStore, EventStore):
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
 
-    def list(self, job_id: int, for_run: bool = True) -> StepLog:
+    def step_list(self, job_id: int, for_run: bool = True) -> StepLog:
         """A run's read goes to the bodies' pool; an operator's (``job_get``) to the verbs'."""
         with (self._db.body_cursor() if for_run else self._db.cursor()) as cur:
             cur.execute(self._db.sql["step_list"], {**self._db.now(), "id": job_id})
             rows = cur.fetchall()
         return StepLog(now_ms=rows[0][0], steps=tuple(record(r[1:]) for r in rows if r[1] is not None))
 
-    def put(self, lease: Lease, step: StepResult) -> bool:
+    def step_put(self, lease: Lease, step: StepResult) -> bool:
         with self._db.body_cursor() as cur:
             cur.execute(self._db.sql["step_put"], {
                 **self._db.now(), "id": lease.job_id, "token": lease.token, "name": step.name,
                 "attempt": step.attempt, "result": step.result.decode(), "duration": step.duration_ms})
             return cur.fetchone() is not None
 
-    def sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome:
+    def step_sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome:
         with self._db.body_connection() as conn, conn.transaction(), conn.cursor() as cur:
             if not self._own(cur, lease):
                 return StepOutcome(False, fenced=True)
@@ -69,7 +69,7 @@ class PgSteps:
                 return StepOutcome(True, None, state[3])
             return self._park(cur, lease, state[3])
 
-    def wait(self, lease: Lease, wait: StepWait) -> StepOutcome:
+    def step_wait(self, lease: Lease, wait: StepWait) -> StepOutcome:
         with self._db.body_connection() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute(self._db.sql["event_lock"], {"name": wait.event, "key": wait.key})
             if not self._own(cur, lease):
@@ -116,22 +116,9 @@ class PgSteps:
         row = cur.fetchone()
         return StepOutcome(False, wake_at=wake_at if row is None else row[0], fenced=row is None)
 
-    def reopen(self, job_id: int, name: str) -> Outcome:
-        """``step_reopen``; whether the job ever recorded the step is the facade's to tell (it
-        reads the job's steps when the job was not reopened)."""
-        try:
-            with self._db.cursor() as cur:
-                cur.execute(self._db.sql["step_reopen"], {**self._db.now(), "id": job_id, "name": name})
-                row = cur.fetchone()
-                if row is not None:
-                    self._db.notify(cur, [(row[0], row[1], "ready")])
-        except pg_errors.UniqueViolation:
-            return Outcome(None, False, key_held=True)
-        return Outcome(None, row is not None)
-
     # -- events -------------------------------------------------------------------------------
 
-    def send(self, event: NewEvent, conn: Any) -> SentEvent:
+    def event_send(self, event: NewEvent, conn: Any = None) -> SentEvent:
         params = {**self._db.now(), "name": event.name, "key": event.key,
                   "payload": event.payload.decode(), "channel": self._db.channel}
         if conn is None:
@@ -153,7 +140,7 @@ class PgSteps:
             row = first_row(cur)
         return SentEvent(int(row[0]), int(row[1]))
 
-    def prune(self, retention_ms: float, limit: int) -> int:
+    def event_prune(self, retention_ms: float, limit: int) -> int:
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["event_prune"], {**self._db.now(), "retention": retention_ms,
                                                       "limit": limit})

@@ -1,17 +1,18 @@
 """The production driver: psycopg 3, two small connection pools, server-side prepared statements.
 
 ``PostgresDriver`` is a ``CheckedDriver`` (``facade.py``: every verb checks its arguments,
-then calls one collaborator) built over one ``PgDatabase`` (``pg_database.py``: the pools,
-the rendered statements of ``queries.sql``, the ``now`` parameter, notify) shared by the
-objects that do the work:
+then calls the method of the same name on one of the objects below) built over one
+``PgDatabase`` (``pg_database.py``: the pools, the rendered statements of ``queries.sql``, the
+``now`` parameter, notify, the driver's errors), which every one of them shares:
 
-    pg_jobs.PgJobs                 enqueue, claim, ack, nack, heartbeat, progress, transaction, listen
-    pg_maintenance.PgMaintenance   rescue lapsed leases, release a dead worker's jobs, prune
-    pg_operator.PgOperator         list, get, cancel, requeue (one and in batches), count
-    pg_queues.PgQueues             pause, control, summary, counts, stats
-    pg_schedule.PgSchedule         the leader lease row, cron watermarks, a task's dispatch
-    pg_outbox.PgOutbox             stage, claim as a lease, publish in one transaction, release
-    pg_slots.PgSlots               fleet-wide job slots: acquire, renew, release
+    pg_jobs.PgJobs                 JobStore: enqueue, claim, ack, nack, heartbeat, progress, transaction
+    pg_maintenance.PgMaintenance   Maintenance: rescue lapsed leases, release a dead worker's jobs, prune
+    pg_operator.PgOperator         Introspection: list, get, cancel, requeue, retry from a step, count
+    pg_queues.PgQueues             QueueStore: pause, control, summary, counts, stats, rates
+    pg_schedule.PgSchedule         LeaderStore, ScheduleStore: the leader row, watermarks, dispatch
+    pg_outbox.PgOutbox             OutboxStore: stage, claim as a lease, publish in one transaction
+    pg_slots.PgSlots               SlotStore: fleet-wide job slots: acquire, renew, release
+    pg_steps.PgSteps               StepStore, EventStore: durable steps and stored events
 
 Time: a driver built without ``clock=`` takes "now" in every statement from the server, so
 every worker measures leases and due times on the one clock they are compared on; one built
@@ -45,7 +46,7 @@ class PostgresDriver(CheckedDriver):
                  pool_size: int = 4, transaction_pool_size: int = 16, pool_timeout: float = 30.0,
                  application_name: str = "xjobs", statement_timeout_ms: int | None = None) -> None:
         """``pool_timeout``: seconds a verb waits for a free pooled connection (or for the
-        server to answer at all) before ``PoolTimeout``; a CLI can ask for less.
+        server to answer at all) before ``DatabaseUnavailable``; a CLI can ask for less.
         ``statement_timeout_ms``: a server-side cap on every statement of the driver's own
         verbs (a worker loop must not hang on a locked table longer than its supervisor
         waits for it); never applied to ``job_transaction``, whose statements are the app's."""
@@ -54,10 +55,11 @@ class PostgresDriver(CheckedDriver):
             transaction_pool_size=transaction_pool_size, pool_timeout=pool_timeout,
             application_name=application_name, statement_timeout_ms=statement_timeout_ms)
         db = self.database
-        jobs = PgJobs(db)
-        super().__init__(storage=db, jobs=jobs, maintenance=PgMaintenance(db), operator=PgOperator(db),
-                         queues=PgQueues(db), schedule=PgSchedule(db, jobs), outbox=PgOutbox(db, jobs),
-                         slots=PgSlots(db), steps=PgSteps(db))
+        jobs, steps = PgJobs(db), PgSteps(db)
+        schedule = PgSchedule(db, jobs)
+        super().__init__(storage=db, jobs=jobs, maintenance=PgMaintenance(db), operator=PgOperator(db, steps),
+                         queues=PgQueues(db), leader=schedule, schedule=schedule, outbox=PgOutbox(db, jobs),
+                         slots=PgSlots(db), steps=steps, events=steps)
 
     @property
     def dsn(self) -> str:

@@ -131,33 +131,40 @@ from unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) as a(id, token)
 where j.id = any(%(ids)s::bigint[]) and j.id = a.id and j.lease_token = a.token and j.state = 'running'
 returning j.id
 
--- name: job_nack
--- a run that ended on its own (counts) cleared any suspicion of crashing its process. A shed
--- with no delay keeps its run_at: it keeps its place in the claim order and its age in the
--- oldest-ready figure (a saturated capped job must not look freshly enqueued), and it writes
--- no history (it is not an event in the job's life: the worker counts it, outcome "shed")
-with settled as (
-    update {schema}.jobs
-    set state = case when %(dead)s then 'dead' when %(park)s then 'suspended' else 'ready' end,
-        attempt = case when %(counts)s then attempt else greatest(attempt - 1, 0) end,
-        run_at = case when %(dead)s or (%(outcome)s = 'shed' and %(delay)s = 0) then run_at
-                      else {now} + %(delay)s * interval '1 millisecond' end,
-        finished_at = case when %(dead)s then {now} end,
-        last_error = coalesce(%(error)s::text, last_error),
-        crashes = case when %(counts)s then 0 else crashes end,
-        suspect_group = case when %(counts)s then null else suspect_group end,
+-- name: job_nack_many
+-- the settlements of a batch as ONE json document (rows of id, token, outcome, error, delay,
+-- traceback), fenced per job on its token and planned per batch like job_ack_many. The outcome
+-- alone decides the rest (records.Nack): retried and dead spend the attempt, and a run that
+-- ended on its own clears any suspicion of crashing its process; interrupted, suspended and
+-- shed give it back. A shed with no delay keeps its run_at: it keeps its place in the claim
+-- order and its age in the oldest-ready figure (a saturated capped job must not look freshly
+-- enqueued), and it writes no history (it is not an event in the job's life: the worker
+-- counts it, outcome "shed")
+with n as (
+    select id, token, outcome, error, delay, traceback, outcome in ('retried', 'dead') as counts
+    from jsonb_to_recordset(%(rows)s::jsonb)
+         as r(id bigint, token bigint, outcome text, error text, delay float8, traceback text)
+), settled as (
+    update {schema}.jobs j
+    set state = case n.outcome when 'dead' then 'dead' when 'suspended' then 'suspended' else 'ready' end,
+        attempt = case when n.counts then j.attempt else greatest(j.attempt - 1, 0) end,
+        run_at = case when n.outcome = 'dead' or (n.outcome = 'shed' and n.delay = 0) then j.run_at
+                      else {now} + n.delay * interval '1 millisecond' end,
+        finished_at = case when n.outcome = 'dead' then {now} end,
+        last_error = coalesce(n.error, j.last_error),
+        crashes = case when n.counts then 0 else j.crashes end,
+        suspect_group = case when n.counts then null else j.suspect_group end,
         lease_token = null, lease_expires_at = null
-    where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
-    returning id, attempt, queue, state
+    from n
+    where j.id = any(%(ids)s::bigint[]) and j.id = n.id and j.lease_token = n.token and j.state = 'running'
+    returning j.id, j.queue, j.state, j.attempt, n.outcome, n.error, n.delay, n.traceback, n.counts
 ), logged as (
     insert into {schema}.job_history (job_id, at, attempt, outcome, error, traceback)
-    select settled.id, {now},
-           case when %(counts)s then settled.attempt else settled.attempt + 1 end,
-           %(outcome)s, %(error)s::text, %(traceback)s::text
+    select id, {now}, case when counts then attempt else attempt + 1 end, outcome, error, traceback
     from settled
-    where %(outcome)s is distinct from 'shed'
+    where outcome <> 'shed'
 )
-select id, queue, state from settled
+select id, queue, state, outcome, delay from settled
 
 -- name: job_heartbeat_many
 -- the fences of every held lease, planned per batch like job_ack_many

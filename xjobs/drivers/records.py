@@ -1,18 +1,24 @@
-"""The records the driver seam passes around: small frozen dataclasses, and the constants
-of a job's life (its states, the crash charges, the longest durations and latest times).
+"""The records of a job's life at the driver seam: what enqueue, claim, settlement, upkeep
+and the operator's verbs take and answer, as small frozen dataclasses, and the constants of
+that life (its states, the crash charges, the longest durations and latest times).
 
-``base.py`` holds the Protocols that take and answer these; ``records`` has no behaviour
-beyond a record's own view of itself, so every module can import it without a cycle.
+A verb with more than three parameters takes one record (``Claim``, ``ClaimAlone``,
+``WorkerExit``, ``Batch``); a settlement is one record with one outcome (``Nack``). The
+records of the coordination nouns are in ``records_coordination.py``, those of steps and
+events in ``records_steps.py``; ``base.py`` holds the Protocols that take and answer them all.
+Records have no behaviour beyond their own view of themselves, so every module can import
+them without a cycle.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Collection, Literal, Mapping, Sequence
 
 import orjson
 
 from ..payload import compact
+from .records_steps import StepRecord
 
 STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
 LIVE_STATES = ("ready", "running", "suspended")
@@ -82,6 +88,42 @@ class TenantRoom:
 
 
 @dataclass(frozen=True, slots=True)
+class Claim:
+    """``job_claim``: up to ``limit`` due ready jobs of ``queues``, leased to ``worker_id`` for
+    ``lease_ms``, in (priority, run_at, id) order.
+
+    ``names``: only jobs of these names (the ones the worker has bodies for; None: any), so a
+    worker deployed without a job never takes one of it. ``caps`` (job name ->
+    ``job(concurrency=N)``): a capped job whose every slot is held is left ready, and no more
+    of one is claimed than it has free slots (a filter, not the grant: ``slot_acquire``
+    grants). ``tenants``: what a worker's per-process tenant limits leave room for. ``caps``
+    and ``tenants`` filter a claim on ONE queue (a worker's); a claim on several with either
+    is refused."""
+
+    queues: Sequence[str]
+    limit: int
+    lease_ms: float
+    worker_id: str
+    caps: Mapping[str, int] | None = None
+    tenants: TenantRoom | None = None
+    names: Collection[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAlone:
+    """``job_claim_alone``: crash suspects of ``queue`` to run with nothing beside them, the
+    first in line that has waited ``waited_ms`` and the rest of its group (the half of a
+    crashed process's jobs it was put in), ``limit`` in all."""
+
+    queue: str
+    lease_ms: float
+    worker_id: str
+    waited_ms: float = 0.0
+    names: Collection[str] | None = None
+    limit: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimedJob:
     id: int
     name: str
@@ -95,24 +137,39 @@ class ClaimedJob:
     traceparent: str | None = None
 
 
+# What a nack comes to, by its outcome (the word the job's history and jobs_total record):
+#
+#   outcome       state       attempt      run_at                         history
+#   retried       ready       counted      now + delay_ms                 written
+#   dead          dead        counted      kept (finished now)            written
+#   interrupted   ready       given back   now + delay_ms                 written
+#   suspended     suspended   given back   now + delay_ms (its wake-up)   written
+#   shed          ready       given back   kept, or now + delay_ms        none
+#
+# A counted attempt ended on its own, so it also clears any suspicion of crashing its process.
+NackOutcome = Literal["retried", "dead", "interrupted", "suspended", "shed"]
+NACK_OUTCOMES: tuple[NackOutcome, ...] = ("retried", "dead", "interrupted", "suspended", "shed")
+COUNTED_OUTCOMES = ("retried", "dead")    # the nacks that spend the attempt
+
+
 @dataclass(frozen=True, slots=True)
 class Nack:
-    """How a failed or stopped attempt settles.
-
-    ``counts_as_attempt=False`` gives the attempt back (a drain interruption, a shed, a
-    suspension); ``park`` moves the job to ``suspended`` until ``delay_ms`` has passed;
-    ``dead`` dead-letters it. ``error`` lands in ``last_error`` (``None`` leaves it as is).
-    """
+    """How one failed or stopped attempt settles, fenced on its claim: ``outcome`` alone
+    decides what becomes of the job (the table above). ``error`` lands in ``last_error``
+    (None leaves it as it is) and in the history with ``traceback``; a shed and a suspension
+    carry neither (they are not failures), and a dead letter no delay (it is never due)."""
 
     job_id: int
     token: int
-    error: str | None
+    outcome: NackOutcome
+    error: str | None = None
     delay_ms: float = 0.0
-    counts_as_attempt: bool = True
-    park: bool = False
-    dead: bool = False
-    outcome: str = "retried"    # recorded in the job's history: retried, dead, interrupted, ...
     traceback: str | None = None   # the failure's full traceback, for the history (bounded)
+
+    @property
+    def counts(self) -> bool:
+        """Whether the attempt is spent (the job's own failure), not given back."""
+        return self.outcome in COUNTED_OUTCOMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +202,7 @@ class JobView:
     history: tuple[dict, ...] = field(default=())
     crashes: int = 0            # worker-process crashes this job was caught in (a suspect: runs alone)
     progress: Any = None        # the latest ctx.progress() report: {"done", "total", "note", "at"}
-    steps: tuple["StepRecord", ...] = ()    # what job_get adds: the recorded steps, in order
+    steps: tuple[StepRecord, ...] = ()    # what job_get adds: the recorded steps, in order
     traceparent: str | None = None          # what job_get adds: the enqueuing code's W3C trace context
 
 
@@ -174,11 +231,35 @@ class ListFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class Batch:
+    """One bounded batch of a bulk verb (``job_requeue_batch``, ``job_cancel_batch``): jobs
+    matching ``where`` with ``after_id < id <= upto_id``, in id order, at most ``limit``."""
+
+    where: ListFilter
+    after_id: int
+    upto_id: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class Matching:
     """How many jobs match a filter, and the newest id among them (0 when none)."""
 
     count: int
     newest_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerExit:
+    """``job_release_worker``: a worker process that ended, whose running jobs go back now.
+    ``crashed``: it died on its own (its supervisor did not stop it); ``how`` says how it
+    ended ("killed by SIGKILL"); ``charge`` is which lone job its crash may charge
+    (``CHARGES``: ``alone``, ``suspect`` or ``never``, see ``job_release_worker``)."""
+
+    worker_id: str
+    crashed: bool = True
+    how: str = "died"
+    charge: str = "alone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,157 +329,3 @@ class DeadGroup:
     count: int
     newest_id: int
     newest_at: float | None
-
-
-# -- the coordination nouns (see base.py: leader, schedule, outbox, slots) --------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderView:
-    holder: str
-    expires_at: float
-    elected_at: float
-    live: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Watermark:
-    """A cron task's dispatch watermark: occurrences up to ``watermark_ms`` are dispatched."""
-
-    task: str
-    watermark_ms: int
-    updated_at: float
-    dispatched: int
-
-
-@dataclass(frozen=True, slots=True)
-class Dispatch:
-    election: str
-    holder: str
-    task: str
-    expected_ms: int | None        # the watermark the dispatcher read (None: never dispatched)
-    watermark_ms: int              # where it moves to
-    jobs: tuple[NewJob, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxClaim:
-    """A batch held by one relay: ``ids`` and their jobs, in (staged_at, id) order."""
-
-    token: int
-    holder: str
-    ids: tuple[int, ...]
-    jobs: tuple[NewJob, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxSummary:
-    pending: int
-    oldest_ms: float
-
-
-# -- durable steps and events (see base.py: StepStore, EventStore) -----------------------------
-
-STEP_KINDS = ("run", "sleep", "wait")
-STEP_STATES = ("completed", "sleeping", "waiting")
-
-
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    """One recorded step of a job: ``result`` is the stored JSON (a wait's event payload, None
-    on its timeout); ``seq`` orders the steps of a job as they were first recorded;
-    ``wake_at`` is when a sleep ends or a wait times out (None: a wait without a timeout)."""
-
-    name: str
-    kind: str
-    state: str
-    seq: int
-    attempt: int
-    result: Any
-    started_at: float
-    finished_at: float | None
-    wake_at: float | None = None
-    event: str | None = None
-    event_key: str | None = None
-    timed_out: bool = False
-
-    def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "state": self.state, "attempt": self.attempt,
-                "started_at": self.started_at, "finished_at": self.finished_at,
-                "duration_ms": (None if self.finished_at is None
-                                else round(self.finished_at - self.started_at, 3)),
-                "wake_at": self.wake_at, "event": self.event, "key": self.event_key,
-                "timed_out": self.timed_out}
-
-
-@dataclass(frozen=True, slots=True)
-class StepLog:
-    """Every recorded step of one job in ``seq`` order, read in ONE statement at the start of
-    an attempt, and the database's now at that read. Whether a sleep is over is decided by
-    ``step_sleep`` on the same clock, in the statement that acts on it, not from this reading."""
-
-    now_ms: float
-    steps: tuple[StepRecord, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class StepResult:
-    """A ``step.run`` that returned: its encoded JSON result and how long the call took."""
-
-    name: str
-    result: bytes
-    attempt: int
-    duration_ms: float
-
-
-@dataclass(frozen=True, slots=True)
-class StepSleep:
-    """``step.sleep``: the first call records the wake-up time (now + ``duration_ms`` on the
-    database's clock); every call completes the step once that time has come, or parks the
-    job until it."""
-
-    name: str
-    duration_ms: float
-    attempt: int
-
-
-@dataclass(frozen=True, slots=True)
-class StepWait:
-    """``step.wait_for_event``: completes with the first stored event of (``event``, ``key``),
-    or with nothing once ``timeout_ms`` (counted from the first call) has passed; otherwise
-    parks the job until the event is sent, the timeout, or ``poll_ms`` from now."""
-
-    name: str
-    event: str
-    key: str
-    timeout_ms: float | None
-    poll_ms: float | None
-    attempt: int
-
-
-@dataclass(frozen=True, slots=True)
-class StepOutcome:
-    """What a sleep or a wait came to: ``done`` (the step is completed: ``value`` is its result)
-    or parked (the job is suspended until ``wake_at``, its attempt given back). ``fenced``:
-    the run no longer owns the job; nothing was written."""
-
-    done: bool
-    value: Any = None
-    wake_at: float | None = None
-    timed_out: bool = False
-    fenced: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class NewEvent:
-    name: str
-    key: str
-    payload: bytes        # encoded JSON, already checked and size-limited
-
-
-@dataclass(frozen=True, slots=True)
-class SentEvent:
-    """A stored event, and how many parked waiters it woke."""
-
-    id: int
-    woken: int

@@ -1,27 +1,33 @@
-"""The refusals of the driver seam: every argument a verb takes is checked here, once.
+"""The refusals of the driver seam, each written once for every driver.
 
-``CheckedDriver`` (``facade.py``) runs these before it calls a driver's collaborators, so the
-rules and their error texts exist once for every driver. Each check answers the value
-normalised (a duration string as milliseconds, ``2.0`` rows as ``2``), so what a collaborator
-receives is exactly what the statements bind. A refused argument raises ``InvalidOption`` (or
-``ClaimQueuesEmpty``) naming the option, before anything is read or written.
+Arguments: ``CheckedDriver`` (``facade.py``) runs these checks before it calls a driver's own
+implementation of a verb. Each check answers the value normalised (a duration string as
+milliseconds, ``2.0`` rows as ``2``), so what an implementation receives is exactly what its
+statements bind. A refused argument raises ``InvalidOption`` (or ``ClaimQueuesEmpty``) naming
+the option, before anything is read or written.
 
 Leases are different: a lease whose id or token no ``bigint`` could hold is not an error but
 a lease nobody holds (``held``), exactly as a wrong token is, on every driver.
+
+Outcomes: what an operator's verb did to one job is answered by the driver's statement as an
+``Outcome``; ``cancelled``, ``requeued`` and ``reopened`` turn it into the job or the one
+refusal it means, and ``lease_lost`` and ``step_kind_mismatch`` are what a body's writes
+raise, so every driver raises them with one text.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import Mapping, Sequence, TypeGuard
+from dataclasses import dataclass, replace
+from typing import Callable, Collection, Mapping, NoReturn, Sequence, TypeGuard
 
-from ..errors import ClaimQueuesEmpty, InvalidOption
+from ..errors import (ClaimQueuesEmpty, DuplicateJob, InvalidOption, JobNotFound, LeaseLost, NotCancellable,
+                      NotRetryable, StepDuplicate, StepNotFound)
 from ..options import duration_ms, finite_count, finite_option, plain_name
-from .backend import Batch
 from .records import ERROR_GROUP_WIDTH
-from .base import (CHARGES, LATEST_MS, MAX_DELAY_MS, STATES, Dispatch, Lease, ListFilter, Nack, NewJob,
-                   NewEvent, OutboxClaim, StepResult, StepSleep, StepWait, TenantRoom)
+from .base import (CHARGES, LATEST_MS, MAX_DELAY_MS, NACK_OUTCOMES, STATES, Batch, Claim, ClaimAlone, Dispatch,
+                   JobView, Lease, ListFilter, Nack, NewEvent, NewJob, OutboxClaim, Slot, SlotRequest, StepResult,
+                   StepSleep, StepWait, TenantRoom, WorkerExit)
 
 MAX_ROWS = 100_000       # the most rows one statement claims, lists or changes
 
@@ -42,14 +48,28 @@ def matchable(leases: Sequence[Lease]) -> list[Lease]:
     return [lease for lease in leases if held(lease)]
 
 
-def check_claim(queues: Sequence[str], limit: object, lease_ms: object) -> tuple[list[str], int, float]:
-    if isinstance(queues, str) or not queues:
+def check_claim(claim: Claim) -> Claim:
+    """A claim's queues, limit and lease, and the filters of a claim on one queue."""
+    if isinstance(claim.queues, str) or not claim.queues:
         raise ClaimQueuesEmpty("claim needs a non-empty list of queue names")
-    count = finite_count(limit, "claim.limit", minimum=0, maximum=MAX_ROWS)
-    return list(queues), count, check_lease(lease_ms, "claim.lease")
+    limit = finite_count(claim.limit, "claim.limit", minimum=0, maximum=MAX_ROWS)
+    lease = check_lease(claim.lease_ms, "claim.lease")
+    names = check_job_names(claim.names)
+    caps = check_caps(claim.caps) if claim.caps else None
+    room = check_tenant_room(claim.tenants) if claim.tenants is not None else None
+    if (caps or room is not None) and len(claim.queues) != 1:
+        raise InvalidOption("claim", "caps and tenant limits filter a claim on one queue "
+                                     "(a worker's); claim each queue on its own")
+    return Claim(list(claim.queues), limit, lease, claim.worker_id, caps, room, names)
 
 
-def check_job_names(names: Sequence[str] | None) -> frozenset[str] | None:
+def check_claim_alone(claim: ClaimAlone) -> ClaimAlone:
+    return ClaimAlone(claim.queue, check_lease(claim.lease_ms, "claim.lease"), claim.worker_id,
+                      duration_ms(claim.waited_ms, "claim.waited"), check_job_names(claim.names),
+                      check_row_limit(claim.limit, "claim.limit"))
+
+
+def check_job_names(names: Collection[str] | None) -> frozenset[str] | None:
     """The job names a claim is limited to (None: any); a bare string is refused, not split."""
     if names is None:
         return None
@@ -77,14 +97,49 @@ def check_new_jobs(jobs: Sequence[NewJob]) -> None:
 
 
 def check_nack(nack: Nack) -> Nack:
-    """A negative delay is allowed (it is due at once); NaN and infinities are not."""
-    return replace(nack, delay_ms=finite_option(nack.delay_ms, "nack.delay", minimum=-math.inf))
+    """One settlement: a known outcome, and only what that outcome writes. A negative delay
+    is allowed (it is due at once); NaN and infinities are not."""
+    if nack.outcome not in NACK_OUTCOMES:
+        raise InvalidOption("nack.outcome", f"must be one of {', '.join(NACK_OUTCOMES)}, got {nack.outcome!r}")
+    if nack.outcome in ("shed", "suspended") and (nack.error is not None or nack.traceback is not None):
+        raise InvalidOption("nack.error", f"a {nack.outcome} job did not fail: it writes no error")
+    if nack.outcome == "dead" and nack.delay_ms:
+        raise InvalidOption("nack.delay", "a dead letter is never due again: it takes no delay")
+    if nack.traceback is not None and not nack.counts:
+        raise InvalidOption("nack.traceback", f"only a failed attempt has a traceback, not {nack.outcome!r}")
+    for option, text in (("nack.error", nack.error), ("nack.traceback", nack.traceback)):
+        if text is not None and not isinstance(text, str):
+            raise InvalidOption(option, f"must be text, got {text!r}")
+    return replace(nack, delay_ms=finite_option(nack.delay_ms, "nack.delay", minimum=-math.inf),
+                   error=_storable(nack.error), traceback=_storable(nack.traceback))
 
 
-def check_charge(charge: object) -> str:
-    if charge not in CHARGES:
-        raise InvalidOption("charge", f"must be one of {', '.join(CHARGES)}, got {charge!r}")
-    return str(charge)
+def _storable(text: str | None) -> str | None:
+    """What a failure's text column can hold: an exception's message may carry a NUL or a lone
+    surrogate, which no ``text`` column (and no batch that carries it) would take."""
+    if text is None or ("\x00" not in text and (text.isascii() or text.isprintable())):
+        return text
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def check_nacks(nacks: Sequence[Nack]) -> list[Nack]:
+    """A batch of settlements, each checked; the ones a fence could match (``held``). A claim
+    settles once per batch: a second nack on one lease is refused, not left to which row a
+    join picks. Two claims of one job (a stale run and the one that displaced it) may both
+    be in a batch; the fence lets only the job's current one land."""
+    checked = [check_nack(nack) for nack in nacks]
+    seen: set[tuple[int, int]] = set()
+    for nack in checked:
+        if (nack.job_id, nack.token) in seen:
+            raise InvalidOption("nack.job_id", f"job {nack.job_id} is settled twice on one claim in one batch")
+        seen.add((nack.job_id, nack.token))
+    return [nack for nack in checked if held(Lease(nack.job_id, nack.token))]
+
+
+def check_worker_exit(worker: WorkerExit) -> WorkerExit:
+    if worker.charge not in CHARGES:
+        raise InvalidOption("charge", f"must be one of {', '.join(CHARGES)}, got {worker.charge!r}")
+    return WorkerExit(worker.worker_id, bool(worker.crashed), worker.how, worker.charge)
 
 
 def check_row_limit(limit: object, option: str = "limit") -> int:
@@ -120,14 +175,14 @@ def check_filter(where: ListFilter) -> ListFilter:
                    until_ago_ms=until_ago)
 
 
-def check_batch(where: ListFilter, after_id: object, upto_id: object, limit: object) -> Batch:
+def check_batch(batch: Batch) -> Batch:
     """One batch of a bulk verb: a checked filter, an id range and a row limit."""
-    checked = check_filter(where)
-    if not is_bigint(after_id):
-        raise InvalidOption("after", f"must be a job id, got {after_id!r}")
-    if not is_bigint(upto_id):
-        raise InvalidOption("upto", f"must be a job id, got {upto_id!r}")
-    return Batch(checked, after_id, upto_id, check_row_limit(limit, "batch"))
+    checked = check_filter(batch.where)
+    if not is_bigint(batch.after_id):
+        raise InvalidOption("after", f"must be a job id, got {batch.after_id!r}")
+    if not is_bigint(batch.upto_id):
+        raise InvalidOption("upto", f"must be a job id, got {batch.upto_id!r}")
+    return Batch(checked, batch.after_id, batch.upto_id, check_row_limit(batch.limit, "batch"))
 
 
 # -- the coordination nouns ------------------------------------------------------------------------
@@ -166,8 +221,14 @@ def check_tenant_room(room: TenantRoom) -> TenantRoom:
                                 for t, n in held.items()}, tuple(blocked))
 
 
-def check_slot(slot: object) -> int:
-    return finite_count(slot, "slot", minimum=0, maximum=_MAX_CAP - 1)
+def check_slot_request(request: SlotRequest) -> SlotRequest:
+    return SlotRequest(check_name(request.job, "slot.job"), check_cap(request.cap),
+                       check_name(request.holder, "holder"), check_lease(request.lease_ms, "slot.lease"))
+
+
+def check_slot(slot: Slot) -> Slot:
+    return Slot(check_name(slot.job, "slot.job"), finite_count(slot.slot, "slot", minimum=0, maximum=_MAX_CAP - 1),
+                check_name(slot.holder, "holder"))
 
 
 def check_dispatch(dispatch: Dispatch) -> Dispatch:
@@ -252,3 +313,70 @@ def check_new_event(event: NewEvent) -> NewEvent:
     if not isinstance(event.payload, bytes):
         raise InvalidOption("event.payload", "must be encoded JSON")
     return event
+
+
+# -- what the statements answered ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an operator verb's statement did to one job: ``view`` is the job after it (None: no
+    such job, or not read); ``done`` whether it changed; ``key_held``: a live job holds its
+    idempotency key, so it was left as it is."""
+
+    view: JobView | None
+    done: bool
+    key_held: bool = False
+
+
+def job_not_found(job_id: object) -> JobNotFound:
+    return JobNotFound(f"no job with id {job_id}")
+
+
+def _key_held(job_id: int) -> DuplicateJob:
+    return DuplicateJob(f"job {job_id}: a live job already holds its idempotency key")
+
+
+def _changed(job_id: int, outcome: Outcome, refusal: type[NotCancellable | NotRetryable], rule: str) -> JobView:
+    if outcome.key_held:
+        raise _key_held(job_id)
+    if outcome.view is None:
+        raise job_not_found(job_id)
+    if not outcome.done:
+        raise refusal(f"job {job_id} is {outcome.view.state}; {rule}")
+    return outcome.view
+
+
+def cancelled(job_id: int, outcome: Outcome) -> JobView:
+    """``job_cancel``'s answer: the cancelled job, or why it is not."""
+    return _changed(job_id, outcome, NotCancellable, "only ready, running or suspended jobs can be cancelled")
+
+
+def requeued(job_id: int, outcome: Outcome) -> JobView:
+    """``job_requeue``'s answer: the job back in ready, or why it is not."""
+    return _changed(job_id, outcome, NotRetryable, "only dead or cancelled jobs can be retried")
+
+
+def reopened(job_id: int, name: str, outcome: Outcome, view: Callable[[], JobView]) -> JobView:
+    """``step_reopen``'s answer: the job running again from step ``name``, or why it is not
+    (``view`` reads the job with its steps, which tell a step never recorded from a job that
+    is not finished)."""
+    if outcome.key_held:
+        raise _key_held(job_id)
+    job = view()
+    if outcome.done:
+        return job
+    if all(step.name != name for step in job.steps):
+        raise StepNotFound(f"job {job_id} never recorded a step named {name!r}")
+    raise NotRetryable(f"job {job_id} is {job.state}; only a completed, dead or cancelled "
+                       "job can be retried from a step")
+
+
+def step_kind_mismatch(name: str, recorded: str) -> NoReturn:
+    """A step name recorded as another kind of step (the body changed between attempts)."""
+    raise StepDuplicate(f"step {name!r} was recorded as {recorded}; a step name means one step")
+
+
+def lease_lost(lease: Lease) -> LeaseLost:
+    """What a body's transaction raises when its job is no longer held."""
+    return LeaseLost(f"job {lease.job_id} is no longer held by this worker; rolled back")

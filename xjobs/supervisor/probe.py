@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from ..config import Settings
+from ..drivers.base import WorkerExit
 
 log = logging.getLogger("xjobs.supervisor.probe")
 
@@ -215,8 +216,8 @@ class DatabaseProbe:
                     self._releases.remove(item)
                     self._emit("abandoned", item.identity, item.queue)
                 continue   # its backend is still finishing a statement: next round
-            released = driver.job_release_worker(item.identity, crashed=item.crashed, how=item.how,
-                                                 charge=item.charge)
+            released = driver.job_release_worker(WorkerExit(item.identity, crashed=item.crashed, how=item.how,
+                                                            charge=item.charge))
             self._releases.remove(item)
             self._emit("released", item.identity, item.queue, released)
 

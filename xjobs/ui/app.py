@@ -22,7 +22,6 @@ from importlib import resources
 from typing import Any, Callable, Iterable
 from urllib.parse import urlencode, urlsplit
 
-import psycopg
 from jinja2 import Environment, PackageLoader, select_autoescape
 from werkzeug.exceptions import HTTPException, NotFound
 from werkzeug.routing import Map, Rule
@@ -32,7 +31,7 @@ from werkzeug.wrappers import Request, Response
 from .. import admin
 from ..drivers.base import LIVE_STATES, STATES, JobDriver, ListFilter
 from ..drivers.refusals import is_bigint
-from ..errors import JobNotFound, XJobsError
+from ..errors import DatabaseTimeout, DriverError, JobNotFound, XJobsError
 from ..formatting import age
 from . import pages
 from .auth import SESSION_COOKIE, SESSION_SECONDS, Guard
@@ -117,15 +116,16 @@ class Dashboard:
             response = exc.get_response(request.environ)
         except JobNotFound as exc:
             response = self.message(request, "No such job", str(exc), 404)
-        except XJobsError as exc:
-            response = self.message(request, "Refused", str(exc), 400)
-        except psycopg.errors.QueryCanceled:
+        except DatabaseTimeout:
             response = self.message(request, "Too slow", "The database gave up on this page (statement "
                                     "timeout): narrow the filter with a state, a queue or a time range.", 503)
-        except psycopg.Error as exc:
-            log.warning("dashboard: %s %s failed in the database: %s", request.method, request.path, exc)
+        except DriverError as exc:
+            log.warning("dashboard: %s %s failed in the database: %s", request.method, request.path,
+                        exc.__cause__ or exc)
             response = self.message(request, "Database unavailable",
                                     "The database did not answer this page; the dashboard's log says why.", 503)
+        except XJobsError as exc:
+            response = self.message(request, "Refused", str(exc), 400)
         for header, value in _HEADERS.items():
             response.headers.setdefault(header, value)
         self.guard.remember_csrf(request, response)

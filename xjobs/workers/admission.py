@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..context import SLOT_LOST
-from ..drivers.base import ClaimedJob, TenantRoom
+from ..drivers.base import ClaimedJob, Slot, SlotRequest, SlotStore, TenantRoom
 from ..limits import Limits
 from ..logs import event, run_fields
 from .execute import Run
@@ -54,9 +54,11 @@ class Admitted:
 
 
 class Admission:
-    def __init__(self, *, driver: Any, identity: str, caps: Mapping[str, int], limits: Limits,
+    def __init__(self, *, slots: SlotStore | None, identity: str, caps: Mapping[str, int], limits: Limits,
                  lease_ms: float, retry_ms: float) -> None:
-        self._driver = driver
+        """``slots``: the driver's fleet-wide slot store (None: it has none, and then no job may
+        declare a cap: the worker refuses that at start)."""
+        self._store = slots
         self._identity = identity
         self.caps = dict(caps)                    # job name -> its fleet-wide concurrency
         self.limiter = Limiter(limits)
@@ -74,10 +76,10 @@ class Admission:
         if not decision.admitted:   # in its place in line; the next claim skips it while it has no room
             return Shed(0.0, f"per-process limit: {decision.reason}")
         cap = self.caps.get(job.name)
-        if cap is None:
+        if cap is None or self._store is None:
             return Admitted()
         try:
-            slot = self._driver.slot_acquire(job.name, cap, self._identity, self._lease_ms)
+            slot = self._store.slot_acquire(SlotRequest(job.name, cap, self._identity, self._lease_ms))
         except Exception as exc:   # no slot we can prove: shed rather than run unbounded
             self.limiter.release(job.tenant, job.queue)
             event(log, logging.WARNING, "worker.slot.acquire.failed", "worker %s: taking a slot of %s "
@@ -130,8 +132,10 @@ class Admission:
     def _release(self, job: str, slot: int) -> bool:
         """Give a slot back; a failure is logged and the release retried with the renewals
         (until then the slot counts against the cap, which is the safe side)."""
+        if self._store is None:
+            return False
         try:
-            return bool(self._driver.slot_release(job, slot, self._identity))
+            return bool(self._store.slot_release(Slot(job, slot, self._identity)))
         except Exception as exc:   # never the run's failure
             event(log, logging.WARNING, "worker.slot.release.failed", "worker %s: releasing slot %d of %s "
                   "failed; retried with the next renewal: %s", self._identity, slot, job, exc,
@@ -142,9 +146,12 @@ class Admission:
     def renew(self, cancel: Any, now_ms: float) -> bool:
         """Renew every held slot (one whose renewal answers False aborts its run), and retry
         the releases that failed; answers whether a retried release freed a slot."""
+        store = self._store
+        if store is None:
+            return False
         for key, (run, job, slot) in list(self._slots.items()):
             try:
-                kept = self._driver.slot_renew(job, slot, self._identity, self._lease_ms)
+                kept = store.slot_renew(Slot(job, slot, self._identity), self._lease_ms)
             except Exception as exc:
                 event(log, logging.WARNING, "worker.slot.renew.failed", "worker %s: renewing slot %d of %s "
                       "failed: %s", self._identity, slot, job, exc, job=job, slot=slot, error=str(exc),
@@ -157,16 +164,16 @@ class Admission:
                       worker=self._identity, **run_fields(run.job))
                 if run.signal.abort(SLOT_LOST, f"slot {slot} of {job} lost"):
                     cancel(run)
-        return self._retry_releases(now_ms)
+        return self._retry_releases(store, now_ms)
 
-    def _retry_releases(self, now_ms: float) -> bool:
+    def _retry_releases(self, store: SlotStore, now_ms: float) -> bool:
         pending, self._unreleased = self._unreleased, []
         freed = False
         for job, slot, expires in pending:
             if expires is not None and now_ms >= expires:
                 continue      # its expiry has freed it: nothing left to give back
             try:
-                freed = bool(self._driver.slot_release(job, slot, self._identity)) or freed
+                freed = bool(store.slot_release(Slot(job, slot, self._identity))) or freed
             except Exception:
                 self._unreleased.append((job, slot, now_ms + self._lease_ms if expires is None else expires))
         return freed

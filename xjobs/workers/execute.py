@@ -162,26 +162,23 @@ def settlement_for(run: Run, error: BaseException | None, timed_out: bool = Fals
         return Settlement("completed", ack=True)
     if code == DRAINED and not timed_out:
         text = f"{describe(error)} -- interrupted by drain, attempt not counted"
-        return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, text, 0.0,
-                                                   counts_as_attempt=False, outcome="interrupted"))
+        return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, "interrupted", text))
     if code == SLOT_LOST:
         # its fleet-wide slot was taken from it (expired while this process stalled): the
         # job did not fail, it may not run beyond the cap
         text = f"{SLOT_LOST}: {run.signal.reason} -- interrupted, attempt not counted"
-        return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, text, 0.0,
-                                                   counts_as_attempt=False, outcome="interrupted"))
+        return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, "interrupted", text))
     verdict = decide(run.handle.retry, run.job.attempt, run.job.max_attempts, error,
                      retry_on=run.handle.retry_on, terminal_on=run.handle.terminal_on)
     text = f"{describe(error)} -- {verdict.reason}"
-    outcome = "dead" if verdict.dead else "retried"
-    return Settlement(outcome, nack=Nack(run.job.id, run.job.token, text, verdict.delay_ms,
-                                         dead=verdict.dead, outcome=outcome,
-                                         traceback=full_traceback(error)), verdict=verdict)
+    nack = (Nack(run.job.id, run.job.token, "dead", text, traceback=full_traceback(error)) if verdict.dead
+            else Nack(run.job.id, run.job.token, "retried", text, verdict.delay_ms, full_traceback(error)))
+    return Settlement(nack.outcome, nack=nack, verdict=verdict)
 
 
 def given_back(run: Run, why: str) -> Nack:
     """Back to ready now, the attempt not counted: the job did not fail, this worker let go."""
-    return Nack(run.job.id, run.job.token, why, 0.0, counts_as_attempt=False, outcome="interrupted")
+    return Nack(run.job.id, run.job.token, "interrupted", why)
 
 
 def _around(run: Run) -> ContextManager[Any]:

@@ -33,7 +33,7 @@ import logging
 from typing import Any, Callable, Sequence
 
 from ..config import Settings
-from ..drivers.base import ClaimedJob
+from ..drivers.base import ClaimAlone, ClaimedJob
 from ..logs import event
 from .execute import Executor, Run
 from .runs import RunTable
@@ -83,8 +83,8 @@ class Quarantine:
             if room <= 0:
                 continue
             try:
-                jobs = self._driver.job_claim_alone(queue, self._settings.lease_ms, self._identity, waited,
-                                                    names=self.names, limit=room)
+                jobs = self._driver.job_claim_alone(ClaimAlone(queue, self._settings.lease_ms, self._identity,
+                                                               waited, names=self.names, limit=room))
             except Exception as exc:
                 self._stats.bump("claim_failed")
                 event(log, logging.WARNING, "worker.claim.failed", "worker %s: claiming suspects on %r "

@@ -45,7 +45,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..context import DRAINED
-from ..drivers.base import ClaimedJob, TenantRoom
+from ..drivers.base import Claim, ClaimedJob, SlotStore, TenantRoom
 from ..errors import ConcurrencyUnenforceable, InvalidOption
 from ..logs import event, run_fields
 from ..options import finite_count, plain_name
@@ -160,12 +160,13 @@ class QueueWorker(RoleBase):
         self._caps = {h.name: h.concurrency for h in handles.values()
                       if h.concurrency is not None and h.queue in self.runs.slots}
         self._capped_queues = {h.queue for h in handles.values() if h.name in self._caps}
-        if self._caps and not callable(getattr(self.driver, "slot_acquire", None)):
+        slots = self.driver if isinstance(self.driver, SlotStore) else None   # a declared capability
+        if self._caps and slots is None:
             # a driver of another make, without the slot store: the cap would silently do nothing
             raise ConcurrencyUnenforceable(
                 f"job(s) {', '.join(sorted(self._caps))} declare concurrency, and this driver "
                 f"({type(self.driver).__name__}) has no fleet-wide slot store to enforce it")
-        self.admission = Admission(driver=self.driver, identity=self.identity, caps=self._caps,
+        self.admission = Admission(slots=slots, identity=self.identity, caps=self._caps,
                                    limits=self.settings.limits, lease_ms=self.settings.lease_ms,
                                    retry_ms=self.settings.poll_ms)
         self._listener = self.driver.job_listen()
@@ -337,8 +338,8 @@ class QueueWorker(RoleBase):
             if not asked:
                 tenants, asked = self.admission.tenant_room(now_ms), True
             try:
-                jobs = self.driver.job_claim([queue], free, self.settings.lease_ms, self.identity,
-                                             caps=self._caps, tenants=tenants, names=self._names)
+                jobs = self.driver.job_claim(Claim([queue], free, self.settings.lease_ms, self.identity,
+                                                   caps=self._caps, tenants=tenants, names=self._names))
             except Exception as exc:  # the database is away: the poll timer retries
                 self.stats_.bump("claim_failed")   # visible: xjobs_claim_failures_total
                 event(log, logging.WARNING, "worker.claim.failed", "worker %s: claim on %r failed: %s",

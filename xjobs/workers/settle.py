@@ -6,21 +6,23 @@ retry decision of the job. Per pass:
 
 * ``settle`` drains ``Results`` (bodies that returned or raised since the last pass), asks
   ``settlement_for`` what each comes to, and writes them: the completions of one pass as ONE
-  ``ack`` statement, then one ``nack`` per failure or interruption;
+  ``job_ack_many`` statement, then its failures and interruptions as ONE ``job_nack_many``
+  (each fenced on its own claim token);
 * ``expire`` times out runs past their deadline: cancel the body first, then fail the
   attempt (a timeout is the job's own failure even while draining: it follows the retry
-  policy);
+  policy), the pass's timeouts in one ``job_nack_many``;
 * ``report_progress`` writes the latest ``ctx.progress()`` reports, at most once a second,
   in one statement fenced on the leases.
 
-At the close deadline ``abandon`` hands back what still runs: at once from a process about
-to exit, else one lease window from now; a collaborator that lets go of a run it never
-started (``quarantine.py``) ``give_back``s it.
+At the close deadline ``abandon`` hands back what still runs (in one statement): at once
+from a process about to exit, else one lease window from now; a collaborator that lets go of
+a run it never started (``quarantine.py``) ``give_back``s it.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import Settings
@@ -43,6 +45,17 @@ _OVERRUN_GRACE_MS = 1_000.0
 
 
 _Report = tuple[BaseException, RetryVerdict]    # a settled failure, for xjobs.on_error
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """One nack of a pass, with what its landing reports: the failure (for ``xjobs.on_error``),
+    and whether a lost lease was counted already (the nack then only spares the job its lapse)."""
+
+    run: Run
+    nack: Nack
+    report: _Report | None = None
+    loss_counted: bool = False
 
 
 def _reported(error: BaseException | None, outcome: Settlement) -> _Report | None:
@@ -82,7 +95,7 @@ class Settler:
     def settle(self, now_ms: float) -> None:
         self.retries.retry(now_ms)
         acks: list[Run] = []
-        nacks: list[tuple[Run, Nack, _Report | None]] = []
+        nacks: list[_Failed] = []
         for run, error in self._results.drain():
             self._runs.vacate(run)
             self._overruns.pop(id(run), None)
@@ -98,7 +111,8 @@ class Settler:
             if outcome.ack:
                 acks.append(run)
             elif outcome.nack is not None:
-                nacks.append((run, outcome.nack, _reported(error, outcome)))
+                nacks.append(_Failed(run, outcome.nack, _reported(error, outcome),
+                                     loss_counted=run.code_at_return == LEASE_LOST))
             elif outcome.outcome is not None:
                 self._stats.outcome(run.job.name, outcome.outcome, run.seconds(now_ms))
             elif run.ctx.fence.refused:
@@ -115,21 +129,21 @@ class Settler:
                 event(log, logging.ERROR, "job.lease.lost", "worker %s: lost the lease on %s#%s: %s",
                       self._identity, run.job.name, run.job.id, run.signal.reason,
                       why=run.signal.reason, **run_fields(run.job))
-                nacks.append((run, given_back(
-                    run, "no lease renewal landed for a whole window; attempt not counted"), None))
+                nacks.append(_Failed(run, given_back(
+                    run, "no lease renewal landed for a whole window; attempt not counted"), loss_counted=True))
         # a report made just before the run ended lands before its settlement (still fenced on
         # the lease), so a finished job shows how far it got
-        self._write_progress(acks + [run for run, _, _ in nacks])
+        self._write_progress(acks + [failed.run for failed in nacks])
         if acks:
             self._write_acks(acks, now_ms)
-        for run, nack, report in nacks:
-            self._write_nack(run, nack, now_ms, report=report,
-                             loss_counted=run.code_at_return == LEASE_LOST)
+        if nacks:
+            self._write_nacks(nacks, now_ms)
 
     def expire(self, now_ms: float) -> None:
         """Runs past their deadline, or past their running step's: cancel the body first, then
         fail the attempt (a timeout is the job's own failure even while draining: it follows
         the retry policy)."""
+        timeouts: list[_Failed] = []
         for run in list(self._runs.held.values()):
             if run.ctx.completed_in_transaction or run.ctx.fence.parked:
                 continue
@@ -153,7 +167,9 @@ class Settler:
                 self._overruns[id(run)] = (run, now_ms + _OVERRUN_GRACE_MS)
             outcome = settlement_for(run, error, timed_out=True)
             if outcome.nack is not None:
-                self._write_nack(run, outcome.nack, now_ms, report=_reported(error, outcome))
+                timeouts.append(_Failed(run, outcome.nack, _reported(error, outcome)))
+        if timeouts:
+            self._write_nacks(timeouts, now_ms)
 
     def report_overruns(self, now_ms: float) -> None:
         """Say once of each timed-out ``def`` body that its thread still runs a grace period
@@ -178,7 +194,7 @@ class Settler:
     def shed(self, job: ClaimedJob, delay_ms: float, why: str, now_ms: float) -> None:
         """The one shed path (a limit, a fleet-wide slot): back to ready, no attempt burned, no
         ``last_error`` (a shed is not a failure), due again after ``delay_ms``."""
-        nack = Nack(job.id, job.token, None, delay_ms, counts_as_attempt=False, outcome="shed")
+        nack = Nack(job.id, job.token, "shed", delay_ms=delay_ms)
         try:
             held = self._driver.job_nack(nack)
         except Exception as exc:   # the lease lapses and the job is delivered again
@@ -195,7 +211,7 @@ class Settler:
         """Settle a run this worker lets go of without it failing: back to ready now, fenced
         on its lease, the attempt not counted."""
         self._runs.finish(run)
-        self._write_nack(run, given_back(run, why), now_ms)
+        self._write_nacks([_Failed(run, given_back(run, why))], now_ms)
 
     def abandon(self, now_ms: float, *, at_once: bool = False) -> None:
         """At the close deadline: hand back what still runs, without burning the attempt (the
@@ -214,16 +230,16 @@ class Settler:
               "running at the deadline; they are delivered again %s: %s", self._identity, len(abandoned), when,
               ", ".join(f"{r.job.name}#{r.job.id}" for r in abandoned[:20]),
               count=len(abandoned), job_ids=[r.job.id for r in abandoned[:100]], worker=self._identity)
+        error = (f"abandoned at the drain deadline of worker {self._identity}; "
+                 f"delivered again {when}, attempt not counted")
+        delay = 0.0 if at_once else self._settings.lease_ms
+        handed: list[_Failed] = []
         for run in abandoned:
             self._runs.finish(run)
-            if run.ctx.completed_in_transaction:
-                continue
-            error = (f"abandoned at the drain deadline of worker {self._identity}; "
-                     f"delivered again {when}, attempt not counted")
-            self._write_nack(run, Nack(run.job.id, run.job.token, error,
-                                       0.0 if at_once else self._settings.lease_ms,
-                                       counts_as_attempt=False, outcome="interrupted"),
-                             now_ms, abandoned=True)
+            if not run.ctx.completed_in_transaction:
+                handed.append(_Failed(run, Nack(run.job.id, run.job.token, "interrupted", error, delay)))
+        if handed:
+            self._write_nacks(handed, now_ms, abandoned=True)
 
     def _report(self, run: Run, error: BaseException, verdict: RetryVerdict) -> None:
         """A failure that settled (its nack landed): to the synchronous sink (a tick's summary)
@@ -255,32 +271,40 @@ class Settler:
         if lost:
             self._stats.bump("lease_lost", lost)
 
-    def _write_nack(self, run: Run, nack: Nack, now_ms: float, *, abandoned: bool = False,
-                    report: _Report | None = None, loss_counted: bool = False) -> None:
+    def _write_nacks(self, nacks: list[_Failed], now_ms: float, *, abandoned: bool = False) -> None:
+        """One ``job_nack_many`` for ``nacks``, each fenced on its own claim; what landed is
+        counted per run, as it would be one by one."""
+        runs = [failed.run for failed in nacks]
+
         def attempt() -> None:
-            self._nacked(run, nack, self._driver.job_nack(nack), now_ms, abandoned=abandoned,
-                         report=report, loss_counted=loss_counted)
-        what = f"settling {run.job.name}#{run.job.id} as {nack.outcome}"
+            settled = self._driver.job_nack_many([failed.nack for failed in nacks])
+            for failed in nacks:
+                self._nacked(failed, failed.run.job.id in settled, now_ms, abandoned=abandoned)
+        if len(nacks) == 1:
+            what = f"settling {runs[0].job.name}#{runs[0].job.id} as {nacks[0].nack.outcome}"
+        else:
+            what = f"settling {len(nacks)} failed or interrupted job(s)"
         if not abandoned:
-            self.retries.write([run], attempt, what, now_ms)
+            self.retries.write(runs, attempt, what, now_ms)
             return
         try:                # the process ends right after: one try, then its lease
             attempt()
         except Exception as exc:
             event(log, logging.ERROR, "job.settle.failed", "worker %s: %s failed: %s", self._identity, what,
-                  exc, count=1, tries=1, error=str(exc), job_ids=[run.job.id], worker=self._identity)
-            self._stats.bump("settle_failed")
+                  exc, count=len(runs), tries=1, error=str(exc), job_ids=[r.job.id for r in runs[:100]],
+                  worker=self._identity)
+            self._stats.bump("settle_failed", len(runs))
 
-    def _nacked(self, run: Run, nack: Nack, held: bool, now_ms: float, *, abandoned: bool,
-                report: _Report | None, loss_counted: bool) -> None:
+    def _nacked(self, failed: _Failed, held: bool, now_ms: float, *, abandoned: bool) -> None:
+        run, nack = failed.run, failed.nack
         if held and abandoned:
             self._stats.bump("abandoned")
         elif held:
             self._stats.outcome(run.job.name, nack.outcome, run.seconds(now_ms))
             _settled_event(run, nack, run.seconds(now_ms))
-            if report is not None:
-                self._report(run, *report)
-        elif not loss_counted:
+            if failed.report is not None:
+                self._report(run, *failed.report)
+        elif not failed.loss_counted:
             self._stats.bump("lease_lost")
 
     def _write_progress(self, runs: list[Run]) -> None:
@@ -302,13 +326,13 @@ def _settled_event(run: Run, nack: Nack, seconds: float) -> None:
     """The stable log events of a settled failure or interruption (``xjobs.logs``)."""
     fields = {**run_fields(run.job), "seconds": round(seconds, 6)}
     if nack.outcome in ("retried", "dead"):
-        verdict = "dead" if nack.dead else f"retry in {nack.delay_ms / 1000.0:.3f}s"
+        verdict = "dead" if nack.outcome == "dead" else f"retry in {nack.delay_ms / 1000.0:.3f}s"
         event(log, logging.INFO, "job.attempt.failed", "job %s#%s attempt %s failed: %s", run.job.name,
               run.job.id, run.job.attempt, nack.error, error=nack.error, verdict=verdict, **fields)
     if nack.outcome == "retried":
         event(log, logging.INFO, "job.retried", "job %s#%s retried in %.3fs", run.job.name, run.job.id,
               nack.delay_ms / 1000.0, delay_s=nack.delay_ms / 1000.0, **fields)
-    elif nack.dead:
+    elif nack.outcome == "dead":
         event(log, logging.WARNING, "job.dead", "job %s#%s dead: %s", run.job.name, run.job.id, nack.error,
               error=nack.error, **fields)
     elif nack.outcome == "interrupted":
