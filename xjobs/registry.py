@@ -17,12 +17,16 @@ from __future__ import annotations
 import inspect
 import os
 import threading
-from typing import Any, Callable, ContextManager, Iterable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable
 
+from .drivers.base import CallerConnection, Enqueued
 from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, InvalidOption, PayloadInvalid,
                      TenantRequired, UnknownJob)
 from .options import duration_ms, finite_count, plain_name
 from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
+
+if TYPE_CHECKING:
+    from .reporting import ErrorHook
 
 _MAX_KEY = 1024
 NO_TENANT = "none"
@@ -104,14 +108,16 @@ class JobHandle:
         return tenant
 
     def enqueue(self, input: Any, *, delay: object = None, run_at: object = None,
-                priority: int | None = None, conn: Any = None, enqueued_by: str | None = None):
+                priority: int | None = None, conn: CallerConnection | None = None,
+                enqueued_by: str | None = None) -> Enqueued:
         """Enqueue one run; with ``conn=`` the job exists only if the caller's transaction commits."""
         from .enqueue import enqueue_many
         return enqueue_many(self, [input], delay=delay, run_at=run_at, priority=priority,
                             conn=conn, enqueued_by=enqueued_by)[0]
 
     def enqueue_many(self, inputs: Iterable[Any], *, delay: object = None, run_at: object = None,
-                     priority: int | None = None, conn: Any = None, enqueued_by: str | None = None):
+                     priority: int | None = None, conn: CallerConnection | None = None,
+                     enqueued_by: str | None = None) -> list[Enqueued]:
         """Enqueue many runs in one round trip; answers one ``Enqueued`` per input, in order."""
         from .enqueue import enqueue_many
         return enqueue_many(self, list(inputs), delay=delay, run_at=run_at, priority=priority,
@@ -123,7 +129,7 @@ class Registry:
         # what wraps every run of this registry's jobs (``run_context``): ctx -> a context manager
         self.run_context: Callable[[Any], ContextManager[Any]] | None = None
         # called for every failed attempt (``xjobs.on_error``): (ctx, error, verdict)
-        self.error_hooks: list[Callable[..., Any]] = []
+        self.error_hooks: list[ErrorHook] = []
         self._jobs: dict[str, JobHandle] = {}
         self._tasks: dict[str, Any] = {}     # name -> TaskHandle (tasks.py)
         self._scans: dict[str, Any] = {}     # name -> ScanHandle (scans.py)

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from .base import (Dispatch, Enqueued, JobListener, LeaderStore, LeaderView, NewJob, OutboxClaim, OutboxStore,
+from .base import (CallerConnection, Dispatch, Enqueued, JobListener, LeaderStore, LeaderView, NewJob, OutboxClaim, OutboxStore,
                    OutboxSummary, ScheduleStore, Slot, SlotRequest, SlotStore, Watermark)
 from .jsonb import as_stored
 from .memory_jobs import IdleListener, MemoryJobs
@@ -91,7 +91,7 @@ class MemoryOutbox(OutboxStore):
         self._table = table
         self._jobs = jobs
 
-    def outbox_stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]:
+    def outbox_stage(self, jobs: Sequence[NewJob], conn: CallerConnection) -> list[int]:
         """``outbox_stage``: there is no application transaction in memory; a row staged here
         exists at once (``conn`` is ignored)."""
         table = self._table

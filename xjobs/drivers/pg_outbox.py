@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from .base import Enqueued, JobListener, NewJob, OutboxClaim, OutboxStore, OutboxSummary
+from .base import CallerConnection, Enqueued, JobListener, NewJob, OutboxClaim, OutboxStore, OutboxSummary
 from .pg_database import PgDatabase, first_row
 from .pg_jobs import PgJobs
 from .pg_listen import PgListener
@@ -36,7 +36,7 @@ class PgOutbox(OutboxStore):
     def channel(self) -> str:
         return f"{self._db.channel}_outbox"
 
-    def outbox_stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]:
+    def outbox_stage(self, jobs: Sequence[NewJob], conn: CallerConnection) -> list[int]:
         rows = orjson.dumps([job.document() for job in jobs]).decode()
         with self._db.cursor(conn) as cur:
             cur.execute(self._db.sql["outbox_stage"], {**self._db.now(), "rows": rows})

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..config import Settings
+from ..drivers.base import Released
 from ..errors import InvalidOption
 from ..options import finite_count
 from . import report
@@ -59,7 +60,7 @@ from .control import ControlServer, Deferred
 from .draining import Drain
 from .metrics import MetricsEndpoint
 from .notify import Notifier
-from .probe import Probe, Summary, no_probe
+from .probe import Abandoned, HandedBack, Probe, Summary, Unreachable, no_probe
 from .processes import ProcessTable
 from .reload import Configuration, Reloader
 from .reshape import MakeQueueSpecs, Reshaper
@@ -345,24 +346,22 @@ class Arbiter:
 
     def _apply_probe_results(self) -> None:
         for result in self.probe.results():
-            kind = result[0]
-            if kind == "summary":
-                self.summary = result[1]
+            if isinstance(result, Summary):
+                self.summary = result
                 self.database_up = True
-            elif kind == "error":
+            elif isinstance(result, Unreachable):
                 self.database_up = False
-            elif kind == "released":
-                _, identity, queue, released = result
+            elif isinstance(result, HandedBack):
                 self.database_up = True
-                if released:
-                    self._on_released(identity, queue, released)
-            elif kind == "abandoned":
+                if result.released:
+                    self._on_released(result.identity, result.queue, result.released)
+            elif isinstance(result, Abandoned):
                 log.warning("sessions of %s outlived the lease window; its jobs are left to the lease",
-                            result[1])
+                            result.identity)
         if self.probe.reachable is not None:
             self.database_up = self.probe.reachable
 
-    def _on_released(self, identity: str, queue: str | None, released: list) -> None:
+    def _on_released(self, identity: str, queue: str | None, released: list[Released]) -> None:
         """Count what a dead child's hand-back did; a crash's verdicts are logged per job."""
         self.tally.add(QueueCount(queue or "", "released"), len(released))
         outcomes: dict[str, int] = {}
