@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, TypeVar
 
 from .drivers.base import CallerConnection, Enqueued
 from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, InvalidOption, PayloadInvalid,
@@ -27,6 +27,8 @@ from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
 
 if TYPE_CHECKING:
     from .reporting import ErrorHook
+    from .scans import ScanHandle
+    from .tasks import TaskHandle
 
 _MAX_KEY = 1024
 NO_TENANT = "none"
@@ -124,6 +126,17 @@ class JobHandle:
                             conn=conn, enqueued_by=enqueued_by)
 
 
+class _Declaration(Protocol):
+    """A task or a scan as the registry holds it: its name and its declaration."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> object: ...
+
+
+_Declared = TypeVar("_Declared", bound=_Declaration)
+
+
 class Registry:
     def __init__(self) -> None:
         # what wraps every run of this registry's jobs (``run_context``): ctx -> a context manager
@@ -131,8 +144,8 @@ class Registry:
         # called for every failed attempt (``xjobs.on_error``): (ctx, error, verdict)
         self.error_hooks: list[ErrorHook] = []
         self._jobs: dict[str, JobHandle] = {}
-        self._tasks: dict[str, Any] = {}     # name -> TaskHandle (tasks.py)
-        self._scans: dict[str, Any] = {}     # name -> ScanHandle (scans.py)
+        self._tasks: dict[str, TaskHandle] = {}
+        self._scans: dict[str, ScanHandle] = {}
         self._lock = threading.Lock()
 
     # Registration is not public API: ``job()``, ``task()`` and ``scan()`` are the one way in,
@@ -161,21 +174,22 @@ class Registry:
     def queues(self) -> list[str]:
         return sorted({h.queue for h in self._jobs.values()})
 
-    def _add_task(self, handle: Any) -> Any:
+    def _add_task(self, handle: TaskHandle) -> TaskHandle:
         """Register a ``TaskHandle``; the same declaration twice (a module imported twice) is
         one task, two different ones under one name are refused."""
         from .tasks import TaskHandle
         _proven(handle, TaskHandle, "task()")
         return self._add_declared(self._tasks, handle, "task", "X_TASK_DUPLICATE")
 
-    def _add_scan(self, handle: Any) -> Any:
+    def _add_scan(self, handle: ScanHandle) -> ScanHandle:
         """Register a ``ScanHandle``; one declaration twice is one scan, two different ones
         under one name are refused."""
         from .scans import ScanHandle
         _proven(handle, ScanHandle, "scan()")
         return self._add_declared(self._scans, handle, "scan", "X_SCAN_DUPLICATE")
 
-    def _add_declared(self, table: dict[str, Any], handle: Any, kind: str, code: str) -> Any:
+    def _add_declared(self, table: dict[str, _Declared], handle: _Declared, kind: str,
+                      code: str) -> _Declared:
         """A task or scan is its ``spec``: an equal one under the same name is the same."""
         with self._lock:
             existing = table.get(handle.name)
@@ -184,11 +198,11 @@ class Registry:
             table[handle.name] = handle
             return handle
 
-    def scans(self) -> list[Any]:
+    def scans(self) -> list[ScanHandle]:
         """Sorted by code point, like ``jobs()``."""
         return [self._scans[name] for name in sorted(self._scans)]
 
-    def tasks(self) -> list[Any]:
+    def tasks(self) -> list[TaskHandle]:
         """Sorted by code point, like ``jobs()``."""
         return [self._tasks[name] for name in sorted(self._tasks)]
 
@@ -226,7 +240,7 @@ def _is_model(value: Any) -> bool:
     return isinstance(value, type) and callable(getattr(value, "model_validate", None)) and hasattr(value, "model_dump")
 
 
-def declaration_site(fn: Callable) -> tuple[str, str, int] | None:
+def declaration_site(fn: Callable[..., object]) -> tuple[str, str, int] | None:
     """Where ``fn`` is written: (its source file, resolved; its qualified name; its first line).
 
     What makes two declarations one. A module imported twice (run as ``__main__`` and imported
@@ -241,14 +255,14 @@ def declaration_site(fn: Callable) -> tuple[str, str, int] | None:
             code.co_firstlineno)
 
 
-def _same_body(a: Callable, b: Callable) -> bool:
+def _same_body(a: Callable[..., object], b: Callable[..., object]) -> bool:
     if a is b:
         return True
     site = declaration_site(a)
     return site is not None and site == declaration_site(b)
 
 
-def _where(fn: Callable) -> str:
+def _where(fn: Callable[..., object]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
 
 

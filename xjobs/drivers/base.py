@@ -69,8 +69,8 @@ from typing import (TYPE_CHECKING, Any, Collection, Iterable, Mapping, Protocol,
 from ..clock import Clock
 from .records import (CHARGES, COUNTED_STATES, FINISHED_STATES, LATEST_MS, LIVE_STATES, MAX_DELAY_MS,
                       NACK_OUTCOMES, STATES, Batch, Claim, ClaimAlone, ClaimedJob, DeadGroup, Enqueued,
-                      JobView, Lease, ListFilter, Matching, Nack, NackOutcome, NewJob, Progress,
-                      QueueControl, QueueSummary, RatePoint, Released, TenantRoom, WorkerExit)
+                      HistoryEntry, JobView, Lease, ListFilter, Matching, Nack, NackOutcome, NewJob, Progress,
+                      ProgressReport, QueueControl, QueueSummary, RatePoint, Released, TenantRoom, WorkerExit)
 from .records_coordination import (Dispatch, LeaderView, OutboxClaim, OutboxSummary, Slot, SlotRequest,
                                    Watermark)
 from .records_steps import (STEP_KINDS, STEP_STATES, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
@@ -392,10 +392,11 @@ class JobDriver(Storage, JobStore, Maintenance, Introspection, QueueStore, Leade
 
 __all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGES", "NACK_OUTCOMES",
            "MAX_DELAY_MS", "LATEST_MS", "NewJob", "Enqueued", "Claim", "ClaimAlone", "ClaimedJob",
-           "TenantRoom", "Nack", "NackOutcome", "Lease", "WorkerExit", "Batch", "JobView", "ListFilter",
-           "Matching", "Released", "QueueControl", "Progress", "QueueSummary", "RatePoint", "DeadGroup",
-           "LeaderView", "Watermark", "Dispatch", "OutboxClaim", "OutboxSummary", "SlotRequest", "Slot",
-           "CallerConnection", "JobListener", "Storage", "JobTransactions", "JobStore", "Maintenance", "Introspection",
+           "TenantRoom", "Nack", "NackOutcome", "Lease", "WorkerExit", "Batch", "JobView",
+           "HistoryEntry", "ListFilter", "Matching", "Released", "QueueControl", "Progress",
+           "ProgressReport", "QueueSummary", "RatePoint", "DeadGroup", "LeaderView", "Watermark",
+           "Dispatch", "OutboxClaim", "OutboxSummary", "SlotRequest", "Slot", "CallerConnection",
+           "JobListener", "Storage", "JobTransactions", "JobStore", "Maintenance", "Introspection",
            "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore", "SlotStore", "StepStore",
            "EventStore", "RunStore", "JobDriver", "STEP_KINDS", "STEP_STATES", "StepRecord", "StepLog",
            "StepResult", "StepSleep", "StepWait", "StepOutcome", "NewEvent", "SentEvent"]

@@ -11,7 +11,7 @@ are the table's (the injected clock, rounded as a ``timestamptz`` holds them).
 from __future__ import annotations
 
 import secrets
-from typing import Any, Sequence
+from typing import Sequence
 
 import orjson
 

@@ -19,7 +19,7 @@ import contextlib
 import heapq
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import orjson
 

@@ -9,7 +9,7 @@ the transaction, enqueue included, rolls back) and its release hands nothing bac
 from __future__ import annotations
 
 import secrets
-from typing import Any, Sequence
+from typing import Sequence
 
 import orjson
 

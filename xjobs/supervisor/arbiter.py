@@ -47,7 +47,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from ..config import Settings
 from ..drivers.base import Released
@@ -293,12 +293,13 @@ class Arbiter:
             self.reloader.request(later.reply)
         return later
 
-    def _reload_planned(self, answer: dict) -> None:
+    def _reload_planned(self, answer: dict[str, Any]) -> None:
         if answer["groups"]:
             self.notifier.reloading(f"reloading: replacing {', '.join(answer['groups'])} one group at a time")
 
     def scale(self, queue: str | None, *, delta: int | None = None, processes: int | None = None,
-              allow_zero: bool = False, clamp: bool = False, concurrency: int | None = None) -> dict:
+              allow_zero: bool = False, clamp: bool = False,
+              concurrency: int | None = None) -> dict[str, Any]:
         if self.state != "running":
             return {"ok": False, "error": f"cannot scale while {self.state}"}
         return self.reshaper.scale(queue, delta=delta, processes=processes, allow_zero=allow_zero,
@@ -306,23 +307,23 @@ class Arbiter:
 
     # -- control commands: one small handler each --------------------------------------------------
 
-    def cmd_status(self, message: dict) -> dict:
+    def cmd_status(self, message: dict[str, Any]) -> dict[str, Any]:
         """``{"type": "status"}`` (``xjobsd status``): children, queues, reload state."""
         return {"ok": True, **report.status(self, time.monotonic())}
 
-    def cmd_drain(self, message: dict) -> dict:
+    def cmd_drain(self, message: dict[str, Any]) -> dict[str, Any]:
         """``{"type": "drain"}`` (``xjobsd drain``): a drain, as a first stop signal would."""
         if self.state not in ("starting", "running"):
             return {"ok": False, "error": f"already {self.state}"}
         self.begin_drain("drain requested over the control socket")
         return {"ok": True, "state": self.state, "deadline_seconds": self.settings.drain_deadline_ms / 1000.0}
 
-    def cmd_reload(self, message: dict) -> Deferred:
+    def cmd_reload(self, message: dict[str, Any]) -> Deferred:
         """``{"type": "reload"}`` (``xjobsd reload``): as SIGHUP; the client waits on its
         connection for the answer."""
         return self.reload()
 
-    def cmd_scale(self, message: dict) -> dict:
+    def cmd_scale(self, message: dict[str, Any]) -> dict[str, Any]:
         """``{"type": "scale", "queue", "processes"|"delta", "allow_zero", "concurrency"}``
         (``xjobsd scale QUEUE =N|+N|-N``): as SIGTTIN/SIGTTOU, but refused out of range."""
         queue = message.get("queue")

@@ -48,7 +48,7 @@ import stat
 import struct
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import orjson
 
@@ -127,14 +127,14 @@ class Deferred:
 
     def __init__(self) -> None:
         self._conn: socket.socket | None = None
-        self._answer: dict | None = None
+        self._answer: dict[str, Any] | None = None
 
     @property
-    def answer(self) -> dict | None:
+    def answer(self) -> dict[str, Any] | None:
         """The answer, once replied."""
         return self._answer
 
-    def reply(self, answer: dict) -> None:
+    def reply(self, answer: dict[str, Any]) -> None:
         if self._answer is None:
             self._answer = answer
             self._send()
@@ -157,7 +157,7 @@ class ControlServer:
     """Owned by the arbiter: it registers ``listener`` and each client in its selector."""
 
     def __init__(self, path: str, listener: socket.socket,
-                 handlers: dict[str, Callable[[dict], dict | Deferred]]) -> None:
+                 handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any] | Deferred]]) -> None:
         self.path = path
         self.listener = listener
         self.handlers = handlers
@@ -214,7 +214,7 @@ class ControlServer:
             pass
 
     def _respond(self, conn: socket.socket, line: bytes) -> None:
-        answer: dict | Deferred
+        answer: dict[str, Any] | Deferred
         try:
             message = orjson.loads(line)
             if not isinstance(message, dict):
@@ -261,7 +261,7 @@ def unlink_socket(path: str) -> None:
         pass
 
 
-def _answer(conn: socket.socket, answer: dict) -> None:
+def _answer(conn: socket.socket, answer: dict[str, Any]) -> None:
     try:
         conn.settimeout(1.0)
         conn.sendall(orjson.dumps(answer) + b"\n")

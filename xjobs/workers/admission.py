@@ -183,5 +183,5 @@ class Admission:
         """Whether a renewal pass has work: slots held, or releases to retry."""
         return bool(self._slots) or bool(self._unreleased)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         return {**self.limiter.snapshot(), "slots_held": len(self._slots)}

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
 
 from ..config import Settings
 from ..context import LEASE_LOST, STEP_TIMED_OUT, TIMED_OUT
