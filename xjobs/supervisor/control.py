@@ -53,6 +53,7 @@ from typing import Callable
 import orjson
 
 from ..errors import InvalidOption, XJobsError
+from ..options import finite_count
 
 log = logging.getLogger("xjobs.supervisor.control")
 _MAX_REQUEST = 64 * 1024
@@ -246,6 +247,27 @@ class ControlServer:
             self.listener.close()
         except OSError:
             pass
+
+
+def scale_request(message: dict) -> dict:
+    """The arguments of ``Arbiter.scale`` a ``scale`` message carries, each refused with its
+    code when it is not what ``xjobsd scale`` sends."""
+    queue = message.get("queue")
+    if queue is not None and not isinstance(queue, str):
+        raise InvalidOption("queue", "must be a queue name")
+    allow_zero = message.get("allow_zero", False)
+    if not isinstance(allow_zero, bool):
+        raise InvalidOption("allow_zero", f"must be true or false, got {allow_zero!r}")
+    concurrency = message.get("concurrency")
+    if concurrency is not None:
+        concurrency = finite_count(concurrency, "concurrency", minimum=1, maximum=10_000)
+    request = {"queue": queue, "allow_zero": allow_zero, "concurrency": concurrency}
+    if message.get("processes") is not None:
+        return {**request, "processes": finite_count(message["processes"], "processes")}
+    delta = message.get("delta", 1)
+    if isinstance(delta, bool) or not isinstance(delta, int):
+        raise InvalidOption("delta", f"must be a whole number, got {delta!r}")
+    return {**request, "delta": delta}
 
 
 def unlink_socket(path: str) -> None:
