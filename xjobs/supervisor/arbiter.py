@@ -104,8 +104,10 @@ class Arbiter:
         self.selector = selectors.DefaultSelector()
         self.wake = WakeUp()                 # how the probe's thread gets the loop to look
         self.signals = SignalQueue(_SIGNAL_NAMES)
+        # the probe connects with the running settings, which a reload replaces
         self.probe: Probe = probe if probe is not None else (make_probe or no_probe)(
-            interval_s=options.stats_interval_s, fork_lock=self.fork_lock, wake=self.wake)
+            interval_s=options.stats_interval_s, fork_lock=self.fork_lock, wake=self.wake,
+            settings=lambda: self.settings)
         self.metrics = metrics
         self.control: ControlServer | None = None
         if control is not None:
