@@ -26,9 +26,12 @@ from .options import duration_ms, finite_count, plain_name
 from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
 
 if TYPE_CHECKING:
+    from .context import Ctx
     from .reporting import ErrorHook
     from .scans import ScanHandle
     from .tasks import TaskHandle
+
+Body = Callable[["Ctx", Any], Any]   # a job's body: (ctx, input), a def or an async def
 
 _MAX_KEY = 1024
 NO_TENANT = "none"
@@ -37,7 +40,7 @@ NO_TENANT = "none"
 class JobHandle:
     """What ``@job`` returns: enqueue with ``handle.enqueue(input)``; ``handle.fn`` is the body."""
 
-    def __init__(self, fn: Callable[..., Any], *, name: str, queue: str,
+    def __init__(self, fn: Body, *, name: str, queue: str,
                  idempotency_key: Callable[[Any], str], tenant: Any, retry: Retry,
                  timeout_ms: float | None, concurrency: int | None, priority: int,
                  dedupe_window_ms: float | None = None, step_timeout_ms: float | None = None,
@@ -274,7 +277,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         name: str | None = None, retry: Retry | None = None, timeout: object = None,
         concurrency: int | None = None, priority: int = 0, dedupe_window: object = None,
         step_timeout: object = None, event_poll: object = None, retry_on: object = (),
-        terminal_on: object = (), input: Any = None, registry: Registry | None = None) -> Callable[[Callable[..., Any]], JobHandle]:
+        terminal_on: object = (), input: Any = None, registry: Registry | None = None) -> Callable[[Body], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
     ``step_timeout``: the ceiling of each ``ctx.step.run`` call (the step is cancelled, then
@@ -313,7 +316,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         raise InvalidOption("retry_on", "a class cannot be in both retry_on and terminal_on")
     target = registry if registry is not None else REGISTRY
 
-    def declare(fn: Callable[..., Any]) -> JobHandle:
+    def declare(fn: Body) -> JobHandle:
         if not callable(fn):
             raise InvalidOption("job", "decorates a function")
         job_name = plain_name(name if name is not None else fn.__name__, "name")

@@ -22,7 +22,7 @@ import argparse
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..config import Settings, load_settings
 from ..errors import InvalidOption
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from ..registry import Registry
     from ..supervisor.metrics import MetricsEndpoint
+    from ..supervisor.probe import DatabaseProbe
     from ..supervisor.slots import RoleSpec
 
 log = logging.getLogger("xjobs.supervisor")
@@ -136,14 +137,15 @@ def run(args: argparse.Namespace) -> int:
         # fresh process has validated them), and the groups built from what it registered
         configuration = Configuration(read=read, groups=lambda fresh: role_specs(fresh, REGISTRY, roles),
                                       app=app, strict=args.strict)
+        def make_probe(settings: Callable[[], Settings], **options: Any) -> DatabaseProbe:
+            return DatabaseProbe(lambda: default_driver_factory(settings())(), names=lambda: app.job_names,
+                                 **options)
+
+        def make_queue_specs(running: Settings, queue: str, processes: int, concurrency: int) -> list[RoleSpec]:
+            return queue_specs(running, REGISTRY, queue, processes, concurrency)
         arbiter = Arbiter(settings, specs, options=options, configuration=configuration,
-                          make_probe=lambda **kw: DatabaseProbe(
-                              lambda: default_driver_factory(arbiter.settings)(),
-                              names=lambda: app.job_names, **kw),
-                          metrics=metrics, control=(control_path, listener),
-                          registered=registered_queues(REGISTRY),
-                          make_queue_specs=lambda queue, processes, concurrency: queue_specs(
-                              arbiter.settings, REGISTRY, queue, processes, concurrency))
+                          make_probe=make_probe, metrics=metrics, control=(control_path, listener),
+                          registered=registered_queues(REGISTRY), make_queue_specs=make_queue_specs)
         if pgdata is not None:
             embedded_mod.record_daemon({"pid": os.getpid(), "dsn": settings.dsn, "schema": settings.schema,
                                         "control": control_path, "pgdata": str(pgdata),

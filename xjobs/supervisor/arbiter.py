@@ -50,14 +50,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..config import Settings
-from ..drivers.base import Released
 from ..errors import InvalidOption
-from ..options import finite_count
 from . import report
 from .backoff import Backoff
 from .child import set_title
-from .control import ControlServer, Deferred
+from .control import ControlServer, Deferred, scale_request
 from .draining import Drain
+from .handback import count_handback
 from .metrics import MetricsEndpoint
 from .notify import Notifier
 from .probe import Abandoned, HandedBack, Probe, Summary, Unreachable, no_probe
@@ -66,7 +65,7 @@ from .reload import Configuration, Reloader
 from .reshape import MakeQueueSpecs, Reshaper
 from .signals import SignalQueue, WakeUp
 from .slots import Child, RoleSpec
-from .tally import QueueCount, Settled, Tally
+from .tally import Tally
 from .validate import DEADLINE_S
 
 log = logging.getLogger("xjobs.supervisor")
@@ -105,8 +104,10 @@ class Arbiter:
         self.selector = selectors.DefaultSelector()
         self.wake = WakeUp()                 # how the probe's thread gets the loop to look
         self.signals = SignalQueue(_SIGNAL_NAMES)
+        # the probe connects with the running settings, which a reload replaces
         self.probe: Probe = probe if probe is not None else (make_probe or no_probe)(
-            interval_s=options.stats_interval_s, fork_lock=self.fork_lock, wake=self.wake)
+            interval_s=options.stats_interval_s, fork_lock=self.fork_lock, wake=self.wake,
+            settings=lambda: self.settings)
         self.metrics = metrics
         self.control: ControlServer | None = None
         if control is not None:
@@ -326,22 +327,7 @@ class Arbiter:
     def cmd_scale(self, message: dict[str, Any]) -> dict[str, Any]:
         """``{"type": "scale", "queue", "processes"|"delta", "allow_zero", "concurrency"}``
         (``xjobsd scale QUEUE =N|+N|-N``): as SIGTTIN/SIGTTOU, but refused out of range."""
-        queue = message.get("queue")
-        if queue is not None and not isinstance(queue, str):
-            raise InvalidOption("queue", "must be a queue name")
-        allow_zero = message.get("allow_zero", False)
-        if not isinstance(allow_zero, bool):
-            raise InvalidOption("allow_zero", f"must be true or false, got {allow_zero!r}")
-        concurrency = message.get("concurrency")
-        if concurrency is not None:
-            concurrency = finite_count(concurrency, "concurrency", minimum=1, maximum=10_000)
-        if message.get("processes") is not None:
-            processes = finite_count(message["processes"], "processes")
-            return self.scale(queue, processes=processes, allow_zero=allow_zero, concurrency=concurrency)
-        delta = message.get("delta", 1)
-        if isinstance(delta, bool) or not isinstance(delta, int):
-            raise InvalidOption("delta", f"must be a whole number, got {delta!r}")
-        return self.scale(queue, delta=delta, allow_zero=allow_zero, concurrency=concurrency)
+        return self.scale(**scale_request(message))
 
     # -- the probe, publishing, teardown -------------------------------------------------------------
 
@@ -355,28 +341,13 @@ class Arbiter:
             elif isinstance(result, HandedBack):
                 self.database_up = True
                 if result.released:
-                    self._on_released(result.identity, result.queue, result.released)
+                    count_handback(self.tally, result.identity, result.queue, result.released)
+                    self.drain.count_released(len(result.released))
             elif isinstance(result, Abandoned):
                 log.warning("sessions of %s outlived the lease window; its jobs are left to the lease",
                             result.identity)
         if self.probe.reachable is not None:
             self.database_up = self.probe.reachable
-
-    def _on_released(self, identity: str, queue: str | None, released: list[Released]) -> None:
-        """Count what a dead child's hand-back did; a crash's verdicts are logged per job."""
-        self.tally.add(QueueCount(queue or "", "released"), len(released))
-        outcomes: dict[str, int] = {}
-        for job in released:
-            outcomes[job.outcome] = outcomes.get(job.outcome, 0) + 1
-            if job.outcome == "dead":
-                self.tally.add(Settled(job.queue, job.name, "dead"))
-            if job.outcome in ("dead", "crashed"):
-                log.warning("job %s#%s crashed its worker process %s alone%s", job.name, job.id,
-                            identity, "; dead-lettered on its last attempt" if job.outcome == "dead"
-                            else "; attempt counted")
-        summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items()))
-        log.info("handed back %d running job(s) of %s (queue %s): %s", len(released), identity, queue, summary)
-        self.drain.count_released(len(released))
 
     def _drop_client(self, conn: socket.socket) -> None:
         try:

@@ -48,11 +48,12 @@ import stat
 import struct
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NotRequired, TypedDict
 
 import orjson
 
 from ..errors import InvalidOption, XJobsError
+from ..options import finite_count
 
 log = logging.getLogger("xjobs.supervisor.control")
 _MAX_REQUEST = 64 * 1024
@@ -246,6 +247,38 @@ class ControlServer:
             self.listener.close()
         except OSError:
             pass
+
+
+class ScaleRequest(TypedDict):
+    """The keyword arguments of ``Arbiter.scale``: set ``processes`` or shift by ``delta``."""
+    queue: str | None
+    allow_zero: bool
+    concurrency: int | None
+    processes: NotRequired[int]
+    delta: NotRequired[int]
+
+
+def scale_request(message: dict[str, Any]) -> ScaleRequest:
+    """The arguments of ``Arbiter.scale`` a ``scale`` message carries, each refused with its
+    code when it is not what ``xjobsd scale`` sends."""
+    queue = message.get("queue")
+    if queue is not None and not isinstance(queue, str):
+        raise InvalidOption("queue", "must be a queue name")
+    allow_zero = message.get("allow_zero", False)
+    if not isinstance(allow_zero, bool):
+        raise InvalidOption("allow_zero", f"must be true or false, got {allow_zero!r}")
+    concurrency = message.get("concurrency")
+    if concurrency is not None:
+        concurrency = finite_count(concurrency, "concurrency", minimum=1, maximum=10_000)
+    request = ScaleRequest(queue=queue, allow_zero=allow_zero, concurrency=concurrency)
+    if message.get("processes") is not None:
+        request["processes"] = finite_count(message["processes"], "processes")
+        return request
+    delta = message.get("delta", 1)
+    if isinstance(delta, bool) or not isinstance(delta, int):
+        raise InvalidOption("delta", f"must be a whole number, got {delta!r}")
+    request["delta"] = delta
+    return request
 
 
 def unlink_socket(path: str) -> None:

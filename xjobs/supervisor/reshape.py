@@ -45,7 +45,8 @@ from .slots import RoleSpec, SpecKey
 log = logging.getLogger("xjobs.supervisor")
 
 # (queue, processes, concurrency) -> the groups that serve a queue the app declares
-MakeQueueSpecs = Callable[[str, int, int], list[RoleSpec]]
+# (the running settings, queue, processes, concurrency) -> the groups serving that queue
+MakeQueueSpecs = Callable[[Settings, str, int, int], list[RoleSpec]]
 # read by the supervisor once, at start: a reload says they changed, and they change at the next start
 START_ONLY = tuple(s.field for s in SETTINGS if s.start_only)
 # what a group's fingerprint leaves out of the settings: its own shape is its concurrency and
@@ -232,7 +233,8 @@ class Reshaper:
         assert self.make_queue_specs is not None
         target = processes if processes is not None else (delta or 0)
         _check_target(queue, 0, target, False, "processes" if processes is not None else "delta")
-        specs = self.make_queue_specs(queue, target, concurrency or QueueSpec().concurrency)
+        specs = self.make_queue_specs(self.processes.settings, queue, target,
+                                      concurrency or QueueSpec().concurrency)
         if not specs:
             raise InvalidOption("queue", f"no role of this daemon serves a queue: {queue!r} cannot be added")
         for spec in specs:
