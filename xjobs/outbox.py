@@ -6,7 +6,8 @@ transaction commits, and then exactly once.
         xjobs.outbox.stage(conn, send_receipt, {"order": 42, "org": "acme"})
 
 ``stage`` writes one row to the outbox table on ``conn`` (your psycopg connection, inside
-your transaction); ``stage_many`` writes a batch in one statement. Everything ``enqueue``
+your transaction; None: in a transaction of its own, and the memory driver has no other);
+``stage_many`` writes a batch in one statement. Everything ``enqueue``
 would refuse is refused here, before anything is written. The daemon's ``outbox-relay``
 child wakes on the insert's notification, claims staged rows as a lease, enqueues them
 through the one enqueue path and marks them published in one transaction: a committed row
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from .registry import JobHandle
 
 
-def stage(conn: CallerConnection, job: "JobHandle", input: Any, *, delay: object = None,
+def stage(conn: CallerConnection | None, job: "JobHandle", input: Any, *, delay: object = None,
           run_at: object = None, priority: int | None = None, enqueued_by: str | None = None,
           driver: OutboxStore | None = None) -> int:
     """Stage one job in ``conn``'s transaction; answers the outbox row's id."""
@@ -36,9 +37,9 @@ def stage(conn: CallerConnection, job: "JobHandle", input: Any, *, delay: object
                       enqueued_by=enqueued_by, driver=driver)[0]
 
 
-def stage_many(conn: CallerConnection, job: "JobHandle", inputs: Iterable[Any], *, delay: object = None,
-               run_at: object = None, priority: int | None = None, enqueued_by: str | None = None,
-               driver: OutboxStore | None = None) -> list[int]:
+def stage_many(conn: CallerConnection | None, job: "JobHandle", inputs: Iterable[Any], *,
+               delay: object = None, run_at: object = None, priority: int | None = None,
+               enqueued_by: str | None = None, driver: OutboxStore | None = None) -> list[int]:
     """Stage a batch in one statement in ``conn``'s transaction; answers the rows' ids."""
     store: OutboxStore = driver if driver is not None else current_driver()
     jobs = build_jobs(job, list(inputs), delay=delay, run_at=run_at, priority=priority,

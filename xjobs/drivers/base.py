@@ -331,7 +331,7 @@ class ScheduleStore(Protocol):
 
 
 class OutboxStore(Protocol):
-    def outbox_stage(self, jobs: Sequence[NewJob], conn: CallerConnection) -> list[int]: ...
+    def outbox_stage(self, jobs: Sequence[NewJob], conn: CallerConnection | None) -> list[int]: ...
 
     def outbox_listen(self) -> JobListener:
         """Wakes when rows are staged (its ``poll()`` answers a non-empty set then)."""

@@ -24,7 +24,8 @@ from typing import Iterable, Iterator, Sequence
 import orjson
 
 from ..errors import InvalidOption
-from .base import CallerConnection, Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob, Progress, TenantRoom
+from .base import (CallerConnection, Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob,
+                   Progress, TenantRoom)
 from .jsonb import as_stored
 from .memory_table import MemoryTable, Row, plus, ts
 from .refusals import held, lease_lost

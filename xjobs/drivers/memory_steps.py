@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 
 from ..errors import InvalidOption
-from .base import (LATEST_MS, CallerConnection, EventStore, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord, StepResult,
-                   StepSleep, StepStore, StepWait)
+from .base import (LATEST_MS, CallerConnection, EventStore, Lease, NewEvent, SentEvent, StepLog,
+                   StepOutcome, StepRecord, StepResult, StepSleep, StepStore, StepWait)
 from .jsonb import as_stored
 from .memory_jobs import MemoryTransaction
 from .memory_table import MemoryTable, Row, StepRow, plus, ts

@@ -202,19 +202,22 @@ class PgDatabase(Storage):
         what ``job_transaction`` yields to a body, whose statements are the application's."""
         return self._pool("bodies").connection()
 
-    def cursor(self, conn: CallerConnection | None = None) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
+    def cursor(self, conn: CallerConnection | None = None
+               ) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
         """A cursor on the application's ``conn`` when given, else on a connection of the
         verbs' pool."""
         return self._cursor(conn, self.connection)
 
-    def body_cursor(self, conn: CallerConnection | None = None) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
+    def body_cursor(self, conn: CallerConnection | None = None
+                    ) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
         """A cursor on the application's ``conn`` when given, else on a connection of the
         bodies' pool (a run's step statements)."""
         return self._cursor(conn, self.body_connection)
 
     @staticmethod
     @contextlib.contextmanager
-    def _cursor(conn: CallerConnection | None, pooled: Callable[[], contextlib.AbstractContextManager[psycopg.Connection]]
+    def _cursor(conn: CallerConnection | None,
+                pooled: Callable[[], contextlib.AbstractContextManager[psycopg.Connection]]
                 ) -> Iterator[psycopg.Cursor[Any]]:
         if conn is not None:
             # the application's connection may hand rows back as dicts or objects; every

@@ -21,7 +21,8 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from ..errors import XJobsError
-from .base import CallerConnection, Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob, Progress, TenantRoom
+from .base import (CallerConnection, Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob,
+                   Progress, TenantRoom)
 from .pg_database import PgDatabase, callers_connection, driver_errors, in_callers_transaction
 from .pg_listen import PgListener
 from .records import ENQUEUE_CHUNK

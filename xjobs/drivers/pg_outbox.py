@@ -36,7 +36,7 @@ class PgOutbox(OutboxStore):
     def channel(self) -> str:
         return f"{self._db.channel}_outbox"
 
-    def outbox_stage(self, jobs: Sequence[NewJob], conn: CallerConnection) -> list[int]:
+    def outbox_stage(self, jobs: Sequence[NewJob], conn: CallerConnection | None) -> list[int]:
         rows = orjson.dumps([job.document() for job in jobs]).decode()
         with self._db.cursor(conn) as cur:
             cur.execute(self._db.sql["outbox_stage"], {**self._db.now(), "rows": rows})

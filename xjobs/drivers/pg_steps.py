@@ -23,8 +23,8 @@ import orjson
 import psycopg
 
 from ..errors import InvalidOption
-from .base import (LATEST_MS, CallerConnection, EventStore, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord, StepResult,
-                   StepSleep, StepStore, StepWait)
+from .base import (LATEST_MS, CallerConnection, EventStore, Lease, NewEvent, SentEvent, StepLog,
+                   StepOutcome, StepRecord, StepResult, StepSleep, StepStore, StepWait)
 from .pg_database import PgDatabase, callers_connection, first_row, in_callers_transaction
 from .refusals import step_kind_mismatch
 
