@@ -119,7 +119,7 @@ def test_an_idle_daemon_starts_a_staged_job_within_milliseconds_of_the_commit(da
     # the poll is a second: anything near it would mean a notification was missed
     assert statistics.median(latencies) < 250, sorted(latencies)
     # rows the relay has not published yet are what xjobs_outbox_pending counts
-    relay = relay_of(daemon)["pid"]
+    relay = relay_of(daemon)["pid"]  # type: ignore[index]
     os.kill(relay, signal.SIGSTOP)
     try:
         with psycopg.connect(env.dsn, autocommit=True) as conn, conn.transaction():

@@ -266,12 +266,12 @@ def test_claim_refuses_a_bad_lease(driver, lease):
 
 def test_claim_accepts_duration_text_and_whole_floats(driver, clock):
     enqueue(driver, "k")
-    [job] = driver.job_claim(Claim(["default"], 1.0, "2s", "w1"))
+    [job] = driver.job_claim(Claim(["default"], 1.0, "2s", "w1"))  # type: ignore[arg-type]
     assert at(driver.job_get(job.id).lease_expires_at) == clock.now_ms() + 2000
 
 
 @pytest.mark.parametrize("call", [
-    lambda d: d.job_list(ListFilter(limit=math.nan)),
+    lambda d: d.job_list(ListFilter(limit=math.nan)),  # type: ignore[arg-type]
     lambda d: d.job_list(ListFilter(limit=-1)),
     lambda d: d.job_rescue(2.5),
     lambda d: d.job_prune(0, 0, limit=math.inf),
@@ -286,7 +286,7 @@ def test_claim_accepts_duration_text_and_whole_floats(driver, clock):
     lambda d: d.job_list(ListFilter(since_ms=math.inf)),
     lambda d: d.job_list(ListFilter(state="lost")),
     lambda d: d.job_requeue_batch(Batch(ListFilter(), 0, 10, -1), None),
-    lambda d: d.job_cancel_batch(Batch(ListFilter(), 1.5, 10, 10), "x"),
+    lambda d: d.job_cancel_batch(Batch(ListFilter(), 1.5, 10, 10), "x"),  # type: ignore[arg-type]
 ], ids=["list-nan", "list-negative", "rescue-fraction", "prune-inf", "dead-negative",
         "heartbeat-nan", "heartbeat-zero", "nack-nan", "nack-inf", "prune-nan", "prune-negative",
         "alone-wait-nan", "list-since-inf", "list-bad-state", "requeue-batch-negative",
@@ -327,7 +327,7 @@ def test_a_wrong_token_holds_nothing(driver, wrong):
         with driver.job_transaction(Lease(job.id, token)):
             pass
     assert driver.job_ack_many([Lease(job.id, token), Lease(job.id + 100, job.token),
-                                Lease(str(job.id), job.token)]) == set()
+                                Lease(str(job.id), job.token)]) == set()  # type: ignore[arg-type]
     view = driver.job_get(job.id)
     assert (view.state, view.last_error, view.history) == ("running", None, ())
 
@@ -740,9 +740,9 @@ def test_cancel_refuses_finished_and_unknown_jobs(driver):
     with pytest.raises(NotCancellable) as err:
         driver.job_cancel(job.id)
     assert err.value.code == "X_JOB_NOT_CANCELLABLE"
-    with pytest.raises(JobNotFound) as err:
+    with pytest.raises(JobNotFound) as missing:
         driver.job_cancel(12345)
-    assert err.value.code == "X_JOB_NOT_FOUND"
+    assert missing.value.code == "X_JOB_NOT_FOUND"
     with pytest.raises(JobNotFound):
         driver.job_get(12345)
     other = enqueue(driver, "other")
@@ -772,9 +772,9 @@ def test_requeue_refuses_live_unknown_and_duplicate_jobs(driver):
         driver.job_requeue(999)
     driver.job_cancel(job_id)
     successor = enqueue(driver, "k")
-    with pytest.raises(DuplicateJob) as err:
+    with pytest.raises(DuplicateJob) as held:
         driver.job_requeue(job_id)
-    assert err.value.code == "X_JOB_DUPLICATE"
+    assert held.value.code == "X_JOB_DUPLICATE"
     assert state(driver, job_id) == "cancelled"
     driver.job_cancel(successor)
     assert driver.job_requeue(job_id).state == "ready"
@@ -1031,7 +1031,7 @@ def test_a_driver_without_a_clock_takes_now_from_the_server(pg_dsn, pg_schema, c
         [held] = claim(production, lease=30_000)
         after = _server_ms(production)
         view = production.job_get(job.id)
-        assert before + 30_000 - 0.001 <= view.lease_expires_at <= after + 30_000 + 0.001
+        assert before + 30_000 - 0.001 <= view.lease_expires_at <= after + 30_000 + 0.001  # type: ignore[operator]
         assert production.job_nack(Nack(held.id, held.token, "retried", error="boom", delay_ms=60_000))
         assert production.job_get(job.id).run_at >= after + 60_000 - 1
     finally:
@@ -1079,7 +1079,7 @@ def test_payloads_come_back_as_jsonb_gives_them(driver):
     assert orjson.dumps(driver.job_get(job_id).payload) == expected
 
 
-_json_text = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=6)
+_json_text = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=6)  # type: ignore[arg-type]
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | _json_text
     | st.floats(allow_nan=False, allow_infinity=False),

@@ -4,7 +4,7 @@ own wake-up fds (never on sleeps) until a condition holds or a timeout passes.""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from xjobs.config import Settings
 from xjobs.workers.drive import drive
@@ -24,7 +24,7 @@ class Pacer:
         self.now += advance_ms
         return self.worker.run_once(self.now)
 
-    def until(self, condition: Callable[[], bool], timeout_s: float = 10.0, advance_ms: float = 0.0) -> None:
+    def until(self, condition: Callable[[], object], timeout_s: float = 10.0, advance_ms: float = 0.0) -> None:
         """Run passes (``drive``), blocking on the worker's wake-up fds between them, until
         ``condition()``; the hand clock moves ``advance_ms`` before every pass."""
         deadline = time.monotonic() + timeout_s
@@ -44,7 +44,7 @@ class Pacer:
 
 
 def make_worker(driver, registry, queue: str = "q", concurrency: int = 4, **settings) -> QueueWorker:
-    defaults = {"poll_ms": 50.0, "heartbeat_ms": 1000.0, "lease_ms": 5000.0, "rescue_ms": 60_000.0}
+    defaults: dict[str, Any] = {"poll_ms": 50.0, "heartbeat_ms": 1000.0, "lease_ms": 5000.0, "rescue_ms": 60_000.0}
     defaults.update(settings)
     return QueueWorker(driver=driver, registry=registry, queue=queue, concurrency=concurrency,
                        settings=Settings(**defaults), identity=f"test-worker-{id(registry)}")
