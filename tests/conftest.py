@@ -13,7 +13,7 @@ import os
 
 import psycopg
 
-pytest_plugins = ["tests.fixtures"]
+pytest_plugins = ["tests.fixtures", "tests.daemon_fixtures"]
 
 _SESSIONS_PER_WORKER = 40
 _MOST_WORKERS = 4

@@ -14,7 +14,7 @@ import pytest
 from xjobs.drivers.postgres import PostgresDriver
 
 pytestmark = pytest.mark.postgres
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 JOB_FIELDS = {"id", "name", "queue", "state", "attempt", "max_attempts", "tenant", "idempotency_key",
               "priority", "run_at", "last_error", "created_at", "finished_at"}
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.daemon_fixtures import APP, CLI, daemon_env, free_port  # noqa: F401 (fixture)
+from tests.daemon_fixtures import APP, CLI, free_port
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 

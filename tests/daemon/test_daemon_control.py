@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.daemon_fixtures import CLI, daemon_env, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import CLI, wait_for
 from xjobs.supervisor.control import request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.daemon_fixtures import daemon_env, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import wait_for
 from xjobs.supervisor.draining import REPEAT_WINDOW_S
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]

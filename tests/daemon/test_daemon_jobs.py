@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from tests.daemon_fixtures import daemon_env, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 

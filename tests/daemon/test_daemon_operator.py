@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.daemon_fixtures import daemon_env, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import wait_for
 from xjobs import admin
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]

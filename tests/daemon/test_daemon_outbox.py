@@ -14,7 +14,7 @@ import time
 import psycopg
 import pytest
 
-from tests.daemon_fixtures import daemon_env, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import wait_for
 from xjobs.outbox import stage
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]

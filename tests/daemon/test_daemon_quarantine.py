@@ -9,7 +9,7 @@ import signal
 import orjson
 import pytest
 
-from tests.daemon_fixtures import daemon_env, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import wait_for
 from xjobs.drivers.base import NewJob
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.daemon_fixtures import daemon_env, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.daemon_fixtures import alive, daemon_env, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import alive, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 

@@ -11,7 +11,7 @@ import subprocess
 import orjson
 import pytest
 
-from tests.daemon_fixtures import CLI, daemon_env, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import CLI, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 

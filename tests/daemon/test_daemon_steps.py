@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import xjobs
-from tests.daemon_fixtures import daemon_env, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_fixtures import CLI, ROOT, daemon_env, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import CLI, ROOT, wait_for
 from xjobs.cli import build_parser
 from xjobs.options import duration_ms
 

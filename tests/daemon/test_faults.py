@@ -2,7 +2,7 @@
 faults, as a user runs it (a subprocess). It runs on a private PostgreSQL cluster of its own,
 never the suite's server, and ends with its invariants checked in SQL; a failure shows the
 battery's report, which names the invariant, the offending ids, and the command that replays
-the same faults. ``pytest tests/test_faults.py`` (or ``-k faults``) runs it alone."""
+the same faults. ``pytest tests/daemon/test_faults.py`` (or ``-k faults``) runs it alone."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _find_binaries() -> Path | None:

@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 import xjobs
-from tests.daemon_fixtures import DaemonEnv, daemon_env, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import DaemonEnv, wait_for
 from tests.fixtures import drop_schema, new_schema_name
 from tests.migration_fixtures import HISTORY, catalog, install_release
 from tests.apps.daemon_app import effects_ddl
@@ -38,7 +38,7 @@ from xjobs.drivers.sql import SCHEMA_VERSION, Migration, migrations
 from xjobs.enqueue import enqueue_many
 from xjobs.errors import InvalidOption, SchemaOutdated, SchemaTooNew
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.postgres
 
 # The last commit whose code is the previous schema version (8). With each new migration, move

@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = [pytest.mark.daemon]
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def tour_script() -> str:

@@ -10,11 +10,9 @@ import time
 import orjson
 import pytest
 
-from tests.daemon_fixtures import daemon_env  # noqa: F401 (fixture)
-
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 APP = "tests.apps.tick_app"
 
 

@@ -26,7 +26,7 @@ from tests.migration_fixtures import (HISTORY, SNAPSHOT, Release, catalog, catal
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.sql import SCHEMA_VERSION, Migration, check_sequence, migrations, serves_from
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.postgres
 
 

@@ -25,7 +25,7 @@ from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.sql import SCHEMA_VERSION, migrations, raw_statements, statements
 from xjobs.errors import InvalidOption, MigrationBlocked
 
-from .fixtures import drop_schema, new_schema_name
+from tests.fixtures import drop_schema, new_schema_name
 
 PLACEHOLDER = re.compile(r"%\((\w+)\)[sbt]")
 

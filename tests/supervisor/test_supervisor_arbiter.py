@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.supervisor_roles import maker
+from tests.supervisor.fake_roles import maker
 from xjobs.config import Settings
 from xjobs.supervisor import report
 from xjobs.supervisor.arbiter import Arbiter, ArbiterOptions

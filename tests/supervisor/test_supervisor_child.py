@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.supervisor_roles import FakeRole
+from tests.supervisor.fake_roles import FakeRole
 from xjobs.clock import monotonic_ms
 from xjobs.supervisor.child import ChildHost, ChildSpec
 from xjobs.supervisor.framing import Channel, pair

@@ -1,6 +1,6 @@
 """The supervisor hosts any role through its policy, never its name.
 
-A ``ticker`` (``tests/supervisor_roles.py``: a ``RoleBase`` singleton that counts its passes
+A ``ticker`` (``tests/supervisor/fake_roles.py``: a ``RoleBase`` singleton that counts its passes
 and reports a gauge) runs in a real forked child under a real ``Arbiter``, beside a worker
 queue, with the same set-up as ``test_supervisor_arbiter``: ``step()`` driven by hand until a
 condition holds, real signals to this process and to the children.
@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from tests.supervisor_roles import TICKING, Ticker, ticker_spec
-from tests.test_supervisor_arbiter import SETTINGS, all_ready, drive, make_arbiter, rows, spec  # noqa: F401 (fixture)
+from tests.supervisor.fake_roles import TICKING, Ticker, ticker_spec
+from tests.supervisor.test_supervisor_arbiter import SETTINGS, all_ready, drive, make_arbiter, rows, spec  # noqa: F401 (fixture)
 from xjobs.config import QueueSpec, Settings
 from xjobs.errors import InvalidOption
 from xjobs.supervisor import report

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from .daemon_fixtures import DaemonEnv, daemon_env, free_port, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import DaemonEnv, free_port, wait_for
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install -e '.[dev]')")
 pytest.importorskip("werkzeug", reason="the dashboard needs the ui extra")
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.daemon, pytest.mark.postgres]
 TOKEN = "a long dashboard token for the tests"
 WAIT_MS = 15_000
 expect.set_options(timeout=WAIT_MS)
-SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "dashboard.png"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 from xjobs.config import Settings, load_settings
 from xjobs.errors import InvalidOption
 
-from .daemon_fixtures import CLI, DaemonEnv, daemon_env, free_port, wait_for  # noqa: F401 (fixture)
+from tests.daemon_fixtures import CLI, DaemonEnv, free_port, wait_for
 
 pytest.importorskip("werkzeug", reason="the dashboard needs the ui extra")
 

@@ -11,7 +11,7 @@ import orjson
 import xjobs
 from xjobs.manifest import describe, drift, render
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 APP = "tests.apps.coord_app"
 
 

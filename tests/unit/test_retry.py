@@ -126,7 +126,7 @@ def test_one_curve_and_jitter_in_the_package():
     draw) live in retry.py; a second copy anywhere else would drift from it."""
     import ast
     import pathlib
-    root = pathlib.Path(__file__).resolve().parent.parent / "xjobs"
+    root = pathlib.Path(__file__).resolve().parents[2] / "xjobs"
     copies = []
     for path in sorted(root.rglob("*.py")):
         if path.name == "retry.py":

@@ -17,7 +17,7 @@ from xjobs.errors import Aborted
 from xjobs.workers.host import InProcessHost
 from xjobs.workers.queue_worker import QueueWorker
 
-from .worker_helpers import Pacer, make_worker
+from .pacing import Pacer, make_worker
 
 pytestmark = pytest.mark.postgres
 

@@ -23,9 +23,9 @@ from xjobs.workers.upkeep import Upkeep
 
 from .test_scheduler import HOUR, scheduler
 from .test_worker import declare, enqueue
-from .worker_helpers import Pacer, make_worker
+from .pacing import Pacer, make_worker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _NAME = re.compile(r"^[a-z]+(?:\.[a-z_]+)+$")
 
 
@@ -53,7 +53,7 @@ def test_the_code_the_module_doc_and_the_readme_name_the_same_events():
 
 
 def test_every_documented_event_is_asserted_by_a_test():
-    quoted = "".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py") if p.name != Path(__file__).name)
+    quoted = "".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py") if p.name != Path(__file__).name)
     quoted += Path(__file__).read_text().split("# -- the events", 1)[1]
     missing = [name for name in _documented() if f'"{name}"' not in quoted]
     assert missing == [], f"documented events no test asserts: {missing}"

@@ -15,7 +15,7 @@ from xjobs.drivers.postgres import PostgresDriver
 
 pytestmark = pytest.mark.postgres
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 # one worker pass in a process whose time.time() is 48 hours ahead; its driver is a production
 # one (no clock=), so "now" in every statement is the server's

@@ -18,7 +18,7 @@ import xjobs
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
 
-from .worker_helpers import Pacer, make_worker
+from .pacing import Pacer, make_worker
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from xjobs.errors import Aborted, InvalidOption, StepDuplicate, StepResultInvali
 from xjobs.retry import Retry
 from xjobs.workers.steps import MAX_TRACE_NAMES
 
-from .worker_helpers import Pacer, make_worker
+from .pacing import Pacer, make_worker
 
 NO_DELAY = Retry(attempts=3, delay=0, jitter=False)
 

@@ -16,7 +16,7 @@ import xjobs
 from xjobs.enqueue import enqueue_many
 from xjobs.tracing import valid
 
-from .worker_helpers import Pacer, make_worker
+from .pacing import Pacer, make_worker
 
 EXPORTER = InMemorySpanExporter()
 

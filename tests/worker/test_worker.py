@@ -13,7 +13,7 @@ from xjobs.context import CANCELLED, DRAINED
 from xjobs.enqueue import enqueue_many
 from xjobs.errors import InvalidOption, RetryAfter, Terminal
 
-from .worker_helpers import Pacer, make_worker
+from .pacing import Pacer, make_worker
 
 
 @pytest.fixture

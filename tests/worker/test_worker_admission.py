@@ -14,7 +14,7 @@ from xjobs.errors import ConcurrencyUnenforceable
 from xjobs.workers.limiter import Limits
 
 from .test_worker import declare, enqueue
-from .worker_helpers import Pacer, make_worker
+from .pacing import Pacer, make_worker
 
 
 @pytest.fixture

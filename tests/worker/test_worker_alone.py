@@ -15,7 +15,7 @@ from xjobs.drivers.memory import MemoryDriver
 from xjobs.workers.host import InProcessHost
 
 from .test_worker import declare, enqueue
-from .worker_helpers import Pacer, make_worker
+from .pacing import Pacer, make_worker
 
 
 @pytest.fixture

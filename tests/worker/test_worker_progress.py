@@ -12,7 +12,7 @@ import xjobs
 from xjobs.errors import Aborted, InvalidOption
 
 from .test_worker import declare, enqueue
-from .worker_helpers import Pacer, make_worker
+from .pacing import Pacer, make_worker
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from xjobs.errors import InvalidOption, Terminal
 from xjobs.workers.execute import describe
 from xjobs.workers.host import InProcessHost
 
-from .worker_helpers import Pacer, make_worker
+from .pacing import Pacer, make_worker
 
 
 def declare(registry, fn, **options):

@@ -11,7 +11,7 @@ from xjobs.enqueue import enqueue_many
 from xjobs.workers.rates import REPORT_EVERY_MS, RateReporter
 from xjobs.workers.stats import WorkerStats
 
-from .worker_helpers import Pacer, make_worker
+from .pacing import Pacer, make_worker
 
 
 def counted(driver) -> dict[tuple[str, str], int]:
