@@ -8,31 +8,14 @@ import subprocess
 import sys
 from datetime import datetime
 
-import orjson
 import pytest
 
+from tests.cli.commands import ROOT, as_json
 from xjobs.drivers.postgres import PostgresDriver
 
 pytestmark = pytest.mark.postgres
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 JOB_FIELDS = {"id", "name", "queue", "state", "attempt", "max_attempts", "tenant", "idempotency_key",
               "priority", "run_at", "last_error", "created_at", "finished_at"}
-
-
-@pytest.fixture
-def xjobsd(pg_dsn, pg_schema):
-    env = {**os.environ, "XJOBS_DATABASE_URL": pg_dsn, "XJOBS_SCHEMA": pg_schema}
-
-    def run(*args: str, expect: int = 0):
-        proc = subprocess.run([sys.executable, "-m", "xjobs.cli", *args], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == expect, (proc.returncode, proc.stdout, proc.stderr)
-        return proc
-    return run
-
-
-def as_json(proc):
-    return orjson.loads(proc.stdout)
 
 
 def test_operator_round_trip(xjobsd, pg_dsn, pg_schema):

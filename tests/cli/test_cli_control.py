@@ -12,10 +12,9 @@ import orjson
 import psycopg
 import pytest
 
+from tests.cli.commands import ROOT, as_json
 from xjobs.drivers.base import NewJob
 from xjobs.drivers.postgres import PostgresDriver
-
-from .test_cli import ROOT, as_json, xjobsd  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.postgres
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from tests.cli.commands import as_json
 from xjobs.drivers.base import Lease, NewJob, StepResult, StepSleep, StepWait
 from xjobs.drivers.postgres import PostgresDriver
-
-from .test_cli import as_json, xjobsd  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.postgres
 

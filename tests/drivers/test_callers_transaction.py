@@ -13,13 +13,12 @@ import psycopg
 import pytest
 
 import xjobs
+from tests.drivers.parity import run
 from xjobs import outbox
 from xjobs.drivers.base import ListFilter, StepWait
 from xjobs.drivers.records import ENQUEUE_CHUNK
 from xjobs.enqueue import enqueue_many
 from xjobs.events import send_event
-
-from .test_driver_parity_steps import run
 
 pytestmark = pytest.mark.postgres
 

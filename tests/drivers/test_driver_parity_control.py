@@ -7,10 +7,9 @@ from dataclasses import replace
 
 import pytest
 
+from tests.drivers.parity import LEASE, at, claim, claim_one, enqueue, new_job
 from xjobs.drivers.base import Enqueued, Lease, ListFilter, Matching, Nack, Progress
 from xjobs.errors import DuplicateJob
-
-from .test_driver_parity import LEASE, at, claim, claim_one, enqueue, new_job
 
 HOUR = 3_600_000.0
 

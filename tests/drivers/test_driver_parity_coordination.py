@@ -7,10 +7,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from tests.drivers.parity import claim as claim_jobs
 from xjobs.drivers.base import Dispatch, ListFilter, NewJob, OutboxClaim
 from xjobs.errors import InvalidOption
-
-from .test_driver_parity import claim as claim_jobs
 
 
 def claim(driver):

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.drivers.parity import claim_one, enqueue
 from xjobs import admin
 from xjobs.drivers.base import DeadGroup, ListFilter, Nack, RatePoint
 from xjobs.drivers.records import ERROR_GROUP_WIDTH
 from xjobs.errors import InvalidOption
-
-from .test_driver_parity import claim_one, enqueue
 
 MINUTE = 60_000.0
 

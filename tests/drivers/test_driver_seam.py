@@ -11,11 +11,10 @@ import time
 import psycopg
 import pytest
 
+from tests.drivers.parity import claim_one, enqueue
 from xjobs.drivers.base import ListFilter, Nack
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.errors import DuplicateJob, InvalidOption, JobNotFound, NotCancellable, NotRetryable
-
-from .test_driver_parity import claim_one, enqueue
 
 
 def test_every_driver_answers_a_listener(driver):

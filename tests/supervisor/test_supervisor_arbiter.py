@@ -16,84 +16,15 @@ import time
 import pytest
 
 from tests.supervisor.fake_roles import maker
+from tests.supervisor.harness import FAST, SETTINGS, all_ready, drive, rows, spec
 from xjobs.config import Settings
 from xjobs.supervisor import report
-from xjobs.supervisor.arbiter import Arbiter, ArbiterOptions
+from xjobs.supervisor.arbiter import ArbiterOptions
 from xjobs.errors import InvalidOption
-from xjobs.supervisor.backoff import Backoff
 from xjobs.supervisor.draining import REPEAT_WINDOW_S
 from xjobs.supervisor.notify import Notifier
-from xjobs.supervisor.reload import Configuration
 from xjobs.supervisor.roles import WORKER
 from xjobs.supervisor.slots import RoleGauge, RoleSpec
-
-FAST = ArbiterOptions(heartbeat_ms=100, silence_s=1.0, startup_s=5.0, kill_grace_s=0.3,
-                      release_flush_s=0.1, backoff=Backoff(base_s=0.05, cap_s=0.2, stable_s=5.0))
-# a short lease: a silent child is killed after max(silence, lease + heartbeat) = 1.1 s
-SETTINGS = Settings(drain_deadline_ms=2000, lease_ms=1000, heartbeat_ms=200)
-
-
-class RecordingProbe:
-    reachable = True
-    pending_releases = 0
-
-    def __init__(self) -> None:
-        self.released: list[tuple[str, str | None]] = []
-        self.counted: dict[str, bool] = {}   # identity -> whether it crashed (its jobs may be charged)
-
-    def start(self) -> None: ...
-    def stop(self, timeout_s: float = 0) -> None: ...
-    def refresh(self) -> None: ...
-    def flush_releases(self, timeout_s: float) -> None: ...
-    def results(self) -> list: return []
-
-    def request_release(self, identity: str, queue: str | None, within_s: float, *,
-                        crashed: bool = True, how: str = "died", charge: str = "alone") -> None:
-        self.released.append((identity, queue))
-        self.counted[identity] = crashed
-
-
-def spec(queue: str = "q", processes: int = 1, *behavior: str, concurrency: int = 4) -> RoleSpec:
-    return RoleSpec("worker", queue, processes, concurrency, maker(queue, *behavior), WORKER.policy)
-
-
-@pytest.fixture
-def make_arbiter():
-    made: list[Arbiter] = []
-
-    def build(specs, *, options=FAST, settings=None, configure=None, notifier=None) -> Arbiter:
-        # configure() -> (settings, specs): what a reload reads; these roles run no app code
-        configuration = None if configure is None else Configuration(
-            read=lambda: configure()[0], groups=lambda settings: configure()[1])
-        arbiter = Arbiter(settings or SETTINGS, specs, options=options,
-                          probe=RecordingProbe(), configuration=configuration, notifier=notifier)
-        made.append(arbiter)
-        arbiter.start()
-        return arbiter
-
-    yield build
-    for arbiter in made:
-        arbiter.close()
-
-
-def drive(arbiter: Arbiter, condition, timeout: float = 5.0, what: str = "the condition"):
-    end = time.monotonic() + timeout
-    while True:
-        arbiter.step(timeout=0.02)
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}; status: {arbiter.cmd_status({})}")
-
-
-def rows(arbiter: Arbiter, queue: str | None = None) -> list[dict]:
-    return [c for c in arbiter.cmd_status({})["children"] if queue is None or c["queue"] == queue]
-
-
-def all_ready(arbiter: Arbiter) -> bool:
-    kids = rows(arbiter)
-    return bool(kids) and all(c["state"] == "ready" for c in kids)
 
 
 def test_children_start_report_and_drain_cleanly(make_arbiter):

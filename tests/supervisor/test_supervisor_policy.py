@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.supervisor.fake_roles import TICKING, Ticker, ticker_spec
-from tests.supervisor.test_supervisor_arbiter import SETTINGS, all_ready, drive, make_arbiter, rows, spec  # noqa: F401 (fixture)
+from tests.supervisor.harness import SETTINGS, all_ready, drive, rows, spec
 from xjobs.config import QueueSpec, Settings
 from xjobs.errors import InvalidOption
 from xjobs.supervisor import report

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisor.test_supervisor_arbiter import SETTINGS, all_ready, make_arbiter, rows  # noqa: F401 (fixture)
-from tests.supervisor.test_supervisor_arbiter import spec as fake_spec
+from tests.supervisor.harness import SETTINGS, all_ready, rows
+from tests.supervisor.harness import spec as fake_spec
 from xjobs.config import Settings
 from xjobs.errors import AppInvalid, InvalidOption, XJobsError
 from xjobs.registry import REGISTRY, Registry

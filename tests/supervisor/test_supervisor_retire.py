@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.supervisor.test_supervisor_arbiter import FAST, all_ready, drive, make_arbiter, rows, spec  # noqa: F401 (fixture)
+from tests.supervisor.harness import FAST, all_ready, drive, rows, spec
 from xjobs.config import Settings
 from xjobs.supervisor import child as child_module
 from xjobs.supervisor import spawn

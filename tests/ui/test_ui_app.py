@@ -13,11 +13,10 @@ pytest.importorskip("werkzeug", reason="the dashboard needs the ui extra")
 
 from werkzeug.test import Client  # noqa: E402
 
+from tests.drivers.parity import claim_one, enqueue  # noqa: E402
 from xjobs.drivers.base import Nack  # noqa: E402
 from xjobs.ui.app import Dashboard  # noqa: E402
 from xjobs.ui.auth import CSRF_COOKIE, SESSION_COOKIE, Guard  # noqa: E402
-
-from tests.drivers.test_driver_parity import claim_one, enqueue  # noqa: E402
 
 TOKEN = "correct horse battery staple"
 XSS = "<script>alert(1)</script>"

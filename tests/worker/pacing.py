@@ -1,5 +1,7 @@
 """Drive a worker by hand: ``run_once(now)`` with an injected ``now``, waiting on the worker's
-own wake-up fds (never on sleeps) until a condition holds or a timeout passes."""
+own wake-up fds (never on sleeps) until a condition holds or a timeout passes; the shorthands
+the worker tests declare and enqueue their jobs with; and a scheduler on a clock that stands
+still (each test passes ``now`` to its passes)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,13 @@ import select
 import time
 from typing import Callable
 
+import xjobs
 from xjobs.config import Settings
+from xjobs.enqueue import enqueue_many
 from xjobs.workers.queue_worker import QueueWorker
+from xjobs.workers.scheduler import Scheduler
+
+HOUR = 3_600_000.0
 
 
 class Pacer:
@@ -45,3 +52,22 @@ def make_worker(driver, registry, queue: str = "q", concurrency: int = 4, **sett
     defaults.update(settings)
     return QueueWorker(driver=driver, registry=registry, queue=queue, concurrency=concurrency,
                        settings=Settings(**defaults), identity=f"test-worker-{id(registry)}")
+
+
+def declare(registry, fn=None, **options):
+    options.setdefault("queue", "q")
+    options.setdefault("idempotency_key", lambda i: str(i["n"]))
+    options.setdefault("tenant", "none")
+    return xjobs.job(registry=registry, **options)(fn) if fn else (lambda f: xjobs.job(registry=registry, **options)(f))
+
+
+def enqueue(handle, driver, *inputs):
+    return [e.id for e in enqueue_many(handle, list(inputs), driver=driver)]
+
+
+def scheduler(driver, registry, holder: str, **settings) -> Scheduler:
+    settings.setdefault("leader_lease_ms", 10_000)
+    role = Scheduler(driver=driver, registry=registry, settings=Settings(**settings), identity=f"{holder}-child",
+                     holder=holder, clock=lambda: 0.0)
+    role.initialize()
+    return role

@@ -21,9 +21,7 @@ from xjobs.workers.scanning import run_due_scans
 from xjobs.workers.scheduler import ELECTION
 from xjobs.workers.upkeep import Upkeep
 
-from .test_scheduler import HOUR, scheduler
-from .test_worker import declare, enqueue
-from .pacing import Pacer, make_worker
+from .pacing import HOUR, Pacer, declare, enqueue, make_worker, scheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 _NAME = re.compile(r"^[a-z]+(?:\.[a-z_]+)+$")

@@ -15,7 +15,7 @@ from xjobs.config import Settings
 from xjobs.drivers.base import ListFilter, Nack
 from xjobs.workers.scheduler import ELECTION, Scheduler
 
-HOUR = 3_600_000.0
+from .pacing import HOUR, scheduler
 
 
 @pytest.fixture
@@ -27,14 +27,6 @@ def registry() -> xjobs.Registry:
 def digest(registry):
     return xjobs.job(queue="reports", idempotency_key=lambda i: f"digest:{i['list']}", tenant="none",
                      registry=registry)(lambda ctx, i: None)
-
-
-def scheduler(driver, registry, holder: str, **settings) -> Scheduler:
-    settings.setdefault("leader_lease_ms", 10_000)
-    role = Scheduler(driver=driver, registry=registry, settings=Settings(**settings), identity=f"{holder}-child",
-                     holder=holder, clock=lambda: 0.0)
-    role.initialize()
-    return role
 
 
 def dispatched(driver) -> list[str]:

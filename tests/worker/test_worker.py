@@ -10,26 +10,14 @@ import pytest
 
 import xjobs
 from xjobs.context import CANCELLED, DRAINED
-from xjobs.enqueue import enqueue_many
 from xjobs.errors import InvalidOption, RetryAfter, Terminal
 
-from .pacing import Pacer, make_worker
+from .pacing import Pacer, declare, enqueue, make_worker
 
 
 @pytest.fixture
 def registry() -> xjobs.Registry:
     return xjobs.Registry()
-
-
-def declare(registry, fn=None, **options):
-    options.setdefault("queue", "q")
-    options.setdefault("idempotency_key", lambda i: str(i["n"]))
-    options.setdefault("tenant", "none")
-    return xjobs.job(registry=registry, **options)(fn) if fn else (lambda f: xjobs.job(registry=registry, **options)(f))
-
-
-def enqueue(handle, driver, *inputs):
-    return [e.id for e in enqueue_many(handle, list(inputs), driver=driver)]
 
 
 def test_success_completes_and_counts(driver, registry):

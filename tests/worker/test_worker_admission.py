@@ -13,8 +13,7 @@ from xjobs.context import SLOT_LOST
 from xjobs.errors import ConcurrencyUnenforceable
 from xjobs.workers.limiter import Limits
 
-from .test_worker import declare, enqueue
-from .pacing import Pacer, make_worker
+from .pacing import Pacer, declare, enqueue, make_worker
 
 
 @pytest.fixture

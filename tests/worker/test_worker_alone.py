@@ -14,8 +14,7 @@ from xjobs.context import LEASE_LOST
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.workers.host import InProcessHost
 
-from .test_worker import declare, enqueue
-from .pacing import Pacer, make_worker
+from .pacing import Pacer, declare, enqueue, make_worker
 
 
 @pytest.fixture

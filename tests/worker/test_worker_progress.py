@@ -11,8 +11,7 @@ import pytest
 import xjobs
 from xjobs.errors import Aborted, InvalidOption
 
-from .test_worker import declare, enqueue
-from .pacing import Pacer, make_worker
+from .pacing import Pacer, declare, enqueue, make_worker
 
 
 @pytest.fixture
