@@ -88,6 +88,7 @@ def _all_done_within(env, ids: list[int], killed_at: float, limit_s: float) -> f
     return took
 
 
+@pytest.mark.timing
 def test_four_jobs_caught_in_a_crash_run_again_in_two_halves(daemon_env):
     """One process: its halves run one after the other, the two jobs of a half together; four
     3-second jobs are back in about 6.5 s (bench/recovery.py measures it), not four runs in a
@@ -108,6 +109,7 @@ def test_four_jobs_caught_in_a_crash_run_again_in_two_halves(daemon_env):
     assert daemon.wait(20) == 0
 
 
+@pytest.mark.timing
 def test_128_jobs_caught_in_a_crash_are_done_within_twenty_seconds(daemon_env):
     env = daemon_env
     daemon = env.start("--queue", "slow=1x128")

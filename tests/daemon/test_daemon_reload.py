@@ -187,6 +187,7 @@ def test_a_configuration_the_app_cannot_serve_is_refused(daemon_env):
     assert pids(daemon) == before
 
 
+@pytest.mark.timing
 def test_a_cooperative_job_is_signalled_by_a_reload_and_runs_again_at_once(daemon_env):
     env = daemon_env
     write_app(env.tmp, "one")
@@ -206,6 +207,7 @@ def test_a_cooperative_job_is_signalled_by_a_reload_and_runs_again_at_once(daemo
     assert at2 - asked < 10, at2 - asked
 
 
+@pytest.mark.timing
 def test_an_uncooperative_job_is_handed_back_at_the_deadline_not_a_lease_later(daemon_env):
     env = daemon_env
     write_app(env.tmp, "one")
@@ -228,6 +230,7 @@ def test_an_uncooperative_job_is_handed_back_at_the_deadline_not_a_lease_later(d
     wait_for(lambda: env.job(job_id)["state"] == "completed", 15, "the job to complete")
 
 
+@pytest.mark.timing
 def test_a_queue_keeps_a_claiming_worker_throughout_a_reload(daemon_env):
     env = daemon_env
     write_app(env.tmp, "one")

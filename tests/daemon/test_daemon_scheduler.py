@@ -108,6 +108,7 @@ def test_one_leader_fires_each_second_exactly_once_across_kills_and_a_pause(daem
     assert len(fired) >= 55
 
 
+@pytest.mark.timing
 def test_maintenance_runs_on_the_leader_only_and_survives_its_scheduler_being_killed(daemon_env):
     env = daemon_env
     daemon = env.start("--queue", "alpha=4x2", "--queue", "beta=4x2", XJOBS_RESCUE="1s")

@@ -22,6 +22,7 @@ def starts(env, job_id: int) -> list[tuple]:
     return env.sql("select attempt, pid from {schema}.effects where job_id = %s order by at", job_id)
 
 
+@pytest.mark.timing
 def test_sigkill_of_a_worker_child_restarts_it_and_redelivers_its_job_at_once(daemon_env):
     env = daemon_env
     daemon = env.start("--queue", "slow=1x4")
@@ -59,6 +60,7 @@ def test_sigkill_of_a_worker_child_restarts_it_and_redelivers_its_job_at_once(da
     assert daemon.wait(10) == 0
 
 
+@pytest.mark.timing
 def test_sigterm_interrupts_a_job_watching_its_signal_and_a_second_daemon_completes_it(daemon_env):
     env = daemon_env
     daemon = env.start("--queue", "slow=1x4")
@@ -83,6 +85,7 @@ def test_sigterm_interrupts_a_job_watching_its_signal_and_a_second_daemon_comple
     assert second.wait(10) == 0
 
 
+@pytest.mark.timing
 def test_sigterm_with_a_job_deaf_to_its_signal_exits_after_deadline_and_grace(daemon_env):
     env = daemon_env
     daemon = env.start("--queue", "slow=1x4", "--drain-deadline", "3s", XJOBS_LEASE="6s",
@@ -111,6 +114,7 @@ def test_sigterm_with_a_job_deaf_to_its_signal_exits_after_deadline_and_grace(da
     assert second.wait(10) == 0
 
 
+@pytest.mark.timing
 def test_sigkill_of_the_supervisor_leaves_no_child_behind(daemon_env):
     env = daemon_env
     daemon = env.start("--queue", "alpha=2x4", "--queue", "slow=1x2")
@@ -129,6 +133,7 @@ def test_sigkill_of_the_supervisor_leaves_no_child_behind(daemon_env):
     assert job["state"] == "ready" and job["attempt"] == 0, job
 
 
+@pytest.mark.timing
 def test_an_orphan_blocked_in_the_database_is_gone_within_two_seconds(daemon_env):
     """Its close is stuck (the jobs table is locked, so the hand-back of its run waits): the
     backstop still ends every child of a SIGKILLed supervisor within 2 s."""
@@ -146,6 +151,7 @@ def test_an_orphan_blocked_in_the_database_is_gone_within_two_seconds(daemon_env
     assert gone_in <= 2.0, f"children outlived their supervisor by {gone_in:.2f}s"
 
 
+@pytest.mark.timing
 def test_a_second_sigterm_skips_to_the_kill(daemon_env):
     env = daemon_env
     daemon = env.start("--queue", "slow=1x2", "--drain-deadline", "60s")

@@ -23,6 +23,7 @@ def started(env, job_id: int) -> list[tuple]:
     return env.sql("select attempt, pid from {schema}.effects where job_id = %s order by at", job_id)
 
 
+@pytest.mark.timing
 def test_a_stall_longer_than_the_silence_window_but_shorter_than_a_lease_kills_no_child(daemon_env):
     env = daemon_env
     daemon = env.start("--queue", "slow=1x2", "--queue", "alpha=1x2")
@@ -51,6 +52,7 @@ def test_a_stall_longer_than_the_silence_window_but_shorter_than_a_lease_kills_n
     assert daemon.wait(15) == 0
 
 
+@pytest.mark.timing
 def test_a_child_is_restarted_within_seconds_while_the_jobs_table_is_locked(daemon_env):
     env = daemon_env
     daemon = env.start("--queue", "alpha=1x2")
@@ -72,6 +74,7 @@ def test_a_child_is_restarted_within_seconds_while_the_jobs_table_is_locked(daem
     assert daemon.wait(15) == 0
 
 
+@pytest.mark.timing
 def test_idle_http_clients_never_hold_up_a_restart(daemon_env):
     env = daemon_env
     daemon = env.start("--queue", "alpha=1x2")
@@ -112,6 +115,7 @@ def _established(port: int) -> int:
                    if line.split()[2] == target and line.split()[3] == "01")
 
 
+@pytest.mark.timing
 def test_a_child_blocked_in_a_database_call_does_not_outlive_its_supervisor(daemon_env):
     env = daemon_env
     daemon = env.start("--queue", "alpha=1x2", "--queue", "beta=1x2")

@@ -53,6 +53,7 @@ def test_killed_workers_never_rerun_a_recorded_step_and_every_job_completes(daem
     assert daemon.wait(30) == 0
 
 
+@pytest.mark.timing
 def test_a_sleeping_job_holds_no_slot_and_wakes_on_time_with_its_attempt(daemon_env):
     env = daemon_env
     daemon = env.start("--app", APP, "--queue", "naps=1x1")

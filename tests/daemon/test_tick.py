@@ -39,6 +39,7 @@ def enqueue_work(env, per_queue: int = 4) -> None:
         env.enqueue(f"work_t{n}", f"t{n}", [{"n": i} for i in range(per_queue)], key=lambda i, n=n: f"t{n}:{i['n']}")
 
 
+@pytest.mark.timing
 def test_a_tick_isolates_a_failure_hands_back_a_hung_job_and_fires_cron_once(daemon_env):
     env = daemon_env
     due_minute(env)
@@ -127,6 +128,7 @@ def test_a_failing_scan_is_isolated_reported_and_runs_again_only_at_its_interval
     assert not second.failed and second.jobs == {} and len(ran) == 2
 
 
+@pytest.mark.timing
 def test_a_scan_is_told_when_the_ticks_deadline_passes_and_a_job_of_its_name_stays_apart(pg_dsn, pg_schema):
     import xjobs
     from xjobs.config import Settings

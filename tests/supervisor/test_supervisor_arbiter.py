@@ -92,6 +92,7 @@ def test_ttin_and_ttou_scale_every_worker_queue_but_never_below_one(make_arbiter
     assert [s.index for s in arbiter.processes.slots] == [1, 1]
 
 
+@pytest.mark.timing
 def test_the_deadline_then_sigkill_ends_a_child_that_does_not_stop(make_arbiter):
     arbiter = make_arbiter([spec("q", 1, "deaf")], settings=Settings(drain_deadline_ms=300, lease_ms=1000,
                                                                      heartbeat_ms=200))

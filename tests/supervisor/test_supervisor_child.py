@@ -104,6 +104,7 @@ def test_accept_drains_then_closes_once_nothing_is_in_flight(host_factory):
     assert [c[0] for c in role.calls] == ["initialize", "stop_accepting", "close"]
 
 
+@pytest.mark.timing
 def test_work_that_ignores_the_drain_is_abandoned_at_the_deadline(host_factory):
     parent, role, host, thread, result, _ = host_factory("deaf")
     parent.expect("ready")

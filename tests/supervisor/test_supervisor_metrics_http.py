@@ -15,7 +15,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.daemon_fixtures import wait_for
+from tests.waiting import wait_for
 from xjobs.errors import InvalidOption
 from xjobs.supervisor.metrics import MetricsEndpoint
 
@@ -117,6 +117,7 @@ def test_a_client_trickling_bytes_is_cut_off_too(make_endpoint):
     wait_for(lambda: ep.open_connections() == 0, 5, "the connection to be forgotten")
 
 
+@pytest.mark.timing
 def test_stop_returns_promptly_and_hangs_up_on_slow_clients(make_endpoint):
     ep = make_endpoint(request_timeout_s=60.0)
     with ExitStack() as stack:

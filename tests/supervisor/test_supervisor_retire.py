@@ -26,6 +26,7 @@ def live(arbiter, pid: int) -> bool:
     return any(c["pid"] == pid for c in rows(arbiter))
 
 
+@pytest.mark.timing
 def test_a_child_silent_for_less_than_a_lease_keeps_its_place(make_arbiter):
     # silence_s is 1 s, the lease 3 s: a child that says nothing for 2.5 s still holds valid
     # leases (a slow database, say) and must not be killed and restarted under them
@@ -42,6 +43,7 @@ def test_a_child_silent_for_less_than_a_lease_keeps_its_place(make_arbiter):
     assert "silent" in arbiter.processes.slots[0].last_exit
 
 
+@pytest.mark.timing
 def test_scaling_down_stops_claiming_but_lets_running_jobs_finish(make_arbiter):
     arbiter = make_arbiter([spec("a", 2, "busy")], settings=Settings(drain_deadline_ms=30_000))
     drive(arbiter, lambda: all_ready(arbiter))

@@ -24,7 +24,7 @@ CHROMIUM = os.environ.get("XJOBS_TEST_CHROMIUM") or shutil.which("chromium") or 
 if not CHROMIUM:
     pytest.skip("no Chromium on this machine (apt-get install chromium)", allow_module_level=True)
 
-pytestmark = [pytest.mark.daemon, pytest.mark.postgres]
+pytestmark = [pytest.mark.daemon, pytest.mark.postgres, pytest.mark.browser]
 TOKEN = "a long dashboard token for the tests"
 WAIT_MS = 15_000
 expect.set_options(timeout=WAIT_MS)
