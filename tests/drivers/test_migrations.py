@@ -366,7 +366,7 @@ def _lock_waiters(dsn: str) -> int:
 
 
 def test_two_migrates_at_once_one_applies_everything_the_other_finds_it_current(private_database):
-    from tests.daemon_fixtures import wait_for
+    from tests.waiting import wait_for
     env = {**os.environ, "XJOBS_DATABASE_URL": private_database, "XJOBS_SCHEMA": "xjobs"}
     holder = _hold_the_installers_lock(private_database)      # both are started before either may go
     procs: list[subprocess.Popen] = []

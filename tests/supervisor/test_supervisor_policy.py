@@ -16,6 +16,7 @@ import pytest
 
 from tests.supervisor.fake_roles import TICKING, Ticker, ticker_spec
 from tests.supervisor.harness import SETTINGS, all_ready, drive, rows, spec
+from tests.waiting import wait_for
 from xjobs.config import QueueSpec, Settings
 from xjobs.errors import InvalidOption
 from xjobs.supervisor import report
@@ -106,10 +107,7 @@ def test_a_role_that_is_never_restarted_gives_its_slot_up_until_a_reload(make_ar
 def test_the_in_process_host_drives_the_same_phases():
     ticker = Ticker("ticker:test:1")
     host = InProcessHost(ticker, drain="finish").start()
-    deadline = time.monotonic() + 5
-    while ticker.passes < 3:
-        assert time.monotonic() < deadline, "no passes"
-        time.sleep(0.01)
+    wait_for(lambda: ticker.passes >= 3, 5, "three passes")
     host.stop(deadline_s=1)
     assert ticker.closed and ticker.interrupted is None and host.lifecycle.state == "stopped"
 

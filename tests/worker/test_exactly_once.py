@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 import xjobs
+from tests.waiting import wait_for
 from xjobs.config import Settings
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
@@ -124,9 +125,7 @@ def test_enqueue_wakes_an_idle_worker_without_waiting_for_the_poll(pg_dsn, pg_sc
     host = InProcessHost(worker).start()
     try:
         # the first pass polls once at start: enqueue only after it, while the worker idles
-        deadline = time.monotonic() + 10
-        while worker.passes < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: worker.passes >= 1, 10, "the worker's first pass")
         enqueue_many(handle, [{}], driver=live_driver)
         assert ran.wait(10), "the notification did not wake the worker (poll is 10 minutes)"
     finally:

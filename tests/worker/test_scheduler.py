@@ -122,12 +122,9 @@ def test_a_second_tick_joins_the_round_in_flight(driver, registry, digest):
 
 
 def waiting_to_join(role: Scheduler) -> None:
-    """Until a second caller of ``tick()`` waits on the round in flight (the condition's
-    waiter list is CPython's, read only here, so the test does not race the joiner)."""
-    deadline = time.monotonic() + 5
-    while not role._round_done._waiters:       # type: ignore[attr-defined]
-        assert time.monotonic() < deadline, "the second tick never waited"
-        time.sleep(0.001)
+    """Until a second caller of ``tick()`` waits on the round in flight (the scheduler's
+    ``joined`` hook, so the test does not race the joiner)."""
+    assert role.joined.wait(5), "the second tick never waited"
 
 
 def test_a_joined_round_that_fails_fails_for_the_joiner_too(driver, registry, digest):
