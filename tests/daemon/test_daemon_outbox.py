@@ -1,13 +1,13 @@
 """The outbox through real daemons: application transactions stage jobs while two daemons'
 relays are SIGKILLed in turn; afterwards the jobs are exactly the committed outbox rows (none
-lost, none twice, none from a rolled-back transaction). And an idle daemon starts a staged job
-within milliseconds of the commit: the relay and the worker both wake on notifications."""
+lost, none twice, none from a rolled-back transaction). And an idle daemon whose poll is ten
+minutes away starts every staged job: the relay and the worker both wake on notifications
+(how soon, against a raw LISTEN loop, is ``bench/latency.py``'s table)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import statistics
 import threading
 import time
 
@@ -102,7 +102,8 @@ def test_jobs_are_exactly_the_committed_outbox_rows_while_relays_are_killed(daem
 def test_an_idle_daemon_starts_a_staged_job_within_milliseconds_of_the_commit(daemon_env):
     env = daemon_env
     env.sql("create table {schema}.orders (n int primary key)")
-    daemon = env.start("--app", COORD, "--queue", "outboxed=1x4")
+    # no poll within the test: only the notifications can carry a staged job to its body
+    daemon = env.start("--app", COORD, "--queue", "outboxed=1x4", XJOBS_POLL="10m")
     daemon.ready()
     wait_for(lambda: relay_of(daemon), 10, "the relay")
     from tests.apps.coord_app import outboxed
@@ -112,12 +113,8 @@ def test_an_idle_daemon_starts_a_staged_job_within_milliseconds_of_the_commit(da
                 stage(conn, outboxed, {"n": n}, driver=env.driver)
             wait_for(lambda: env.one("select count(*) from {schema}.effects where name = 'outboxed'") == n + 1,
                      10, f"job {n} to start")
-    latencies = [ms for (ms,) in env.sql(
-        "select extract(epoch from e.at - o.staged_at) * 1000 from {schema}.outbox o "
-        "join {schema}.effects e on e.job_id = o.job_id")]
-    assert len(latencies) == 40
-    # the poll is a second: anything near it would mean a notification was missed
-    assert statistics.median(latencies) < 250, sorted(latencies)
+    started = env.one("select count(*) from {schema}.outbox o join {schema}.effects e on e.job_id = o.job_id")
+    assert started == 40                          # each staged row became the job that ran
     # rows the relay has not published yet are what xjobs_outbox_pending counts
     relay = relay_of(daemon)["pid"]
     os.kill(relay, signal.SIGSTOP)
