@@ -18,6 +18,7 @@ JOB_FIELDS = {"id", "name", "queue", "state", "attempt", "max_attempts", "tenant
               "priority", "run_at", "last_error", "created_at", "finished_at"}
 
 
+@pytest.mark.slow
 def test_operator_round_trip(xjobsd, pg_dsn, pg_schema):
     xjobsd("migrate")
     xjobsd("migrate")  # idempotent

@@ -59,6 +59,7 @@ class StateWatch:
         return self.seen
 
 
+@pytest.mark.slow
 def test_three_slots_hold_across_two_daemons_sheds_stay_ready_and_a_killed_holder_frees_its_slot(daemon_env):
     env = daemon_env
     daemons = [env.start("--app", COORD, "--queue", "capped=4x4", XJOBS_LEASE=f"{LEASE_S}s",

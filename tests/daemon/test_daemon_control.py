@@ -23,6 +23,7 @@ def processes(daemon, queue: str) -> int:
     return daemon.status()["queues"][queue]["processes"]
 
 
+@pytest.mark.slow
 def test_scale_refuses_what_would_empty_or_overfill_a_queue(daemon_env):
     daemon = daemon_env.start("--queue", "alpha=2x4", "--queue", "beta=1x4")
     daemon.ready()

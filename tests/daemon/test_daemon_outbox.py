@@ -53,6 +53,7 @@ class App:
             self.errors.append(exc)
 
 
+@pytest.mark.slow
 def test_jobs_are_exactly_the_committed_outbox_rows_while_relays_are_killed(daemon_env):
     env = daemon_env
     env.sql("create table {schema}.orders (n int primary key)")

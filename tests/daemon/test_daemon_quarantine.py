@@ -30,6 +30,7 @@ def _round(env, rng: random.Random, round_no: int) -> tuple[list[int], list[int]
     return [i for i in ids if i not in poison], poison
 
 
+@pytest.mark.slow
 def test_poison_jobs_die_of_their_own_crashes_and_never_take_a_neighbour(daemon_env):
     env = daemon_env
     daemon = env.start("--app", POISON_APP, "--queue", "poison=1x4")

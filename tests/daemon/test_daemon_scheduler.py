@@ -47,6 +47,7 @@ def by_scheduler(env, identity: str, since) -> int:
                    f"task:every_second@{identity}", since)
 
 
+@pytest.mark.slow
 def test_one_leader_fires_each_second_exactly_once_across_kills_and_a_pause(daemon_env):
     env = daemon_env
     daemons = [env.start("--app", COORD, "--queue", "beats=1x4", **SHORT_LEASE) for _ in range(2)]

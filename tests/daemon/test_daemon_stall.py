@@ -23,6 +23,7 @@ def started(env, job_id: int) -> list[tuple]:
     return env.sql("select attempt, pid from {schema}.effects where job_id = %s order by at", job_id)
 
 
+@pytest.mark.slow
 @pytest.mark.timing
 def test_a_stall_longer_than_the_silence_window_but_shorter_than_a_lease_kills_no_child(daemon_env):
     env = daemon_env

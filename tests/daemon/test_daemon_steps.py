@@ -21,6 +21,7 @@ APP = "tests.apps.steps_app"
 JOBS = 200
 
 
+@pytest.mark.slow
 def test_killed_workers_never_rerun_a_recorded_step_and_every_job_completes(daemon_env):
     env = daemon_env
     daemon = env.start("--app", APP, "--queue", "steps=2x8")

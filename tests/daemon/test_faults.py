@@ -47,6 +47,7 @@ def _cluster_unavailable() -> str | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_the_fault_battery_short_run_passes(tmp_path):
     reason = _cluster_unavailable()

@@ -35,6 +35,7 @@ def live_driver(pg_dsn, pg_schema):
     driver.close()
 
 
+@pytest.mark.slow
 def test_ten_thousand_jobs_run_exactly_once(pg_dsn, pg_schema, live_driver):
     registry = xjobs.Registry()
     effect = (f"insert into {pg_schema}.effects (job_id, n) values (%s, %s) "
