@@ -29,7 +29,12 @@ def finish(proc: subprocess.Popen) -> tuple[int, dict]:
 
 
 def due_minute(env) -> None:
-    """The task's watermark just before the last minute boundary: exactly one occurrence is due."""
+    """The task's watermark just before the last minute boundary: exactly one occurrence is due,
+    and the next boundary is at least 15 s away, past every tick of the test (one that crossed it
+    would find a second occurrence due)."""
+    left_s = float(env.one("select 60 - extract(epoch from now())::numeric % 60"))
+    if left_s < 15:
+        time.sleep(left_s + 0.05)   # a time, not a synchronisation: the next minute begins
     env.sql("insert into {schema}.scheduler_state (task, watermark_ms, updated_at) "
             "values ('every_minute', (floor(extract(epoch from now()) / 60) * 60 - 1) * 1000, now())")
 
