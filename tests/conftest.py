@@ -41,7 +41,8 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """The longest tests first (``slow``, then the daemons): xdist hands them out before the
-    short ones, which then fill the gaps instead of trailing alone at the end of the run."""
+    """The longest tests first (``slow``, then the daemons), the short ones last: with
+    ``--dist worksteal`` the short ones are what a process takes from another's queue, so the
+    run does not end on one long test while the other processes wait."""
     items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
                                  item.get_closest_marker("daemon") is None))
