@@ -2,7 +2,7 @@
 
 A ``ticker`` (``tests/supervisor/fake_roles.py``: a ``RoleBase`` singleton that counts its passes
 and reports a gauge) runs in a real forked child under a real ``Arbiter``, beside a worker
-queue, with the same set-up as ``test_supervisor_arbiter``: ``step()`` driven by hand until a
+queue, with the set-up of every arbiter test (``harness.py``): ``step()`` driven by hand until a
 condition holds, real signals to this process and to the children.
 """
 

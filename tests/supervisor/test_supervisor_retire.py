@@ -1,7 +1,8 @@
 """The arbiter deciding how a child goes: interrupted or not, killed or not, counted or not.
 
-Same set-up as ``test_supervisor_arbiter``: real forked children hosting a database-free role,
-``step()`` driven by hand until a condition holds, real signals to this process.
+Same set-up as every arbiter test (``harness.py``): real forked children hosting a
+database-free role, ``step()`` driven by hand until a condition holds, real signals to this
+process.
 """
 
 from __future__ import annotations
