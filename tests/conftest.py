@@ -1,5 +1,12 @@
 """Test configuration: fixtures live in plugins so each suite can see what it depends on.
 
+The tests are in tiers, each a folder: ``unit`` (declarations, refusals, pure functions),
+``drivers`` (the seam, its SQL and migrations, on both drivers), ``worker`` (the child roles in
+this process), ``supervisor`` (the arbiter forking fake roles), ``daemon`` (``xjobsd`` as a
+subprocess), ``cli`` and ``ui`` (the operator surfaces). Shared fixtures are plugins loaded
+here: ``tests/fixtures.py`` (drivers and schemas) and ``tests/daemon_fixtures.py``
+(``daemon_env``); a tier's own are in its ``conftest.py``.
+
 The suite runs on several processes (pytest-xdist, ``-n auto`` in pyproject.toml): most of its
 time is daemons waiting on real timers, not CPU. How many is bounded by the PostgreSQL the tests
 use: a daemon test holds 15 to 40 sessions (every child has its pools), so a server at the
@@ -13,7 +20,7 @@ import os
 
 import psycopg
 
-pytest_plugins = ["tests.fixtures"]
+pytest_plugins = ["tests.fixtures", "tests.daemon_fixtures"]
 
 _SESSIONS_PER_WORKER = 40
 _MOST_WORKERS = 4
@@ -31,3 +38,11 @@ def pytest_xdist_auto_num_workers(config) -> int:
     room = int(row[0]) if row else 0
     # twice the cores: the workers mostly wait
     return max(1, min(_MOST_WORKERS, (os.cpu_count() or 1) * 2, room // _SESSIONS_PER_WORKER))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The longest tests first (``slow``, then the daemons), the short ones last: with
+    ``--dist worksteal`` the short ones are what a process takes from another's queue, so the
+    run does not end on one long test while the other processes wait."""
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
+                                 item.get_closest_marker("daemon") is None))

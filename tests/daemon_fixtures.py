@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -27,6 +26,7 @@ import pytest
 
 from tests.apps.daemon_app import effects_ddl
 from tests.fixtures import drop_schema, new_schema_name
+from tests.waiting import wait_for
 from xjobs.drivers.base import NewJob
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.control_client import ControlUnavailable, request
@@ -40,18 +40,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, every: float = 0.05) -> Any:
-    """Poll ``condition`` until it answers something truthy; fail naming ``what``."""
-    end = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
 
 
 def alive(pid: int) -> bool:

@@ -129,6 +129,7 @@ class Scheduler(RoleBase):
         self._round_lock = threading.Lock()
         self._round_done = threading.Condition(self._round_lock)
         self._in_round = False
+        self.joined = threading.Event()   # test hook: set once a tick() waits on the round in flight
         self._last_outcome: RoundReport | BaseException = RoundReport()
         self._next_round = 0.0
         # the fleet's upkeep, on the leader only: its cost does not grow with the worker count
@@ -261,6 +262,7 @@ class Scheduler(RoleBase):
         """One dispatch round; joins the round in flight instead of starting a second one."""
         with self._round_lock:
             if self._in_round:
+                self.joined.set()      # under the lock: the round cannot end before this waits
                 while self._in_round:
                     self._round_done.wait()
                 if isinstance(self._last_outcome, BaseException):
