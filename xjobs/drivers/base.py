@@ -81,10 +81,8 @@ if TYPE_CHECKING:
 
     from .memory_jobs import MemoryTransaction
 
+# a caller's connection, whose transaction a verb's ``conn`` joins (see ``job_enqueue``)
 CallerConnection: TypeAlias = "psycopg.Connection[Any] | MemoryTransaction"
-"""A caller's connection, whose transaction a verb taking ``conn`` joins: the application's
-psycopg connection (of any row type), or what the memory driver's ``job_transaction`` yields.
-Each driver refuses one it cannot join (``X_INVALID_OPTION``)."""
 
 
 class JobListener(Protocol):
@@ -392,11 +390,11 @@ class JobDriver(Storage, JobStore, Maintenance, Introspection, QueueStore, Leade
 
 __all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGES", "NACK_OUTCOMES",
            "MAX_DELAY_MS", "LATEST_MS", "NewJob", "Enqueued", "Claim", "ClaimAlone", "ClaimedJob",
-           "TenantRoom", "Nack", "NackOutcome", "Lease", "WorkerExit", "Batch", "JobView",
-           "HistoryEntry", "ListFilter", "Matching", "Released", "QueueControl", "Progress",
-           "ProgressReport", "QueueSummary", "RatePoint", "DeadGroup", "LeaderView", "Watermark",
-           "Dispatch", "OutboxClaim", "OutboxSummary", "SlotRequest", "Slot", "CallerConnection",
-           "JobListener", "Storage", "JobTransactions", "JobStore", "Maintenance", "Introspection",
-           "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore", "SlotStore", "StepStore",
-           "EventStore", "RunStore", "JobDriver", "STEP_KINDS", "STEP_STATES", "StepRecord", "StepLog",
-           "StepResult", "StepSleep", "StepWait", "StepOutcome", "NewEvent", "SentEvent"]
+           "TenantRoom", "Nack", "NackOutcome", "Lease", "WorkerExit", "Batch", "JobView", "HistoryEntry",
+           "ListFilter", "Matching", "Released", "QueueControl", "Progress", "ProgressReport", "QueueSummary",
+           "RatePoint", "DeadGroup", "LeaderView", "Watermark", "Dispatch", "OutboxClaim", "OutboxSummary",
+           "SlotRequest", "Slot", "CallerConnection", "JobListener", "Storage", "JobTransactions", "JobStore",
+           "Maintenance", "Introspection", "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore",
+           "SlotStore", "StepStore", "EventStore", "RunStore", "JobDriver", "STEP_KINDS", "STEP_STATES",
+           "StepRecord", "StepLog", "StepResult", "StepSleep", "StepWait", "StepOutcome", "NewEvent",
+           "SentEvent"]
