@@ -42,7 +42,7 @@ def pg_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     import pgserver  # only when no server is at hand: it starts a private one
 
-    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="delete")
+    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="delete")  # type: ignore[attr-defined]
     try:
         yield server.get_uri()
     finally:

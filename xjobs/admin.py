@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, NotRequired, TypedDict
 
 from .drivers.base import LATEST_MS, LIVE_STATES, Batch, DeadGroup, JobDriver, JobView, ListFilter
 from .errors import InvalidOption
@@ -58,7 +58,17 @@ def when(text: str | None, option: str) -> tuple[float | None, float | None]:
     return moment.timestamp() * 1000.0, None
 
 
-def waiting_for(view: JobView) -> dict | None:
+class WaitingFor(TypedDict):
+    """The parked step of a suspended job: a sleep until ``until``, or a wait for ``event``
+    (of ``key``) until ``until`` (None: no timeout)."""
+    step: str
+    until: float | None
+    sleep: NotRequired[bool]
+    event: NotRequired[str | None]
+    key: NotRequired[str | None]
+
+
+def waiting_for(view: JobView) -> WaitingFor | None:
     """What a suspended job waits for: the sleep or the event of its parked step."""
     if view.state != "suspended":
         return None

@@ -87,7 +87,7 @@ class RunSignal:
         return f"<RunSignal {'set: ' + str(self.code) if self.code else 'clear'}>"
 
 
-class RunLog(logging.LoggerAdapter):
+class RunLog(logging.LoggerAdapter[logging.Logger]):
     """``ctx.log``: every record carries the run's fields, and the fields a call adds
     (``ctx.log.info("sent", extra={"to": addr})``) are kept beside them, not dropped."""
 
@@ -161,7 +161,7 @@ class Ctx:
         self.signal = signal
         self._driver = driver
         self._lease = lease
-        self._log: logging.LoggerAdapter | None = None
+        self._log: RunLog | None = None
         self._progress: "Progress | None" = None    # the latest report
         self._written: "Progress | None" = None     # the latest that landed
         self.fence = Fence(signal)
@@ -252,7 +252,7 @@ class Ctx:
         return self._progress
 
     @property
-    def log(self) -> logging.LoggerAdapter:
+    def log(self) -> RunLog:
         if self._log is None:
             self._log = RunLog(_log, {"job_id": self.job_id, "job": self.name, "queue": self.queue,
                                       "attempt": self.attempt, "tenant": self.tenant})

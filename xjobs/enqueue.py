@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .config import current_driver, current_settings
-from .drivers.base import LATEST_MS, Enqueued, JobDriver, NewJob
+from .drivers.base import LATEST_MS, CallerConnection, Enqueued, JobDriver, NewJob
 from .drivers.records import ENQUEUE_CHUNK
 from .errors import InvalidOption
 from .options import duration_ms, finite_count, finite_option
@@ -116,7 +116,8 @@ def _check_bytes(total: int) -> None:
 
 
 def enqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
-                 run_at: object = None, priority: int | None = None, conn: Any = None,
+                 run_at: object = None, priority: int | None = None,
+                 conn: CallerConnection | None = None,
                  enqueued_by: str | None = None, driver: JobDriver | None = None) -> list[Enqueued]:
     driver = driver if driver is not None else current_driver()
     settings = current_settings()

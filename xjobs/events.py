@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import current_driver, current_settings
-from .drivers.base import EventStore, NewEvent, SentEvent
+from .drivers.base import CallerConnection, EventStore, NewEvent, SentEvent
 from .drivers.refusals import check_event
 from .errors import PayloadInvalid
 from .payload import encode_payload
@@ -30,7 +30,8 @@ from .payload import encode_payload
 _EMPTY: Any = object()
 
 
-def send_event(event: str, *, key: str | None = None, payload: Any = _EMPTY, conn: Any = None,
+def send_event(event: str, *, key: str | None = None, payload: Any = _EMPTY,
+               conn: CallerConnection | None = None,
                driver: EventStore | None = None) -> SentEvent:
     """Store ``event`` (with ``key``: only waiters of that key get it) and wake its waiters;
     answers the stored event's id and how many parked jobs it woke."""

@@ -6,7 +6,8 @@ transaction commits, and then exactly once.
         xjobs.outbox.stage(conn, send_receipt, {"order": 42, "org": "acme"})
 
 ``stage`` writes one row to the outbox table on ``conn`` (your psycopg connection, inside
-your transaction); ``stage_many`` writes a batch in one statement. Everything ``enqueue``
+your transaction; None: in a transaction of its own, and the memory driver has no other);
+``stage_many`` writes a batch in one statement. Everything ``enqueue``
 would refuse is refused here, before anything is written. The daemon's ``outbox-relay``
 child wakes on the insert's notification, claims staged rows as a lease, enqueues them
 through the one enqueue path and marks them published in one transaction: a committed row
@@ -21,26 +22,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable
 
 from .config import current_driver, current_settings
+from .drivers.base import CallerConnection, OutboxStore
 from .enqueue import build_jobs
 
 if TYPE_CHECKING:
     from .registry import JobHandle
 
 
-def stage(conn: Any, job: "JobHandle", input: Any, *, delay: object = None, run_at: object = None,
-          priority: int | None = None, enqueued_by: str | None = None, driver: Any = None) -> int:
+def stage(conn: CallerConnection | None, job: "JobHandle", input: Any, *, delay: object = None,
+          run_at: object = None, priority: int | None = None, enqueued_by: str | None = None,
+          driver: OutboxStore | None = None) -> int:
     """Stage one job in ``conn``'s transaction; answers the outbox row's id."""
     return stage_many(conn, job, [input], delay=delay, run_at=run_at, priority=priority,
                       enqueued_by=enqueued_by, driver=driver)[0]
 
 
-def stage_many(conn: Any, job: "JobHandle", inputs: Iterable[Any], *, delay: object = None,
-               run_at: object = None, priority: int | None = None, enqueued_by: str | None = None,
-               driver: Any = None) -> list[int]:
+def stage_many(conn: CallerConnection | None, job: "JobHandle", inputs: Iterable[Any], *,
+               delay: object = None, run_at: object = None, priority: int | None = None,
+               enqueued_by: str | None = None, driver: OutboxStore | None = None) -> list[int]:
     """Stage a batch in one statement in ``conn``'s transaction; answers the rows' ids."""
-    driver = driver if driver is not None else current_driver()
+    store: OutboxStore = driver if driver is not None else current_driver()
     jobs = build_jobs(job, list(inputs), delay=delay, run_at=run_at, priority=priority,
                       enqueued_by=enqueued_by, max_payload_bytes=current_settings().max_payload_bytes)
     if not jobs:
         return []
-    return driver.outbox_stage(jobs, conn)
+    return store.outbox_stage(jobs, conn)

@@ -17,12 +17,21 @@ from __future__ import annotations
 import inspect
 import os
 import threading
-from typing import Any, Callable, ContextManager, Iterable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, TypeVar
 
+from .drivers.base import CallerConnection, Enqueued
 from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, InvalidOption, PayloadInvalid,
                      TenantRequired, UnknownJob)
 from .options import duration_ms, finite_count, plain_name
 from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
+
+if TYPE_CHECKING:
+    from .context import Ctx
+    from .reporting import ErrorHook
+    from .scans import ScanHandle
+    from .tasks import TaskHandle
+
+Body = Callable[["Ctx", Any], Any]   # a job's body: (ctx, input), a def or an async def
 
 _MAX_KEY = 1024
 NO_TENANT = "none"
@@ -31,7 +40,7 @@ NO_TENANT = "none"
 class JobHandle:
     """What ``@job`` returns: enqueue with ``handle.enqueue(input)``; ``handle.fn`` is the body."""
 
-    def __init__(self, fn: Callable[..., Any], *, name: str, queue: str,
+    def __init__(self, fn: Body, *, name: str, queue: str,
                  idempotency_key: Callable[[Any], str], tenant: Any, retry: Retry,
                  timeout_ms: float | None, concurrency: int | None, priority: int,
                  dedupe_window_ms: float | None = None, step_timeout_ms: float | None = None,
@@ -104,18 +113,31 @@ class JobHandle:
         return tenant
 
     def enqueue(self, input: Any, *, delay: object = None, run_at: object = None,
-                priority: int | None = None, conn: Any = None, enqueued_by: str | None = None):
+                priority: int | None = None, conn: CallerConnection | None = None,
+                enqueued_by: str | None = None) -> Enqueued:
         """Enqueue one run; with ``conn=`` the job exists only if the caller's transaction commits."""
         from .enqueue import enqueue_many
         return enqueue_many(self, [input], delay=delay, run_at=run_at, priority=priority,
                             conn=conn, enqueued_by=enqueued_by)[0]
 
     def enqueue_many(self, inputs: Iterable[Any], *, delay: object = None, run_at: object = None,
-                     priority: int | None = None, conn: Any = None, enqueued_by: str | None = None):
+                     priority: int | None = None, conn: CallerConnection | None = None,
+                     enqueued_by: str | None = None) -> list[Enqueued]:
         """Enqueue many runs in one round trip; answers one ``Enqueued`` per input, in order."""
         from .enqueue import enqueue_many
         return enqueue_many(self, list(inputs), delay=delay, run_at=run_at, priority=priority,
                             conn=conn, enqueued_by=enqueued_by)
+
+
+class _Declaration(Protocol):
+    """A task or a scan as the registry holds it: its name and its declaration."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> object: ...
+
+
+_Declared = TypeVar("_Declared", bound=_Declaration)
 
 
 class Registry:
@@ -123,10 +145,10 @@ class Registry:
         # what wraps every run of this registry's jobs (``run_context``): ctx -> a context manager
         self.run_context: Callable[[Any], ContextManager[Any]] | None = None
         # called for every failed attempt (``xjobs.on_error``): (ctx, error, verdict)
-        self.error_hooks: list[Callable[..., Any]] = []
+        self.error_hooks: list[ErrorHook] = []
         self._jobs: dict[str, JobHandle] = {}
-        self._tasks: dict[str, Any] = {}     # name -> TaskHandle (tasks.py)
-        self._scans: dict[str, Any] = {}     # name -> ScanHandle (scans.py)
+        self._tasks: dict[str, TaskHandle] = {}
+        self._scans: dict[str, ScanHandle] = {}
         self._lock = threading.Lock()
 
     # Registration is not public API: ``job()``, ``task()`` and ``scan()`` are the one way in,
@@ -155,21 +177,22 @@ class Registry:
     def queues(self) -> list[str]:
         return sorted({h.queue for h in self._jobs.values()})
 
-    def _add_task(self, handle: Any) -> Any:
+    def _add_task(self, handle: TaskHandle) -> TaskHandle:
         """Register a ``TaskHandle``; the same declaration twice (a module imported twice) is
         one task, two different ones under one name are refused."""
         from .tasks import TaskHandle
         _proven(handle, TaskHandle, "task()")
         return self._add_declared(self._tasks, handle, "task", "X_TASK_DUPLICATE")
 
-    def _add_scan(self, handle: Any) -> Any:
+    def _add_scan(self, handle: ScanHandle) -> ScanHandle:
         """Register a ``ScanHandle``; one declaration twice is one scan, two different ones
         under one name are refused."""
         from .scans import ScanHandle
         _proven(handle, ScanHandle, "scan()")
         return self._add_declared(self._scans, handle, "scan", "X_SCAN_DUPLICATE")
 
-    def _add_declared(self, table: dict[str, Any], handle: Any, kind: str, code: str) -> Any:
+    def _add_declared(self, table: dict[str, _Declared], handle: _Declared, kind: str,
+                      code: str) -> _Declared:
         """A task or scan is its ``spec``: an equal one under the same name is the same."""
         with self._lock:
             existing = table.get(handle.name)
@@ -178,11 +201,11 @@ class Registry:
             table[handle.name] = handle
             return handle
 
-    def scans(self) -> list[Any]:
+    def scans(self) -> list[ScanHandle]:
         """Sorted by code point, like ``jobs()``."""
         return [self._scans[name] for name in sorted(self._scans)]
 
-    def tasks(self) -> list[Any]:
+    def tasks(self) -> list[TaskHandle]:
         """Sorted by code point, like ``jobs()``."""
         return [self._tasks[name] for name in sorted(self._tasks)]
 
@@ -220,7 +243,7 @@ def _is_model(value: Any) -> bool:
     return isinstance(value, type) and callable(getattr(value, "model_validate", None)) and hasattr(value, "model_dump")
 
 
-def declaration_site(fn: Callable) -> tuple[str, str, int] | None:
+def declaration_site(fn: Callable[..., object]) -> tuple[str, str, int] | None:
     """Where ``fn`` is written: (its source file, resolved; its qualified name; its first line).
 
     What makes two declarations one. A module imported twice (run as ``__main__`` and imported
@@ -235,14 +258,14 @@ def declaration_site(fn: Callable) -> tuple[str, str, int] | None:
             code.co_firstlineno)
 
 
-def _same_body(a: Callable, b: Callable) -> bool:
+def _same_body(a: Callable[..., object], b: Callable[..., object]) -> bool:
     if a is b:
         return True
     site = declaration_site(a)
     return site is not None and site == declaration_site(b)
 
 
-def _where(fn: Callable) -> str:
+def _where(fn: Callable[..., object]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
 
 
@@ -254,7 +277,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         name: str | None = None, retry: Retry | None = None, timeout: object = None,
         concurrency: int | None = None, priority: int = 0, dedupe_window: object = None,
         step_timeout: object = None, event_poll: object = None, retry_on: object = (),
-        terminal_on: object = (), input: Any = None, registry: Registry | None = None) -> Callable[[Callable[..., Any]], JobHandle]:
+        terminal_on: object = (), input: Any = None, registry: Registry | None = None) -> Callable[[Body], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
     ``step_timeout``: the ceiling of each ``ctx.step.run`` call (the step is cancelled, then
@@ -293,7 +316,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         raise InvalidOption("retry_on", "a class cannot be in both retry_on and terminal_on")
     target = registry if registry is not None else REGISTRY
 
-    def declare(fn: Callable[..., Any]) -> JobHandle:
+    def declare(fn: Body) -> JobHandle:
         if not callable(fn):
             raise InvalidOption("job", "decorates a function")
         job_name = plain_name(name if name is not None else fn.__name__, "name")

@@ -24,7 +24,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .cron import check_expression, check_zone
+from .cron import CronResolver, check_expression, check_zone
 from .errors import InvalidOption
 from .options import finite_count, plain_name
 from .payload import encode_payload
@@ -85,7 +85,7 @@ class TaskHandle:
                           keys=[self.occurrence_key(o) for o in occurrences],
                           enqueued_by=f"task:{self.name}@{by}" if by else f"task:{self.name}")
 
-    def plan(self, watermark_ms: float, now_ms: float, resolver: Any) -> tuple[list[float], int]:
+    def plan(self, watermark_ms: float, now_ms: float, resolver: CronResolver) -> tuple[list[float], int]:
         """Which occurrences in ``(watermark_ms, now_ms]`` to dispatch, and how many missed
         ones the catch-up rule drops."""
         if self.catch_up == "skip":

@@ -90,12 +90,12 @@ class NotIdle(XJobsError):
 class _InlineTransactions:
     """Stands in for the driver behind ``ctx.transaction()`` when no job row exists."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: psycopg.Connection[Any] | None) -> None:
         self.conn = conn
 
     @contextlib.contextmanager
     def job_transaction(self, lease: Lease, tenant: str | None = None,
-                        cross_tenant: bool = False) -> Iterator[Any]:
+                        cross_tenant: bool = False) -> Iterator[psycopg.Connection[Any]]:
         if self.conn is None:
             raise NoTransaction("run_inline has no job row for ctx.transaction() to complete; pass "
                                 "conn= (a psycopg connection) to run the body's writes in "
@@ -109,7 +109,8 @@ class _InlineTransactions:
 
 
 def run_inline(handle: JobHandle, input: Any, *, attempt: int = 1, job_id: int = 1,
-               tenant: Any = _FROM_INPUT, signal: RunSignal | None = None, conn: Any = None) -> Any:
+               tenant: Any = _FROM_INPUT, signal: RunSignal | None = None,
+               conn: psycopg.Connection[Any] | None = None) -> Any:
     """Call ``handle``'s body once with a real ``Ctx``; answer what it returned or raise what it raised.
 
     ``tenant`` defaults to the job's own ``tenant(input)``. An ``async def`` body runs on a

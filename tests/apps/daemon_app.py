@@ -54,7 +54,7 @@ def record(ctx, name: str) -> int:
     began = time.time()
     schema = os.environ.get("XJOBS_SCHEMA", "xjobs")
     with _db().connection() as db:
-        return db.execute(f"insert into {schema}.effects (job_id, attempt, pid, name, at) "
+        return db.execute(f"insert into {schema}.effects (job_id, attempt, pid, name, at) "  # type: ignore[index]
                           f"values (%(id)s, %(attempt)s, %(pid)s, %(name)s, to_timestamp(%(began)s)) "
                           f"returning (select count(*) from {schema}.effects where job_id = %(id)s)",
                           {"id": ctx.job_id, "attempt": ctx.attempt, "pid": os.getpid(), "name": name,

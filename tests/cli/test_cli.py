@@ -115,15 +115,15 @@ def test_a_reader_that_stops_early_gets_no_traceback(pg_dsn, pg_schema):
     proc = subprocess.Popen([sys.executable, "-m", "xjobs.cli", "jobs", "ls", "--limit", "1000"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        assert proc.stdout.readline().split()[:2] == [b"ID", b"NAME"]
-        proc.stdout.close()   # as `| head -1` does once it has its line
+        assert proc.stdout.readline().split()[:2] == [b"ID", b"NAME"]  # type: ignore[union-attr]
+        proc.stdout.close()  # type: ignore[union-attr]  # as `| head -1` does once it has its line
         code = proc.wait(60)
-        stderr = proc.stderr.read().decode()
+        stderr = proc.stderr.read().decode()  # type: ignore[union-attr]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        proc.stderr.close()
+        proc.stderr.close()  # type: ignore[union-attr]
     assert stderr == ""   # neither a BrokenPipeError traceback nor "Exception ignored"
     assert code == 141    # what the shell reports for any tool a closed pipe stopped
 

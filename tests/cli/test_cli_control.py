@@ -48,7 +48,7 @@ def test_a_bulk_retry_of_ten_thousand_dead_jobs_goes_in_bounded_batches(xjobsd, 
     assert (done["changed"], done["batches"], done["skipped"]) == (10_000, 10, 0)
     assert driver.job_stats()["mail"] == {"ready": 10_000, "dead": 5}
     with psycopg.connect(pg_dsn) as conn:
-        assert conn.execute(f"select count(*) from {pg_schema}.job_history where outcome = 'requeued' "
+        assert conn.execute(f"select count(*) from {pg_schema}.job_history where outcome = 'requeued' "  # type: ignore[index]
                             f"and error like 'retried by cli:%%'").fetchone()[0] == 10_000
     out = xjobsd("jobs", "cancel", "--name", "send", "--queue", "mail").stdout
     assert out.strip() == "10000 job(s) cancelled in 10 batch(es)"
@@ -81,10 +81,10 @@ def test_jobs_ls_filters_and_follows(xjobsd, driver, pg_dsn, pg_schema):
     follow = subprocess.Popen([sys.executable, "-m", "xjobs.cli", "jobs", "ls", "--follow", "--json",
                                "--queue", "mail"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:
-        seen = [orjson.loads(follow.stdout.readline())["name"] for _ in range(3)]
+        seen = [orjson.loads(follow.stdout.readline())["name"] for _ in range(3)]  # type: ignore[union-attr]
         assert seen == ["old", "old", "new"]                      # the newest page, oldest first
         driver.job_enqueue([NewJob(name="newer", queue="mail", payload=b"{}", idempotency_key="b")])
-        assert orjson.loads(follow.stdout.readline())["name"] == "newer"
+        assert orjson.loads(follow.stdout.readline())["name"] == "newer"  # type: ignore[union-attr]
     finally:
         follow.send_signal(signal.SIGINT)
         assert follow.wait(10) == 0

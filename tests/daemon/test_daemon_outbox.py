@@ -117,7 +117,7 @@ def test_an_idle_daemon_starts_a_staged_job_within_milliseconds_of_the_commit(da
     started = env.one("select count(*) from {schema}.outbox o join {schema}.effects e on e.job_id = o.job_id")
     assert started == 40                          # each staged row became the job that ran
     # rows the relay has not published yet are what xjobs_outbox_pending counts
-    relay = relay_of(daemon)["pid"]
+    relay = relay_of(daemon)["pid"]  # type: ignore[index]
     os.kill(relay, signal.SIGSTOP)
     try:
         with psycopg.connect(env.dsn, autocommit=True) as conn, conn.transaction():

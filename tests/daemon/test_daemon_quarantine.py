@@ -23,7 +23,7 @@ def _round(env, rng: random.Random, round_no: int) -> tuple[list[int], list[int]
     for n in range(2):
         inputs.insert(rng.randrange(len(inputs) + 1), ("poison", {"n": f"{round_no}:{n}"}))
     jobs = [NewJob(name=name, queue="poison", payload=orjson.dumps(data),
-                   idempotency_key=("p:" if name == "poison" else "h:") + data["n"], max_attempts=3)
+                   idempotency_key=("p:" if name == "poison" else "h:") + data["n"], max_attempts=3)  # type: ignore[operator]
             for name, data in inputs]
     ids = [e.id for e in env.driver.job_enqueue(jobs)]
     poison = [i for i, (name, _) in zip(ids, inputs) if name == "poison"]
@@ -103,7 +103,7 @@ def test_four_jobs_caught_in_a_crash_run_again_in_two_halves(daemon_env):
                    "where job_id = any(%s) group by job_id order by job_id", ids)
     assert [n for *_, n in runs] == [2, 2, 2, 2]             # once before the kill, once after
     again = {job_id: last for job_id, _, last, _ in runs}
-    first, second = sorted(again, key=again.get)[:2], sorted(again, key=again.get)[2:]
+    first, second = sorted(again, key=again.get)[:2], sorted(again, key=again.get)[2:]  # type: ignore[arg-type]
     assert abs((again[first[0]] - again[first[1]]).total_seconds()) < 1.0      # a half runs together
     assert (min(again[j] for j in second) - max(again[j] for j in first)).total_seconds() >= 2.5
     daemon.signal(signal.SIGTERM)

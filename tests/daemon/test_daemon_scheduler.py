@@ -66,14 +66,14 @@ def test_one_leader_fires_each_second_exactly_once_across_kills_and_a_pause(daem
 
     # 1. the leader's scheduler child is killed: its supervisor restarts it, and it leads again
     wait_for(lambda: time.monotonic() - started > 8, 20, "some seconds of dispatching")
-    os.kill(scheduler_of(leader)["pid"], signal.SIGKILL)
+    os.kill(scheduler_of(leader)["pid"], signal.SIGKILL)  # type: ignore[index]
     wait_for(lambda: leading(daemons), 10, "a leader after the first kill")
 
     # 2. the leading daemon is killed outright (supervisor and children): the other takes over
     wait_for(lambda: time.monotonic() - started > 18, 20, "more seconds")
     leader = leading(daemons)
-    leader.proc.kill()
-    leader.proc.wait(10)
+    leader.proc.kill()  # type: ignore[attr-defined]
+    leader.proc.wait(10)  # type: ignore[attr-defined]
     daemons.remove(leader)
     daemons.append(env.start("--app", COORD, "--queue", "beats=1x4", **SHORT_LEASE))
     daemons[-1].ready()
@@ -83,21 +83,21 @@ def test_one_leader_fires_each_second_exactly_once_across_kills_and_a_pause(daem
     wait_for(lambda: time.monotonic() - started > 32, 30, "more seconds")
     leader = leading(daemons)
     paused = scheduler_of(leader)
-    os.kill(paused["pid"], signal.SIGSTOP)
+    os.kill(paused["pid"], signal.SIGSTOP)  # type: ignore[index]
     try:
         other = next(d for d in daemons if d is not leader)
         wait_for(lambda: leading([other]), 10, "the other daemon to take over")
         took_over = env.one("select now()")
-        wait_for(lambda: by_scheduler(env, scheduler_of(other)["identity"], took_over), 10,
+        wait_for(lambda: by_scheduler(env, scheduler_of(other)["identity"], took_over), 10,  # type: ignore[index]
                  "the new leader's first dispatch")
     finally:
-        os.kill(paused["pid"], signal.SIGCONT)
-    wait_for(lambda: (row := scheduler_of(leader)) and row["stats"]["rounds"] > paused["stats"]["rounds"] + 1,
+        os.kill(paused["pid"], signal.SIGCONT)  # type: ignore[index]
+    wait_for(lambda: (row := scheduler_of(leader)) and row["stats"]["rounds"] > paused["stats"]["rounds"] + 1,  # type: ignore[index]
              10, "the resumed scheduler to report rounds")
     resumed = scheduler_of(leader)
-    assert resumed["pid"] == paused["pid"] and resumed["stats"]["leader"] == 0
+    assert resumed["pid"] == paused["pid"] and resumed["stats"]["leader"] == 0  # type: ignore[index]
     # nothing the paused ex-leader enqueued is newer than the takeover
-    assert by_scheduler(env, paused["identity"], took_over) == 0
+    assert by_scheduler(env, paused["identity"], took_over) == 0  # type: ignore[index]
 
     wait_for(lambda: time.monotonic() - started > 60, 40, "a minute of occurrences")
     for daemon in daemons:

@@ -18,7 +18,7 @@ from xjobs.options import duration_ms
 
 def unit(name: str = "xjobsd.service") -> configparser.ConfigParser:
     parser = configparser.ConfigParser(strict=False, interpolation=None)
-    parser.optionxform = str
+    parser.optionxform = str  # type: ignore[method-assign, assignment]
     parser.read(ROOT / "systemd" / name)
     return parser
 
@@ -118,7 +118,7 @@ def test_reload_wait_returns_once_every_group_is_replaced_and_systemd_hears_it(d
         assert kept == {("worker", "alpha", 1), ("scheduler", None, 1), ("outbox-relay", None, 1)}
         assert status["queues"]["alpha"]["processes"] == 2 and status["queues"]["beta"]["concurrency"] == 4
 
-        heard = []   # every datagram up to the READY=1 that follows RELOADING=1
+        heard: list[str] = []   # every datagram up to the READY=1 that follows RELOADING=1
         while not (any("RELOADING=1" in m for m in heard) and "READY=1" in heard[-1]):
             heard.append(receiver.recv(4096).decode())
         reloading = dict(line.split("=", 1) for line in

@@ -142,7 +142,7 @@ def test_the_previous_release_drains_jobs_on_the_new_schema(pg_dsn, schema, prev
     assert answer["jobs"] == {"rolling_sum": {"completed": 10}, "rolling_refused": {"dead": 1}}
     with psycopg.connect(pg_dsn) as conn:
         states = conn.execute(f"select name, state, count(*) from {schema}.jobs group by 1, 2 order by 1").fetchall()
-        steps = conn.execute(f"select count(*) from {schema}.job_steps where name = 'add' and state = 'completed'"
+        steps = conn.execute(f"select count(*) from {schema}.job_steps where name = 'add' and state = 'completed'"  # type: ignore[index]
                              ).fetchone()[0]
         history = conn.execute(f"select outcome, error from {schema}.job_history").fetchall()
         assert catalog(conn, schema) == before            # its boot changed nothing

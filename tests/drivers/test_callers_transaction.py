@@ -15,7 +15,7 @@ import pytest
 import xjobs
 from tests.drivers.parity import run
 from xjobs import outbox
-from xjobs.drivers.base import ListFilter, StepWait
+from xjobs.drivers.base import ListFilter, NewEvent, StepWait
 from xjobs.drivers.records import ENQUEUE_CHUNK
 from xjobs.enqueue import enqueue_many
 from xjobs.errors import DriverError
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.postgres
 
 def _count(dsn: str, sql: str) -> int:
     with psycopg.connect(dsn) as other:
-        return other.execute(sql).fetchone()[0]
+        return other.execute(sql).fetchone()[0]  # type: ignore[index]
 
 
 def _fresh(dsn: str) -> psycopg.Connection:
@@ -111,7 +111,7 @@ def test_a_failed_send_inside_a_begun_transaction_leaves_the_callers_work_usable
         conn.execute("insert into mine values (1)")
         bad = orjson.dumps({"v": 1})
         with pytest.raises(DriverError) as err:
-            pg_driver.event_send(xjobs.drivers.base.NewEvent("e", "k", bad[:-1]), conn=conn)  # malformed JSON
+            pg_driver.event_send(NewEvent("e", "k", bad[:-1]), conn=conn)  # malformed JSON
         assert isinstance(err.value.__cause__, psycopg.Error)
-        assert conn.execute("select count(*) from mine").fetchone()[0] == 1
+        assert conn.execute("select count(*) from mine").fetchone()[0] == 1  # type: ignore[index]
         conn.rollback()

@@ -222,12 +222,12 @@ def test_claim_refuses_a_bad_lease(driver, lease):
 
 def test_claim_accepts_duration_text_and_whole_floats(driver, clock):
     enqueue(driver, "k")
-    [job] = driver.job_claim(Claim(["default"], 1.0, "2s", "w1"))
+    [job] = driver.job_claim(Claim(["default"], 1.0, "2s", "w1"))  # type: ignore[arg-type]
     assert at(driver.job_get(job.id).lease_expires_at) == clock.now_ms() + 2000
 
 
 @pytest.mark.parametrize("call", [
-    lambda d: d.job_list(ListFilter(limit=math.nan)),
+    lambda d: d.job_list(ListFilter(limit=math.nan)),  # type: ignore[arg-type]
     lambda d: d.job_list(ListFilter(limit=-1)),
     lambda d: d.job_rescue(2.5),
     lambda d: d.job_prune(0, 0, limit=math.inf),
@@ -242,7 +242,7 @@ def test_claim_accepts_duration_text_and_whole_floats(driver, clock):
     lambda d: d.job_list(ListFilter(since_ms=math.inf)),
     lambda d: d.job_list(ListFilter(state="lost")),
     lambda d: d.job_requeue_batch(Batch(ListFilter(), 0, 10, -1), None),
-    lambda d: d.job_cancel_batch(Batch(ListFilter(), 1.5, 10, 10), "x"),
+    lambda d: d.job_cancel_batch(Batch(ListFilter(), 1.5, 10, 10), "x"),  # type: ignore[arg-type]
 ], ids=["list-nan", "list-negative", "rescue-fraction", "prune-inf", "dead-negative",
         "heartbeat-nan", "heartbeat-zero", "nack-nan", "nack-inf", "prune-nan", "prune-negative",
         "alone-wait-nan", "list-since-inf", "list-bad-state", "requeue-batch-negative",
@@ -283,7 +283,7 @@ def test_a_wrong_token_holds_nothing(driver, wrong):
         with driver.job_transaction(Lease(job.id, token)):
             pass
     assert driver.job_ack_many([Lease(job.id, token), Lease(job.id + 100, job.token),
-                                Lease(str(job.id), job.token)]) == set()
+                                Lease(str(job.id), job.token)]) == set()  # type: ignore[arg-type]
     view = driver.job_get(job.id)
     assert (view.state, view.last_error, view.history) == ("running", None, ())
 

@@ -82,14 +82,14 @@ def test_an_occurrence_dispatched_twice_while_its_job_lives_is_one_job(driver):
     lambda d: d.leader_elect("scheduler", "a", 0),
     lambda d: d.leader_elect("", "a", 1000),
     lambda d: d.leader_elect("scheduler", "bad\nholder", 1000),
-    lambda d: d.schedule_dispatch(Dispatch("scheduler", "a", "t", None, 1.5)),
+    lambda d: d.schedule_dispatch(Dispatch("scheduler", "a", "t", None, 1.5)),  # type: ignore[arg-type]
     lambda d: d.outbox_claim("relay", -1, 1000),
     lambda d: d.outbox_claim("relay", 10, float("nan")),
-    lambda d: d.outbox_publish(OutboxClaim(None, "relay", (1,), (job("k"),))),
+    lambda d: d.outbox_publish(OutboxClaim(None, "relay", (1,), (job("k"),))),  # type: ignore[arg-type]
     lambda d: d.outbox_release(OutboxClaim(0, "relay", (1,), (job("k"),))),
     lambda d: d.slot_acquire(SlotRequest("capped", 0, "w", 1000)),
     lambda d: d.slot_renew(Slot("capped", -1, "w"), 1000),
-    lambda d: d.job_claim(Claim(["default"], 1, 1000, "w", caps={"capped": float("inf")})),
+    lambda d: d.job_claim(Claim(["default"], 1, 1000, "w", caps={"capped": float("inf")})),  # type: ignore[dict-item]
 ], ids=["lease-zero", "election-empty", "holder-control", "watermark-fraction", "claim-negative",
         "claim-lease-nan", "publish-no-token", "release-zero-token", "cap-zero", "slot-negative",
         "caps-inf"])

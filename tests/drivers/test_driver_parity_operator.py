@@ -48,9 +48,9 @@ def test_cancel_refuses_finished_and_unknown_jobs(driver):
     with pytest.raises(NotCancellable) as err:
         driver.job_cancel(job.id)
     assert err.value.code == "X_JOB_NOT_CANCELLABLE"
-    with pytest.raises(JobNotFound) as err:
+    with pytest.raises(JobNotFound) as missing:
         driver.job_cancel(12345)
-    assert err.value.code == "X_JOB_NOT_FOUND"
+    assert missing.value.code == "X_JOB_NOT_FOUND"
     with pytest.raises(JobNotFound):
         driver.job_get(12345)
     other = enqueue(driver, "other")
@@ -80,9 +80,9 @@ def test_requeue_refuses_live_unknown_and_duplicate_jobs(driver):
         driver.job_requeue(999)
     driver.job_cancel(job_id)
     successor = enqueue(driver, "k")
-    with pytest.raises(DuplicateJob) as err:
+    with pytest.raises(DuplicateJob) as held:
         driver.job_requeue(job_id)
-    assert err.value.code == "X_JOB_DUPLICATE"
+    assert held.value.code == "X_JOB_DUPLICATE"
     assert state(driver, job_id) == "cancelled"
     driver.job_cancel(successor)
     assert driver.job_requeue(job_id).state == "ready"
@@ -339,7 +339,7 @@ def test_a_driver_without_a_clock_takes_now_from_the_server(pg_dsn, pg_schema, c
         [held] = claim(production, lease=30_000)
         after = _server_ms(production)
         view = production.job_get(job.id)
-        assert before + 30_000 - 0.001 <= view.lease_expires_at <= after + 30_000 + 0.001
+        assert before + 30_000 - 0.001 <= view.lease_expires_at <= after + 30_000 + 0.001  # type: ignore[operator]
         assert production.job_nack(Nack(held.id, held.token, "retried", error="boom", delay_ms=60_000))
         assert production.job_get(job.id).run_at >= after + 60_000 - 1
     finally:
@@ -387,7 +387,7 @@ def test_payloads_come_back_as_jsonb_gives_them(driver):
     assert orjson.dumps(driver.job_get(job_id).payload) == expected
 
 
-_json_text = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=6)
+_json_text = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=6)  # type: ignore[arg-type]
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | _json_text
     | st.floats(allow_nan=False, allow_infinity=False),

@@ -124,7 +124,7 @@ def test_a_wrong_token_writes_no_step_and_leaves_the_job_running(driver):
     wrong = {"other": lease.token + 1, "negated": -lease.token, "too-big": 2**63, "none": None,
              "text": str(lease.token)}
     for label, token in wrong.items():
-        bad = Lease(job_id, token)
+        bad = Lease(job_id, token)  # type: ignore[arg-type]
         assert put(driver, bad, "a") is False, label
         assert sleep(driver, bad, "b", 0) == StepOutcome(False, fenced=True), label
         assert wait(driver, bad, "c") == StepOutcome(False, fenced=True), label
@@ -280,14 +280,14 @@ REFUSED = [
     ("put-no-name", lambda d, lease: d.step_put(lease, StepResult("", b"1", 1, 0))),
     ("put-nul", lambda d, lease: d.step_put(lease, StepResult("a\x00", b"1", 1, 0))),
     ("put-del", lambda d, lease: d.step_put(lease, StepResult("a\x7f", b"1", 1, 0))),
-    ("put-none-name", lambda d, lease: d.step_put(lease, StepResult(None, b"1", 1, 0))),
-    ("put-text-result", lambda d, lease: d.step_put(lease, StepResult("r", "1", 1, 0))),
+    ("put-none-name", lambda d, lease: d.step_put(lease, StepResult(None, b"1", 1, 0))),  # type: ignore[arg-type]
+    ("put-text-result", lambda d, lease: d.step_put(lease, StepResult("r", "1", 1, 0))),  # type: ignore[arg-type]
     ("put-nan-duration", lambda d, lease: d.step_put(lease, StepResult("r", b"1", 1, math.nan))),
-    ("put-fraction-attempt", lambda d, lease: d.step_put(lease, StepResult("r", b"1", 1.5, 0))),
+    ("put-fraction-attempt", lambda d, lease: d.step_put(lease, StepResult("r", b"1", 1.5, 0))),  # type: ignore[arg-type]
     ("wait-no-event", lambda d, lease: d.step_wait(lease, StepWait("w", "", "k", None, None, 1))),
     ("wait-tab-event", lambda d, lease: d.step_wait(lease, StepWait("w", "e\t", "k", None, None, 1))),
     ("wait-nul-key", lambda d, lease: d.step_wait(lease, StepWait("w", "e", "k\x00", None, None, 1))),
-    ("wait-none-key", lambda d, lease: d.step_wait(lease, StepWait("w", "e", None, None, None, 1))),
+    ("wait-none-key", lambda d, lease: d.step_wait(lease, StepWait("w", "e", None, None, None, 1))),  # type: ignore[arg-type]
     ("wait-long-key", lambda d, lease: d.step_wait(lease, StepWait("w", "e", "k" * 1025, None, None, 1))),
     ("wait-nan-timeout", lambda d, lease: d.step_wait(lease, StepWait("w", "e", "k", math.nan, None, 1))),
     ("wait-negative-timeout", lambda d, lease: d.step_wait(lease, StepWait("w", "e", "k", -5, None, 1))),
@@ -296,7 +296,7 @@ REFUSED = [
     ("send-no-name", lambda d, lease: d.event_send(NewEvent("", "k", b"1"))),
     ("send-nul-key", lambda d, lease: d.event_send(NewEvent("e", "k\x00", b"1"))),
     ("send-long-name", lambda d, lease: d.event_send(NewEvent("e" * 257, "k", b"1"))),
-    ("send-decoded-payload", lambda d, lease: d.event_send(NewEvent("e", "k", {"a": 1}))),
+    ("send-decoded-payload", lambda d, lease: d.event_send(NewEvent("e", "k", {"a": 1}))),  # type: ignore[arg-type]
     ("prune-nan", lambda d, lease: d.event_prune(math.nan, 10)),
     ("prune-negative", lambda d, lease: d.event_prune(-1, 10)),
     ("prune-negative-limit", lambda d, lease: d.event_prune(0, -1)),

@@ -15,6 +15,7 @@ identity that an ``on conflict`` insert consumes too, so its values have gaps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import psycopg
@@ -83,7 +84,7 @@ EVENT_KEYS = ("", "k1")
 VALUES = (None, 1, "x", {"b": [1, 2.5], "a": None})
 # what ``work`` runs of a job (picked by its id), as a body of ctx.step calls would: every
 # attempt replays it from the top; ("sleep", name, ms), ("wait", name, event, key, timeout, poll)
-BODIES = (
+BODIES: tuple[tuple[tuple[Any, ...], ...], ...] = (
     (("sleep", "s1", 0), ("wait", "s2", "e1", "k1", None, None), ("put", "s3")),
     (("put", "s1"), ("sleep", "s2", 300), ("wait", "s3", "e1", "k1", 2000, None)),
     (("wait", "s1", "e1", "", None, 300), ("sleep", "s2", 1500), ("put", "s3")),
@@ -365,7 +366,7 @@ class DriverPair(RuleBasedStateMachine):
                 sleep = StepSleep(op[1], op[2], attempt)
                 answer = self.both_held(lease, lambda d, held: _outcome(d.step_sleep(held, sleep)))
             else:
-                wait = StepWait(*op[1:], attempt)
+                wait = StepWait(op[1], op[2], op[3], op[4], op[5], attempt)
                 answer = self.both_held(lease, lambda d, held: _outcome(d.step_wait(held, wait)))
             if answer[0] != "ok" or not answer[1][0]:
                 return                        # parked, fenced or refused: the run ends here
@@ -471,7 +472,7 @@ def test_memory_and_postgres_drivers_agree(pg_driver, pg_dsn, clock):
             conn.execute(empty)
             return DriverPair(pg_driver, clock)
 
-        run_state_machine_as_test(fresh_pair, settings=settings(
+        run_state_machine_as_test(fresh_pair, settings=settings(  # type: ignore[arg-type]
             max_examples=60, stateful_step_count=30, deadline=None,
             # no explain phase: on a failure it re-runs the example many times against
             # Postgres only to annotate the report

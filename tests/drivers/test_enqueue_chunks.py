@@ -49,8 +49,8 @@ def test_what_only_building_finds_in_a_late_chunk_writes_nothing(driver, registr
 
 
 def test_the_call_as_a_whole_is_refused_before_anything_is_built(driver, registry):
-    built = []
-    handle = declare(registry, name="counted", idempotency_key=lambda i: built.append(i) or str(i))
+    built: list[object] = []
+    handle = declare(registry, name="counted", idempotency_key=lambda i: built.append(i) or str(i))  # type: ignore[func-returns-value]
     with pytest.raises(InvalidOption):
         enqueue_many(handle, list(range(MAX_BATCH + 1)), driver=driver)
     with pytest.raises(InvalidOption):

@@ -103,7 +103,7 @@ _ROWS = {   # what must survive an upgrade, table by table (lease_token: see the
 def _rows(conn: psycopg.Connection, schema: str) -> dict[str, list[tuple]]:
     found = {}
     for table, columns in _ROWS.items():
-        if conn.execute("select to_regclass(%s)", (f"{schema}.{table}",)).fetchone()[0] is not None:
+        if conn.execute("select to_regclass(%s)", (f"{schema}.{table}",)).fetchone()[0] is not None:  # type: ignore[index]
             found[table] = conn.execute(f"select {columns} from {schema}.{table} order by 1, 2").fetchall()
     return found
 
@@ -122,7 +122,7 @@ def test_an_upgrade_from_each_release_equals_a_fresh_install(pg_dsn, schema, fre
             assert diff == [], f"upgraded from {release.commit} ({release.note}):\n" + "\n".join(diff)
             after = _rows(conn, schema)
             assert {t: after[t] for t in before} == before
-            token = conn.execute(f"select lease_token from {schema}.jobs where id = 3").fetchone()[0]
+            token = conn.execute(f"select lease_token from {schema}.jobs where id = 3").fetchone()[0]  # type: ignore[index]
             assert token == (None if release.commit == "a3592a1" else 7)   # uuid tokens fence nothing
             # today's code works on what the old release left: the ready job is claimed and settled
             [claimed] = driver.job_claim(Claim(["old"], 10, 30_000, "w-new"))
@@ -347,7 +347,7 @@ def private_database(pg_dsn: str) -> Iterator[str]:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(f"create database {name}")
     try:
-        yield make_conninfo(**{**conninfo_to_dict(pg_dsn), "dbname": name})
+        yield make_conninfo(**{**conninfo_to_dict(pg_dsn), "dbname": name})  # type: ignore[arg-type]
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f"drop database if exists {name} with (force)")
@@ -361,7 +361,7 @@ def _hold_the_installers_lock(dsn: str) -> psycopg.Connection:
 
 def _lock_waiters(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute("select count(*) from pg_locks where locktype = 'advisory' and not granted"
+        return conn.execute("select count(*) from pg_locks where locktype = 'advisory' and not granted"  # type: ignore[index]
                             " and database = (select oid from pg_database where datname = current_database())"
                             ).fetchone()[0]
 
@@ -400,7 +400,8 @@ class _Counting:
     """A connection that counts what is executed on it."""
 
     def __init__(self, conn: psycopg.Connection) -> None:
-        self.conn, self.statements = conn, []
+        self.conn = conn
+        self.statements: list[str] = []
 
     def execute(self, query: Any, params: Any = None) -> Any:
         self.statements.append(str(query))

@@ -20,7 +20,7 @@ from psycopg.rows import dict_row, namedtuple_row
 from psycopg_pool import PoolTimeout
 
 import xjobs
-from xjobs.drivers.base import Claim, Enqueued, Lease, NewJob
+from xjobs.drivers.base import Claim, Enqueued, Lease, ListFilter, NewJob
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.sql import SCHEMA_VERSION, migrations, raw_statements, statements
 from xjobs.errors import DatabaseUnavailable, InvalidOption, MigrationBlocked
@@ -196,7 +196,7 @@ def test_migrate_again_changes_nothing_and_keeps_the_rows(pg_driver):
         assert _catalog(conn, pg_driver.schema) == before
         version = conn.execute(f"select value from {pg_driver.schema}.meta where key = 'schema_version'").fetchone()
     assert version == (str(SCHEMA_VERSION),)
-    assert [v.idempotency_key for v in pg_driver.job_list(xjobs.drivers.base.ListFilter())] == ["k"]
+    assert [v.idempotency_key for v in pg_driver.job_list(ListFilter())] == ["k"]
 
 
 @pytest.mark.postgres

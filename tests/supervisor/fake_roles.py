@@ -68,7 +68,7 @@ class FakeRole:
             self.busy = 0
 
     def in_flight(self) -> int:
-        return "none" if "odd" in self.behavior else self.busy
+        return "none" if "odd" in self.behavior else self.busy  # type: ignore[return-value]
 
     def close(self, deadline_monotonic_ms: float | None) -> None:
         self.calls.append(("close", deadline_monotonic_ms))

@@ -71,6 +71,6 @@ def test_every_role_names_its_record_in_its_policy():
 
 
 def test_the_relay_is_found_among_the_children_of_a_status_answer():
-    children = [{"role": "worker", "queue": "q"}, {"role": "outbox-relay", "pid": 7}]
+    children: list[dict[str, object]] = [{"role": "worker", "queue": "q"}, {"role": "outbox-relay", "pid": 7}]
     assert relay_row(children) == {"role": "outbox-relay", "pid": 7}
     assert relay_row(children[:1]) is None

@@ -145,7 +145,7 @@ def test_another_user_is_refused_even_through_a_permissive_mode(tmp_path):
     import select
     deadline_hit = False
     while True:
-        ready, _, _ = select.select([server.listener, r], [], [], 5)
+        ready, _, _ = select.select([server.listener, r], [], [], 5)  # type: ignore[type-var]
         if not ready:
             deadline_hit = True
             break

@@ -46,7 +46,7 @@ def test_parent_messages():
     assert parent_message_problem({"type": "accept", "deadline_at": 1.0, "reason": "x", "interrupt": False}) is None
     assert parent_message_problem({"type": "close", "deadline_at": 1}) is None
     assert parent_message_problem({"type": "ping"}) is None
-    assert "deadline_at" in parent_message_problem({"type": "accept", "deadline_at": "soon"})
-    assert "deadline_at" in parent_message_problem({"type": "close"})
-    assert "interrupt" in parent_message_problem({"type": "accept", "deadline_at": 1.0, "interrupt": "no"})
-    assert "reason" in parent_message_problem({"type": "accept", "deadline_at": 1.0, "reason": 3})
+    assert "deadline_at" in parent_message_problem({"type": "accept", "deadline_at": "soon"})  # type: ignore[operator]
+    assert "deadline_at" in parent_message_problem({"type": "close"})  # type: ignore[operator]
+    assert "interrupt" in parent_message_problem({"type": "accept", "deadline_at": 1.0, "interrupt": "no"})  # type: ignore[operator]
+    assert "reason" in parent_message_problem({"type": "accept", "deadline_at": 1.0, "reason": 3})  # type: ignore[operator]

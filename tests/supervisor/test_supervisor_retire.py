@@ -123,7 +123,7 @@ def test_a_signal_meant_for_a_new_child_never_reaches_the_supervisor(make_arbite
 
 
 def test_no_fd_for_a_pipe_backs_off_instead_of_failing(make_arbiter, monkeypatch):
-    real = spawn.pair
+    real = spawn.pair  # type: ignore[attr-defined]
     failures = {"left": 3}
 
     def short_of_fds():

@@ -202,7 +202,7 @@ def test_a_database_error_is_a_page_that_says_so(memory_driver):
             def fail(*args, **kw):
                 raise DatabaseTimeout("canceling statement due to statement timeout")
             return fail
-    page = Browser(Dashboard(Broken(), guard=Guard())).get("/jobs?error=x")   # type: ignore[arg-type]
+    page = Browser(Dashboard(Broken(), guard=Guard())).get("/jobs?error=x")
     assert page.status_code == 503 and "narrow the filter" in page.get_data(as_text=True)
 
 

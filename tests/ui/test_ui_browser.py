@@ -54,7 +54,7 @@ def page(browser, ui):
     page = context.new_page()
     page.set_default_timeout(WAIT_MS)
     dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))  # type: ignore[func-returns-value]
     page.dialogs = dialogs
     yield page
     context.close()

@@ -21,7 +21,7 @@ EXPRESSIONS = ["0 3 * * *", "30 2 * * *", "*/30 * * * *", "15 1-4 * * *", "0 */6
 
 
 def ms(*parts: int, tz: str = "UTC") -> float:
-    return datetime(*parts, tzinfo=ZoneInfo(tz)).timestamp() * 1000.0
+    return datetime(*parts, tzinfo=ZoneInfo(tz)).timestamp() * 1000.0  # type: ignore[misc, arg-type]
 
 
 def walls(times: list[float], tz: str = BERLIN) -> list[str]:
@@ -143,7 +143,8 @@ class Every:
 
     def between(self, expr, tz, after_ms, until_ms, limit):
         first = (after_ms // self.step + 1) * self.step
-        out, t = [], first
+        out: list[float] = []
+        t = first
         while t <= until_ms and len(out) < limit:
             out.append(t)
             t += self.step

@@ -51,7 +51,7 @@ def test_retry_refuses_an_unknown_backoff_and_inverted_bounds():
     with pytest.raises(InvalidOption):
         xjobs.Retry(delay="1m", max_delay="1s")
     with pytest.raises(InvalidOption):
-        xjobs.Retry(jitter="yes")
+        xjobs.Retry(jitter="yes")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("knob,bad", [("timeout", b) for b in BAD_NUMBERS + [0, "0s"]]
@@ -212,7 +212,7 @@ def test_environment_values_are_checked_and_flags_win(tmp_path):
 
 
 def test_durations_are_stored_normalised_wherever_they_come_from(tmp_path):
-    assert Settings(lease_ms="30s", heartbeat_ms="5s").lease_ms == 30_000.0
+    assert Settings(lease_ms="30s", heartbeat_ms="5s").lease_ms == 30_000.0  # type: ignore[arg-type]
     assert load_settings(env={"XJOBS_LEASE": "30000"}).lease_ms == 30_000.0   # bare numbers are ms
     config = tmp_path / "xjobs.toml"
     config.write_text('[xjobs]\nlease_ms = "45s"\n')
@@ -281,7 +281,7 @@ def test_only_the_declarations_register_and_the_registry_is_no_second_way_in():
         registry._add(forged)
     assert "only job() registers" in str(err.value)
     with pytest.raises(InvalidOption):
-        registry._add_task(object())
+        registry._add_task(object())  # type: ignore[arg-type]
     declared = xjobs.job(idempotency_key=str, tenant="none", registry=registry, name="real")(lambda ctx, i: None)
     assert registry.get("real") is declared
 
@@ -371,7 +371,7 @@ def test_one_declaration_seen_twice_is_one_registration():
     def body(ctx, i):
         return None
     first = xjobs.job(idempotency_key=str, tenant="none", registry=registry, name="twice")(body)
-    copy = type(body)(body.__code__, body.__globals__, "body")      # what a second import makes
+    copy = type(body)(body.__code__, body.__globals__, "body")  # type: ignore[misc]  # what a second import makes
     second = xjobs.job(idempotency_key=str, tenant="none", registry=registry, name="twice")(copy)
     assert registry.get("twice") is second and first.name == second.name
     assert [job.name for job in registry.jobs()] == ["twice"]

@@ -138,7 +138,7 @@ def test_one_curve_and_jitter_in_the_package():
             draw = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in ("random", "uniform", "expovariate"))
             if curve or draw:
-                copies.append(f"{path.relative_to(root)}:{node.lineno}")
+                copies.append(f"{path.relative_to(root)}:{node.lineno}")  # type: ignore[attr-defined]
     assert copies == [], f"a second curve or jitter: {copies}; use xjobs.retry.Retry"
 
 

@@ -99,7 +99,7 @@ def test_a_bad_number_is_refused_by_name_from_the_environment_a_file_and_a_flag(
         load_settings(str(config), env={})
     assert err.value.option == declared.key
     with pytest.raises(InvalidOption) as err:
-        Settings(**{declared.field: float(bad) if bad != "junk" else bad})
+        Settings(**{declared.field: float(bad) if bad != "junk" else bad})  # type: ignore[arg-type]
     assert err.value.option == declared.key
     if declared.flag is not None:
         args = build_parser().parse_args(["run", f"{declared.flag}={bad}"])

@@ -6,7 +6,7 @@ still (each test passes ``now`` to its passes)."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import xjobs
 from xjobs.config import Settings
@@ -31,7 +31,7 @@ class Pacer:
         self.now += advance_ms
         return self.worker.run_once(self.now)
 
-    def until(self, condition: Callable[[], bool], timeout_s: float = 10.0, advance_ms: float = 0.0) -> None:
+    def until(self, condition: Callable[[], object], timeout_s: float = 10.0, advance_ms: float = 0.0) -> None:
         """Run passes (``drive``), blocking on the worker's wake-up fds between them, until
         ``condition()``; the hand clock moves ``advance_ms`` before every pass."""
         deadline = time.monotonic() + timeout_s
@@ -51,7 +51,7 @@ class Pacer:
 
 
 def make_worker(driver, registry, queue: str = "q", concurrency: int = 4, **settings) -> QueueWorker:
-    defaults = {"poll_ms": 50.0, "heartbeat_ms": 1000.0, "lease_ms": 5000.0, "rescue_ms": 60_000.0}
+    defaults: dict[str, Any] = {"poll_ms": 50.0, "heartbeat_ms": 1000.0, "lease_ms": 5000.0, "rescue_ms": 60_000.0}
     defaults.update(settings)
     return QueueWorker(driver=driver, registry=registry, queue=queue, concurrency=concurrency,
                        settings=Settings(**defaults), identity=f"test-worker-{id(registry)}")

@@ -12,7 +12,7 @@ import pytest
 import xjobs
 from tests.waiting import wait_for
 from xjobs.config import Settings
-from xjobs.drivers.base import Claim, WorkerExit
+from xjobs.drivers.base import Claim, ListFilter, WorkerExit
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
 from xjobs.errors import Aborted, DatabaseTimeout
@@ -55,10 +55,10 @@ def test_ten_thousand_jobs_run_exactly_once(pg_dsn, pg_schema, live_driver):
     InProcessHost(worker).run(until=lambda: worker.stats_.completed >= 10_000)
     pool.close()
     with psycopg.connect(pg_dsn) as conn:
-        count, distinct_n, max_runs = conn.execute(
+        count, distinct_n, max_runs = conn.execute(  # type: ignore[misc]
             f"select count(*), count(distinct n), max(runs) from {pg_schema}.effects").fetchone()
-        states = dict(conn.execute(f"select state, count(*) from {pg_schema}.jobs group by state").fetchall())
-        orphans = conn.execute(f"select count(*) from {pg_schema}.jobs j left join {pg_schema}.effects e "
+        states: dict[str, int] = dict(conn.execute(f"select state, count(*) from {pg_schema}.jobs group by state").fetchall())
+        orphans = conn.execute(f"select count(*) from {pg_schema}.jobs j left join {pg_schema}.effects e "  # type: ignore[index]
                                "on e.job_id = j.id where e.job_id is null").fetchone()[0]
     assert (count, distinct_n, max_runs) == (10_000, 10_000, 1)
     assert states == {"completed": 10_000}
@@ -102,7 +102,7 @@ def test_transaction_rolls_back_when_the_lease_is_gone(pg_dsn, pg_schema, live_d
     assert outcome["error"] == ("X_ABORTED", "X_JOB_LEASE_LOST")
     assert live_driver.job_get(job.id).state == "cancelled"
     with psycopg.connect(pg_dsn) as conn:
-        assert conn.execute(f"select count(*) from {pg_schema}.effects").fetchone()[0] == 0
+        assert conn.execute(f"select count(*) from {pg_schema}.effects").fetchone()[0] == 0  # type: ignore[index]
 
 
 def test_enqueue_in_the_callers_transaction(pg_dsn, pg_schema, live_driver):
@@ -114,7 +114,7 @@ def test_enqueue_in_the_callers_transaction(pg_dsn, pg_schema, live_driver):
         conn.rollback()
         enqueue_many(handle, [{"n": 2}], driver=live_driver, conn=conn)
         conn.commit()
-    assert [v.idempotency_key for v in live_driver.job_list(xjobs.drivers.ListFilter())] == ["2"]
+    assert [v.idempotency_key for v in live_driver.job_list(ListFilter())] == ["2"]
 
 
 def test_enqueue_wakes_an_idle_worker_without_waiting_for_the_poll(pg_dsn, pg_schema, live_driver):

@@ -15,6 +15,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import xjobs
+from xjobs.drivers.base import ListFilter
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
 
@@ -47,7 +48,7 @@ def test_current_answers_each_body_its_own_run_at_concurrency_50(memory_driver, 
             time.sleep(0.002)         # other bodies run meanwhile on the pool's threads
             note(ctx)
     else:
-        async def body(ctx, i):
+        async def body(ctx, i):  # type: ignore[misc]
             await asyncio.sleep(0.002)  # other bodies run meanwhile on the loop
             note(ctx)
     handle = declare(registry, body, name=f"who_{kind}")
@@ -56,14 +57,14 @@ def test_current_answers_each_body_its_own_run_at_concurrency_50(memory_driver, 
     pacer.until(lambda: pacer.totals()["completed"] == 300, timeout_s=30, advance_ms=50)
     assert len(seen) == 300 and all(own == current for own, current, _ in seen)
     tenants = {own: tenant for own, _, tenant in seen}
-    views = {v.id: v.tenant for v in memory_driver.job_list(xjobs.drivers.base.ListFilter(limit=500))}
+    views = {v.id: v.tenant for v in memory_driver.job_list(ListFilter(limit=500))}
     assert tenants == views
     assert xjobs.current() is None                     # nothing leaks out of a body
 
 
 def test_a_job_without_a_tenant_runs_with_none(memory_driver, registry):
     seen = []
-    handle = declare(registry, lambda ctx, i: seen.append((ctx.tenant, xjobs.current().tenant)),
+    handle = declare(registry, lambda ctx, i: seen.append((ctx.tenant, xjobs.current().tenant)),  # type: ignore[union-attr]
                      name="untenanted", tenant="none")
     enqueue_many(handle, [{"n": 1}], driver=memory_driver)
     pacer = Pacer(make_worker(memory_driver, registry))
@@ -72,7 +73,7 @@ def test_a_job_without_a_tenant_runs_with_none(memory_driver, registry):
 
 
 def test_the_apps_run_hook_wraps_every_run(memory_driver, registry):
-    events = []
+    events: list[tuple[object, ...]] = []
 
     @contextlib.contextmanager
     def session(ctx):
@@ -99,7 +100,7 @@ def test_the_apps_run_hook_wraps_every_run(memory_driver, registry):
 def test_a_workers_own_context_replaces_the_apps_run_hook(memory_driver, registry):
     from xjobs.config import Settings
     from xjobs.workers.queue_worker import QueueWorker
-    seen = []
+    seen: list[tuple[object, ...]] = []
 
     @contextlib.contextmanager
     def apps(ctx):
@@ -219,7 +220,7 @@ def test_every_failed_attempt_reaches_the_apps_error_hook_with_its_verdict(memor
     assert done.wait(5)
     assert reports == [(job.id, 1, "ValueError", False), (job.id, 2, "ValueError", True)]
     with pytest.raises(xjobs.XJobsError):
-        xjobs.on_error("not callable", registry=registry)
+        xjobs.on_error("not callable", registry=registry)  # type: ignore[arg-type]
 
 
 def test_the_json_formatter_writes_one_object_with_the_records_fields():

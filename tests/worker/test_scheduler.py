@@ -106,7 +106,7 @@ def test_a_second_tick_joins_the_round_in_flight(driver, registry, digest):
         entered.set()
         release.wait(5)
         return real()
-    role._round = slow_round
+    role._round = slow_round  # type: ignore[method-assign]
     first: list = []
     thread = threading.Thread(target=lambda: first.append(role.tick()))
     thread.start()
@@ -135,7 +135,7 @@ def test_a_joined_round_that_fails_fails_for_the_joiner_too(driver, registry, di
         entered.set()
         release.wait(5)
         raise RuntimeError("the database went away mid-round")
-    role._round = failing_round
+    role._round = failing_round  # type: ignore[method-assign]
     errors: list = []
 
     def tick() -> None:
@@ -291,7 +291,8 @@ def test_the_scheduler_plans_with_the_resolver_it_is_given(driver, registry, dig
             return (after_ms // 60_000 + 1) * 60_000
 
         def between(self, expr, tz, after_ms, until_ms, limit):
-            out, at = [], self.after(expr, tz, after_ms)
+            out: list[float] = []
+            at = self.after(expr, tz, after_ms)
             while at <= until_ms and len(out) < limit:
                 out.append(at)
                 at += 60_000

@@ -99,7 +99,7 @@ def test_duplicate_names_are_refused_past_the_trace(driver, registry):
 
 
 def test_a_result_json_cannot_hold_is_refused_before_anything_is_written(driver, registry):
-    codes = []
+    codes: list[str] = []
 
     def body(ctx, i):
         for bad in ({1, 2}, math.nan, object()):
@@ -139,7 +139,7 @@ def test_async_bodies_await_the_same_steps(driver, registry):
 
 
 def test_a_sleep_parks_without_an_attempt_and_wakes_on_the_database_clock(driver, registry, clock):
-    ran = []
+    ran: list[object] = []
 
     def body(ctx, i):
         ctx.step.run("before", lambda: ran.append("before"))
@@ -189,7 +189,8 @@ def test_waits_get_events_sent_before_during_and_by_key(driver, registry, clock)
 
 @pytest.mark.parametrize("how", ["cancelled", "lease lost"])
 def test_a_run_that_lost_its_job_mid_step_writes_nothing(driver, registry, clock, how):
-    inside, release, outcome = threading.Event(), threading.Event(), {}
+    inside, release = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
 
     def body(ctx, i):
         ctx.step.run("first", lambda: 1)
@@ -372,7 +373,7 @@ def test_a_resume_at_step_500_reads_the_jobs_steps_once_per_attempt(driver, regi
 
     def body(ctx, i):
         for n in range(500):
-            ctx.step.run(f"s{n}", lambda n=n: ran.append(n) or n)
+            ctx.step.run(f"s{n}", lambda n=n: ran.append(n) or n)  # type: ignore[func-returns-value]
         ctx.step.sleep("nap", "1m")
         ctx.step.run("last", lambda: None)
     job_id = enqueue(declare(registry, body, name="long"), driver)

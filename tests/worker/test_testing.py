@@ -177,7 +177,7 @@ def test_run_until_idle_runs_everything_due_in_claim_order_and_counts_outcomes(d
     assert (summary.completed, summary.dead, summary.retried) == (4, 1, 0)
     assert order == [1, 2, 103]
     [dead] = testing.enqueued(boom, driver=driver, states="dead")
-    assert "ZeroDivisionError" in dead.last_error
+    assert "ZeroDivisionError" in dead.last_error  # type: ignore[operator]
     assert testing.run_until_idle(driver=driver, registry=registry).jobs == {}
 
 
@@ -211,7 +211,7 @@ def test_with_scheduled_runs_delayed_jobs_to_their_end(driver, registry, clock):
     assert summary.jobs == {"never": {"retried": 2, "dead": 1}}
     assert clock.now_ms() - start == pytest.approx(300_000 + 10_000 + 20_000, abs=1)
     [view] = testing.enqueued(handle, driver=driver, states=testing.STATES)
-    assert view.state == "dead" and "ValueError: attempt 3" in view.last_error
+    assert view.state == "dead" and "ValueError: attempt 3" in view.last_error  # type: ignore[operator]
 
 
 def test_run_until_idle_runs_only_the_queues_it_is_given(driver, registry):
@@ -232,7 +232,7 @@ def test_run_until_idle_gives_up_on_a_queue_that_never_empties(driver, registry)
     with pytest.raises(testing.NotIdle) as err:
         testing.run_until_idle(driver=driver, registry=registry, timeout=0.5)
     assert err.value.code == "X_TESTING_NOT_IDLE"
-    assert err.value.details["summary"].completed > 0
+    assert err.value.details["summary"].completed > 0  # type: ignore[attr-defined]
 
 
 def test_run_until_idle_refusals(registry):
@@ -327,4 +327,4 @@ def test_run_inline_refuses_an_attempt_no_worker_would_give(registry):
     handle = declare(registry, lambda ctx, i: None)
     for attempt in (0, 1.5, float("nan")):
         with pytest.raises(InvalidOption, match="attempt"):
-            testing.run_inline(handle, {"n": 1}, attempt=attempt)
+            testing.run_inline(handle, {"n": 1}, attempt=attempt)  # type: ignore[arg-type]

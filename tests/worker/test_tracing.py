@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
 import xjobs
+from xjobs.drivers.base import ListFilter
 from xjobs.enqueue import enqueue_many
 from xjobs.tracing import valid
 
@@ -59,7 +60,7 @@ def test_a_run_is_a_span_linked_to_the_span_that_enqueued_it(driver, registry_an
     with trace.get_tracer("app").start_as_current_span("checkout") as checkout:
         [job] = enqueue_many(parent, [{"n": 1}], driver=driver)
     enqueue_ctx = checkout.get_span_context()
-    stored = driver.job_list(xjobs.drivers.base.ListFilter())
+    stored = driver.job_list(ListFilter())
     assert len(stored) == 1
     pacer = Pacer(make_worker(driver, registry))
     pacer.until(lambda: pacer.totals()["completed"] == 2, advance_ms=100)
@@ -68,7 +69,7 @@ def test_a_run_is_a_span_linked_to_the_span_that_enqueued_it(driver, registry_an
     assert span.kind == trace.SpanKind.CONSUMER
     assert [(l.context.trace_id, l.context.span_id) for l in span.links] == [(enqueue_ctx.trace_id,
                                                                                enqueue_ctx.span_id)]
-    assert span.attributes["xjobs.job_id"] == job.id and span.attributes["xjobs.queue"] == "q"
+    assert span.attributes["xjobs.job_id"] == job.id and span.attributes["xjobs.queue"] == "q"  # type: ignore[index]
     # the job enqueued from inside the run carries the run's span as its origin
     [link] = runs["job child"].links
     assert (link.context.trace_id, link.context.span_id) == (span.context.trace_id, span.context.span_id)
@@ -166,8 +167,8 @@ def test_a_park_is_an_ok_span_with_a_suspended_event_and_no_failure_for_the_apps
     pacer.until(lambda: pacer.totals()["suspended"] == 2, advance_ms=100)
     spans = [s for s in EXPORTER.get_finished_spans() if s.name == "job napper"]
     assert len(spans) == 2
-    for span, step in zip(sorted(spans, key=lambda s: s.start_time), ["nap", "w"]):
+    for span, step in zip(sorted(spans, key=lambda s: s.start_time), ["nap", "w"]):  # type: ignore[arg-type, return-value]
         assert span.status.status_code == trace.StatusCode.OK
         assert [e.name for e in span.events] == ["suspended"]
-        assert span.events[0].attributes["xjobs.step"] == step
+        assert span.events[0].attributes["xjobs.step"] == step  # type: ignore[index]
     assert seen == [], "the app's run hook saw a park as an exception"

@@ -37,7 +37,7 @@ class Store:
 
 def make(store: Store) -> tuple[Upkeep, dict[str, int]]:
     counts: dict[str, int] = {}
-    upkeep = Upkeep(driver=store, settings=Settings(wake_ms=250, rescue_ms=5000), who="test",
+    upkeep = Upkeep(driver=store, settings=Settings(wake_ms=250, rescue_ms=5000), who="test",  # type: ignore[arg-type]
                     count=lambda name, n: counts.__setitem__(name, counts.get(name, 0) + n))
     return upkeep, counts
 

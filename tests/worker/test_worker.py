@@ -276,7 +276,7 @@ def test_worker_refuses_what_it_cannot_honour(driver, registry):
         make_worker(driver, registry, queue="nobody-uses-this").initialize()
     for bad in (float("nan"), float("inf"), -1, 2.5, 0):
         with pytest.raises(InvalidOption):
-            make_worker(driver, registry, concurrency=bad)
+            make_worker(driver, registry, concurrency=bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("queue", ["constructor", "__proto__", "toString", "x'; drop table y; --"])
@@ -310,7 +310,7 @@ def test_a_failed_attempt_keeps_its_whole_traceback_in_the_history(driver, regis
 
 
 def test_a_huge_traceback_is_bounded_head_and_tail():
-    from xjobs.workers.execute import full_traceback
+    from xjobs.workers.failures import full_traceback
     try:
         raise ValueError("start " + "x" * 40_000 + " end")
     except ValueError as exc:
@@ -415,7 +415,8 @@ def test_a_close_that_throws_still_reaches_stopped(memory_driver, registry):
 def test_a_failed_claim_round_is_counted_and_the_worker_tries_again(memory_driver, registry):
     declare(registry, lambda ctx, i: None, name="fine")
     [job_id] = enqueue(registry.get("fine"), memory_driver, {"n": 1})
-    original, failed = memory_driver.job_claim, []
+    original = memory_driver.job_claim
+    failed: list[object] = []
 
     def flaky_claim(*args, **kwargs):
         if not failed:

@@ -106,8 +106,8 @@ def test_per_process_limits_run_one_job_of_a_tenant_at_a_time_without_spinning(d
         view = driver.job_get(job_id)
         assert (view.state, view.attempt, view.last_error) == ("completed", 1, None)
     snapshot = pacer.worker.stats().limits
-    assert snapshot["scope"] == "per worker process" and snapshot["config"]["tenant"] == 1
-    assert snapshot["tracked"]["tenants_in_flight"] == 0
+    assert snapshot["scope"] == "per worker process" and snapshot["config"]["tenant"] == 1  # type: ignore[index]
+    assert snapshot["tracked"]["tenants_in_flight"] == 0  # type: ignore[index]
 
 
 def test_a_zero_limit_is_a_hard_stop_that_claims_nothing(driver, registry, clock):
@@ -183,7 +183,7 @@ def test_a_slot_that_cannot_be_acquired_sheds_without_running(driver, registry, 
     assert ran == [] and worker.stats().shed == 1
     [record] = _events(caplog, "worker.slot.acquire.failed")
     assert record.job_id == job_id and "unreachable" in record.error
-    assert worker.admission.limiter.snapshot()["in_flight"]["global"] == 0   # its count given back
+    assert worker.admission.limiter.snapshot()["in_flight"]["global"] == 0  # type: ignore[union-attr]  # its count given back
     worker.close()
 
 
@@ -191,7 +191,8 @@ def test_a_slot_that_cannot_be_released_is_logged_and_retried_and_the_job_still_
         driver, registry, monkeypatch, caplog):
     capped = declare(registry, lambda ctx, i: None, name="capped", concurrency=1)
     [job_id] = enqueue(capped, driver, {"n": 1})
-    real, failures = driver.slot_release, []
+    real = driver.slot_release
+    failures: list[int] = []
 
     def flaky(slot):
         if not failures:

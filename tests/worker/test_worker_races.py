@@ -13,7 +13,7 @@ import pytest
 import xjobs
 from xjobs.enqueue import enqueue_many
 from xjobs.errors import InvalidOption, Terminal
-from xjobs.workers.execute import describe
+from xjobs.workers.failures import describe
 from xjobs.workers.host import InProcessHost
 
 from .pacing import Pacer, make_worker

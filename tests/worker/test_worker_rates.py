@@ -59,7 +59,7 @@ class Down:
 def test_a_failed_report_goes_with_the_next_one(memory_driver: MemoryDriver):
     stats = WorkerStats()
     down = Down(memory_driver)
-    reporter = RateReporter(driver=down, stats=stats, queue_of=lambda job: "q")
+    reporter = RateReporter(driver=down, stats=stats, queue_of=lambda job: "q")  # type: ignore[arg-type]
     stats.outcome("send", "completed", 0.01)
     reporter.flush()                               # refused: kept
     stats.outcome("send", "completed", 0.01)

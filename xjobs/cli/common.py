@@ -51,7 +51,7 @@ def add_control_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the answer as JSON")
 
 
-def ask_daemon(args: argparse.Namespace, command: str, **fields: Any) -> dict:
+def ask_daemon(args: argparse.Namespace, command: str, **fields: Any) -> dict[str, Any]:
     """One request over the control socket; ``ControlUnavailable`` (exit 1) when none answers."""
     from ..control_client import request
     path = args.control or os.environ.get("XJOBS_CONTROL") or client_path()
@@ -64,9 +64,8 @@ def client_path() -> str:
     from ..control_client import default_path
     from .embedded import recorded_daemon
     info = recorded_daemon()
-    if info is not None and isinstance(info.get("control"), str):
-        return info["control"]
-    return default_path()
+    control = info.get("control") if info is not None else None
+    return control if isinstance(control, str) else default_path()
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import orjson
 
@@ -37,7 +37,7 @@ _POLL_S = 0.2   # how often reload --wait asks for the status: cheap for the dae
 _RELOAD_ANSWER_S = 2 * DEADLINE_S + 5.0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("drain", help="ask the running daemon to drain and exit (like SIGTERM)")
     add_control_flags(p)
     p.set_defaults(handler=drain)
@@ -60,11 +60,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=scale)
 
 
-def _print_json(answer: dict) -> None:
+def _print_json(answer: dict[str, Any]) -> None:
     sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-def _finish(args: argparse.Namespace, answer: dict, words: Callable[[dict], list[str]]) -> int:
+def _finish(args: argparse.Namespace, answer: dict[str, Any],
+            words: Callable[[dict[str, Any]], list[str]]) -> int:
     if args.json:
         _print_json(answer)
     if not answer.get("ok"):
@@ -99,7 +100,7 @@ def scale(args: argparse.Namespace) -> int:
     return _finish(args, ask_daemon(args, "scale", queue=queue, **fields), _scale_words)
 
 
-def _scale_words(answer: dict) -> list[str]:
+def _scale_words(answer: dict[str, Any]) -> list[str]:
     before = answer.get("processes_before", {})
     lines = []
     for queue, after in sorted(answer["processes"].items()):
@@ -114,7 +115,7 @@ def _scale_words(answer: dict) -> list[str]:
     return lines
 
 
-def _reload_words(answer: dict) -> list[str]:
+def _reload_words(answer: dict[str, Any]) -> list[str]:
     groups, changes = answer.get("groups") or [], answer.get("changes") or []
     if groups:
         head = f"reloading: replacing {', '.join(groups)} one group at a time"
@@ -162,7 +163,7 @@ def reload(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gave_up(args: argparse.Namespace, answer: dict, why: str) -> int:
+def _gave_up(args: argparse.Namespace, answer: dict[str, Any], why: str) -> int:
     if args.json:
         _print_json({**answer, "ok": False, "complete": False, "error": why})
     print(f"xjobsd: {why}", file=sys.stderr)

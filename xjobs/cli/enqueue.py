@@ -15,7 +15,7 @@ from ..registry import REGISTRY
 from .common import add_database_flags, driver_from, import_apps, print_json, settings_from
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("enqueue", help="enqueue one job by name")
     parser.add_argument("name", help="the job's durable name")
     parser.add_argument("--input", required=True, help="the job's input as JSON")

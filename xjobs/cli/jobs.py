@@ -22,12 +22,12 @@ import getpass
 import sys
 import time
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 import orjson
 
 from .. import admin
-from ..drivers.base import STATES, JobDriver, JobView, ListFilter
+from ..drivers.base import LIVE_STATES, STATES, JobDriver, JobView, ListFilter
 from ..errors import InvalidOption
 from ..formatting import iso, plain
 from .common import add_database_flags, driver_from, print_json, print_table, settings_from
@@ -36,7 +36,7 @@ _LIST_COLUMNS = ["id", "name", "queue", "state", "attempt", "tenant", "run_at", 
 _FOLLOW_EVERY_S = 1.0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("jobs", help="inspect and steer jobs",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=type(parser))
@@ -55,7 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     cancel = verbs.add_parser("cancel", help="cancel one job, or every live job matching filters")
     cancel.add_argument("id", type=int, nargs="?")
-    _filters(cancel, admin.LIVE_STATES)
+    _filters(cancel, LIVE_STATES)
     _bulk_flags(cancel)
     cancel.add_argument("--reason", default=None)
     cancel.set_defaults(handler=cancel_jobs)
@@ -125,7 +125,7 @@ def _short(text: str | None, width: int = 60) -> str | None:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _rows(views: list[JobView]) -> list[list]:
+def _rows(views: list[JobView]) -> list[list[Any]]:
     return [[v.id, v.name, v.queue, v.state, f"{v.attempt}/{v.max_attempts}", v.tenant,
              iso(v.run_at), _short(v.last_error)] for v in views]
 
@@ -181,10 +181,10 @@ def dead_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shown(view: JobView) -> dict:
+def _shown(view: JobView) -> dict[str, Any]:
     """``jobs show --json``: the job, its steps (without their results: those are the
     application's data) and what it waits for."""
-    data = plain(replace(view, steps=()))
+    data: dict[str, Any] = plain(replace(view, steps=()))
     data["steps"] = [plain(step.as_json()) for step in view.steps]
     data["waiting_for"] = plain(admin.waiting_for(view))
     return data

@@ -18,7 +18,7 @@ from ..registry import REGISTRY
 from .common import import_apps
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("manifest", help="the app's jobs and tasks as stable JSON; --check for drift",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--app", action="append", default=[], help="module declaring the jobs (repeatable)")

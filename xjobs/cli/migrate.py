@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _LOCK_TIMEOUT_MS = 10_000.0   # the driver's default: what a boot and a plain migrate use
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("migrate", help="install or upgrade the queue schema",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()

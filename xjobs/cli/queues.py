@@ -18,7 +18,7 @@ from ..formatting import iso
 from .common import add_database_flags, driver_from, print_json, print_table, settings_from
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("queues", help="list, pause and resume queues, fleet-wide",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=type(parser))

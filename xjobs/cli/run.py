@@ -31,13 +31,18 @@ from . import setting_flags
 from .common import add_config_flag, add_log_flags, import_apps
 
 if TYPE_CHECKING:
+    import socket
+    from pathlib import Path
+
+    from ..registry import Registry
+    from ..supervisor.metrics import MetricsEndpoint
     from ..supervisor.probe import DatabaseProbe
     from ..supervisor.slots import RoleSpec
 
 log = logging.getLogger("xjobs.supervisor")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run the daemon: a supervisor and its worker processes",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     setting_flags.add(p, "apps", "database_url", "schema")
@@ -164,9 +169,9 @@ def run(args: argparse.Namespace) -> int:
             embedded.cleanup()
 
 
-def started(settings: Settings, specs: list, registry: Any, control: str, metrics: Any,
-            pgdata: Any, db_user: str | None, stranded: dict[str, list[str]],
-            ui_socket: Any = None) -> dict[str, Any]:
+def started(settings: Settings, specs: list[RoleSpec], registry: Registry, control: str,
+            metrics: MetricsEndpoint | None, pgdata: Path | None, db_user: str | None,
+            stranded: dict[str, list[str]], ui_socket: socket.socket | None = None) -> dict[str, Any]:
     """What runs where: the fields of the ``daemon.started`` event, and what the text banner
     says."""
     from psycopg.conninfo import conninfo_to_dict
@@ -198,7 +203,7 @@ def started(settings: Settings, specs: list, registry: Any, control: str, metric
     }
 
 
-def _dashboard(ui_socket: Any, actions: bool) -> str:
+def _dashboard(ui_socket: socket.socket, actions: bool) -> str:
     from ..ui.listen import announce
     return announce(ui_socket, actions)
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 import orjson
 
+from ..drivers.base import ProgressReport
 from ..options import duration_ms
 from ..formatting import age
 from .common import add_control_flags, ask_daemon, print_table, refusal_exit_code
@@ -26,7 +28,7 @@ from .common import add_control_flags, ask_daemon, print_table, refusal_exit_cod
 _WAIT_POLL_S = 0.2
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("status", help="what the running daemon is doing (over its control socket)")
     p.add_argument("--wait", nargs="?", const="30s", metavar="DURATION",
                    help="wait (default up to 30s) until a daemon answers with every child ready; "
@@ -35,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=status)
 
 
-def _ready(args: argparse.Namespace, timeout_s: float) -> dict:
+def _ready(args: argparse.Namespace, timeout_s: float) -> dict[str, Any]:
     """Ask until the daemon answers running with every child ready, or the time is up (then
     the last answer, or the last ``ControlUnavailable``)."""
     from ..control_client import ControlUnavailable
@@ -53,7 +55,7 @@ def _ready(args: argparse.Namespace, timeout_s: float) -> dict:
         time.sleep(_WAIT_POLL_S)
 
 
-def _is_ready(answer: dict) -> bool:
+def _is_ready(answer: dict[str, Any]) -> bool:
     return answer.get("state") == "running" and all(
         c.get("state") == "ready" for c in answer.get("children", ()))
 
@@ -118,14 +120,14 @@ def status(args: argparse.Namespace) -> int:
     return 1 if not_ready else 0
 
 
-def _progress(report: dict | None) -> str:
+def _progress(report: ProgressReport | None) -> str:
     if not report:
         return ""
     total = f"/{report['total']:g}" if report.get("total") is not None else ""
     return f"{report['done']:g}{total}" + (f" {report['note']}" if report.get("note") else "")
 
 
-def _figures_age(queues: dict) -> str:
+def _figures_age(queues: dict[str, dict[str, Any]]) -> str:
     """Depth and age come from the supervisor's last statistics round, not from this request."""
     ages = [q["as_of_seconds"] for q in queues.values() if q.get("as_of_seconds") is not None]
     if not ages:
@@ -137,7 +139,7 @@ def _dash(value: object) -> object:
     return "-" if value is None else value
 
 
-def _last_reload(last: dict) -> str:
+def _last_reload(last: dict[str, Any]) -> str:
     if last.get("outcome") == "refused":
         return f"last reload refused: {last.get('error')}"
     if last.get("replaced"):

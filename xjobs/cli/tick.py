@@ -23,7 +23,7 @@ from .common import add_database_flags, add_log_flags, driver_from, import_apps,
 from . import setting_flags
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("tick", help="one bounded pass: due cron, then the queues, until empty or the deadline",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--app", action="append", default=[], help="module declaring the jobs (repeatable)")

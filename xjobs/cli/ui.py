@@ -23,7 +23,7 @@ from . import setting_flags
 from .common import add_database_flags, add_log_flags, driver_from, import_apps, settings_from
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("ui", help="serve the dashboard alone (no workers)", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--listen", metavar="HOST:PORT", default=None,

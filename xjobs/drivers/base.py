@@ -63,17 +63,26 @@ absolute ``run_at_ms``.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import (TYPE_CHECKING, Any, Collection, Iterable, Mapping, Protocol, Sequence, TypeAlias,
+                    runtime_checkable)
 
 from ..clock import Clock
 from .records import (CHARGES, COUNTED_STATES, FINISHED_STATES, LATEST_MS, LIVE_STATES, MAX_DELAY_MS,
                       NACK_OUTCOMES, STATES, Batch, Claim, ClaimAlone, ClaimedJob, DeadGroup, Enqueued,
-                      JobView, Lease, ListFilter, Matching, Nack, NackOutcome, NewJob, Progress,
-                      QueueControl, QueueSummary, RatePoint, Released, TenantRoom, WorkerExit)
+                      HistoryEntry, JobView, Lease, ListFilter, Matching, Nack, NackOutcome, NewJob, Progress,
+                      ProgressReport, QueueControl, QueueSummary, RatePoint, Released, TenantRoom, WorkerExit)
 from .records_coordination import (Dispatch, LeaderView, OutboxClaim, OutboxSummary, Slot, SlotRequest,
                                    Watermark)
 from .records_steps import (STEP_KINDS, STEP_STATES, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
                             StepResult, StepSleep, StepWait)
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .memory_jobs import MemoryTransaction
+
+# a caller's connection, whose transaction a verb's ``conn`` joins (see ``job_enqueue``)
+CallerConnection: TypeAlias = "psycopg.Connection[Any] | MemoryTransaction"
 
 
 class JobListener(Protocol):
@@ -129,13 +138,14 @@ class JobStore(JobTransactions, Protocol):
     The settling and renewing verbs take a batch and answer the ids whose fence matched (the
     claim's token on a running job); a job missing from the answer is no longer this claim's."""
 
-    def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
+    def job_enqueue(self, jobs: Sequence[NewJob], conn: CallerConnection | None = None) -> list[Enqueued]:
         """Insert, or answer the live holder of each key (``deduped``); ``conn``: join the
         caller's transaction (a psycopg connection, or what the memory driver's
         ``job_transaction`` yields)."""
         ...
 
-    def job_enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]], conn: Any = None) -> list[Enqueued]:
+    def job_enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]],
+                           conn: CallerConnection | None = None) -> list[Enqueued]:
         """``job_enqueue`` of one call whose jobs arrive in chunks, all in one transaction:
         the Postgres driver sends each chunk as it arrives, so building the next one overlaps
         the insert of this one; an exception from ``chunks`` writes nothing."""
@@ -319,7 +329,7 @@ class ScheduleStore(Protocol):
 
 
 class OutboxStore(Protocol):
-    def outbox_stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]: ...
+    def outbox_stage(self, jobs: Sequence[NewJob], conn: CallerConnection | None) -> list[int]: ...
 
     def outbox_listen(self) -> JobListener:
         """Wakes when rows are staged (its ``poll()`` answers a non-empty set then)."""
@@ -364,7 +374,7 @@ class StepStore(Protocol):
 
 
 class EventStore(Protocol):
-    def event_send(self, event: NewEvent, conn: Any = None) -> SentEvent: ...
+    def event_send(self, event: NewEvent, conn: CallerConnection | None = None) -> SentEvent: ...
     def event_prune(self, retention_ms: float, limit: int) -> int: ...
 
 
@@ -380,10 +390,11 @@ class JobDriver(Storage, JobStore, Maintenance, Introspection, QueueStore, Leade
 
 __all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGES", "NACK_OUTCOMES",
            "MAX_DELAY_MS", "LATEST_MS", "NewJob", "Enqueued", "Claim", "ClaimAlone", "ClaimedJob",
-           "TenantRoom", "Nack", "NackOutcome", "Lease", "WorkerExit", "Batch", "JobView", "ListFilter",
-           "Matching", "Released", "QueueControl", "Progress", "QueueSummary", "RatePoint", "DeadGroup",
-           "LeaderView", "Watermark", "Dispatch", "OutboxClaim", "OutboxSummary", "SlotRequest", "Slot",
-           "JobListener", "Storage", "JobTransactions", "JobStore", "Maintenance", "Introspection",
-           "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore", "SlotStore", "StepStore",
-           "EventStore", "RunStore", "JobDriver", "STEP_KINDS", "STEP_STATES", "StepRecord", "StepLog",
-           "StepResult", "StepSleep", "StepWait", "StepOutcome", "NewEvent", "SentEvent"]
+           "TenantRoom", "Nack", "NackOutcome", "Lease", "WorkerExit", "Batch", "JobView", "HistoryEntry",
+           "ListFilter", "Matching", "Released", "QueueControl", "Progress", "ProgressReport", "QueueSummary",
+           "RatePoint", "DeadGroup", "LeaderView", "Watermark", "Dispatch", "OutboxClaim", "OutboxSummary",
+           "SlotRequest", "Slot", "CallerConnection", "JobListener", "Storage", "JobTransactions", "JobStore",
+           "Maintenance", "Introspection", "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore",
+           "SlotStore", "StepStore", "EventStore", "RunStore", "JobDriver", "STEP_KINDS", "STEP_STATES",
+           "StepRecord", "StepLog", "StepResult", "StepSleep", "StepWait", "StepOutcome", "NewEvent",
+           "SentEvent"]

@@ -20,12 +20,12 @@ from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 from ..clock import Clock
 from ..errors import InvalidOption
 from ..options import duration_ms, finite_count, finite_option
-from .base import (Batch, Claim, ClaimAlone, ClaimedJob, DeadGroup, Dispatch, Enqueued, EventStore,
-                   Introspection, JobDriver, JobListener, JobStore, JobView, LeaderStore, LeaderView, Lease,
-                   ListFilter, Maintenance, Matching, Nack, NewEvent, NewJob, OutboxClaim, OutboxStore,
-                   OutboxSummary, Progress, QueueControl, QueueStore, QueueSummary, RatePoint, Released,
-                   ScheduleStore, SentEvent, Slot, SlotRequest, SlotStore, StepLog, StepOutcome, StepResult,
-                   StepSleep, StepStore, StepWait, Storage, Watermark, WorkerExit)
+from .base import (Batch, CallerConnection, Claim, ClaimAlone, ClaimedJob, DeadGroup, Dispatch, Enqueued,
+                   EventStore, Introspection, JobDriver, JobListener, JobStore, JobView, LeaderStore,
+                   LeaderView, Lease, ListFilter, Maintenance, Matching, Nack, NewEvent, NewJob, OutboxClaim,
+                   OutboxStore, OutboxSummary, Progress, QueueControl, QueueStore, QueueSummary, RatePoint,
+                   Released, ScheduleStore, SentEvent, Slot, SlotRequest, SlotStore, StepLog, StepOutcome,
+                   StepResult, StepSleep, StepStore, StepWait, Storage, Watermark, WorkerExit)
 from .refusals import (check_batch, check_claim, check_claim_alone, check_claim_token, check_dispatch,
                        check_filter, check_job_names, check_lease, check_name, check_nacks, check_new_event,
                        check_new_jobs, check_row_limit, check_slot, check_slot_request, check_step_name,
@@ -81,11 +81,12 @@ class CheckedDriver(JobDriver, SlotStore):
 
     # -- JobStore: the hot path -----------------------------------------------------------------
 
-    def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
+    def job_enqueue(self, jobs: Sequence[NewJob], conn: CallerConnection | None = None) -> list[Enqueued]:
         check_new_jobs(jobs)
         return self._jobs.job_enqueue(jobs, conn) if jobs else []
 
-    def job_enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]], conn: Any = None) -> list[Enqueued]:
+    def job_enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]],
+                           conn: CallerConnection | None = None) -> list[Enqueued]:
         def checked() -> Iterator[Sequence[NewJob]]:
             for chunk in chunks:
                 check_new_jobs(chunk)
@@ -249,7 +250,7 @@ class CheckedDriver(JobDriver, SlotStore):
 
     # -- OutboxStore ----------------------------------------------------------------------------
 
-    def outbox_stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]:
+    def outbox_stage(self, jobs: Sequence[NewJob], conn: CallerConnection | None) -> list[int]:
         check_new_jobs(jobs)
         return self._outbox.outbox_stage(jobs, conn) if jobs else []
 
@@ -310,7 +311,7 @@ class CheckedDriver(JobDriver, SlotStore):
         wait = check_step_wait(wait)
         return self._steps.step_wait(lease, wait) if held(lease) else StepOutcome(False, fenced=True)
 
-    def event_send(self, event: NewEvent, conn: Any = None) -> SentEvent:
+    def event_send(self, event: NewEvent, conn: CallerConnection | None = None) -> SentEvent:
         return self._events.event_send(check_new_event(event), conn)
 
     def event_prune(self, retention_ms: float, limit: int) -> int:

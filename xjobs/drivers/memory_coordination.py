@@ -11,12 +11,13 @@ are the table's (the injected clock, rounded as a ``timestamptz`` holds them).
 from __future__ import annotations
 
 import secrets
-from typing import Any, Sequence
+from typing import Sequence
 
 import orjson
 
-from .base import (Dispatch, Enqueued, JobListener, LeaderStore, LeaderView, NewJob, OutboxClaim, OutboxStore,
-                   OutboxSummary, ScheduleStore, Slot, SlotRequest, SlotStore, Watermark)
+from .base import (CallerConnection, Dispatch, Enqueued, JobListener, LeaderStore, LeaderView, NewJob,
+                   OutboxClaim, OutboxStore, OutboxSummary, ScheduleStore, Slot, SlotRequest, SlotStore,
+                   Watermark)
 from .jsonb import as_stored
 from .memory_jobs import IdleListener, MemoryJobs
 from .memory_table import MemoryTable, plus, ts
@@ -91,7 +92,7 @@ class MemoryOutbox(OutboxStore):
         self._table = table
         self._jobs = jobs
 
-    def outbox_stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]:
+    def outbox_stage(self, jobs: Sequence[NewJob], conn: CallerConnection | None) -> list[int]:
         """``outbox_stage``: there is no application transaction in memory; a row staged here
         exists at once (``conn`` is ignored)."""
         table = self._table

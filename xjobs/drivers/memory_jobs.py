@@ -19,12 +19,13 @@ import contextlib
 import heapq
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import orjson
 
 from ..errors import InvalidOption
-from .base import Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob, Progress, TenantRoom
+from .base import (CallerConnection, Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob,
+                   Progress, TenantRoom)
 from .jsonb import as_stored
 from .memory_table import MemoryTable, Row, plus, ts
 from .refusals import held, lease_lost
@@ -64,7 +65,7 @@ class MemoryJobs(JobStore):
     def __init__(self, table: MemoryTable) -> None:
         self._table = table
 
-    def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
+    def job_enqueue(self, jobs: Sequence[NewJob], conn: CallerConnection | None = None) -> list[Enqueued]:
         """``job_enqueue`` (+ ``job_find_holder``): insert, or answer the holder of the key."""
         table = self._table
         # what counts as a connection is this driver's own business: only its transaction
@@ -73,12 +74,13 @@ class MemoryJobs(JobStore):
         with table.lock:
             return self.insert_locked(jobs, conn)
 
-    def job_enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]], conn: Any = None) -> list[Enqueued]:
+    def job_enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]],
+                           conn: CallerConnection | None = None) -> list[Enqueued]:
         """``job_enqueue`` of every chunk at once: gathered first, so a chunk that fails to build
         writes nothing, then inserted under one hold of the lock."""
         return self.job_enqueue([job for chunk in chunks for job in chunk], conn)
 
-    def insert_locked(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
+    def insert_locked(self, jobs: Sequence[NewJob], conn: MemoryTransaction | None = None) -> list[Enqueued]:
         """The insert of ``job_enqueue``, for a caller that already holds the table's lock (a
         dispatch or an outbox publish, whose enqueue is part of one atomic step)."""
         table = self._table

@@ -17,7 +17,7 @@ import orjson
 from .base import LIVE_STATES, Batch, DeadGroup, Introspection, JobView, ListFilter, Matching
 from .memory_steps import MemorySteps
 from .memory_table import MemoryTable, Namespace, Row, ts
-from .records import ERROR_GROUP_WIDTH
+from .records import ERROR_GROUP_WIDTH, HistoryEntry
 from .refusals import Outcome, cancelled, job_not_found, reopened, requeued
 
 _REQUEUABLE = ("dead", "cancelled")
@@ -58,7 +58,7 @@ class MemoryOperator(Introspection):
 
     def _view(self, row: Row, *, full: bool = False) -> JobView:
         """A row as ``job_list`` (``full=False``) or ``job_get`` with ``job_history`` shows it."""
-        history: tuple[dict, ...] = ()
+        history: tuple[HistoryEntry, ...] = ()
         if full:
             entries = sorted(enumerate(self._table.history.get(row.id, ())), key=lambda e: (e[1][0], e[0]))
             history = tuple({"at": at, "attempt": attempt, "outcome": outcome, "error": error,
@@ -209,17 +209,17 @@ class MemoryOperator(Introspection):
 
     def job_dead_groups(self, limit: int = 50) -> list[DeadGroup]:
         """``job_dead_groups``: dead letters by queue, name and the start of their error."""
-        groups: dict[tuple[str, str, str], list] = {}
+        # (queue, name, error's start) -> (count, newest id, latest finished_at)
+        groups: dict[tuple[str, str, str], tuple[int, int, float | None]] = {}
         with self._table.lock:
             for row in self._table.rows.values():
                 if row.state != "dead":
                     continue
-                group = groups.setdefault((row.queue, row.name, (row.last_error or "")[:ERROR_GROUP_WIDTH]),
-                                          [0, 0, None])
-                group[0] += 1
-                group[1] = max(group[1], row.id)
+                key = (row.queue, row.name, (row.last_error or "")[:ERROR_GROUP_WIDTH])
+                n, newest, at = groups.get(key, (0, 0, None))
                 if row.finished_at is not None:
-                    group[2] = row.finished_at if group[2] is None else max(group[2], row.finished_at)
+                    at = row.finished_at if at is None else max(at, row.finished_at)
+                groups[key] = (n + 1, max(newest, row.id), at)
         found = [DeadGroup(queue, name, error, n, newest, at)
                  for (queue, name, error), (n, newest, at) in groups.items()]
         found.sort(key=lambda g: (-g.count, -g.newest_id))

@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 
 from ..errors import InvalidOption
-from .base import (LATEST_MS, EventStore, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord, StepResult,
-                   StepSleep, StepStore, StepWait)
+from .base import (LATEST_MS, CallerConnection, EventStore, Lease, NewEvent, SentEvent, StepLog,
+                   StepOutcome, StepRecord, StepResult, StepSleep, StepStore, StepWait)
 from .jsonb import as_stored
 from .memory_jobs import MemoryTransaction
 from .memory_table import MemoryTable, Row, StepRow, plus, ts
@@ -131,7 +131,7 @@ class MemorySteps(StepStore, EventStore):
 
     # -- events -------------------------------------------------------------------------------
 
-    def event_send(self, event: NewEvent, conn: Any = None) -> SentEvent:
+    def event_send(self, event: NewEvent, conn: CallerConnection | None = None) -> SentEvent:
         """``event_lock`` and ``event_send``: store it, wake every job parked on it. Through a
         transaction of this driver, both are undone if it rolls back."""
         table = self._table

@@ -30,6 +30,7 @@ from typing import Any, Iterator
 from ..clock import Clock
 from ..errors import DuplicateJob
 from .base import LIVE_STATES, Storage
+from .records import ProgressReport
 
 Namespace = tuple[str, str, str]        # (name, tenant or '', key): the idempotency namespace
 
@@ -70,7 +71,7 @@ class Row:
     crashes: int = 0
     suspect_group: int | None = None   # the half of a crashed process's jobs it is in
     dedupe_window_ms: float | None = None
-    progress: dict | None = None
+    progress: ProgressReport | None = None
     traceparent: str | None = None
 
     @property

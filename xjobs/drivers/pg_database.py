@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, cast
 
 import orjson
 import psycopg
@@ -43,7 +43,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import DatabaseTimeout, DatabaseUnavailable, DriverError, InvalidOption, SchemaMissing
 from ..options import finite_count, finite_option
-from .base import Storage
+from .base import CallerConnection, Storage
 from .pg_install import install
 from .sql import check_schema_name, notify_channel, statements
 
@@ -80,6 +80,12 @@ def driver_errors() -> Iterator[None]:
         yield
     except psycopg.Error as exc:     # PoolTimeout is one too
         raise driver_error(exc) from exc
+
+
+def callers_connection(conn: CallerConnection) -> psycopg.Connection[Any]:
+    """The application's connection a verb joins, taken as psycopg's: it is used as one (a
+    pool's proxy of one serves as well), and what it lacks fails where it is used."""
+    return cast("psycopg.Connection[Any]", conn)
 
 
 @contextlib.contextmanager
@@ -196,24 +202,27 @@ class PgDatabase(Storage):
         what ``job_transaction`` yields to a body, whose statements are the application's."""
         return self._pool("bodies").connection()
 
-    def cursor(self, conn: Any = None) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
+    def cursor(self, conn: CallerConnection | None = None
+               ) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
         """A cursor on the application's ``conn`` when given, else on a connection of the
         verbs' pool."""
         return self._cursor(conn, self.connection)
 
-    def body_cursor(self, conn: Any = None) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
+    def body_cursor(self, conn: CallerConnection | None = None
+                    ) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
         """A cursor on the application's ``conn`` when given, else on a connection of the
         bodies' pool (a run's step statements)."""
         return self._cursor(conn, self.body_connection)
 
     @staticmethod
     @contextlib.contextmanager
-    def _cursor(conn: Any, pooled: Callable[[], contextlib.AbstractContextManager[psycopg.Connection]]
+    def _cursor(conn: CallerConnection | None,
+                pooled: Callable[[], contextlib.AbstractContextManager[psycopg.Connection]]
                 ) -> Iterator[psycopg.Cursor[Any]]:
         if conn is not None:
             # the application's connection may hand rows back as dicts or objects; every
             # statement here reads its columns by position
-            with driver_errors(), conn.cursor(row_factory=tuple_row) as cur:
+            with driver_errors(), callers_connection(conn).cursor(row_factory=tuple_row) as cur:
                 yield cur
             return
         with pooled() as own, own.cursor() as cur:

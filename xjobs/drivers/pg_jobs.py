@@ -21,8 +21,9 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from ..errors import XJobsError
-from .base import Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob, Progress, TenantRoom
-from .pg_database import PgDatabase, driver_errors, in_callers_transaction
+from .base import (CallerConnection, Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob,
+                   Progress, TenantRoom)
+from .pg_database import PgDatabase, callers_connection, driver_errors, in_callers_transaction
 from .pg_listen import PgListener
 from .records import ENQUEUE_CHUNK
 from .refusals import held, lease_lost
@@ -38,7 +39,7 @@ class PgJobs(JobStore):
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
 
-    def job_enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[Enqueued]:
+    def job_enqueue(self, jobs: Sequence[NewJob], conn: CallerConnection | None = None) -> list[Enqueued]:
         """``job_enqueue``, then ``job_find_holder`` for the inputs whose key is held; a batch
         larger than ``ENQUEUE_CHUNK`` goes as ``job_enqueue_chunks`` does."""
         if len(jobs) <= ENQUEUE_CHUNK:
@@ -47,7 +48,8 @@ class PgJobs(JobStore):
         return self.job_enqueue_chunks((jobs[start:start + ENQUEUE_CHUNK]
                                         for start in range(0, len(jobs), ENQUEUE_CHUNK)), conn)
 
-    def job_enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]], conn: Any = None) -> list[Enqueued]:
+    def job_enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]],
+                           conn: CallerConnection | None = None) -> list[Enqueued]:
         """The chunks of one call in ONE transaction (a savepoint on the caller's ``conn``):
         all of it or none. Pipelined: each chunk's statement is sent as soon as it is built,
         and the next chunk is built (by the caller's iterator) while the server inserts this
@@ -60,7 +62,7 @@ class PgJobs(JobStore):
         answers before every chunk is sent made it slower)."""
         results: list[Enqueued] = []
         with contextlib.ExitStack() as stack:
-            own = conn if conn is not None else stack.enter_context(self._db.connection())
+            own = callers_connection(conn) if conn is not None else stack.enter_context(self._db.connection())
             stack.enter_context(in_callers_transaction(own))
             sent: list[tuple[Sequence[NewJob], psycopg.Cursor[Any]]] = []
             with own.pipeline():

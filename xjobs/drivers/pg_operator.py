@@ -18,11 +18,11 @@ from ..errors import DuplicateJob
 from .base import Batch, DeadGroup, Introspection, JobView, ListFilter, Matching
 from .pg_database import PgDatabase, first_row
 from .pg_steps import PgSteps
-from .records import ERROR_GROUP_WIDTH
+from .records import ERROR_GROUP_WIDTH, HistoryEntry
 from .refusals import Outcome, cancelled, job_not_found, reopened, requeued
 
 
-def _view(row: Sequence[Any], payload: Any = None, history: tuple[dict, ...] = (),
+def _view(row: Sequence[Any], payload: Any = None, history: tuple[HistoryEntry, ...] = (),
           traceparent: str | None = None) -> JobView:
     return JobView(id=row[0], name=row[1], queue=row[2], state=row[3], attempt=row[4],
                    max_attempts=row[5], tenant=row[6], idempotency_key=row[7], priority=row[8],
@@ -69,7 +69,7 @@ class PgOperator(Introspection):
             if row is None:
                 return None
             cur.execute(self._db.sql["job_history"], {"id": job_id})
-            history = tuple({"at": h[0], "attempt": h[1], "outcome": h[2], "error": h[3], "traceback": h[4]}
+            history = tuple(HistoryEntry(at=h[0], attempt=h[1], outcome=h[2], error=h[3], traceback=h[4])
                             for h in cur.fetchall())
         return _view(row, payload=row[18], history=history, traceparent=row[19])
 

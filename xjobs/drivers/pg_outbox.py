@@ -9,11 +9,11 @@ the transaction, enqueue included, rolls back) and its release hands nothing bac
 from __future__ import annotations
 
 import secrets
-from typing import Any, Sequence
+from typing import Sequence
 
 import orjson
 
-from .base import Enqueued, JobListener, NewJob, OutboxClaim, OutboxStore, OutboxSummary
+from .base import CallerConnection, Enqueued, JobListener, NewJob, OutboxClaim, OutboxStore, OutboxSummary
 from .pg_database import PgDatabase, first_row
 from .pg_jobs import PgJobs
 from .pg_listen import PgListener
@@ -36,7 +36,7 @@ class PgOutbox(OutboxStore):
     def channel(self) -> str:
         return f"{self._db.channel}_outbox"
 
-    def outbox_stage(self, jobs: Sequence[NewJob], conn: Any) -> list[int]:
+    def outbox_stage(self, jobs: Sequence[NewJob], conn: CallerConnection | None) -> list[int]:
         rows = orjson.dumps([job.document() for job in jobs]).decode()
         with self._db.cursor(conn) as cur:
             cur.execute(self._db.sql["outbox_stage"], {**self._db.now(), "rows": rows})

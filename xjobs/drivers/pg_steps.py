@@ -23,9 +23,9 @@ import orjson
 import psycopg
 
 from ..errors import InvalidOption
-from .base import (LATEST_MS, EventStore, Lease, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord, StepResult,
-                   StepSleep, StepStore, StepWait)
-from .pg_database import PgDatabase, first_row, in_callers_transaction
+from .base import (LATEST_MS, CallerConnection, EventStore, Lease, NewEvent, SentEvent, StepLog,
+                   StepOutcome, StepRecord, StepResult, StepSleep, StepStore, StepWait)
+from .pg_database import PgDatabase, callers_connection, first_row, in_callers_transaction
 from .refusals import step_kind_mismatch
 
 
@@ -118,20 +118,21 @@ class PgSteps(StepStore, EventStore):
 
     # -- events -------------------------------------------------------------------------------
 
-    def event_send(self, event: NewEvent, conn: Any = None) -> SentEvent:
+    def event_send(self, event: NewEvent, conn: CallerConnection | None = None) -> SentEvent:
         params = {**self._db.now(), "name": event.name, "key": event.key,
                   "payload": event.payload.decode(), "channel": self._db.channel}
         if conn is None:
             with self._db.connection() as own:
                 return self._send(own, params)
-        level = getattr(conn, "isolation_level", None)
+        callers = callers_connection(conn)
+        level = getattr(callers, "isolation_level", None)
         if level is not None and level != psycopg.IsolationLevel.READ_COMMITTED:
             # its snapshot would not see a waiter that parked after the transaction began
             raise InvalidOption("conn", f"send_event joins a read committed transaction only, "
                                         f"got {level.name.lower().replace('_', ' ')}")
-        return self._send(conn, params)
+        return self._send(callers, params)
 
-    def _send(self, conn: Any, params: dict[str, Any]) -> SentEvent:
+    def _send(self, conn: psycopg.Connection[Any], params: dict[str, Any]) -> SentEvent:
         # the lock is transaction-scoped: it must be held until the send's rows commit, with
         # the caller's transaction (or with one of the send's own on an autocommit connection)
         with in_callers_transaction(conn), self._db.cursor(conn) as cur:

@@ -13,7 +13,7 @@ them without a cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection, Literal, Mapping, Sequence
+from typing import Any, Collection, Literal, Mapping, Sequence, TypedDict
 
 import orjson
 
@@ -178,6 +178,23 @@ class Lease:
     token: int
 
 
+class HistoryEntry(TypedDict):
+    """One row of a job's history: an attempt's outcome, or an operator's verb."""
+    at: float                   # epoch milliseconds
+    attempt: int
+    outcome: str
+    error: str | None
+    traceback: str | None
+
+
+class ProgressReport(TypedDict):
+    """A run's latest ``ctx.progress()`` report, as it is stored."""
+    done: float
+    total: float | None
+    note: str | None
+    at: float
+
+
 @dataclass(frozen=True, slots=True)
 class JobView:
     """A job as operators see it (``xjobsd jobs ls|show --json``)."""
@@ -199,9 +216,9 @@ class JobView:
     claimed_by: str | None = None
     lease_expires_at: float | None = None
     payload: Any = None
-    history: tuple[dict, ...] = field(default=())
+    history: tuple[HistoryEntry, ...] = field(default=())
     crashes: int = 0            # worker-process crashes this job was caught in (a suspect: runs alone)
-    progress: Any = None        # the latest ctx.progress() report: {"done", "total", "note", "at"}
+    progress: ProgressReport | None = None   # the latest ctx.progress() report
     steps: tuple[StepRecord, ...] = ()    # what job_get adds: the recorded steps, in order
     traceparent: str | None = None          # what job_get adds: the enqueuing code's W3C trace context
 
@@ -295,7 +312,7 @@ class Progress:
     note: str | None
     at: float
 
-    def as_json(self) -> dict:
+    def as_json(self) -> ProgressReport:
         return {"done": self.done, "total": self.total, "note": self.note, "at": self.at}
 
 

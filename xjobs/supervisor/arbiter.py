@@ -47,7 +47,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from ..config import Settings
 from ..errors import InvalidOption
@@ -59,7 +59,7 @@ from .draining import Drain
 from .handback import count_handback
 from .metrics import MetricsEndpoint
 from .notify import Notifier
-from .probe import Probe, Summary, no_probe
+from .probe import Abandoned, HandedBack, Probe, Summary, Unreachable, no_probe
 from .processes import ProcessTable
 from .reload import Configuration, Reloader
 from .reshape import MakeQueueSpecs, Reshaper
@@ -294,12 +294,13 @@ class Arbiter:
             self.reloader.request(later.reply)
         return later
 
-    def _reload_planned(self, answer: dict) -> None:
+    def _reload_planned(self, answer: dict[str, Any]) -> None:
         if answer["groups"]:
             self.notifier.reloading(f"reloading: replacing {', '.join(answer['groups'])} one group at a time")
 
     def scale(self, queue: str | None, *, delta: int | None = None, processes: int | None = None,
-              allow_zero: bool = False, clamp: bool = False, concurrency: int | None = None) -> dict:
+              allow_zero: bool = False, clamp: bool = False,
+              concurrency: int | None = None) -> dict[str, Any]:
         if self.state != "running":
             return {"ok": False, "error": f"cannot scale while {self.state}"}
         return self.reshaper.scale(queue, delta=delta, processes=processes, allow_zero=allow_zero,
@@ -307,23 +308,23 @@ class Arbiter:
 
     # -- control commands: one small handler each --------------------------------------------------
 
-    def cmd_status(self, message: dict) -> dict:
+    def cmd_status(self, message: dict[str, Any]) -> dict[str, Any]:
         """``{"type": "status"}`` (``xjobsd status``): children, queues, reload state."""
         return {"ok": True, **report.status(self, time.monotonic())}
 
-    def cmd_drain(self, message: dict) -> dict:
+    def cmd_drain(self, message: dict[str, Any]) -> dict[str, Any]:
         """``{"type": "drain"}`` (``xjobsd drain``): a drain, as a first stop signal would."""
         if self.state not in ("starting", "running"):
             return {"ok": False, "error": f"already {self.state}"}
         self.begin_drain("drain requested over the control socket")
         return {"ok": True, "state": self.state, "deadline_seconds": self.settings.drain_deadline_ms / 1000.0}
 
-    def cmd_reload(self, message: dict) -> Deferred:
+    def cmd_reload(self, message: dict[str, Any]) -> Deferred:
         """``{"type": "reload"}`` (``xjobsd reload``): as SIGHUP; the client waits on its
         connection for the answer."""
         return self.reload()
 
-    def cmd_scale(self, message: dict) -> dict:
+    def cmd_scale(self, message: dict[str, Any]) -> dict[str, Any]:
         """``{"type": "scale", "queue", "processes"|"delta", "allow_zero", "concurrency"}``
         (``xjobsd scale QUEUE =N|+N|-N``): as SIGTTIN/SIGTTOU, but refused out of range."""
         return self.scale(**scale_request(message))
@@ -332,21 +333,19 @@ class Arbiter:
 
     def _apply_probe_results(self) -> None:
         for result in self.probe.results():
-            kind = result[0]
-            if kind == "summary":
-                self.summary = result[1]
+            if isinstance(result, Summary):
+                self.summary = result
                 self.database_up = True
-            elif kind == "error":
+            elif isinstance(result, Unreachable):
                 self.database_up = False
-            elif kind == "released":
-                _, identity, queue, released = result
+            elif isinstance(result, HandedBack):
                 self.database_up = True
-                if released:
-                    count_handback(self.tally, identity, queue, released)
-                    self.drain.count_released(len(released))
-            elif kind == "abandoned":
+                if result.released:
+                    count_handback(self.tally, result.identity, result.queue, result.released)
+                    self.drain.count_released(len(result.released))
+            elif isinstance(result, Abandoned):
                 log.warning("sessions of %s outlived the lease window; its jobs are left to the lease",
-                            result[1])
+                            result.identity)
         if self.probe.reachable is not None:
             self.database_up = self.probe.reachable
 

@@ -94,7 +94,8 @@ def set_parent_death_signal(signum: int) -> bool:
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+        done: int = libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        return done == 0
     except (OSError, AttributeError):
         return False
 
@@ -175,7 +176,7 @@ class ChildHost:
         self.drain(now + ORPHAN_DEADLINE_MS, "the supervisor exited")
         self.backstop(ORPHAN_DEADLINE_MS)
 
-    def _on_message(self, message: dict, now: float) -> None:
+    def _on_message(self, message: dict[str, Any], now: float) -> None:
         kind = message["type"]
         if kind == "ping":
             self._heartbeat(now)

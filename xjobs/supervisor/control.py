@@ -48,7 +48,7 @@ import stat
 import struct
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, NotRequired, TypedDict
 
 import orjson
 
@@ -128,14 +128,14 @@ class Deferred:
 
     def __init__(self) -> None:
         self._conn: socket.socket | None = None
-        self._answer: dict | None = None
+        self._answer: dict[str, Any] | None = None
 
     @property
-    def answer(self) -> dict | None:
+    def answer(self) -> dict[str, Any] | None:
         """The answer, once replied."""
         return self._answer
 
-    def reply(self, answer: dict) -> None:
+    def reply(self, answer: dict[str, Any]) -> None:
         if self._answer is None:
             self._answer = answer
             self._send()
@@ -158,7 +158,7 @@ class ControlServer:
     """Owned by the arbiter: it registers ``listener`` and each client in its selector."""
 
     def __init__(self, path: str, listener: socket.socket,
-                 handlers: dict[str, Callable[[dict], dict | Deferred]]) -> None:
+                 handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any] | Deferred]]) -> None:
         self.path = path
         self.listener = listener
         self.handlers = handlers
@@ -215,7 +215,7 @@ class ControlServer:
             pass
 
     def _respond(self, conn: socket.socket, line: bytes) -> None:
-        answer: dict | Deferred
+        answer: dict[str, Any] | Deferred
         try:
             message = orjson.loads(line)
             if not isinstance(message, dict):
@@ -249,7 +249,16 @@ class ControlServer:
             pass
 
 
-def scale_request(message: dict) -> dict:
+class ScaleRequest(TypedDict):
+    """The keyword arguments of ``Arbiter.scale``: set ``processes`` or shift by ``delta``."""
+    queue: str | None
+    allow_zero: bool
+    concurrency: int | None
+    processes: NotRequired[int]
+    delta: NotRequired[int]
+
+
+def scale_request(message: dict[str, Any]) -> ScaleRequest:
     """The arguments of ``Arbiter.scale`` a ``scale`` message carries, each refused with its
     code when it is not what ``xjobsd scale`` sends."""
     queue = message.get("queue")
@@ -261,13 +270,15 @@ def scale_request(message: dict) -> dict:
     concurrency = message.get("concurrency")
     if concurrency is not None:
         concurrency = finite_count(concurrency, "concurrency", minimum=1, maximum=10_000)
-    request = {"queue": queue, "allow_zero": allow_zero, "concurrency": concurrency}
+    request = ScaleRequest(queue=queue, allow_zero=allow_zero, concurrency=concurrency)
     if message.get("processes") is not None:
-        return {**request, "processes": finite_count(message["processes"], "processes")}
+        request["processes"] = finite_count(message["processes"], "processes")
+        return request
     delta = message.get("delta", 1)
     if isinstance(delta, bool) or not isinstance(delta, int):
         raise InvalidOption("delta", f"must be a whole number, got {delta!r}")
-    return {**request, "delta": delta}
+    request["delta"] = delta
+    return request
 
 
 def unlink_socket(path: str) -> None:
@@ -283,7 +294,7 @@ def unlink_socket(path: str) -> None:
         pass
 
 
-def _answer(conn: socket.socket, answer: dict) -> None:
+def _answer(conn: socket.socket, answer: dict[str, Any]) -> None:
     try:
         conn.settimeout(1.0)
         conn.sendall(orjson.dumps(answer) + b"\n")

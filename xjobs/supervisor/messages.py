@@ -30,7 +30,7 @@ policy names, which keeps a field's default for a value of another type.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 _REQUIRED = object()
 
@@ -67,8 +67,9 @@ def _flag(value: Any) -> bool:
 
 
 # type -> {field: (check, required)}; the common fields are read from a message of any type
-_CHILD_COMMON = {"in_flight": (_count, False), "stats": (_stats, False)}
-_CHILD = {
+_Fields = dict[str, tuple[Callable[[Any], bool], bool]]
+_CHILD_COMMON: _Fields = {"in_flight": (_count, False), "stats": (_stats, False)}
+_CHILD: dict[str, _Fields] = {
     "hello": {"pid": (_int, True), "identity": (_text, True), "role": (_text, True),
               "queue": (_text_or_none, False), "index": (_int, True)},
     "ready": {"pid": (_int, True), "stats": (_stats, False)},
@@ -77,14 +78,14 @@ _CHILD = {
     "draining": {"in_flight": (_count, False), "deadline_at": (_number, False)},
     "stopped": {"stats": (_stats, False), "in_flight": (_count, False), "error": (_text_or_none, False)},
 }
-_PARENT = {
+_PARENT: dict[str, _Fields] = {
     "accept": {"deadline_at": (_number, True), "reason": (_text, False), "interrupt": (_flag, False)},
     "close": {"deadline_at": (_number, True), "reason": (_text, False)},
     "ping": {},
 }
 
 
-def _problem(message: dict, schema: dict[str, dict], common: dict) -> str | None:
+def _problem(message: dict[str, Any], schema: dict[str, _Fields], common: _Fields) -> str | None:
     fields = {**common, **schema.get(message["type"], {})}
     for name, (check, required) in fields.items():
         if name not in message:
@@ -96,11 +97,11 @@ def _problem(message: dict, schema: dict[str, dict], common: dict) -> str | None
     return None
 
 
-def child_message_problem(message: dict) -> str | None:
+def child_message_problem(message: dict[str, Any]) -> str | None:
     """Why a message from a child cannot be used, or None when it can."""
     return _problem(message, _CHILD, _CHILD_COMMON)
 
 
-def parent_message_problem(message: dict) -> str | None:
+def parent_message_problem(message: dict[str, Any]) -> str | None:
     """Why a message from the supervisor cannot be used, or None when it can."""
     return _problem(message, _PARENT, {})

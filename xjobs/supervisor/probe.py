@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from ..config import Settings
-from ..drivers.base import WorkerExit
+from ..drivers.base import JobDriver, Released, WorkerExit
 
 log = logging.getLogger("xjobs.supervisor.probe")
 
@@ -74,6 +74,30 @@ class Summary:
     unknown: dict[str, int] = field(default_factory=dict)   # queue -> ready jobs no worker has a body for
 
 
+@dataclass(frozen=True)
+class HandedBack:
+    """A dead child's running jobs went back (none, when it held nothing)."""
+    identity: str
+    queue: str | None
+    released: list[Released]
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """A dead child's sessions outlived the lease window: its jobs are left to the lease."""
+    identity: str
+    queue: str | None
+
+
+@dataclass(frozen=True)
+class Unreachable:
+    """A round that failed: the database is away."""
+    error: str
+
+
+ProbeResult = Summary | HandedBack | Abandoned | Unreachable
+
+
 class Probe(Protocol):
     """What the arbiter and its process table ask of a probe (``DatabaseProbe``, or a stand-in
     for tests of the loop alone)."""
@@ -87,11 +111,11 @@ class Probe(Protocol):
     def request_release(self, identity: str, queue: str | None, within_s: float, *,
                         crashed: bool = True, how: str = "died", charge: str = "alone") -> None: ...
     def flush_releases(self, timeout_s: float) -> None: ...
-    def results(self) -> list[tuple]: ...
+    def results(self) -> list[ProbeResult]: ...
 
 
-def default_driver_factory(settings: Settings) -> Callable[[], Any]:
-    def make() -> Any:
+def default_driver_factory(settings: Settings) -> Callable[[], JobDriver]:
+    def make() -> JobDriver:
         from psycopg.conninfo import make_conninfo
         from ..drivers.postgres import PostgresDriver
         dsn = make_conninfo(settings.dsn or "", connect_timeout=_CONNECT_TIMEOUT_S)
@@ -103,7 +127,7 @@ def default_driver_factory(settings: Settings) -> Callable[[], Any]:
 
 
 class DatabaseProbe:
-    def __init__(self, make_driver: Callable[[], Any], *, interval_s: float,
+    def __init__(self, make_driver: Callable[[], JobDriver], *, interval_s: float,
                  fork_lock: threading.Lock, wake: Callable[[], None],
                  names: Callable[[], Sequence[str]] | None = None) -> None:
         """``names``: the job names the daemon's code declares now (after a reload too); ready
@@ -116,7 +140,7 @@ class DatabaseProbe:
         self._event = threading.Event()
         self._stopping = False
         self._releases: deque[_Release] = deque()
-        self._results: deque[tuple] = deque()
+        self._results: deque[ProbeResult] = deque()
         self._thread: threading.Thread | None = None
         self._next_stats = 0.0
         self._lock_free_at = 0.0
@@ -133,10 +157,10 @@ class DatabaseProbe:
         self._releases.append(_Release(identity, queue, time.monotonic() + within_s, crashed, how, charge))
         self._event.set()
 
-    def results(self) -> list[tuple]:
-        """What finished since the last call: ``("summary", Summary)``, ``("released",
-        identity, queue, [Released, ...])``, ``("abandoned", identity, queue)``, ``("error", text)``."""
-        out: list[tuple] = []
+    def results(self) -> list[ProbeResult]:
+        """What finished since the last call, in order: a statistics round's ``Summary``, a
+        child's ``HandedBack`` or ``Abandoned``, an ``Unreachable`` round."""
+        out: list[ProbeResult] = []
         while self._results:
             out.append(self._results.popleft())
         return out
@@ -161,7 +185,7 @@ class DatabaseProbe:
 
     # -- the thread --------------------------------------------------------------------------------
 
-    def _emit(self, *result: Any) -> None:
+    def _emit(self, result: ProbeResult) -> None:
         self._results.append(result)
         self._wake()
 
@@ -192,7 +216,7 @@ class DatabaseProbe:
 
     def _round(self, stats_due: bool) -> None:
         with self._fork_lock:
-            driver = None
+            driver: JobDriver | None = None
             try:
                 driver = self._make_driver()
                 driver.ping(_CONNECT_TIMEOUT_S)   # fail fast when the server is away
@@ -209,19 +233,19 @@ class DatabaseProbe:
                     except Exception:
                         pass
 
-    def _hand_back(self, driver: Any) -> None:
+    def _hand_back(self, driver: JobDriver) -> None:
         for item in list(self._releases):
             if driver.session_count(item.identity) > 0:
                 if time.monotonic() >= item.give_up_at:
                     self._releases.remove(item)
-                    self._emit("abandoned", item.identity, item.queue)
+                    self._emit(Abandoned(item.identity, item.queue))
                 continue   # its backend is still finishing a statement: next round
             released = driver.job_release_worker(WorkerExit(item.identity, crashed=item.crashed, how=item.how,
                                                             charge=item.charge))
             self._releases.remove(item)
-            self._emit("released", item.identity, item.queue, released)
+            self._emit(HandedBack(item.identity, item.queue, released))
 
-    def _statistics(self, driver: Any) -> None:
+    def _statistics(self, driver: JobDriver) -> None:
         summary = driver.queue_summary()
         states = driver.queue_counts()   # never a scan of the finished bulk
         paused = frozenset(c.name for c in driver.queue_control() if c.paused)
@@ -229,8 +253,8 @@ class DatabaseProbe:
         unknown = driver.queue_unknown(list(self._names())) if self._names is not None else {}
         queues = {name: {"depth": s.depth, "oldest_ready_seconds": s.oldest_ready_ms / 1000.0}
                   for name, s in summary.items()}
-        self._emit("summary", Summary(time.monotonic(), queues, states, paused, outbox.pending,
-                                      outbox.oldest_ms / 1000.0, unknown))
+        self._emit(Summary(time.monotonic(), queues, states, paused, outbox.pending,
+                           outbox.oldest_ms / 1000.0, unknown))
 
     def _set_reachable(self, ok: bool, exc: Exception | None) -> None:
         if ok != self.reachable:
@@ -238,7 +262,7 @@ class DatabaseProbe:
                 log.info("database reachable")
             else:
                 log.error("database unreachable: %s", exc)
-                self._emit("error", str(exc))
+                self._emit(Unreachable(str(exc)))
         self.reachable = ok
 
 
@@ -253,7 +277,7 @@ class _NullProbe:
     def request_release(self, identity: str, queue: str | None, within_s: float, *,
                         crashed: bool = True, how: str = "died", charge: str = "alone") -> None: ...
     def flush_releases(self, timeout_s: float) -> None: ...
-    def results(self) -> list[tuple]: return []
+    def results(self) -> list[ProbeResult]: return []
 
 
 def no_probe(**_: Any) -> Probe:

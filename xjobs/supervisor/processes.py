@@ -36,7 +36,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..config import Settings
 from ..logs import event
@@ -250,7 +250,7 @@ class ProcessTable:
             events = selectors.EVENT_READ | (selectors.EVENT_WRITE if child.channel.wants_write else 0)
             self.selector.modify(child.channel.sock, events, child)
 
-    def _on_message(self, child: Child, message: dict) -> None:
+    def _on_message(self, child: Child, message: dict[str, Any]) -> None:
         child.last_seen = time.monotonic()
         kind = message["type"]
         wire = message.get("stats")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..config import Settings
 from ..errors import XJobsError
@@ -40,7 +40,7 @@ from .validate import Validation
 
 log = logging.getLogger("xjobs.supervisor")
 
-Reply = Callable[[dict], None]
+Reply = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class Configuration:
     strict: bool = False
 
 
-def refusal(exc: BaseException) -> dict:
-    answer: dict = {"ok": False, "error": str(exc)}
+def refusal(exc: BaseException) -> dict[str, Any]:
+    answer: dict[str, Any] = {"ok": False, "error": str(exc)}
     if isinstance(exc, XJobsError):   # a coded refusal exits 2 from xjobsd reload
         answer["code"] = exc.code
     return answer
@@ -68,7 +68,7 @@ def refusal(exc: BaseException) -> dict:
 class Reloader:
     def __init__(self, reshaper: Reshaper, configuration: Configuration | None, *,
                  deadline_s: float, wake: Callable[[], None],
-                 on_planned: Callable[[dict], None] = lambda answer: None) -> None:
+                 on_planned: Callable[[dict[str, Any]], None] = lambda answer: None) -> None:
         self.reshaper = reshaper
         self.configuration = configuration
         self.deadline_s = deadline_s
@@ -78,9 +78,9 @@ class Reloader:
         self._settings: Settings | None = None   # what the running validation checks
         self._replies: list[Reply] = []          # who waits for the running validation
         self._next: list[Reply] | None = None    # who waits for the one after it
-        self.last: dict | None = None            # the last reload's outcome, refusals included
+        self.last: dict[str, Any] | None = None            # the last reload's outcome, refusals included
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """``xjobsd status``'s ``reload``: idle, validating or reloading, and the last outcome."""
         state = self.reshaper.state()
         if self._validation is not None:
@@ -183,6 +183,6 @@ class Reloader:
         self._answer(replies, answer)
 
     @staticmethod
-    def _answer(replies: list[Reply], answer: dict) -> None:
+    def _answer(replies: list[Reply], answer: dict[str, Any]) -> None:
         for reply in replies:
             reply(answer)

@@ -13,7 +13,7 @@ policies declare.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..workers.telemetry import Histogram
 from .metrics import MetricsSnapshot
@@ -39,7 +39,7 @@ def rss_bytes(pid: int) -> int | None:
         return None
 
 
-def _child_row(arbiter: "Arbiter", child: "Child", now: float, state: str | None = None) -> dict:
+def _child_row(arbiter: "Arbiter", child: "Child", now: float, state: str | None = None) -> dict[str, Any]:
     slot = child.slot
     role, queue, index = slot.key
     return {
@@ -66,7 +66,7 @@ def _completed(arbiter: "Arbiter", role: str, queue: str | None, index: int) -> 
     return int(arbiter.tally.get(SlotCounter(role, queue or "", index, "completed")))
 
 
-def _empty_row(arbiter: "Arbiter", slot: "Slot", now: float) -> dict:
+def _empty_row(arbiter: "Arbiter", slot: "Slot", now: float) -> dict[str, Any]:
     role, queue, index = slot.key
     return {
         "role": role, "queue": queue, "index": index, "pid": None, "identity": None,
@@ -80,7 +80,7 @@ def _empty_row(arbiter: "Arbiter", slot: "Slot", now: float) -> dict:
     }
 
 
-def children(arbiter: "Arbiter", now: float) -> list[dict]:
+def children(arbiter: "Arbiter", now: float) -> list[dict[str, Any]]:
     table = arbiter.processes
     rows = []
     for slot in sorted(table.slots, key=lambda s: (s.spec.role, s.spec.queue or "", s.index)):
@@ -103,7 +103,7 @@ def served_queues(arbiter: "Arbiter") -> list[str]:
                    if spec.policy.per_queue and spec.queue})
 
 
-def queues(arbiter: "Arbiter", now: float) -> dict[str, dict]:
+def queues(arbiter: "Arbiter", now: float) -> dict[str, dict[str, Any]]:
     summary = arbiter.summary
     table = arbiter.processes
     names = set(served_queues(arbiter))
@@ -129,7 +129,7 @@ def queues(arbiter: "Arbiter", now: float) -> dict[str, dict]:
     return out
 
 
-def status(arbiter: "Arbiter", now: float) -> dict:
+def status(arbiter: "Arbiter", now: float) -> dict[str, Any]:
     deadline = arbiter.drain.deadline
     return {
         "pid": arbiter.pid,

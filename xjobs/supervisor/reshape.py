@@ -32,7 +32,7 @@ import hashlib
 import logging
 from collections import deque
 from dataclasses import fields
-from typing import Callable
+from typing import Any, Callable
 
 import orjson
 
@@ -76,14 +76,15 @@ class Reshaper:
         self.generation = 0
         self.reloading = False
         self.current: SpecKey | None = None   # the group being replaced
-        self.last: dict | None = None         # what the last reload did (``xjobsd status``)
+        self.last: dict[str, Any] | None = None         # what the last reload did (``xjobsd status``)
         self._groups: deque[SpecKey] = deque()
         self._specs: dict[SpecKey, RoleSpec] = {}
 
     # -- reload --------------------------------------------------------------------------------------
 
     def reload(self, settings: Settings, specs: list[RoleSpec], image: AppImage | None = None,
-               app_changes: list[str] | None = None, registered: dict[str, list[str]] | None = None) -> dict:
+               app_changes: list[str] | None = None,
+               registered: dict[str, list[str]] | None = None) -> dict[str, Any]:
         """Plan a reload to ``settings`` and ``specs``, made from ``image``; answers what it
         replaces (``groups``, one at a time from the next pass), what it leaves and what changed."""
         table = self.processes
@@ -118,7 +119,7 @@ class Reshaper:
         return {"ok": True, "groups": groups, "unchanged": unchanged, "generation": self.generation,
                 "changes": changes}
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """What ``xjobsd reload --wait`` polls: idle once the last group's successors are ready."""
         current = self.current if self.reloading else None
         return {"state": "reloading" if self.reloading else "idle", "generation": self.generation,
@@ -176,7 +177,8 @@ class Reshaper:
         return {queue: names for queue, names in self.registered.items() if queue not in served}
 
     def scale(self, queue: str | None, *, delta: int | None = None, processes: int | None = None,
-              allow_zero: bool = False, clamp: bool = False, concurrency: int | None = None) -> dict:
+              allow_zero: bool = False, clamp: bool = False,
+              concurrency: int | None = None) -> dict[str, Any]:
         """Set (``processes``) or shift (``delta``) the processes of one queue, or of every
         one (``queue=None``), in every group whose role is ``scalable``.
 
@@ -225,7 +227,7 @@ class Reshaper:
         return {"ok": True, "processes": after, "processes_before": before}
 
     def _add_queue(self, queue: str, delta: int | None, processes: int | None,
-                   concurrency: int | None) -> dict:
+                   concurrency: int | None) -> dict[str, Any]:
         """Serve a queue the app declares that no process of this daemon serves yet. It lasts
         until the next reload or restart, which go by the configuration again."""
         assert self.make_queue_specs is not None

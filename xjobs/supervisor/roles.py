@@ -25,14 +25,15 @@ import re
 import socket
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable, Unpack
 
 from ..config import QueueSpec, Settings
 from ..errors import InvalidOption
 from ..registry import Registry
 from ..workers.outbox_relay import OutboxRelay
 from ..workers.queue_worker import QueueWorker
-from ..workers.role import Role, RoleBase, RoleContext, RolePolicy, check_role_name
+from ..drivers.base import JobDriver
+from ..workers.role import Connect, PoolOptions, Role, RoleBase, RoleContext, RolePolicy, check_role_name
 from ..workers.scheduler import Scheduler
 from .slots import RoleSpec
 
@@ -125,13 +126,12 @@ def refuse_unserved(settings: Settings, registry: Registry) -> None:
                                      f"{describe_unserved(stranded)}")
 
 
-def connector(settings: Settings, identity: str) -> Callable[..., Any]:
+def connector(settings: Settings, identity: str) -> Connect:
     """``connect(**pool_options)`` for a child: a driver whose sessions carry its identity."""
-    def connect(**pool_options: Any) -> Any:   # Any: the driver seam is being typed elsewhere
+    def connect(**pool_options: Unpack[PoolOptions]) -> JobDriver:
         from ..drivers.postgres import PostgresDriver
-        options: dict[str, Any] = {"statement_timeout_ms": ROLE_STATEMENT_TIMEOUT_MS, **pool_options}
         return PostgresDriver(settings.dsn or "", schema=settings.schema, application_name=identity,
-                              **options)
+                              statement_timeout_ms=ROLE_STATEMENT_TIMEOUT_MS, **pool_options)
     return connect
 
 

@@ -93,7 +93,8 @@ class Child:
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid
+        pid: int | None = self.proc.pid   # multiprocess ships no types
+        return pid
 
     @property
     def policy(self) -> RolePolicy:

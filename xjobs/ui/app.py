@@ -19,7 +19,7 @@ import threading
 from dataclasses import replace
 from datetime import datetime, timezone
 from importlib import resources
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -36,6 +36,11 @@ from ..formatting import age
 from . import pages
 from .auth import SESSION_COOKIE, SESSION_SECONDS, Guard
 from .charts import throughput_chart
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
+
+    from ..tasks import TaskHandle
 
 log = logging.getLogger("xjobs.ui")
 FLASH_COOKIE = "xjobs_ui_flash"
@@ -60,7 +65,7 @@ def _iso(ms: float | None) -> str:
 class Dashboard:
     """``Dashboard(driver, guard=Guard(...), tasks=REGISTRY.tasks(), ...)`` is a WSGI app."""
 
-    def __init__(self, driver: JobDriver, *, guard: Guard, tasks: Iterable[Any] = (),
+    def __init__(self, driver: JobDriver, *, guard: Guard, tasks: Iterable[TaskHandle] = (),
                  known_queues: tuple[str, ...] = (), control: str | None = None,
                  hosts: Iterable[str] | None = None) -> None:
         """``hosts``: the Host headers it answers (None: any; set for a loopback listener)."""
@@ -94,7 +99,7 @@ class Dashboard:
 
     # -- WSGI ---------------------------------------------------------------------------------
 
-    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         request = Request(environ)
         response = self.dispatch(request)
         return response(environ, start_response)
@@ -109,7 +114,8 @@ class Dashboard:
             endpoint, values = adapter.match()
             if "job_id" in values and not is_bigint(values["job_id"]):
                 raise JobNotFound(f"no job {values['job_id']}")
-            response = getattr(self, f"on_{endpoint}")(request, **values)
+            handler: Callable[..., Response] = getattr(self, f"on_{endpoint}")
+            response = handler(request, **values)
         except NotFound:
             response = self.message(request, "Not found", "There is no such page.", 404)
         except HTTPException as exc:

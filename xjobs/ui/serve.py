@@ -17,10 +17,11 @@ import logging
 import os
 import socket
 import threading
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..clock import monotonic_ms
 from ..config import Settings
+from ..drivers.base import JobDriver
 from ..registry import Registry
 from ..workers.role import RoleBase, RoleContext
 from .app import Dashboard
@@ -32,14 +33,14 @@ THREADS = 4
 POOL_SIZE = THREADS
 
 
-def guard_from(settings: Settings, env: Any = None) -> Guard:
+def guard_from(settings: Settings, env: Mapping[str, str] | None = None) -> Guard:
     """The token comes from the environment only: a flag would show it in ``ps``."""
     env = os.environ if env is None else env
     return Guard(token=env.get("XJOBS_UI_TOKEN") or None, trusted_header=settings.ui_trust_header,
                  actions=settings.ui_actions)
 
 
-def dashboard(driver: Any, settings: Settings, registry: Registry, control: str | None,
+def dashboard(driver: JobDriver, settings: Settings, registry: Registry, control: str | None,
               sock: socket.socket) -> Dashboard:
     return Dashboard(driver, guard=guard_from(settings), tasks=registry.tasks(),
                      known_queues=tuple(sorted(registry.queues())), control=control,

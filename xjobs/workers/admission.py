@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..context import SLOT_LOST
 from ..drivers.base import ClaimedJob, Slot, SlotRequest, SlotStore, TenantRoom
@@ -143,7 +143,7 @@ class Admission:
             self._unreleased.append((job, slot, None))
             return False
 
-    def renew(self, cancel: Any, now_ms: float) -> bool:
+    def renew(self, cancel: Callable[[Run], None], now_ms: float) -> bool:
         """Renew every held slot (one whose renewal answers False aborts its run), and retry
         the releases that failed; answers whether a retried release freed a slot."""
         store = self._store
@@ -183,5 +183,5 @@ class Admission:
         """Whether a renewal pass has work: slots held, or releases to retry."""
         return bool(self._slots) or bool(self._unreleased)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         return {**self.limiter.snapshot(), "slots_held": len(self._slots)}

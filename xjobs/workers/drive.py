@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import math
 import selectors
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..clock import monotonic_ms
 from .role import Role
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
 
 _ROLE = "role"
 
@@ -48,7 +51,7 @@ class PassLoop:
     def close(self) -> None:
         self.selector.close()
 
-    def watch(self, fileobj: Any, data: str, events: int = selectors.EVENT_READ) -> None:
+    def watch(self, fileobj: FileDescriptorLike, data: str, events: int = selectors.EVENT_READ) -> None:
         """Hear ``fileobj`` too: ``wait`` answers its key (``data``) when it is ready."""
         self.selector.register(fileobj, events, data)
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from typing import Callable
 
 from ..config import Settings
 from ..context import CANCELLED, LEASE_LOST
+from ..drivers.base import Introspection, JobDriver
 from ..logs import event, run_fields
 from .execute import Run
 from .runs import RunTable
@@ -33,7 +34,7 @@ log = logging.getLogger("xjobs.worker")
 
 
 class LeaseKeeper:
-    def __init__(self, *, driver: Any, runs: RunTable, stats: WorkerStats, settings: Settings,
+    def __init__(self, *, driver: JobDriver, runs: RunTable, stats: WorkerStats, settings: Settings,
                  identity: str) -> None:
         self._driver = driver
         self._runs = runs
@@ -117,10 +118,10 @@ class LeaseKeeper:
                 self.lost(run, now_ms, "no renewal landed for a whole lease window")
 
 
-def was_cancelled(driver: Any, run: Run) -> bool:
+def was_cancelled(driver: Introspection, run: Run) -> bool:
     """Whether the job a run lost was cancelled by an operator (else it was taken back)."""
     try:
-        return bool(driver.job_get(run.job.id).state == "cancelled")
+        return driver.job_get(run.job.id).state == "cancelled"
     except Exception:
         return False
 

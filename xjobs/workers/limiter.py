@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from ..drivers.records import TenantRoom
 from ..limits import Limits
@@ -177,7 +178,7 @@ class Limiter:
             self._refusals[key] = self._refusals.get(key, 0) + 1
         return Decision(False, retry_after_ms, ceiling)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """What ``xjobsd status --json`` shows: ceilings as configured (None: unlimited), and
         the current sizes of every piece of state (all bounded)."""
         config = asdict(self.limits)

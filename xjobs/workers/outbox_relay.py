@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..clock import monotonic_ms
 from ..config import Settings
-from ..drivers.base import JobDriver
+from ..drivers.base import JobDriver, JobListener, OutboxClaim
 from ..logs import event
 from ..options import duration_ms, finite_count
 from .role import RoleBase, RoleContext, RolePolicy
@@ -72,7 +72,7 @@ class OutboxRelay(RoleBase):
         self.accepting = False
         self.totals = {"published": 0, "batches": 0, "claim_failed": 0, "publish_failed": 0,
                        "released": 0, "fenced": 0}
-        self._listener: Any = None
+        self._listener: JobListener | None = None
         self._next_pass = 0.0
 
     @classmethod
@@ -161,7 +161,7 @@ class OutboxRelay(RoleBase):
                 return 0.0
         return self.poll_ms
 
-    def _release(self, claim: Any) -> None:
+    def _release(self, claim: OutboxClaim) -> None:
         try:
             self.totals["released"] += self.driver.outbox_release(claim)
         except Exception as exc:   # the claim's lease hands the rows back in the end

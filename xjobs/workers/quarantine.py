@@ -30,10 +30,10 @@ on the worker's executor together, and lets go of them through the settler.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from ..config import Settings
-from ..drivers.base import ClaimAlone, ClaimedJob
+from ..drivers.base import ClaimAlone, ClaimedJob, JobStore
 from ..logs import event
 from .execute import Executor, Run
 from .runs import RunTable
@@ -45,7 +45,7 @@ _HOLD_OFF_LEASES = 4
 
 
 class Quarantine:
-    def __init__(self, *, driver: Any, runs: RunTable, settler: Settler, executor: Executor,
+    def __init__(self, *, driver: JobStore, runs: RunTable, settler: Settler, executor: Executor,
                  take: Callable[[ClaimedJob, float], Run | None], stats: WorkerStats,
                  settings: Settings, identity: str) -> None:
         """``take`` holds a claimed job and answers its run (``QueueWorker.take``), or None

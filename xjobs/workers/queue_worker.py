@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..context import DRAINED
-from ..drivers.base import Claim, ClaimedJob, SlotStore, TenantRoom
+from ..drivers.base import Claim, ClaimedJob, JobDriver, JobListener, SlotStore, TenantRoom
 from ..errors import ConcurrencyUnenforceable, InvalidOption
 from ..logs import event, run_fields
 from ..options import finite_count, plain_name
@@ -83,7 +83,7 @@ class QueueWorker(RoleBase):
                    concurrency=context.concurrency, settings=context.settings,
                    identity=context.identity, maintain=False, exits_after_close=True)
 
-    def __init__(self, *, driver: Any, registry: Registry, queue: str | None = None,
+    def __init__(self, *, driver: JobDriver, registry: Registry, queue: str | None = None,
                  concurrency: int = 16, queues: Mapping[str, int] | None = None,
                  settings: Settings | None = None, identity: str | None = None,
                  clock: Callable[[], float] = monotonic_ms, maintain: bool = True,
@@ -132,7 +132,7 @@ class QueueWorker(RoleBase):
                              count=lambda name, n: self.stats_.bump(name, n) if name == "sweeps" else None,
                              outbox=False)
         self.rates = RateReporter(driver=driver, stats=self.stats_, queue_of=self._queue_of)
-        self._listener: Any = None
+        self._listener: JobListener | None = None
         self._handles: dict[str, JobHandle] = {}
         self._names: list[str] = []
         self._caps: dict[str, int] = {}

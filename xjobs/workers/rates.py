@@ -11,8 +11,9 @@ loses its last few seconds of counts, which only the chart misses.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Callable
 
+from ..drivers.base import QueueStore
 from .stats import WorkerStats
 
 log = logging.getLogger("xjobs.worker")
@@ -23,7 +24,7 @@ RATED = ("completed", "retried", "dead", "cancelled", "interrupted")
 
 
 class RateReporter:
-    def __init__(self, *, driver: Any, stats: WorkerStats, queue_of: Callable[[str], str],
+    def __init__(self, *, driver: QueueStore, stats: WorkerStats, queue_of: Callable[[str], str],
                  every_ms: float = REPORT_EVERY_MS) -> None:
         self.driver = driver
         self.stats = stats

@@ -38,8 +38,9 @@ import re
 import socket
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, Sequence, TypedDict, Unpack
 
+from ..drivers.base import JobDriver
 from ..errors import InvalidOption
 from .telemetry import RoleStats
 
@@ -140,16 +141,26 @@ class Role(Protocol):
     def stats(self) -> RoleStats: ...
 
 
+class PoolOptions(TypedDict, total=False):
+    """The sizes of a role's connection pools (the driver's defaults for those not given)."""
+    pool_size: int                  # the driver's own verbs: claim, ack, heartbeat, sweeps
+    transaction_pool_size: int      # bodies' ``ctx.transaction()``, one connection each at most
+
+
+class Connect(Protocol):
+    """``connect(**pool_options)``: a driver whose sessions carry the child's identity as their
+    application_name (how the supervisor finds a dead child's sessions)."""
+
+    def __call__(self, **options: Unpack[PoolOptions]) -> JobDriver: ...
+
+
 @dataclass(frozen=True)
 class RoleContext:
     """What a child hands a role's ``build`` once it is forked (``supervisor/roles.py``)."""
     identity: str
     settings: "Settings"
     registry: "Registry"
-    # connect(**pool_options) -> a driver whose sessions carry ``identity`` as their
-    # application_name (how the supervisor finds a dead child's sessions). Any until the
-    # driver seam is a typed Protocol.
-    connect: Callable[..., Any]
+    connect: Connect
     queue: str | None = None
     concurrency: int = 1
     daemon: str = ""         # the supervisor's identity, the same for every child it forks

@@ -44,6 +44,7 @@ from ..drivers.base import Dispatch, JobDriver
 from ..registry import Registry
 from ..context import DRAINED
 from ..scans import ScanCtx
+from ..tasks import TaskHandle
 from .scanning import run_due_scans
 from .upkeep import Upkeep
 from .role import RoleBase, RoleContext, RoleGauge, RolePolicy
@@ -122,7 +123,7 @@ class Scheduler(RoleBase):
         self.state = "new"
         self.accepting = False
         self.is_leader = False
-        self.tasks: list[Any] = []
+        self.tasks: list[TaskHandle] = []
         self.totals = {"rounds": 0, "dispatched": 0, "deduped": 0, "dropped": 0, "rescued": 0,
                        "pruned": 0, "elections_won": 0, "sweeps": 0, "woken": 0}
         self._round_lock = threading.Lock()
@@ -320,8 +321,9 @@ class Scheduler(RoleBase):
         self.totals["dropped"] += report.dropped
         return report
 
-    def _dispatch(self, task: Any, watermark: int | None, now: float, report: RoundReport) -> bool:
+    def _dispatch(self, task: TaskHandle, watermark: int | None, now: float, report: RoundReport) -> bool:
         """Dispatch one task's due occurrences; answers False when the round must stop."""
+        occurrences: list[float]
         if watermark is None:    # a new task starts from now: nothing it never knew is "missed"
             occurrences, dropped = [], 0
         else:

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable
 
 from ..config import Settings
 from ..context import LEASE_LOST, STEP_TIMED_OUT, TIMED_OUT
-from ..drivers.base import ClaimedJob, Nack
+from ..drivers.base import ClaimedJob, JobDriver, Nack
 from ..errors import JobTimeout, StepTimeout, XJobsError
 from ..logs import event, run_fields
-from ..reporting import Reporter
+from ..reporting import ErrorHook, Reporter
 from ..retry import RetryVerdict
 from .execute import Executor, Results, Run, Settlement, given_back, settlement_for
 from .leases import count_loss, was_cancelled
@@ -64,10 +63,10 @@ def _reported(error: BaseException | None, outcome: Settlement) -> _Report | Non
 
 
 class Settler:
-    def __init__(self, *, driver: Any, runs: RunTable, results: Results, executor: Executor,
+    def __init__(self, *, driver: JobDriver, runs: RunTable, results: Results, executor: Executor,
                  stats: WorkerStats, settings: Settings, identity: str,
                  reporter: Reporter | None = None,
-                 failures: Callable[[Any, BaseException, RetryVerdict], None] | None = None) -> None:
+                 failures: ErrorHook | None = None) -> None:
         self._driver = driver
         self._runs = runs
         self._results = results

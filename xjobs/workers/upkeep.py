@@ -12,9 +12,10 @@ measured by the driver on the database's clock: this machine's wall clock may ru
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Callable
 
 from ..config import Settings
+from ..drivers.base import JobDriver
 from ..logs import event
 
 log = logging.getLogger("xjobs.worker")
@@ -26,7 +27,7 @@ RATE_RETENTION_MS = 2 * 86_400_000.0
 
 
 class Upkeep:
-    def __init__(self, *, driver: Any, settings: Settings, who: str,
+    def __init__(self, *, driver: JobDriver, settings: Settings, who: str,
                  count: Callable[[str, int], None], outbox: bool = True) -> None:
         """``count(name, n)`` receives "sweeps", "rescued", "woken" and "pruned";
         ``outbox``: prune published outbox rows too."""
@@ -69,7 +70,7 @@ class Upkeep:
         if full:
             self._next_prune = now_ms + PRUNE_BACKLOG_MS
 
-    def _chore(self, what: str, call: Callable[[], None]) -> None:
+    def _chore(self, what: str, call: Callable[[], object]) -> None:
         try:
             call()
         except Exception as exc:   # the database is away: the next timer tries again
