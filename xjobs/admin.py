@@ -59,7 +59,7 @@ def when(text: str | None, option: str) -> tuple[float | None, float | None]:
 
 
 class WaitingFor(TypedDict):
-    """The parked step of a suspended job: a sleep until ``until``, or a wait for ``event``
+    """The suspended step of a suspended job: a sleep until ``until``, or a wait for ``event``
     (of ``key``) until ``until`` (None: no timeout)."""
     step: str
     until: float | None
@@ -69,7 +69,7 @@ class WaitingFor(TypedDict):
 
 
 def waiting_for(view: JobView) -> WaitingFor | None:
-    """What a suspended job waits for: the sleep or the event of its parked step."""
+    """What a suspended job waits for: the sleep or the event of its suspended step."""
     if view.state != "suspended":
         return None
     for step in reversed(view.steps):

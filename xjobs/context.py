@@ -35,7 +35,7 @@ CANCELLED = "X_JOB_CANCELLED"
 SLOT_LOST = "X_JOB_SLOT_LOST"
 STEP_TIMED_OUT = "X_STEP_TIMEOUT"
 SETTLED = "X_JOB_SETTLED"     # set once the run is settled: a leftover thread writes nothing
-PARKED = "X_JOB_PARKED"       # set once a step parked the job: the run writes nothing more
+SUSPENDED = "X_JOB_SUSPENDED"       # set once a step suspended the job: the run writes nothing more
 
 _log = logging.getLogger("xjobs.job")
 
@@ -104,18 +104,18 @@ class Fence:
     what unwinds a body that ignores its signal.
 
     Flags the worker reads: ``refused`` (the database refused a write: the job was cancelled
-    or taken back), ``parking`` (a sleep or a wait is suspending the job: its lease is not
-    renewed any more, and the job leaving ``running`` is not a lost lease), ``parked`` (it
+    or taken back), ``suspending`` (a sleep or a wait is suspending the job: its lease is not
+    renewed any more, and the job leaving ``running`` is not a lost lease), ``suspended`` (it
     did: the run settles as suspended and writes nothing), ``committing`` (its
     ``ctx.transaction()`` body is done and the commit that completes the job is in flight: a
     renewal that no longer finds the job running is seeing that commit, not a lost lease) and
     ``completed`` (the commit landed: nothing more may be written for the job)."""
 
-    __slots__ = ("_signal", "refused", "parking", "parked", "committing", "completed")
+    __slots__ = ("_signal", "refused", "suspending", "suspended", "committing", "completed")
 
     def __init__(self, signal: RunSignal) -> None:
         self._signal = signal
-        self.refused = self.parking = self.parked = self.committing = self.completed = False
+        self.refused = self.suspending = self.suspended = self.committing = self.completed = False
 
     def check(self) -> None:
         if self.completed:
@@ -136,9 +136,9 @@ class Fence:
                                        "(cancelled, rescued or handed back); nothing was written")
         raise Aborted(f"{what}: {self._signal.reason}", code="X_ABORTED", cause=self._signal.code)
 
-    def park(self) -> None:
-        self.parked = True
-        self._signal.abort(PARKED, "the job is parked until its step is due")
+    def suspend(self) -> None:
+        self.suspended = True
+        self._signal.abort(SUSPENDED, "the job is suspended until its step is due")
 
 
 

@@ -122,14 +122,14 @@ class StepTimeout(XJobsError):
 
 
 class StepSuspension(BaseException):
-    """How a run parks (``ctx.step.sleep``, ``ctx.step.wait_for_event``): the job is already
+    """How a run suspends (``ctx.step.sleep``, ``ctx.step.wait_for_event``): the job is already
     suspended in the database when this is raised, and the body unwinds. It derives from
     ``BaseException``, like ``asyncio.CancelledError``, so a body's ``except Exception`` does
     not swallow it; a body that swallows it anyway writes nothing more (its job is no longer
     running under its claim)."""
 
     def __init__(self, step: str, wake_at: float | None) -> None:
-        super().__init__(f"parked at step {step!r}")
+        super().__init__(f"suspended at step {step!r}")
         self.step = step
         self.wake_at = wake_at
 

@@ -8,7 +8,7 @@
 The event is stored (for ``event_retention``, default 7 days), so a job that starts waiting
 AFTER the send still gets it: a wait answers the first event of its name and key sent since
 its job was enqueued (an older one is not its business). Events are not consumed: every job
-waiting on that name and key gets the same payload. Waits parked on it are completed with
+waiting on that name and key gets the same payload. Waits suspended on it are completed with
 its payload and their jobs woken in the same transaction, and their workers are told at once
 (NOTIFY), so delivery takes milliseconds, not a poll. With ``conn=`` (your psycopg connection,
 in your read committed transaction) the event exists, and wakes anyone, only if that
@@ -34,7 +34,7 @@ def send_event(event: str, *, key: str | None = None, payload: Any = _EMPTY,
                conn: CallerConnection | None = None,
                driver: EventStore | None = None) -> SentEvent:
     """Store ``event`` (with ``key``: only waiters of that key get it) and wake its waiters;
-    answers the stored event's id and how many parked jobs it woke."""
+    answers the stored event's id and how many suspended jobs it woke."""
     name, stored_key = check_event(event, "" if key is None else key)
     if payload is _EMPTY:
         payload = {}

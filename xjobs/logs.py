@@ -16,11 +16,11 @@ on a name, never on wording::
     job.attempt.failed          info     ... error verdict (retry in N s / dead)
     job.retried                 info     ... delay_s
     job.dead                    warning  ... error
-    job.interrupted             info     ... error (a drain, a tick's deadline: attempt given back)
+    job.interrupted             info     ... error (a drain, a tick's deadline: attempt not charged)
     job.cancelled               info     ...
     job.shed                    debug    ... why delay_ms
     job.lease.lost              error    ... why
-    job.heartbeat.failed        warning  count error worker   (one failed renewal is not a loss)
+    job.lease.renew.failed      warning  count error worker   (one failed renewal is not a loss)
     job.settle.failed           error    count tries error job_ids worker (retried until the lease lapsed)
     job.timeout.abandoned       warning  ... timeout_ms   (a def body still running after its
                                          timeout: it does not heed ctx.signal)

@@ -59,7 +59,7 @@ class JobHandle:
         self.priority = priority
         self.dedupe_window_ms = dedupe_window_ms
         self.step_timeout_ms = step_timeout_ms    # the ceiling of each ctx.step.run call
-        self.event_poll_ms = event_poll_ms        # a parked wait looks again at least this often
+        self.event_poll_ms = event_poll_ms        # a suspended wait looks again at least this often
         self._input = input                       # the input= validator (see validate)
         self.retry_on = retry_on                  # exception types: only these retry (when given)
         self.terminal_on = terminal_on            # exception types that dead-letter at once
@@ -281,7 +281,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
     ``step_timeout``: the ceiling of each ``ctx.step.run`` call (the step is cancelled, then
-    the attempt fails with ``X_STEP_TIMEOUT``). ``event_poll``: how often a job parked in
+    the attempt fails with ``X_STEP_TIMEOUT``). ``event_poll``: how often a job suspended in
     ``ctx.step.wait_for_event`` looks for its event anyway (a send wakes it at once; this
     bounds how long an event inserted by other means goes unnoticed). Both must be positive
     and finite when given. ``retry_on``/``terminal_on``: exception classes that decide retry or

@@ -25,7 +25,7 @@ The rules, and why each holds:
   is what unwinds a body that ignores its signal.
 - **A failing step records nothing**; its caller sees the body's own error, never one raised
   by bookkeeping, and the attempt fails under the job's retry policy.
-- **Parking is the only suspension.** A sleep or a wait that is not over parks the job in
+- **Suspending is the only suspension.** A sleep or a wait that is not over suspends the job in
   the same transaction that records the step (suspended until its wake-up, its attempt given
   back, no error logged) and raises ``StepSuspension`` to unwind the body.
 - **Names are unique within a run**, checked against a set of every name used (so a name
@@ -131,14 +131,14 @@ class StepRunner:
         return self._drive(self._run(self._claim(name), fn))
 
     def sleep(self, name: str, duration: object) -> Any:
-        """Park the job for ``duration`` (``"3d"``, ``"90s"`` or milliseconds); it holds no worker
+        """Suspend the job for ``duration`` (``"3d"``, ``"90s"`` or milliseconds); it holds no worker
         meanwhile and wakes on the database's clock. Returns at once on the replay after."""
         wait_ms = duration_ms(duration, "step.sleep")
         return self._drive(self._sleep(self._claim(name), wait_ms))
 
     def wait_for_event(self, name: str, event: str, key: str | None = None,
                        timeout: object = None) -> Any:
-        """Park the job until ``xjobs.send_event(event, key=key, ...)``; answers the event's
+        """Suspend the job until ``xjobs.send_event(event, key=key, ...)``; answers the event's
         payload. An event sent before the wait began is delivered too (events are stored for
         the configured retention). Answers None when ``timeout`` passes first."""
         event, stored_key = check_event(event, "" if key is None else key)
@@ -177,7 +177,7 @@ class StepRunner:
         if recorded is not None:
             return None
         sleep = StepSleep(name, wait_ms, self._attempt)
-        outcome = yield _Io(lambda: self._park(name, lambda: self._store.step_sleep(self._lease, sleep)))
+        outcome = yield _Io(lambda: self._suspend(name, lambda: self._store.step_sleep(self._lease, sleep)))
         self._settled(name, "sleep", outcome)
         return None
 
@@ -186,7 +186,7 @@ class StepRunner:
         if recorded is not None:
             return recorded.result
         wait = StepWait(name, event, key, timeout_ms, self._options.event_poll_ms, self._attempt)
-        outcome = yield _Io(lambda: self._park(name, lambda: self._store.step_wait(self._lease, wait)))
+        outcome = yield _Io(lambda: self._suspend(name, lambda: self._store.step_wait(self._lease, wait)))
         self._settled(name, "wait", outcome)
         return outcome.value
 
@@ -206,22 +206,22 @@ class StepRunner:
         self.counts["delivered" if delivered else "replayed"] += 1
         return recorded
 
-    def _park(self, name: str, write: Callable[[], StepOutcome]) -> StepOutcome:
-        """A sleep's or a wait's one transaction, through the fence (a park raises below).
-        ``parking`` is raised first: from the moment the transaction may suspend the job, the
+    def _suspend(self, name: str, write: Callable[[], StepOutcome]) -> StepOutcome:
+        """A sleep's or a wait's one transaction, through the fence (a suspension raises below).
+        ``suspending`` is raised first: from the moment the transaction may suspend the job, the
         worker neither renews the lease nor takes the job leaving ``running`` for a loss."""
         self._fence.check()
-        self._fence.parking = True
+        self._fence.suspending = True
         outcome = self._fence.write(f"step {name!r}", write, lambda outcome: not outcome.fenced)
         if outcome.done:
-            self._fence.parking = False
+            self._fence.suspending = False
         return outcome
 
     def _settled(self, name: str, kind: str, outcome: StepOutcome) -> None:
         if not outcome.done:
             # the job is suspended already (the same transaction recorded the step): no
             # more writes of this run can land, and the body unwinds
-            self._fence.park()
+            self._fence.suspend()
             raise StepSuspension(name, outcome.wake_at)
         # done now, not replayed: a sleeper that woke, or a wait that got its event or timed out
         self.counts["timed_out" if outcome.timed_out else "woke" if kind == "sleep" else "delivered"] += 1

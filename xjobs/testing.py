@@ -236,7 +236,7 @@ def _due(driver: JobDriver, queues: Sequence[str]) -> bool:
 
 def _next_due(driver: JobDriver, queues: Sequence[str]) -> float | None:
     """Milliseconds from the driver's now to the next ready or suspended job's due time."""
-    # a wait without a timeout is parked until the end of time: only its event wakes it
+    # a wait without a timeout is suspended until the end of time: only its event wakes it
     times = [view.run_at for q in queues for state in ("ready", "suspended")
              for view in driver.job_list(ListFilter(queue=q, state=state, limit=_ROWS))
              if view.run_at < LATEST_MS]

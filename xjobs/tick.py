@@ -9,7 +9,7 @@ One process, one connection pool, one deadline::
                 then the due scans (``xjobs.scan``), each isolated
     queues      a worker runs the app's queues until nothing it can run is due, or the
                 deadline: every job isolated (one that raises is reported beside its siblings)
-    deadline    running jobs are interrupted like a drain (their attempt given back); one that
+    deadline    running jobs are interrupted like a drain (their attempt not charged); one that
                 ignores its signal is handed back one lease window later, also without an attempt
     summary     per job name, what its runs came to, and every failure with its verdict
 

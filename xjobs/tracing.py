@@ -5,7 +5,7 @@ request in scope) and restored around its run.
 With the ``otel`` extra installed (``opentelemetry-api``), the current span's context is what
 an enqueue captures, and each run is a span (``job NAME``, kind consumer) LINKED to the span
 that enqueued it, with the job's attributes; an exception that ends the body is recorded on
-it, while a park (a sleep or a wait) ends the span OK with a ``suspended`` event. Without it
+it, while a suspension (a sleep or a wait) ends the span OK with a ``suspended`` event. Without it
 nothing is imported, and the header is still carried: a job enqueued from
 inside a run inherits that run's ``traceparent``.
 
@@ -106,8 +106,8 @@ def run_span(ctx: "Ctx") -> Iterator[Any]:
             raise
 
 
-def mark_parked(span: Any, step: str, wake_at_ms: float | None) -> None:
-    """A park (``ctx.step.sleep`` / ``wait_for_event``) is a normal end of an attempt: the
+def mark_suspended(span: Any, step: str, wake_at_ms: float | None) -> None:
+    """A suspension (``ctx.step.sleep`` / ``wait_for_event``) is a normal end of an attempt: the
     run's span ends OK with a ``suspended`` event, never as an exception."""
     if span is None:
         return
@@ -122,4 +122,4 @@ def mark_parked(span: Any, step: str, wake_at_ms: float | None) -> None:
         pass
 
 
-__all__ = ["current_traceparent", "mark_parked", "run_span", "valid"]
+__all__ = ["current_traceparent", "mark_suspended", "run_span", "valid"]

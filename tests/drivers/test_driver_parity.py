@@ -232,8 +232,8 @@ def test_claim_accepts_duration_text_and_whole_floats(driver, clock):
     lambda d: d.job_rescue(2.5),
     lambda d: d.job_prune(0, 0, limit=math.inf),
     lambda d: d.job_dead(limit=-3),
-    lambda d: d.job_heartbeat(1, 12345, math.nan),
-    lambda d: d.job_heartbeat(1, 12345, 0),
+    lambda d: d.job_renew(1, 12345, math.nan),
+    lambda d: d.job_renew(1, 12345, 0),
     lambda d: d.job_nack(Nack(1, 12345, "retried", error="x", delay_ms=math.nan)),
     lambda d: d.job_nack(Nack(1, 12345, "retried", error="x", delay_ms=math.inf)),
     lambda d: d.job_prune(math.nan, 0),
@@ -263,7 +263,7 @@ def test_ack_completes_a_held_job_once(driver, clock):
     view = driver.job_get(job.id)
     assert (view.state, at(view.finished_at), view.lease_expires_at) == ("completed", clock.now_ms(), None)
     assert driver.job_ack(job.id, job.token) is False
-    assert driver.job_heartbeat(job.id, job.token, LEASE) is False
+    assert driver.job_renew(job.id, job.token, LEASE) is False
     assert driver.job_nack(Nack(job.id, job.token, "retried", error="late")) is False
     assert state(driver, job.id) == "completed"
 
@@ -277,7 +277,7 @@ def test_a_wrong_token_holds_nothing(driver, wrong):
     job = claim_one(driver)
     token = wrong(job.token)
     assert driver.job_ack(job.id, token) is False
-    assert driver.job_heartbeat(job.id, token, LEASE) is False
+    assert driver.job_renew(job.id, token, LEASE) is False
     assert driver.job_nack(Nack(job.id, token, "retried", error="x")) is False
     with pytest.raises(LeaseLost):
         with driver.job_transaction(Lease(job.id, token)):
@@ -296,7 +296,7 @@ def test_ack_many_answers_only_the_jobs_still_held(driver):
     assert driver.job_ack_many([Lease(a.id, a.token), Lease(b.id, b.token),
                                 Lease(c.id, c.token + 1), Lease(999, a.token)]) == {a.id}
     assert driver.job_ack_many([]) == set()
-    assert driver.job_heartbeat_many([], LEASE) == set()
+    assert driver.job_renew_many([], LEASE) == set()
 
 
 def test_cancel_reaches_a_running_job_and_fences_its_worker(driver):
@@ -304,7 +304,7 @@ def test_cancel_reaches_a_running_job_and_fences_its_worker(driver):
     job = claim_one(driver)
     view = driver.job_cancel(job.id, reason="operator said so")
     assert (view.state, view.last_error, view.lease_expires_at) == ("cancelled", "operator said so", None)
-    assert driver.job_heartbeat(job.id, job.token, LEASE) is False
+    assert driver.job_renew(job.id, job.token, LEASE) is False
     assert driver.job_nack(Nack(job.id, job.token, "retried", error="failed")) is False
     assert driver.job_ack(job.id, job.token) is False
     assert driver.job_get(job.id).last_error == "operator said so"
@@ -318,7 +318,7 @@ def test_a_rescued_lease_is_dead_to_its_old_worker(driver, clock):
     new = claim_one(driver, worker="w2")
     assert new.attempt == 2 and new.token != old.token
     assert driver.job_ack(old.id, old.token) is False
-    assert driver.job_heartbeat(old.id, old.token, LEASE) is False
+    assert driver.job_renew(old.id, old.token, LEASE) is False
     assert driver.job_nack(Nack(old.id, old.token, "retried", error="stale")) is False
     assert driver.job_ack(new.id, new.token) is True
 
@@ -327,7 +327,7 @@ def test_heartbeat_extends_the_lease(driver, clock):
     enqueue(driver, "k")
     job = claim_one(driver, lease=1000)
     clock.advance(900)
-    assert driver.job_heartbeat_many([Lease(job.id, job.token)], 1000) == {job.id}
+    assert driver.job_renew_many([Lease(job.id, job.token)], 1000) == {job.id}
     assert at(driver.job_get(job.id).lease_expires_at) == clock.now_ms() + 1000
     clock.advance(900)
     assert driver.job_rescue() == 0

@@ -364,7 +364,7 @@ def test_a_worker_whose_clock_runs_ahead_cannot_take_a_live_lease(pg_dsn, pg_sch
         [waiting] = honest.job_enqueue([new_job("waiting")])
         assert fast.job_rescue() == 0
         assert [j.id for j in claim(fast, worker="fast")] == [waiting.id]
-        assert honest.job_heartbeat(held.id, held.token, 30_000) is True
+        assert honest.job_renew(held.id, held.token, 30_000) is True
         assert honest.job_get(mine.id).claimed_by == "honest"
         honest.job_enqueue([new_job("fresh")])
         assert 0 <= fast.queue_summary()["default"].oldest_ready_ms < 60_000

@@ -90,7 +90,7 @@ def _ack(driver, clock, job_id, lease):
     return "completed"
 
 
-def _park(driver, clock, job_id, lease):
+def _suspend(driver, clock, job_id, lease):
     assert sleep(driver, lease, "nap", 60_000).done is False
     return "suspended"
 
@@ -100,7 +100,7 @@ def _nack(driver, clock, job_id, lease):
     return "ready"
 
 
-@pytest.mark.parametrize("lose", [_cancel, _lapse, _ack, _park, _nack],
+@pytest.mark.parametrize("lose", [_cancel, _lapse, _ack, _suspend, _nack],
                          ids=["cancelled", "lapsed-and-rescued", "acked", "parked", "nacked"])
 def test_a_run_that_lost_its_job_writes_no_step(driver, clock, lose):
     job_id, lease = run(driver)

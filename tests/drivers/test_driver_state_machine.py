@@ -213,8 +213,8 @@ class DriverPair(RuleBasedStateMachine):
 
     @rule(batch=st.lists(leases, min_size=1, max_size=3), lease_ms=st.sampled_from([500, 2000]))
     def heartbeat(self, batch, lease_ms):
-        mem = self.memory.job_heartbeat_many([Lease(i, m) for i, m, _ in batch], lease_ms)
-        pg = self.pg.job_heartbeat_many([Lease(i, p) for i, _, p in batch], lease_ms)
+        mem = self.memory.job_renew_many([Lease(i, m) for i, m, _ in batch], lease_ms)
+        pg = self.pg.job_renew_many([Lease(i, p) for i, _, p in batch], lease_ms)
         assert mem == pg
 
     @rule(data=st.data(), reason=st.sampled_from([None, "operator"]))

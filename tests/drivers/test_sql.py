@@ -382,7 +382,7 @@ def test_body_transactions_never_take_the_verbs_connections(pg_dsn, pg_schema, c
                             for k in "abc"])
         a, b = driver.job_claim(Claim(["q"], 2, 30_000, "w"))
         with driver.job_transaction(Lease(a.id, a.token)), driver.job_transaction(Lease(b.id, b.token)):
-            assert driver.job_heartbeat_many([Lease(a.id, a.token), Lease(b.id, b.token)],
+            assert driver.job_renew_many([Lease(a.id, a.token), Lease(b.id, b.token)],
                                              30_000) == {a.id, b.id}
             [c] = driver.job_claim(Claim(["q"], 1, 30_000, "w"))
             assert driver.job_ack(c.id, c.token)

@@ -387,7 +387,7 @@ def test_a_write_is_given_up_only_when_no_renewal_landed_for_a_whole_window(memo
     handle = declare(registry, lambda ctx, i: None, name="fine")
     [job_id] = enqueue(handle, memory_driver, {"n": 1})
     _failing(memory_driver, "job_ack_many", times=10_000)
-    _failing(memory_driver, "job_heartbeat_many", times=10_000)      # cut off from the database
+    _failing(memory_driver, "job_renew_many", times=10_000)      # cut off from the database
     worker = make_worker(memory_driver, registry, lease_ms=1000, heartbeat_ms=200)
     pacer = Pacer(worker)
     pacer.until(lambda: pacer.totals()["settle_failed"] == 1, advance_ms=50)

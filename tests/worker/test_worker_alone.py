@@ -91,10 +91,10 @@ class StallingDriver(MemoryDriver):
         self.stall = threading.Event()
         self.released = threading.Event()
 
-    def job_heartbeat_many(self, leases, lease_ms):
+    def job_renew_many(self, leases, lease_ms):
         if self.stall.is_set():
             self.released.wait(30)
-        return super().job_heartbeat_many(leases, lease_ms)
+        return super().job_renew_many(leases, lease_ms)
 
 
 def test_a_lease_window_closes_on_time_while_the_loop_is_stuck(registry):

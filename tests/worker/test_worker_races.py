@@ -64,7 +64,7 @@ class FailingHeartbeats:
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
-    def job_heartbeat_many(self, leases, lease_ms):
+    def job_renew_many(self, leases, lease_ms):
         raise ConnectionError("renewal could not reach the database")
 
 

@@ -134,7 +134,7 @@ class JobTransactions(Protocol):
 
 
 class JobStore(JobTransactions, Protocol):
-    """The hot path of one run: enqueue, claim, settle (ack, nack), renew (heartbeat), report.
+    """The hot path of one run: enqueue, claim, settle (ack, nack), renew, report.
     The settling and renewing verbs take a batch and answer the ids whose fence matched (the
     claim's token on a running job); a job missing from the answer is no longer this claim's."""
 
@@ -169,12 +169,12 @@ class JobStore(JobTransactions, Protocol):
         once in a batch. A run handed back with no delay (``interrupted``) wakes its queue."""
         ...
 
-    def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
+    def job_renew_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
         """Extend every held lease to ``lease_ms`` from now."""
         ...
 
     def job_progress_many(self, reports: Sequence[Progress]) -> set[int]:
-        """Write each run's latest ``ctx.progress()`` report, fenced like a heartbeat."""
+        """Write each run's latest ``ctx.progress()`` report, fenced like a renewal."""
         ...
 
     def job_listen(self) -> JobListener:
@@ -190,9 +190,9 @@ class JobStore(JobTransactions, Protocol):
         """``job_nack_many`` of one settlement: whether its lease was still held."""
         return nack.job_id in self.job_nack_many([nack])
 
-    def job_heartbeat(self, job_id: int, token: int, lease_ms: float) -> bool:
-        """``job_heartbeat_many`` of one lease: whether it was still held."""
-        return job_id in self.job_heartbeat_many([Lease(job_id, token)], lease_ms)
+    def job_renew(self, job_id: int, token: int, lease_ms: float) -> bool:
+        """``job_renew_many`` of one lease: whether it was still held."""
+        return job_id in self.job_renew_many([Lease(job_id, token)], lease_ms)
 
 
 class Maintenance(Protocol):
@@ -360,8 +360,8 @@ class SlotStore(Protocol):
 #   False: the run no longer owns its job, nothing was written.
 # * ``step_sleep`` / ``step_wait``: ONE transaction, fenced on the claim: record the step the
 #   first time (its wake-up time or timeout on the database's clock), then complete it (due,
-#   event found, timed out) or park the job (suspended until the wake-up, attempt given back).
-# * ``event_send(NewEvent, conn)``: store the event and wake the jobs parked on its name and
+#   event found, timed out) or suspend the job (suspended until the wake-up, attempt not charged).
+# * ``event_send(NewEvent, conn)``: store the event and wake the jobs suspended on its name and
 #   key, in ``conn``'s transaction when given; ``event_prune`` forgets events past retention.
 # ``step_reopen``, the operator's ``retry --from-step``, is one of the operator's verbs.
 

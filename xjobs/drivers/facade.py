@@ -8,7 +8,7 @@ line. A reader follows ``job_claim`` from here to ``PgJobs.job_claim`` or
 
 What is true of every driver lives here too: a claim of 0 rows, an empty batch and a lease
 nobody can hold never reach an implementation, and a job id no ``bigint`` could hold is no
-such job. The verbs made of others (``job_ack``, ``job_nack``, ``job_heartbeat``,
+such job. The verbs made of others (``job_ack``, ``job_nack``, ``job_renew``,
 ``job_dead``) are the Protocol's own, written once in ``base.py``.
 """
 
@@ -113,10 +113,10 @@ class CheckedDriver(JobDriver, SlotStore):
         nacks = check_nacks(nacks)
         return self._jobs.job_nack_many(nacks) if nacks else set()
 
-    def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
-        lease = check_lease(lease_ms, "heartbeat.lease")
+    def job_renew_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
+        lease = check_lease(lease_ms, "renew.lease")
         leases = matchable(leases)
-        return self._jobs.job_heartbeat_many(leases, lease) if leases else set()
+        return self._jobs.job_renew_many(leases, lease) if leases else set()
 
     def job_progress_many(self, reports: Sequence[Progress]) -> set[int]:
         reports = [report for report in reports if held(report.lease)]

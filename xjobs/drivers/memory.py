@@ -6,7 +6,7 @@ what the Postgres driver refuses, with the same texts. They share one ``MemoryTa
 (``memory_table.py``: the rows, the indexes the SQL relies on, the one lock, now) and each
 mirrors its statements, verb by verb:
 
-    memory_jobs.MemoryJobs                 JobStore: enqueue, claim, ack, nack, heartbeat, progress
+    memory_jobs.MemoryJobs                 JobStore: enqueue, claim, ack, nack, renew, progress
     memory_maintenance.MemoryMaintenance   Maintenance: rescue, release a dead worker's jobs, prune
     memory_operator.MemoryOperator         Introspection: list, get, cancel, requeue, retry from a step
     memory_queues.MemoryQueues             QueueStore: pause, control, summary, counts, stats, rates

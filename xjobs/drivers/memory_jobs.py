@@ -137,13 +137,13 @@ class MemoryJobs(JobStore):
                 if room.ceiling is not None and nth_of_tenant > room.ceiling - room.held.get(tenant, 0):
                     continue
                 chosen.append(row)
-            return self._take(chosen, at, claim.lease_ms, claim.worker_id)
+            return self._take(chosen, at, claim.lease_ms, claim.identity)
 
     def job_claim_alone(self, claim: ClaimAlone) -> list[ClaimedJob]:
         """``job_claim_alone``: the first suspect that has waited ``waited_ms`` and the rest of
         its group, ``limit`` in all, to run with nothing beside them."""
         table = self._table
-        queue, names, lease_ms, worker_id = claim.queue, claim.names, claim.lease_ms, claim.worker_id
+        queue, names, lease_ms, identity = claim.queue, claim.names, claim.lease_ms, claim.identity
         with table.lock:
             at = table.now()
             if table.is_paused(queue):
@@ -156,19 +156,19 @@ class MemoryJobs(JobStore):
             lead = heapq.nsmallest(1, (r for r in table.rows.values() if suspect(r) and r.run_at <= since),
                                    key=_by_claim_order)
             if not lead or lead[0].suspect_group is None:
-                return self._take(lead, at, lease_ms, worker_id)
+                return self._take(lead, at, lease_ms, identity)
             group = lead[0].suspect_group
             members = heapq.nsmallest(claim.limit - 1, (r for r in table.rows.values() if suspect(r)
                                                   and r.suspect_group == group and r is not lead[0]),
                                       key=_by_claim_order)
-            return self._take(lead + members, at, lease_ms, worker_id)
+            return self._take(lead + members, at, lease_ms, identity)
 
-    def _take(self, picked: list[Row], at: float, lease_ms: float, worker_id: str) -> list[ClaimedJob]:
+    def _take(self, picked: list[Row], at: float, lease_ms: float, identity: str) -> list[ClaimedJob]:
         token = secrets.randbits(63)
         for row in picked:
             self._table.move(row, "running")
             row.attempt += 1
-            row.lease_token, row.claimed_by, row.started_at = token, worker_id, at
+            row.lease_token, row.claimed_by, row.started_at = token, identity, at
             row.lease_expires_at = plus(at, lease_ms)
             row.progress = None
         picked.sort(key=lambda r: r.id)
@@ -219,8 +219,8 @@ class MemoryJobs(JobStore):
             ran = row.attempt if nack.counts else row.attempt + 1
             table.record(row.id, at, ran, nack.outcome, nack.error, nack.traceback)
 
-    def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
-        """``job_heartbeat_many``: extend the lease of every job still held."""
+    def job_renew_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
+        """``job_renew_many``: extend the lease of every job still held."""
         table = self._table
         with table.lock:
             at = table.now()

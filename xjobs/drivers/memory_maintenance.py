@@ -71,10 +71,10 @@ class MemoryMaintenance(Maintenance):
             return self._wake_locked(limit, self._table.now())
 
     def _wake_delivered_locked(self, limit: int) -> int:
-        """``job_wake_delivered``: parked waits whose event is stored go back to ready."""
+        """``job_wake_delivered``: suspended waits whose event is stored go back to ready."""
         table = self._table
         woken = 0
-        for row, waiting in table.parked_waits():
+        for row, waiting in table.suspended_waits():
             if woken >= limit:
                 break   # nothing past the limit changes
             if any(s.event is not None and s.event_key is not None
@@ -97,13 +97,13 @@ class MemoryMaintenance(Maintenance):
         """``job_release_worker``: every job a dead worker held goes back; a crash charges only
         a job that ran alone (as ``charge`` allows), and makes suspects of the others."""
         table = self._table
-        worker_id, crashed, how, charge = worker.worker_id, worker.crashed, worker.how, worker.charge
+        identity, crashed, how, charge = worker.identity, worker.crashed, worker.how, worker.charge
         with table.lock:
             at = table.now()
-            for key in [k for k, (holder, _) in table.slots.items() if holder == worker_id]:
+            for key in [k for k, (holder, _) in table.slots.items() if holder == identity]:
                 del table.slots[key]   # its fleet-wide slots go with it (``freed``)
-            held = [r for r in table.rows.values() if r.state == "running" and r.claimed_by == worker_id]
-            alone = crashed and len(held) == 1 and worker_id not in table.crashed_workers
+            held = [r for r in table.rows.values() if r.state == "running" and r.claimed_by == identity]
+            alone = crashed and len(held) == 1 and identity not in table.crashed_workers
             halves = _halves(held)
             released = []
             for row in held:
@@ -111,16 +111,16 @@ class MemoryMaintenance(Maintenance):
                     row.suspect_group = halves[row.id]
                 charged = alone and (charge == "alone" or (charge == "suspect" and row.crashes > 0))
                 if not crashed:
-                    error, outcome = f"worker stopped by its supervisor, attempt not counted, {worker_id}", "interrupted"
+                    error, outcome = f"worker stopped by its supervisor, attempt not counted, {identity}", "interrupted"
                 elif charged:
-                    error, outcome = f"crashed its worker process ({how}, {worker_id}); attempt counted, runs alone next", "crashed"
+                    error, outcome = f"crashed its worker process ({how}, {identity}); attempt counted, runs alone next", "crashed"
                 else:
-                    error = (f"worker process {how} ({worker_id}) running {len(held)} job(s); "
+                    error = (f"worker process {how} ({identity}) running {len(held)} job(s); "
                              "attempt not counted, runs apart from other work next")
                     outcome = "quarantined"
-                    table.crashed_workers.setdefault(worker_id, at)
+                    table.crashed_workers.setdefault(identity, at)
                 self._hand_back(row, at, charged=charged, suspect=crashed, error=error, outcome=outcome,
-                                dead_error=f"dead: crashed its worker process on the last attempt ({how}, {worker_id})")
+                                dead_error=f"dead: crashed its worker process on the last attempt ({how}, {identity})")
                 released.append(Released(row.id, row.name, row.queue, row.state,
                                          "dead" if row.state == "dead" else outcome))
             return released
@@ -128,7 +128,7 @@ class MemoryMaintenance(Maintenance):
     def _hand_back(self, row: Row, at: float, *, charged: bool, dead_error: str, error: str,
                    outcome: str, suspect: bool) -> None:
         """One row of ``job_rescue_lapsed`` / ``job_release_worker``: ``charged`` keeps the
-        attempt (dead on the last one), otherwise it is given back; ``suspect`` counts one
+        attempt (dead on the last one), otherwise it is not charged; ``suspect`` counts one
         more crash the job was caught in. The attempt is written to the history."""
         ran = row.attempt
         dead = charged and row.attempt >= row.max_attempts

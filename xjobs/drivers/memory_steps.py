@@ -58,7 +58,7 @@ class MemorySteps(StepStore, EventStore):
             return True
 
     def step_sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome:
-        """``step_own``, ``step_begin``, then ``step_complete`` or ``step_park``."""
+        """``step_own``, ``step_begin``, then ``step_complete`` or ``step_suspend``."""
         table = self._table
         with table.lock:
             row = table.held(lease.job_id, lease.token)
@@ -73,11 +73,11 @@ class MemorySteps(StepStore, EventStore):
                 if step.state != "completed":
                     self._complete(step, sleep.attempt, at, None, False)
                 return StepOutcome(True, None, step.wake_at)
-            return self._park(row, at, step.wake_at if step.wake_at is not None else LATEST_MS)
+            return self._suspend(row, at, step.wake_at if step.wake_at is not None else LATEST_MS)
 
     def step_wait(self, lease: Lease, wait: StepWait) -> StepOutcome:
         """``event_lock``, ``step_own``, ``step_begin``, ``event_first``, then ``step_complete``
-        or ``step_park``."""
+        or ``step_suspend``."""
         table = self._table
         with table.lock:
             row = table.held(lease.job_id, lease.token)
@@ -101,7 +101,7 @@ class MemorySteps(StepStore, EventStore):
             wake = LATEST_MS if step.wake_at is None else step.wake_at
             if wait.poll_ms is not None:
                 wake = min(wake, plus(at, wait.poll_ms))
-            return self._park(row, at, wake)
+            return self._suspend(row, at, wake)
 
     def _begin(self, row: Row, name: str, kind: str, state: str, attempt: int, at: float,
                wake_in: float | None, event: str | None, key: str | None) -> StepRow:
@@ -119,8 +119,8 @@ class MemorySteps(StepStore, EventStore):
         step.state, step.result, step.timed_out = "completed", result, timed_out
         step.finished_at, step.attempt = at, attempt
 
-    def _park(self, row: Row, at: float, wake_at: float) -> StepOutcome:
-        """``step_park``: suspended until ``wake_at``, the attempt given back, no error."""
+    def _suspend(self, row: Row, at: float, wake_at: float) -> StepOutcome:
+        """``step_suspend``: suspended until ``wake_at``, the attempt not charged, no error."""
         table = self._table
         table.move(row, "suspended")
         row.attempt = max(row.attempt - 1, 0)
@@ -132,7 +132,7 @@ class MemorySteps(StepStore, EventStore):
     # -- events -------------------------------------------------------------------------------
 
     def event_send(self, event: NewEvent, conn: CallerConnection | None = None) -> SentEvent:
-        """``event_lock`` and ``event_send``: store it, wake every job parked on it. Through a
+        """``event_lock`` and ``event_send``: store it, wake every job suspended on it. Through a
         transaction of this driver, both are undone if it rolls back."""
         table = self._table
         if conn is not None and not (isinstance(conn, MemoryTransaction) and conn.table is table):
@@ -144,8 +144,8 @@ class MemorySteps(StepStore, EventStore):
             table.events_by_key.setdefault((event.name, event.key), []).append(event_id)
             woken = 0
             payload = table.events[event_id][2]
-            for row, parked in table.parked_waits():
-                waiting = [s for s in parked if s.event == event.name and s.event_key == event.key]
+            for row, suspended in table.suspended_waits():
+                waiting = [s for s in suspended if s.event == event.name and s.event_key == event.key]
                 if not waiting:
                     continue
                 if conn is not None:

@@ -218,8 +218,8 @@ class MemoryTable(Storage):
                 if self.events[i][3] >= since]
         return self.events[min(sent)[1]][2] if sent else None
 
-    def parked_waits(self) -> Iterator[tuple[Row, list[StepRow]]]:
-        """Every suspended job with waits parked on an event, in id order (the order every
+    def suspended_waits(self) -> Iterator[tuple[Row, list[StepRow]]]:
+        """Every suspended job with waits suspended on an event, in id order (the order every
         statement that locks several job rows takes them), with its waiting steps. Each job is
         looked at when its turn comes, so a caller may change the jobs it was given."""
         for job_id in sorted(self.steps):

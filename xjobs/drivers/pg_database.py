@@ -7,7 +7,7 @@ Every noun of ``PostgresDriver`` (``pg_jobs``, ``pg_maintenance``, ``pg_operator
 - two small connection pools, opened lazily on first use, so a supervisor that builds a
   driver before forking holds no connection across the fork. The verbs share one; bodies
   (``job_transaction``) draw from their own, because a body holds its connection for as long
-  as it runs, and bodies holding the verbs' pool would starve the claim, ack and heartbeat
+  as it runs, and bodies holding the verbs' pool would starve the claim, ack and renewal
   that keep their own leases alive;
 - the statements of ``queries.sql``, rendered for this schema and this notion of now;
 - ``now()``: the ``now`` parameter of a statement. A database built without ``clock=`` takes

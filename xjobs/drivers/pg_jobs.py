@@ -4,7 +4,7 @@ Every statement comes from ``queries.sql`` (through ``PgDatabase``); this module
 parameters and shapes results. Arguments arrive checked (``refusals.py``): ids and tokens
 are ``bigint``s, limits whole, durations finite milliseconds, batches never empty.
 
-Fences: ack, nack, heartbeat, progress and a body's completion match ``state = 'running'``
+Fences: ack, nack, renewal, progress and a body's completion match ``state = 'running'``
 AND the claim's ``lease_token``. A worker that lost its lease (rescued, cancelled, released)
 matches no row, so it can never overwrite the state of a job somebody else now runs. The
 batch verbs are planned for the batch at hand (``prepare=False``, see ``job_ack_many``).
@@ -128,7 +128,7 @@ class PgJobs(JobStore):
         ``job_claim_many`` (whose callers filter nothing)."""
         queues, caps = claim.queues, claim.caps or {}
         params: dict[str, Any] = {**self._db.now(), "limit": claim.limit, "token": secrets.randbits(63),
-                                  "worker": claim.worker_id, "lease": claim.lease_ms,
+                                  "worker": claim.identity, "lease": claim.lease_ms,
                                   "names": None if claim.names is None else sorted(claim.names)}
         if len(queues) == 1 and (caps or claim.tenants is not None):
             room = claim.tenants or TenantRoom()
@@ -145,7 +145,7 @@ class PgJobs(JobStore):
 
     def job_claim_alone(self, claim: ClaimAlone) -> list[ClaimedJob]:
         return self._claimed("job_claim_alone", {
-            **self._db.now(), "queue": claim.queue, "token": secrets.randbits(63), "worker": claim.worker_id,
+            **self._db.now(), "queue": claim.queue, "token": secrets.randbits(63), "worker": claim.identity,
             "lease": claim.lease_ms, "wait": claim.waited_ms,
             "names": None if claim.names is None else sorted(claim.names), "limit": claim.limit})
 
@@ -180,9 +180,9 @@ class PgJobs(JobStore):
                                   if outcome == "interrupted" and delay == 0])
             return {r[0] for r in settled}
 
-    def job_heartbeat_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
+    def job_renew_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
         with self._db.cursor() as cur:
-            cur.execute(self._db.sql["job_heartbeat_many"], {
+            cur.execute(self._db.sql["job_renew_many"], {
                 **self._db.now(), "lease": lease_ms,
                 "ids": _int_array(l.job_id for l in leases),
                 "tokens": _int_array(l.token for l in leases)}, prepare=False)

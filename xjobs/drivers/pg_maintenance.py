@@ -44,7 +44,7 @@ class PgMaintenance(Maintenance):
         """``job_release_worker``: every job a dead worker held goes back (see the statement)."""
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_release_worker"], {
-                **self._db.now(), "worker": worker.worker_id, "crashed": worker.crashed, "how": worker.how,
+                **self._db.now(), "worker": worker.identity, "crashed": worker.crashed, "how": worker.how,
                 "charge": worker.charge})
             released = [Released(*row) for row in cur.fetchall()]
             self._db.notify(cur, [(r.id, r.queue, r.state) for r in released])

@@ -7,12 +7,12 @@ a sleep's or a wait's transaction starts with ``step_own`` (``for update``), so 
 run lands after a cancel, a rescue or a hand-back took its job away.
 
 Step statements run on the bodies' pool (``PgDatabase.body_connection``), never on the pool
-of the claim, ack and heartbeat: a thousand bodies recording steps at once must not starve
+of the claim, ack and renewal: a thousand bodies recording steps at once must not starve
 the renewals that keep their own leases alive.
 
 A wait and a send of one (event, key) take turns on a transaction-scoped advisory lock
 (``event_lock``), always before any job row is locked: either the wait sees the event and
-completes, or it parks before the send looks for parked waiters and is woken by it.
+completes, or it suspends before the send looks for suspended waiters and is woken by it.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class PgSteps(StepStore, EventStore):
                 if state[1] != "completed":
                     self._complete(cur, lease, sleep.name, sleep.attempt, None, False)
                 return StepOutcome(True, None, state[3])
-            return self._park(cur, lease, state[3])
+            return self._suspend(cur, lease, state[3])
 
     def step_wait(self, lease: Lease, wait: StepWait) -> StepOutcome:
         with self._db.body_connection() as conn, conn.transaction(), conn.cursor() as cur:
@@ -90,7 +90,7 @@ class PgSteps(StepStore, EventStore):
             if due:
                 self._complete(cur, lease, wait.name, wait.attempt, None, True)
                 return StepOutcome(True, None, wake_at, timed_out=True)
-            return self._park(cur, lease, LATEST_MS if wake_at is None else wake_at, wait.poll_ms)
+            return self._suspend(cur, lease, LATEST_MS if wake_at is None else wake_at, wait.poll_ms)
 
     def _own(self, cur: psycopg.Cursor, lease: Lease) -> bool:
         cur.execute(self._db.sql["step_own"], {"id": lease.job_id, "token": lease.token})
@@ -109,9 +109,9 @@ class PgSteps(StepStore, EventStore):
             **self._db.now(), "id": lease.job_id, "name": name, "attempt": attempt,
             "result": None if result is None else result.decode(), "timed_out": timed_out})
 
-    def _park(self, cur: psycopg.Cursor, lease: Lease, wake_at: float,
+    def _suspend(self, cur: psycopg.Cursor, lease: Lease, wake_at: float,
               poll_ms: float | None = None) -> StepOutcome:
-        cur.execute(self._db.sql["step_park"], {**self._db.now(), "id": lease.job_id,
+        cur.execute(self._db.sql["step_suspend"], {**self._db.now(), "id": lease.job_id,
                                                 "token": lease.token, "wake": wake_at, "poll": poll_ms})
         row = cur.fetchone()
         return StepOutcome(False, wake_at=wake_at if row is None else row[0], fenced=row is None)
@@ -127,7 +127,7 @@ class PgSteps(StepStore, EventStore):
         callers = callers_connection(conn)
         level = getattr(callers, "isolation_level", None)
         if level is not None and level != psycopg.IsolationLevel.READ_COMMITTED:
-            # its snapshot would not see a waiter that parked after the transaction began
+            # its snapshot would not see a waiter that suspended after the transaction began
             raise InvalidOption("conn", f"send_event joins a read committed transaction only, "
                                         f"got {level.name.lower().replace('_', ' ')}")
         return self._send(callers, params)

@@ -5,7 +5,7 @@ then calls the method of the same name on one of the objects below) built over o
 ``PgDatabase`` (``pg_database.py``: the pools, the rendered statements of ``queries.sql``, the
 ``now`` parameter, notify, the driver's errors), which every one of them shares:
 
-    pg_jobs.PgJobs                 JobStore: enqueue, claim, ack, nack, heartbeat, progress, transaction
+    pg_jobs.PgJobs                 JobStore: enqueue, claim, ack, nack, renew, progress, transaction
     pg_maintenance.PgMaintenance   Maintenance: rescue lapsed leases, release a dead worker's jobs, prune
     pg_operator.PgOperator         Introspection: list, get, cancel, requeue, retry from a step, count
     pg_queues.PgQueues             QueueStore: pause, control, summary, counts, stats, rates

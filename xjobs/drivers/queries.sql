@@ -166,7 +166,7 @@ with n as (
 )
 select id, queue, state, outcome, delay from settled
 
--- name: job_heartbeat_many
+-- name: job_renew_many
 -- the fences of every held lease, planned per batch like job_ack_many
 update {schema}.jobs j
 set lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
@@ -252,7 +252,7 @@ select rescued.id, rescued.queue, rescued.state from rescued
 --   does not crash again is innocent and done, the one that does is halved again, so a poison
 --   job among N is caught alone, and charged, after about log2(N) crashes; its innocent
 --   neighbours never are;
--- * its supervisor stopped it (not crashed): the attempt is given back, like a drain.
+-- * its supervisor stopped it (not crashed): the attempt is not charged, like a drain.
 -- %(how)s says how it ended ("killed by SIGKILL", "exited with code 1").
 with held as (
     select id, crashes from {schema}.jobs
@@ -517,7 +517,7 @@ from {schema}.jobs
 where state = any(%(states)s::text[]) and {_operator_filters}
 
 -- name: job_progress_many
--- the latest progress of running jobs, fenced like a heartbeat: a run that lost its job
+-- the latest progress of running jobs, fenced like a renewal: a run that lost its job
 -- writes nothing
 update {schema}.jobs j
 set progress = u.p
@@ -852,11 +852,11 @@ set state = 'completed', result = %(result)s::jsonb, timed_out = %(timed_out)s, 
 where job_id = %(id)s and name = %(name)s
 returning job_id
 
--- name: step_park
+-- name: step_suspend
 -- the job waits for its step: suspended until %(wake)s (epoch ms), or %(poll)s ms from now when
--- that is sooner (a wait's event_poll), its attempt given back (a wait is not a failure and
+-- that is sooner (a wait's event_poll), its attempt not charged (a wait is not a failure and
 -- burns no attempt), no error recorded, its lease let go; answers when it wakes
-with parked as (
+with suspended as (
     update {schema}.jobs
     set state = 'suspended', attempt = greatest(attempt - 1, 0),
         run_at = least(to_timestamp(%(wake)s / 1000.0), {now} + %(poll)s * interval '1 millisecond'),
@@ -865,14 +865,14 @@ with parked as (
     returning id, attempt, run_at
 ), logged as (
     insert into {schema}.job_history (job_id, at, attempt, outcome, error)
-    select parked.id, {now}, parked.attempt + 1, 'suspended', null::text
-    from parked
+    select suspended.id, {now}, suspended.attempt + 1, 'suspended', null::text
+    from suspended
 )
-select extract(epoch from parked.run_at)::float8 * 1000 from parked
+select extract(epoch from suspended.run_at)::float8 * 1000 from suspended
 
 -- name: event_lock
--- a send and a wait of one (name, key) take turns: a wait that finds no event parks before a
--- send can look for waiters, so a send never misses a waiter that is about to park. A
+-- a send and a wait of one (name, key) take turns: a wait that finds no event suspends before a
+-- send can look for waiters, so a send never misses a waiter that is about to suspend. A
 -- transaction-scoped lock (released at commit or rollback, never carried by a pooled
 -- connection), keyed by schema too: two installs in one database never contend
 select pg_advisory_xact_lock(
@@ -889,7 +889,7 @@ order by e.sent_at, e.id
 limit 1
 
 -- name: event_send
--- store the event, complete the waits parked on it with its payload (delivery is recorded
+-- store the event, complete the waits suspended on it with its payload (delivery is recorded
 -- here, so it does not depend on the event still being stored when the job runs) and wake
 -- those jobs, all in the sender's transaction: a rolled-back send is never delivered. The
 -- woken queues are notified by the same transaction
@@ -897,7 +897,7 @@ with sent as (
     insert into {schema}.events (name, key, payload, sent_at)
     values (%(name)s, %(key)s, %(payload)s::jsonb, {now})
     returning id
-), parked as (
+), suspended as (
     -- locked in id order, as every statement that locks several job rows does
     select j.id, j.attempt from {schema}.jobs j
     join {schema}.job_steps s on s.job_id = j.id
@@ -908,16 +908,16 @@ with sent as (
 ), delivered as (
     update {schema}.job_steps s
     set state = 'completed', result = %(payload)s::jsonb, finished_at = {now},
-        attempt = parked.attempt + 1
-    from parked
-    where s.job_id = parked.id and s.state = 'waiting' and s.event = %(name)s
+        attempt = suspended.attempt + 1
+    from suspended
+    where s.job_id = suspended.id and s.state = 'waiting' and s.event = %(name)s
       and s.event_key = %(key)s
     returning s.job_id
 ), woken as (
     update {schema}.jobs j
     set state = 'ready', run_at = {now}
-    from parked
-    where j.id = parked.id and j.state = 'suspended'
+    from suspended
+    where j.id = suspended.id and j.state = 'suspended'
     returning j.id, j.queue
 ), notified as (
     select pg_notify(%(channel)s, q.queue) from (select distinct queue from woken) as q
@@ -926,8 +926,8 @@ select (select id from sent), (select count(*) from woken), (select count(*) fro
        (select count(*) from delivered)
 
 -- name: job_wake_delivered
--- the safety net of the event bus: parked waits whose event is stored (a send whose snapshot
--- could not see the park, or an event inserted by other means) go back to ready; their
+-- the safety net of the event bus: suspended waits whose event is stored (a send whose snapshot
+-- could not see the suspension, or an event inserted by other means) go back to ready; their
 -- replay finds the event. Run on the rescue timer, bounded
 with due as (
     select j.id from {schema}.jobs j

@@ -89,7 +89,7 @@ class TenantRoom:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """``job_claim``: up to ``limit`` due ready jobs of ``queues``, leased to ``worker_id`` for
+    """``job_claim``: up to ``limit`` due ready jobs of ``queues``, leased to ``identity`` for
     ``lease_ms``, in (priority, run_at, id) order.
 
     ``names``: only jobs of these names (the ones the worker has bodies for; None: any), so a
@@ -103,7 +103,7 @@ class Claim:
     queues: Sequence[str]
     limit: int
     lease_ms: float
-    worker_id: str
+    identity: str
     caps: Mapping[str, int] | None = None
     tenants: TenantRoom | None = None
     names: Collection[str] | None = None
@@ -117,7 +117,7 @@ class ClaimAlone:
 
     queue: str
     lease_ms: float
-    worker_id: str
+    identity: str
     waited_ms: float = 0.0
     names: Collection[str] | None = None
     limit: int = 1
@@ -140,13 +140,13 @@ class ClaimedJob:
 # What a nack comes to, by its outcome (the word the job's history and jobs_total record):
 #
 #   outcome       state       attempt      run_at                         history
-#   retried       ready       counted      now + delay_ms                 written
-#   dead          dead        counted      kept (finished now)            written
-#   interrupted   ready       given back   now + delay_ms                 written
-#   suspended     suspended   given back   now + delay_ms (its wake-up)   written
-#   shed          ready       given back   kept, or now + delay_ms        none
+#   retried       ready       charged      now + delay_ms                 written
+#   dead          dead        charged      kept (finished now)            written
+#   interrupted   ready       not charged  now + delay_ms                 written
+#   suspended     suspended   not charged  now + delay_ms (its wake-up)   written
+#   shed          ready       not charged  kept, or now + delay_ms        none
 #
-# A counted attempt ended on its own, so it also clears any suspicion of crashing its process.
+# A charged attempt ended on its own, so it also clears any suspicion of crashing its process.
 NackOutcome = Literal["retried", "dead", "interrupted", "suspended", "shed"]
 NACK_OUTCOMES: tuple[NackOutcome, ...] = ("retried", "dead", "interrupted", "suspended", "shed")
 COUNTED_OUTCOMES = ("retried", "dead")    # the nacks that spend the attempt
@@ -168,7 +168,7 @@ class Nack:
 
     @property
     def counts(self) -> bool:
-        """Whether the attempt is spent (the job's own failure), not given back."""
+        """Whether the attempt is charged (the job's own failure spent it)."""
         return self.outcome in COUNTED_OUTCOMES
 
 
@@ -273,7 +273,7 @@ class WorkerExit:
     ended ("killed by SIGKILL"); ``charge`` is which lone job its crash may charge
     (``CHARGES``: ``alone``, ``suspect`` or ``never``, see ``job_release_worker``)."""
 
-    worker_id: str
+    identity: str
     crashed: bool = True
     how: str = "died"
     charge: str = "alone"

@@ -61,7 +61,7 @@ class StepResult:
 @dataclass(frozen=True, slots=True)
 class StepSleep:
     """``step.sleep``: the first call records the wake-up time (now + ``duration_ms`` on the
-    database's clock); every call completes the step once that time has come, or parks the
+    database's clock); every call completes the step once that time has come, or suspends the
     job until it."""
 
     name: str
@@ -73,7 +73,7 @@ class StepSleep:
 class StepWait:
     """``step.wait_for_event``: completes with the first stored event of (``event``, ``key``),
     or with nothing once ``timeout_ms`` (counted from the first call) has passed; otherwise
-    parks the job until the event is sent, the timeout, or ``poll_ms`` from now."""
+    suspends the job until the event is sent, the timeout, or ``poll_ms`` from now."""
 
     name: str
     event: str
@@ -86,7 +86,7 @@ class StepWait:
 @dataclass(frozen=True, slots=True)
 class StepOutcome:
     """What a sleep or a wait came to: ``done`` (the step is completed: ``value`` is its result)
-    or parked (the job is suspended until ``wake_at``, its attempt given back). ``fenced``:
+    or suspended (the job is suspended until ``wake_at``, its attempt not charged). ``fenced``:
     the run no longer owns the job; nothing was written."""
 
     done: bool
@@ -105,7 +105,7 @@ class NewEvent:
 
 @dataclass(frozen=True, slots=True)
 class SentEvent:
-    """A stored event, and how many parked waiters it woke."""
+    """A stored event, and how many suspended waiters it woke."""
 
     id: int
     woken: int

@@ -60,11 +60,11 @@ def check_claim(claim: Claim) -> Claim:
     if (caps or room is not None) and len(claim.queues) != 1:
         raise InvalidOption("claim", "caps and tenant limits filter a claim on one queue "
                                      "(a worker's); claim each queue on its own")
-    return Claim(list(claim.queues), limit, lease, claim.worker_id, caps, room, names)
+    return Claim(list(claim.queues), limit, lease, claim.identity, caps, room, names)
 
 
 def check_claim_alone(claim: ClaimAlone) -> ClaimAlone:
-    return ClaimAlone(claim.queue, check_lease(claim.lease_ms, "claim.lease"), claim.worker_id,
+    return ClaimAlone(claim.queue, check_lease(claim.lease_ms, "claim.lease"), claim.identity,
                       duration_ms(claim.waited_ms, "claim.waited"), check_job_names(claim.names),
                       check_row_limit(claim.limit, "claim.limit"))
 
@@ -139,7 +139,7 @@ def check_nacks(nacks: Sequence[Nack]) -> list[Nack]:
 def check_worker_exit(worker: WorkerExit) -> WorkerExit:
     if worker.charge not in CHARGES:
         raise InvalidOption("charge", f"must be one of {', '.join(CHARGES)}, got {worker.charge!r}")
-    return WorkerExit(worker.worker_id, bool(worker.crashed), worker.how, worker.charge)
+    return WorkerExit(worker.identity, bool(worker.crashed), worker.how, worker.charge)
 
 
 def check_row_limit(limit: object, option: str = "limit") -> int:

@@ -372,7 +372,7 @@ class Arbiter:
         self.selector.close()
 
     def close(self) -> None:
-        """Kill whatever is still alive, stop the threads, give back every fd and signal."""
+        """Kill whatever is still alive, stop the threads, let go of every fd and signal."""
         self.reloader.abandon("the supervisor is exiting")
         self.processes.close("the supervisor is exiting")
         self.probe.stop()

@@ -19,8 +19,8 @@ Only a second stop SIGNAL skips to the kill: ``xjobsd drain`` followed by the fi
 the same signal within ``REPEAT_WINDOW_S`` is the same stop delivered twice and counts once.
 
 The drain ends with one line in one vocabulary: a run is *interrupted* when it stopped because
-of the drain's signal (back to ready at once, attempt given back), *abandoned* when it was
-still running at the deadline (its worker hands it back as it exits, attempt given back) or
+of the drain's signal (back to ready at once, attempt not charged), *abandoned* when it was
+still running at the deadline (its worker hands it back as it exits, attempt not charged) or
 when its child died with it (the supervisor hands it back once the child's sessions are gone).
 """
 

@@ -118,7 +118,7 @@ class Admission:
             self._release(job.name, admitted.slot)
 
     def release(self, run: Run) -> bool:
-        """The run's body ended: give back its limiter count and its slot; answers whether a
+        """The run's body ended: release its limiter count and its slot; answers whether a
         fleet-wide slot was freed (a capped job waiting for it may be claimed now)."""
         if id(run) in self._admitted:
             self._admitted.discard(id(run))
@@ -171,7 +171,7 @@ class Admission:
         freed = False
         for job, slot, expires in pending:
             if expires is not None and now_ms >= expires:
-                continue      # its expiry has freed it: nothing left to give back
+                continue      # its expiry has freed it: nothing left to release
             try:
                 freed = bool(store.slot_release(Slot(job, slot, self._identity))) or freed
             except Exception:

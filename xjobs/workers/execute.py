@@ -11,12 +11,12 @@ settle failure (the lease lapses and the job is delivered again), never a retry.
 The verdict, in order:
 
 1. the run was already settled (a timeout won the race)      -> ignore the late result
-2. a step parked the job (sleep, wait_for_event)             -> suspended, already written
+2. a step suspended the job (sleep, wait_for_event)             -> suspended, already written
 3. the body committed ``ctx.transaction()``                  -> completed, already written
 4. the lease is gone (cancelled, rescued, released)          -> write NOTHING
 5. no error                                                  -> ack (batched)
 6. the signal said drained when the body returned           -> interrupted: back to ready
-                                                                now, the attempt given back
+                                                                now, the attempt not charged
 7. otherwise the retry decision reads the error              -> retry with delay, or dead
 """
 
@@ -38,7 +38,7 @@ from ..context import CANCELLED, DRAINED, LEASE_LOST, SLOT_LOST, Ctx, RunSignal,
 from ..drivers.base import ClaimedJob, Lease, Nack, RunStore
 from ..errors import JobTimeout, StepSuspension
 from ..retry import ErrorTypes, Retry, RetryVerdict, decide
-from ..tracing import mark_parked, run_span
+from ..tracing import mark_suspended, run_span
 from .failures import describe, full_traceback
 from ..steps import StepOptions
 
@@ -144,7 +144,7 @@ class Settlement:
 
 
 def settlement_for(run: Run, error: BaseException | None, timed_out: bool = False) -> Settlement:
-    if run.ctx.fence.parked:
+    if run.ctx.fence.suspended:
         # a sleep or a wait suspended the job in the transaction that recorded the step: not a
         # failure, no attempt burned, nothing more to write
         return Settlement("suspended")
@@ -186,7 +186,7 @@ def _around(run: Run) -> ContextManager[Any]:
     return run.hook(run.ctx) if run.hook is not None else contextlib.nullcontext()
 
 
-# A park (StepSuspension) is caught INSIDE the app's hook and the run's span, and answered from
+# A suspension (StepSuspension) is caught INSIDE the app's hook and the run's span, and answered from
 # there: it is how an attempt ends normally while its job waits, so neither the hook nor the
 # span may see it as an exception (an error span, a failure in the app's own bookkeeping).
 
@@ -195,9 +195,9 @@ def _call_sync(run: Run) -> BaseException | None:
         with running(run.ctx), run_span(run.ctx) as span, _around(run):
             try:
                 run.handle.fn(run.ctx, run.job.payload)
-            except StepSuspension as park:
-                mark_parked(span, park.step, park.wake_at)
-                return park
+            except StepSuspension as suspension:
+                mark_suspended(span, suspension.step, suspension.wake_at)
+                return suspension
     except BaseException as exc:  # a body's SystemExit must not take the worker thread down
         return exc
     return None
@@ -209,9 +209,9 @@ async def _call_async(run: Run) -> BaseException | None:
         with running(run.ctx), run_span(run.ctx) as span, _around(run):
             try:
                 await run.handle.fn(run.ctx, run.job.payload)
-            except StepSuspension as park:
-                mark_parked(span, park.step, park.wake_at)
-                return park
+            except StepSuspension as suspension:
+                mark_suspended(span, suspension.step, suspension.wake_at)
+                return suspension
     except BaseException as exc:
         return exc
     return None

@@ -3,7 +3,7 @@
 A lease is HELD, not owned. It is lost when the database no longer matches it (an operator
 cancelled the job, a sweep rescued it, a supervisor handed it back) or when no renewal has
 landed for a whole lease window, measured on this process's clock. ``keep`` renews every
-held lease in ONE statement when the heartbeat is due, and checks the window on EVERY pass
+held lease in ONE statement when a renewal is due, and checks the window on EVERY pass
 (before and after a renewal); ``next_due`` schedules the pass for the moment a window would
 close, so a worker whose renewals keep failing stops a run no later than the database gives
 its job away. A pass cannot happen while the loop thread is stuck in a database call (a
@@ -54,7 +54,7 @@ class LeaseKeeper:
             self._watch.stop()
 
     def keep(self, now_ms: float) -> None:
-        """Renew when the heartbeat is due; let go of every run whose lease is lost."""
+        """Renew when a renewal is due; let go of every run whose lease is lost."""
         if now_ms >= self._next_renewal:
             self._check_windows(now_ms)   # asked before the renewal and after it
             self._renew(now_ms)
@@ -92,19 +92,19 @@ class LeaseKeeper:
         if not runs and not settling:
             return
         try:
-            alive = self._driver.job_heartbeat_many([r.lease for r in runs + settling],
+            alive = self._driver.job_renew_many([r.lease for r in runs + settling],
                                                      self._settings.lease_ms)
         except Exception as exc:
             # one failed renewal is not a loss: the window closes only when none lands for a
             # whole lease (checked on every pass)
-            event(log, logging.WARNING, "job.heartbeat.failed", "worker %s: renewing %d lease(s) failed: %s",
+            event(log, logging.WARNING, "job.lease.renew.failed", "worker %s: renewing %d lease(s) failed: %s",
                   self._identity, len(runs) + len(settling), exc, count=len(runs) + len(settling),
                   error=str(exc), worker=self._identity)
             return
         self._renew_settling(alive, now_ms)
         for run in runs:
-            # a park that began while the renewal was in flight took the job out of running
-            if run.settled or run.ctx.completed_in_transaction or run.ctx.fence.parking:
+            # a suspension that began while the renewal was in flight took the job out of running
+            if run.settled or run.ctx.completed_in_transaction or run.ctx.fence.suspending:
                 continue
             if run.job.id in alive:
                 run.renewed_ms = now_ms

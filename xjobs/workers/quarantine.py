@@ -11,7 +11,7 @@ so a crash of a process running N jobs costs about log2(N) rounds, not N runs in
     idle ──poll: job_claim_alone──> reserved ──the worker's other runs end──> running apart
      ^                                 │                                          │
      │                                 ├─ worker stops accepting, or its other    │
-     │                                 │  runs outlast a lease: given back        │
+     │                                 │  runs outlast a lease: handed back       │
      └──── next group at once <────────┴── every run of the group is settled  <───┘
 
 An idle worker takes any suspect at once; a busy one only a suspect that has waited two polls

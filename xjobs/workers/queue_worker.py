@@ -17,7 +17,7 @@ One pass (``run_once``), all on the loop thread:
 
 1. settle what finished since the last pass: acks go out as ONE statement per pass;
 2. time out runs past their deadline (cancel first, then fail the attempt);
-3. renew every held lease in one statement when the heartbeat is due; a lease the database
+3. renew every held lease in one statement when a renewal is due; a lease the database
    no longer matches, or one with no renewal landing for a whole window on this process's
    clock, is LOST: the run's signal is aborted and nothing it does is written;
 4. write the latest progress reports, at most once a second;
@@ -74,7 +74,7 @@ class QueueWorker(RoleBase):
 
     @classmethod
     def build(cls, context: RoleContext) -> "QueueWorker":
-        """A daemon's child: the loop's pool serves claim, ack, heartbeat and slots; bodies using
+        """A daemon's child: the loop's pool serves claim, ack, renewal and slots; bodies using
         ``ctx.transaction()`` draw from their own pool, one connection each at most. The fleet's
         maintenance (rescue, prune) is the scheduler leader's, never a worker's, and the child
         exits right after its close, so what still runs at its deadline is handed back at once."""
@@ -238,7 +238,7 @@ class QueueWorker(RoleBase):
 
     def close(self, deadline_ms: float | None = None, now: Callable[[], float] | None = None) -> None:
         """Close phase, once the host's drain is over (``host.Lifecycle``): settle what finished,
-        give back what still runs (``Settler.abandon``), give up settlements that never landed,
+        hand back what still runs (``Settler.abandon``), give up settlements that never landed,
         and close every resource. Waits for nothing; ``deadline_ms`` is the drain's, already
         spent. ``now`` reads the time for what it writes (the loop's clock by default)."""
         if self.closed:
@@ -253,7 +253,7 @@ class QueueWorker(RoleBase):
             self.settler.settle(clock())
             self.settler.abandon(clock(), at_once=self.exits_after_close)
             self.settler.retries.give_up(clock())
-        finally:  # a close that failed half-way still gives back every resource it holds
+        finally:  # a close that failed half-way still lets go of every resource it holds
             self._close_resources()
 
     def _close_resources(self) -> None:
@@ -362,9 +362,9 @@ class QueueWorker(RoleBase):
         """Hold a claimed job and answer its run, or settle it at once when nothing here can
         run it (answers None). Its body is not started: the caller submits it."""
         stale = self.runs.get(job.id)
-        # cancelled and retried, or rescued, and handed to us again; or parked by its own step
+        # cancelled and retried, or rescued, and handed to us again; or suspended by its own step
         # and woken already (that run settles as suspended when its body unwinds)
-        if stale is not None and not stale.ctx.fence.parking:
+        if stale is not None and not stale.ctx.fence.suspending:
             self.leases.lost(stale, now_ms, "the job was handed out again")
         handle = self._handles.get(job.name)
         if handle is None:

@@ -78,10 +78,10 @@ class RunTable:
         return [r for r in self.held.values() if not r.settled]
 
     def renewable(self) -> list[Run]:
-        # a run whose transaction completed the job, or whose step parked it, holds nothing
+        # a run whose transaction completed the job, or whose step suspended it, holds nothing
         # left to renew (a renewal would only find the job gone and call it a lost lease)
         return [r for r in self.held.values() if not r.settled and not r.ctx.completed_in_transaction
-                and not r.ctx.fence.parking]
+                and not r.ctx.fence.suspending]
 
     def settling(self) -> list[Run]:
         """Runs whose settlement is still to land: renewed, never judged lost by a window."""

@@ -144,7 +144,7 @@ class Settler:
         the retry policy)."""
         timeouts: list[_Failed] = []
         for run in list(self._runs.held.values()):
-            if run.ctx.completed_in_transaction or run.ctx.fence.parked:
+            if run.ctx.completed_in_transaction or run.ctx.fence.suspended:
                 continue
             # the body's thread arms and clears its step's ceiling: read it ONCE, and decide
             # both whether the run is due and why from that one reading
