@@ -19,7 +19,7 @@ from xjobs.errors import InvalidOption
 from xjobs.setting_kinds import Count, Duration, Maybe
 
 ROOT = Path(__file__).resolve().parents[2]
-_BEGIN = "<!-- settings table: made from the declarations in xjobs/config.py (tests/test_settings_table.py) -->"
+_BEGIN = "<!-- settings table: made from the declarations in xjobs/config.py (tests/unit/test_settings_table.py) -->"
 _END = "<!-- end of the settings table -->"
 # read outside ``Settings``: a secret kept out of files and flags, logging (set before any
 # setting is read), and the test suite's own database
@@ -46,7 +46,7 @@ def test_the_readme_table_is_the_declarations():
     text = (ROOT / "README.md").read_text()
     assert _BEGIN in text and _END in text, "the README lost its settings table markers"
     table = text.split(_BEGIN, 1)[1].split(_END, 1)[0].strip()
-    assert table == reference(), "paste tests/test_settings_table.py's reference() between the markers"
+    assert table == reference(), "paste tests/unit/test_settings_table.py's reference() between the markers"
 
 
 def _every_flag(parser: argparse.ArgumentParser) -> set[str]:
