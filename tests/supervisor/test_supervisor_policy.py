@@ -24,7 +24,7 @@ from xjobs.supervisor.roles import RoleKind, kind_specs
 from xjobs.workers.queue_worker import QueueWorker
 from xjobs.supervisor.slots import RoleSpec
 from xjobs.supervisor.tally import Restarts, RoleCounter
-from xjobs.workers.host import InProcessHost
+from xjobs.workers.host import InProcessHost, Lifecycle, wind_down
 from xjobs.workers.role import RolePolicy
 
 
@@ -112,6 +112,20 @@ def test_the_in_process_host_drives_the_same_phases():
     wait_for(lambda: ticker.passes >= 3, 5, "three passes")
     host.stop(deadline_s=1)
     assert ticker.closed and ticker.interrupted is None and host.lifecycle.state == "stopped"
+
+
+def test_a_pass_that_raises_during_the_drain_still_closes_the_role():
+    class FailsWhileDraining(Ticker):
+        def run_once(self, now_ms: float) -> float:
+            if not self.accepting:
+                raise RuntimeError("the database went away mid-drain")
+            return super().run_once(now_ms)
+    role = FailsWhileDraining("ticker:test:2")
+    lifecycle = Lifecycle(role)
+    lifecycle.initialize()
+    with pytest.raises(RuntimeError, match="mid-drain"):
+        wind_down(lifecycle, time.monotonic, time.monotonic() + 5, "test")
+    assert role.closed and lifecycle.state == "stopped"
 
 
 def test_a_policy_and_a_spec_refuse_what_cannot_be_hosted():

@@ -174,12 +174,15 @@ class InProcessHost:
 def wind_down(lifecycle: Lifecycle, clock: Callable[[], float], deadline: float, reason: str,
               interrupt: bool | None = None) -> None:
     """A drain to ``deadline`` (on ``clock``) and the close after it, as every host does them:
-    the accept phase, passes until nothing is in flight or the deadline, then the close."""
+    the accept phase, passes until nothing is in flight or the deadline, then the close (also
+    when a pass raises: what the role holds is let go of either way)."""
     lifecycle.drain(deadline, reason, interrupt)
-    drive(lifecycle.role, until=lambda: lifecycle.finished(clock()), clock=clock,
-          deadline=_finite(lifecycle.deadline if lifecycle.deadline is not None else deadline),
-          most_wait_ms=DRAIN_POLL_MS)
-    lifecycle.close(clock())
+    try:
+        drive(lifecycle.role, until=lambda: lifecycle.finished(clock()), clock=clock,
+              deadline=_finite(lifecycle.deadline if lifecycle.deadline is not None else deadline),
+              most_wait_ms=DRAIN_POLL_MS)
+    finally:
+        lifecycle.close(clock())
 
 
 def _finite(deadline: float) -> float | None:
