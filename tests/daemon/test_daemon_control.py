@@ -58,6 +58,9 @@ def test_scale_refuses_what_would_empty_or_overfill_a_queue(daemon_env):
                                         "queue beta: 1 process (unchanged)"]
     as_json = json.loads(cli(daemon, "scale", "beta", "+1", "--json").stdout)
     assert as_json == {"ok": True, "processes": {"beta": 2}, "processes_before": {"beta": 1}}
+    bare = cli(daemon, "scale", "beta", "1")     # a bare number is the count, not one more
+    assert (bare.returncode, bare.stdout) == (0, "queue beta: 2 -> 1 process\n"), bare
+    assert cli(daemon, "scale", "beta", "two").returncode == 2
     daemon.ready()
 
     table = cli(daemon, "status")

@@ -11,7 +11,7 @@ refusal is said on stderr and exits 2 when it refuses what was typed (``X_INVALI
                                           changed), then replace the groups that changed one
                                           at a time, as SIGHUP; --wait returns once the last
                                           group's new children are ready
-    xjobsd scale QUEUE +N|-N|=N [--allow-zero]
+    xjobsd scale QUEUE +N|-N|=N|N [--allow-zero]
                                           worker processes of a queue ('all': every queue),
                                           1 to 256; 0 only with --allow-zero
 """
@@ -50,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=reload)
     p = sub.add_parser("scale", help="add or remove worker processes of a queue")
     p.add_argument("queue", help="queue name, or 'all'")
-    p.add_argument("change", help="+N, -N or =N processes")
+    p.add_argument("change", help="+N or -N processes more or fewer; =N or N processes in all")
     p.add_argument("--allow-zero", action="store_true",
                    help="allow a queue to be left with no process (it then claims nothing)")
     p.add_argument("--concurrency", type=int, metavar="N",
@@ -87,12 +87,13 @@ def scale(args: argparse.Namespace) -> int:
     change = args.change.strip()
     queue = None if args.queue == "all" else args.queue
     try:
-        if change.startswith("="):
-            fields = {"processes": int(change[1:])}
-        else:
+        # a signed number changes the count; a bare one sets it, as every other scaler reads it
+        if change.startswith(("+", "-")):
             fields = {"delta": int(change)}
+        else:
+            fields = {"processes": int(change.removeprefix("="))}
     except ValueError:
-        raise InvalidOption("change", f"expected +N, -N or =N, got {args.change!r}") from None
+        raise InvalidOption("change", f"expected +N, -N, =N or N, got {args.change!r}") from None
     if args.allow_zero:
         fields["allow_zero"] = True
     if args.concurrency is not None:
