@@ -73,6 +73,10 @@ class JobHandle:
         try:
             return fn(input)
         except Exception as exc:  # a malformed input, reported as such rather than as a crash
+            if not isinstance(input, dict):   # the usual cause: say it, rather than blame the function
+                raise PayloadInvalid(f"job {self.name!r}: input must be a JSON object, got "
+                                     f"{type(input).__name__} {_shown(input)} ({what}(input) raised "
+                                     f"{type(exc).__name__}: {exc})") from exc
             raise PayloadInvalid(f"job {self.name!r}: {what}(input) raised {type(exc).__name__}: {exc}") from exc
 
     def validate(self, input: Any) -> Any:
@@ -236,6 +240,11 @@ def _proven(handle: Any, kind: type, by: str) -> None:
     if not isinstance(handle, kind) or getattr(handle, "_built", None) is not BUILT:
         raise InvalidOption("registry", f"only {by} registers a {kind.__name__}; "
                                         f"declare it with xjobs.{by[:-2]}(...)")
+
+
+def _shown(value: Any, most: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= most else text[:most] + "..."
 
 
 def _is_model(value: Any) -> bool:

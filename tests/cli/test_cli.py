@@ -95,6 +95,13 @@ def test_bad_usage_exits_with_a_clear_code(xjobsd, args, code):
     assert proc.stderr.strip(), "a refusal says why"
 
 
+@pytest.mark.parametrize("given,named", [("[1, 2]", "list [1, 2]"), ('"alice"', "str 'alice'"), ("7", "int 7")])
+def test_an_input_that_is_no_json_object_is_refused_as_such(xjobsd, given, named):
+    xjobsd("migrate")
+    proc = xjobsd("enqueue", "greet", "--app", "tests.apps.cli_app", "--input", given, expect=2)
+    assert f"input must be a JSON object, got {named}" in proc.stderr, proc.stderr
+
+
 def test_version_prints_the_package_version():
     import xjobs
     proc = subprocess.run([sys.executable, "-m", "xjobs.cli", "--version"], cwd=ROOT,
