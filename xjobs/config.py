@@ -15,6 +15,8 @@ with a coded error naming the setting, so a bad one stops the process at start.
 from __future__ import annotations
 
 import copy
+import difflib
+import logging
 import os
 import re
 import threading
@@ -78,6 +80,7 @@ def _header_name(value: str) -> None:
         raise InvalidOption("ui_trust_header", f"must be an HTTP header name like X-Forwarded-User, got {value!r}")
 
 
+log = logging.getLogger("xjobs.config")
 _DAY_MS = 86_400_000.0
 
 
@@ -233,10 +236,39 @@ def _file_values(config_path: str | None) -> tuple[dict[str, Any], str]:
     return {}, "defaults"
 
 
+# what else xjobs reads from the environment, beside the settings: the log, the dashboard's
+# sign-in token, the control socket a command asks; XJOBS_TEST_* belong to the test suite
+OTHER_VARIABLES = frozenset({"XJOBS_CONTROL", "XJOBS_LOG_FORMAT", "XJOBS_LOG_LEVEL", "XJOBS_UI_TOKEN"})
+_warned: set[str] = set()
+
+
+def unknown_variables(env: Mapping[str, str]) -> dict[str, str | None]:
+    """``XJOBS_*`` variables xjobs does not read, each with the known one it is closest to."""
+    known = {s.env for s in SETTINGS if s.env} | OTHER_VARIABLES
+    tails = {name.removeprefix("XJOBS_"): name for name in known}   # the shared prefix says nothing
+
+    def nearest(name: str) -> str | None:
+        found = difflib.get_close_matches(name.removeprefix("XJOBS_"), list(tails), n=1, cutoff=0.75)
+        return tails[found[0]] if found else None
+    return {name: nearest(name) for name in sorted(env)
+            if name.startswith("XJOBS_") and name not in known and not name.startswith("XJOBS_TEST_")}
+
+
+def _warn_unknown(env: Mapping[str, str]) -> None:
+    """A typo in a variable is said once per process (the same typo in a file is refused)."""
+    for name, near in unknown_variables(env).items():
+        if name not in _warned:
+            _warned.add(name)
+            log.warning("%s is not a variable xjobs reads; it is ignored%s", name,
+                        f" (did you mean {near}?)" if near else "")
+
+
 def load_settings(config_path: str | None = None, env: Mapping[str, str] | None = None,
                   **flags: Any) -> Settings:
-    """Flags > ``XJOBS_*`` environment > config file > defaults."""
+    """Flags > ``XJOBS_*`` environment > config file > defaults; an ``XJOBS_*`` variable that
+    names no setting is warned about."""
     env = os.environ if env is None else env
+    _warn_unknown(env)
     file_values, source = _file_values(config_path)
     merged = _read(file_values, source)
     merged.update(_read({s.key: env[s.env] for s in SETTINGS if env.get(s.env)}, "environment"))

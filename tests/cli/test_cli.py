@@ -102,6 +102,17 @@ def test_an_input_that_is_no_json_object_is_refused_as_such(xjobsd, given, named
     assert f"input must be a JSON object, got {named}" in proc.stderr, proc.stderr
 
 
+def test_a_misspelt_variable_is_warned_about_with_the_one_it_is_closest_to(pg_dsn, pg_schema):
+    env = {**os.environ, "XJOBS_DATABASE_URL": pg_dsn, "XJOBS_SCHEMA": pg_schema, "XJOBS_LEASEE": "30s",
+           "XJOBS_NOTHING_LIKE_IT": "1"}
+    proc = subprocess.run([sys.executable, "-m", "xjobs.cli", "migrate"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc
+    assert "XJOBS_LEASEE is not a variable xjobs reads; it is ignored (did you mean XJOBS_LEASE?)" in proc.stderr
+    assert "XJOBS_NOTHING_LIKE_IT is not a variable xjobs reads; it is ignored\n" in proc.stderr
+    assert "XJOBS_DATABASE_URL" not in proc.stderr and "XJOBS_TEST" not in proc.stderr
+
+
 def test_version_prints_the_package_version():
     import xjobs
     proc = subprocess.run([sys.executable, "-m", "xjobs.cli", "--version"], cwd=ROOT,
