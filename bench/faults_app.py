@@ -9,10 +9,10 @@ that xjobs cannot answer for itself:
   in ``job_steps`` whose body began again after it was recorded ran twice;
 * ``app.tx_effects``: written inside ``ctx.transaction()``: exactly one row per completed
   ``tx_effect`` job, none for any other;
-* datagrams to the battery (``XJOBS_FAULTS_SOCKET``) when a ``capped`` or ``tenanted`` body
+* datagrams to the battery (``FAULTS_SOCKET``) when a ``capped`` or ``tenanted`` body
   enters and leaves, so the battery counts the bodies running at every moment.
 
-``began`` is the body's wall clock minus ``XJOBS_FAULTS_SKEW_S`` (the offset the battery
+``began`` is the body's wall clock minus ``FAULTS_SKEW_S`` (the offset the battery
 gives a daemon it runs under libfaketime), so it is the machine's real time whatever the
 process believes, and it is taken when the body began, not when a stalled connection got
 the row to the server.
@@ -33,7 +33,7 @@ from psycopg_pool import ConnectionPool
 
 from xjobs import Retry, job, task
 
-SKEW_S = float(os.environ.get("XJOBS_FAULTS_SKEW_S", "0") or 0)
+SKEW_S = float(os.environ.get("FAULTS_SKEW_S", "0") or 0)
 
 
 def _sleep(seconds: float, _event: threading.Event = threading.Event()) -> None:
@@ -95,7 +95,7 @@ def nap(ctx, ms: float) -> None:
 def tell(what: str, name: str, ctx, tenant: str = "-") -> None:
     """A datagram to the battery: ``enter``/``exit``, the job, its process and tenant."""
     global _sock
-    path = os.environ.get("XJOBS_FAULTS_SOCKET")
+    path = os.environ.get("FAULTS_SOCKET")
     if not path:
         return
     with _lock:

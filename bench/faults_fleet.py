@@ -79,7 +79,7 @@ class Supervisor:
     def start(self, skew_s: float = 0.0) -> None:
         """Start a new generation; ``skew_s`` > 0 runs it under libfaketime that far ahead."""
         env = {**os.environ, **SETTINGS, "XJOBS_DATABASE_URL": self.dsn, "XJOBS_SCHEMA": "xjobs",
-               "XJOBS_FAULTS_SOCKET": self.socket_path, "XJOBS_FAULTS_SKEW_S": str(skew_s),
+               "FAULTS_SOCKET": self.socket_path, "FAULTS_SKEW_S": str(skew_s),
                "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT), os.environ.get("PYTHONPATH", "")])}
         env.pop("NOTIFY_SOCKET", None)
         if skew_s:

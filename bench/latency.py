@@ -24,7 +24,6 @@ import os
 import queue
 import select
 import socket
-import tempfile
 import threading
 import time
 from contextlib import ExitStack
@@ -34,7 +33,7 @@ import psycopg
 from daemon import Daemon, drop_schema, fresh_schema, percentile
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.outbox import stage
-from xjobs.supervisor.metrics import MetricsEndpoint
+from xjobs.supervisor.metrics import MetricsEndpoint, MetricsSnapshot
 
 HALF = b"GET /metr"   # no end of line: the server waits for the rest until its request timeout
 
@@ -43,12 +42,7 @@ def outbox_to_start(dsn: str, samples: int, warmup: int = 5) -> list[float]:
     """Milliseconds from a staging transaction's commit to its job's first line, through xjobsd."""
     import noop_app
     schema = fresh_schema(dsn)
-    with tempfile.TemporaryDirectory(prefix="xjobs-latency-") as tmp:
-        path = os.path.join(tmp, "ping")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        sock.bind(path)
-        sock.settimeout(10)
-        os.environ["XJOBS_BENCH_PING"] = path
+    with noop_app.pings() as sock:
         driver = PostgresDriver(dsn, schema=schema)
         try:
             with Daemon(dsn, schema, ["idle=1x4"]) as daemon, psycopg.connect(dsn, autocommit=True) as conn:
@@ -58,16 +52,12 @@ def outbox_to_start(dsn: str, samples: int, warmup: int = 5) -> list[float]:
                     with conn.transaction():
                         stage(conn, noop_app.ping, n, driver=driver)
                     committed = time.monotonic()
-                    while True:
-                        got, started = sock.recv(200).decode().split()
-                        if int(got) == n:
-                            break
+                    began = noop_app.started(sock, n)
                     if n >= warmup:
-                        latencies.append((float(started) - committed) * 1000.0)
+                        latencies.append((began - committed) * 1000.0)
                     time.sleep(0.02)   # both roles are idle again before the next one
         finally:
             driver.close()
-            sock.close()
             drop_schema(dsn, schema)
     return latencies
 
@@ -133,7 +123,7 @@ def probe_ms(endpoint: MetricsEndpoint) -> float:
 def readyz(samples: int, slow: int) -> tuple[list[float], list[float]]:
     """Probe times (ms) on an idle endpoint, then beside ``slow`` half-sent requests."""
     endpoint = MetricsEndpoint("127.0.0.1:0", request_timeout_s=600.0)
-    endpoint.publish({"alive_at": 0.0, "not_ready": None})
+    endpoint.publish(MetricsSnapshot(alive_at=0.0, not_ready=None))
     endpoint.start()
     address = ("127.0.0.1", endpoint.server.server_address[1])
     try:

@@ -3,15 +3,18 @@
 ``noop`` (queue ``bench``) does nothing: a drain of it measures the queue, not a body.
 ``ping`` (queue ``idle``) reports when its body started: it sends its input and the system's
 monotonic clock (one clock for every process on the machine) as a datagram to the socket
-named by ``XJOBS_BENCH_PING``, so the benchmark can time enqueue-to-start without the body
+named by ``BENCH_PING_SOCKET``, so the benchmark can time enqueue-to-start without the body
 writing to the database it measures.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import tempfile
 import time
+from typing import Iterator
 
 from xjobs import job
 
@@ -26,7 +29,31 @@ def noop(ctx, input):  # noqa: ARG001
 @job(queue="idle", idempotency_key=lambda i: str(i), tenant="none")
 def ping(ctx, input):  # noqa: ARG001
     started = time.monotonic()
-    _sock.sendto(f"{input} {started!r}".encode(), os.environ["XJOBS_BENCH_PING"])
+    _sock.sendto(f"{input} {started!r}".encode(), os.environ["BENCH_PING_SOCKET"])
+
+
+@contextlib.contextmanager
+def pings() -> Iterator[socket.socket]:
+    """The socket ``ping`` bodies report to, named in ``BENCH_PING_SOCKET`` for the daemons
+    this process starts from now on."""
+    with tempfile.TemporaryDirectory(prefix="xjobs-ping-") as tmp:
+        path = os.path.join(tmp, "ping")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.bind(path)
+            sock.settimeout(10)
+            os.environ["BENCH_PING_SOCKET"] = path
+            yield sock
+        finally:
+            sock.close()
+
+
+def started(sock: socket.socket, n: int) -> float:
+    """When the body of ping ``n`` began (the monotonic clock), skipping older pings."""
+    while True:
+        got, at = sock.recv(200).decode().split()
+        if int(got) == n:
+            return float(at)
 
 
 @job(queue="nap", idempotency_key=lambda i: str(i), tenant="none")

@@ -9,9 +9,6 @@ the pings are timed (a fraction of what that daemon drains flat out).
 
 from __future__ import annotations
 
-import os
-import socket
-import tempfile
 import threading
 import time
 
@@ -28,12 +25,7 @@ def daemon_pickup(dsn: str, samples: int, *, schema: str | None = None, load_per
     import noop_app
     own = schema is None
     schema = schema or fresh_schema(dsn)
-    with tempfile.TemporaryDirectory(prefix="xjobs-ping-") as tmp:
-        path = os.path.join(tmp, "ping")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        sock.bind(path)
-        sock.settimeout(10)
-        os.environ["XJOBS_BENCH_PING"] = path
+    with noop_app.pings() as sock:
         driver = PostgresDriver(dsn, schema=schema)
         stop = threading.Event()
         feeder = threading.Thread(target=_feed, args=(dsn, schema, load_per_s, stop), daemon=True)
@@ -49,19 +41,15 @@ def daemon_pickup(dsn: str, samples: int, *, schema: str | None = None, load_per
                 for n in range(warmup + samples):
                     sent = time.monotonic()
                     enqueue_many(noop_app.ping, [base + n], driver=driver)
-                    while True:
-                        got, started = sock.recv(200).decode().split()
-                        if int(got) == base + n:
-                            break
+                    began = noop_app.started(sock, base + n)
                     if n >= warmup:
-                        latencies.append((float(started) - sent) * 1000.0)
+                        latencies.append((began - sent) * 1000.0)
                     time.sleep(0.02)   # the queue is idle again before the next one
         finally:
             stop.set()
             if feeder.is_alive():
                 feeder.join()
             driver.close()
-            sock.close()
             if own:
                 drop_schema(dsn, schema)
     return latencies
