@@ -2,8 +2,8 @@
 
 A role like every other (``role.py``): its host drives its passes, its drain and its close
 (``host.Lifecycle``), and its policy says the supervisor runs one group per queue, scales and
-recycles it, and hands a dead child's jobs back. The worker keeps the pass, the claiming, the executor and the lifecycle, and hands the rest
-to collaborators it owns, each in its own module:
+recycles it, and hands a dead child's jobs back. The worker keeps the pass, the claiming and
+the executor, and hands the rest to collaborators it owns, each in its own module:
 
 * ``runs``       (``runs.py``)       the runs it holds and each queue's busy slots;
 * ``results``    (``execute.py``)    finished bodies, handed over from their threads;
@@ -202,8 +202,8 @@ class QueueWorker(RoleBase):
         limits = None
         if self.admission is not None and (not self.settings.limits.unlimited or self._caps):
             limits = self.admission.snapshot()
-        return self.stats_.snapshot(self.in_flight(), self.runs.reported(self.clock(), self.quarantine.holds, _REPORTED_RUNS),
-                                   limits)
+        running = self.runs.reported(self.clock(), self.quarantine.holds, _REPORTED_RUNS)
+        return self.stats_.snapshot(self.in_flight(), running, limits)
 
     def stop_accepting(self, reason: str = "drain", interrupt: bool = True,
                        deadline_ms: float | None = None) -> None:
