@@ -74,9 +74,12 @@ def test_a_recycle_retires_without_interrupting_and_a_reload_interrupts(make_arb
     assert recycled.pid == first and recycled.interrupted is False
     drive(arbiter, lambda: recycled.state == "draining" and recycled.in_flight == 1,
           what="the recycled child draining with its job still running")
+    # the child the reload replaces is the recycle's successor; held here, since it can be
+    # retired and gone from the retired list within one pass (an interrupted job stops at once)
+    replaced = arbiter.processes.slots[0].child
+    assert replaced is not None and replaced is not recycled
     assert arbiter.reload().answer["groups"] == ["worker q"]
-    replaced = drive(arbiter, lambda: [c for c in arbiter.processes.retired if c is not recycled],
-                     what="the reload's replacement")[0]
+    drive(arbiter, lambda: replaced.retiring is not None, what="the reload's replacement")
     # a reload drains the child it replaced as a drain does: its job is told to stop at once
     assert replaced.interrupted is True
     drive(arbiter, lambda: replaced.exit_code == 0, what="the replaced child to stop its job and exit")
