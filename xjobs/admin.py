@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Iterable, NotRequired, TypedDict
+from typing import Any, Iterable
 
-from .drivers.base import LATEST_MS, LIVE_STATES, Batch, DeadGroup, JobDriver, JobView, ListFilter
+from .drivers.base import LIVE_STATES, Batch, DeadGroup, JobDriver, JobView, ListFilter
 from .errors import InvalidOption
 from .options import duration_ms, finite_count, plain_name
+# what a job waits for and the queues' table are the API's projection too (``xjobs.get``,
+# ``xjobs.queues``): one copy, there
+from .views import WaitingFor as WaitingFor, queues as queues, waiting_for as waiting_for
 
 REQUEUABLE = ("dead", "cancelled")
 DEFAULT_BATCH = 1000
@@ -56,30 +59,6 @@ def when(text: str | None, option: str) -> tuple[float | None, float | None]:
     if moment.tzinfo is None:
         raise InvalidOption(option, f"give a time zone (e.g. {text}Z or {text}+01:00)")
     return moment.timestamp() * 1000.0, None
-
-
-class WaitingFor(TypedDict):
-    """The suspended step of a suspended job: a sleep until ``until``, or a wait for ``event``
-    (of ``key``) until ``until`` (None: no timeout)."""
-    step: str
-    until: float | None
-    sleep: NotRequired[bool]
-    event: NotRequired[str | None]
-    key: NotRequired[str | None]
-
-
-def waiting_for(view: JobView) -> WaitingFor | None:
-    """What a suspended job waits for: the sleep or the event of its suspended step."""
-    if view.state != "suspended":
-        return None
-    for step in reversed(view.steps):
-        if step.state == "sleeping":
-            return {"step": step.name, "sleep": True, "until": step.wake_at}
-        if step.state == "waiting":
-            until = step.wake_at if step.wake_at is not None and step.wake_at < LATEST_MS else None
-            return {"step": step.name, "event": step.event, "key": step.event_key or None,
-                    "until": until}
-    return None
 
 
 def retry_job(driver: JobDriver, job_id: int, *, by: str) -> JobView:
@@ -156,29 +135,6 @@ def pause_queue(driver: JobDriver, queue: str, *, by: str) -> None:
 
 def resume_queue(driver: JobDriver, queue: str, *, by: str) -> None:
     driver.queue_pause(plain_name(queue, "queue"), False, by)
-
-
-def queues(driver: JobDriver, known: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Every queue with jobs, a switch or a declaration: paused or not, depth, oldest ready
-    age and live counts (read through the partial indexes, never the finished bulk)."""
-    counts = driver.queue_counts()
-    summary = driver.queue_summary()
-    control = {c.name: c for c in driver.queue_control()}
-    rows = []
-    for name in sorted(set(counts) | set(summary) | set(control) | set(known)):
-        switch = control.get(name)
-        states = counts.get(name, {})
-        ready = summary.get(name)
-        rows.append({
-            "name": name, "paused": bool(switch and switch.paused),
-            "paused_by": switch.changed_by if switch and switch.paused else None,
-            "changed_at": switch.changed_at if switch else None,
-            "depth": ready.depth if ready else 0,
-            "oldest_ready_seconds": ready.oldest_ready_ms / 1000.0 if ready else 0.0,
-            **{state: states.get(state, 0) for state in ("ready", "running", "suspended", "dead",
-                                                         "quarantined")},
-        })
-    return rows
 
 
 def schedules(driver: JobDriver, tasks: Iterable[Any]) -> dict[str, Any]:

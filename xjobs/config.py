@@ -281,17 +281,19 @@ def load_settings(config_path: str | None = None, env: Mapping[str, str] | None 
 _state_lock = threading.Lock()
 _settings: Settings | None = None
 _driver: JobDriver | None = None
+_schema_given = False    # configure(schema=...) named one: a daemon's record does not override it
 
 
 def configure(*, dsn: str | None = None, schema: str | None = None, driver: JobDriver | None = None,
               settings: Settings | None = None, **knobs: Any) -> Settings:
     """Say where the queue lives: ``xjobs.configure(dsn=...)`` or ``configure(driver=...)``."""
-    global _settings, _driver
+    global _settings, _driver, _schema_given
     base = settings or load_settings()
     base = base.with_overrides(dsn=dsn, schema=schema, **knobs)
     with _state_lock:
         old, _driver = _driver, driver
         _settings = base
+        _schema_given = schema is not None
     if old is not None and old is not driver:
         old.close()
     return base
@@ -315,12 +317,32 @@ def current_settings() -> Settings:
 
 
 def current_driver() -> JobDriver:
-    global _driver
+    """The process-wide driver: ``configure(driver=...)``'s, else one on the database the
+    settings name (``configure(dsn=...)``, ``XJOBS_DATABASE_URL``, the config file), else on
+    the one ``xjobsd run`` keeps for this directory (``./.xjobs/daemon.json``, as the commands
+    run here find it); ``NotConfigured``, naming each place looked at, when none says."""
+    global _driver, _settings
     settings = current_settings()
     with _state_lock:
         if _driver is None:
-            if not settings.dsn:
-                raise NotConfigured("no database configured: set XJOBS_DATABASE_URL or call xjobs.configure(dsn=...)")
+            dsn = settings.dsn
+            if not dsn:
+                dsn, settings = _daemons_database(settings)
+                _settings = settings    # current_settings() says where the driver points
             from .drivers.postgres import PostgresDriver
-            _driver = PostgresDriver(settings.dsn, schema=settings.schema, application_name="xjobs-app")
+            _driver = PostgresDriver(dsn, schema=settings.schema, application_name="xjobs-app")
         return _driver
+
+
+def _daemons_database(settings: Settings) -> tuple[str, Settings]:
+    from .daemon_record import recorded_database, why_no_database
+    found = recorded_database()
+    if found is None:
+        raise NotConfigured(
+            f"no database configured. Looked at: xjobs.configure() (no dsn= or driver= given), "
+            f"{find_setting('dsn').env} (unset), database_url in ./xjobs.toml or [tool.xjobs] of "
+            f"./pyproject.toml (none), and the daemon of this directory: {why_no_database()}. "
+            f"Start `xjobsd run` here, set {find_setting('dsn').env}, or call xjobs.configure(dsn=...)")
+    dsn, schema = found
+    explicit = _schema_given or bool(os.environ.get(find_setting("schema").env))
+    return dsn, settings.with_overrides(dsn=dsn, schema=None if explicit else schema)

@@ -15,12 +15,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .config import current_driver, current_settings
-from .drivers.base import LATEST_MS, CallerConnection, Enqueued, JobDriver, NewJob
+from .drivers.base import LATEST_MS, CallerConnection, JobDriver, NewJob
 from .drivers.records import ENQUEUE_CHUNK
 from .errors import InvalidOption
 from .options import duration_ms, finite_count, finite_option
 from .errors import PayloadTooLarge
 from .payload import encode_payload
+from .reads import Enqueued
 from .tracing import current_traceparent
 
 if TYPE_CHECKING:
@@ -122,11 +123,12 @@ def enqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = 
     driver = driver if driver is not None else current_driver()
     settings = current_settings()
     if len(inputs) > ENQUEUE_CHUNK:   # built while the chunks before it are inserted
-        return driver.job_enqueue_chunks(
+        done = driver.job_enqueue_chunks(
             build_chunks(handle, inputs, delay=delay, run_at=run_at, priority=priority,
                          enqueued_by=enqueued_by, max_payload_bytes=settings.max_payload_bytes), conn=conn)
-    jobs = build_jobs(handle, inputs, delay=delay, run_at=run_at, priority=priority,
-                      enqueued_by=enqueued_by, max_payload_bytes=settings.max_payload_bytes)
-    if not jobs:
-        return []
-    return driver.job_enqueue(jobs, conn=conn)
+    else:
+        jobs = build_jobs(handle, inputs, delay=delay, run_at=run_at, priority=priority,
+                          enqueued_by=enqueued_by, max_payload_bytes=settings.max_payload_bytes)
+        done = driver.job_enqueue(jobs, conn=conn) if jobs else []
+    # the driver's records, as handles that can read their job back (``Enqueued.get``)
+    return [Enqueued(e.id, e.deduped) for e in done]

@@ -19,7 +19,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, TypeVar
 
-from .drivers.base import CallerConnection, Enqueued
+from .drivers.base import CallerConnection
 from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, InvalidOption, PayloadInvalid,
                      TenantRequired, UnknownJob)
 from .options import duration_ms, finite_count, plain_name
@@ -27,6 +27,7 @@ from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
 
 if TYPE_CHECKING:
     from .context import Ctx
+    from .reads import Enqueued
     from .reporting import ErrorHook
     from .scans import ScanHandle
     from .tasks import TaskHandle

@@ -30,7 +30,8 @@ from .options import finite_count, plain_name
 from .payload import encode_payload
 
 if TYPE_CHECKING:
-    from .drivers.base import Enqueued, NewJob
+    from .drivers.base import NewJob
+    from .reads import Enqueued
     from .registry import JobHandle, Registry
 
 CATCH_UP = ("run-once", "skip", "run-all")

@@ -30,6 +30,7 @@ from .. import admin
 from ..drivers.base import LIVE_STATES, STATES, JobDriver, JobView, ListFilter
 from ..errors import InvalidOption
 from ..formatting import iso, plain
+from ..views import shown
 from .common import add_database_flags, driver_from, print_json, print_table, settings_from
 
 _LIST_COLUMNS = ["id", "name", "queue", "state", "attempt", "tenant", "run_at", "last_error"]
@@ -181,20 +182,11 @@ def dead_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shown(view: JobView) -> dict[str, Any]:
-    """``jobs show --json``: the job, its steps (without their results: those are the
-    application's data) and what it waits for."""
-    data: dict[str, Any] = plain(replace(view, steps=()))
-    data["steps"] = [plain(step.as_json()) for step in view.steps]
-    data["waiting_for"] = plain(admin.waiting_for(view))
-    return data
-
-
 def _print_one(view: JobView, as_json: bool) -> None:
     if as_json:
-        print_json(_shown(view))
+        print_json(shown(view))
         return
-    data = _shown(view)
+    data = shown(view)
     history = data.pop("history")
     progress = data.pop("progress")
     steps = data.pop("steps")

@@ -9,27 +9,78 @@ it means, with the text every driver uses.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Generator, Mapping, Sequence
 
+import psycopg
 from psycopg import errors as pg_errors
+from psycopg.rows import tuple_row
 
 from ..errors import DuplicateJob
-from .base import Batch, DeadGroup, Introspection, JobView, ListFilter, Matching
-from .pg_database import PgDatabase, first_row
-from .pg_steps import PgSteps
+from .base import Batch, CallerConnection, DeadGroup, Introspection, JobView, ListFilter, Matching
+from .pg_database import PgDatabase, driver_error, first_row
+from .pg_steps import record
 from .records import ERROR_GROUP_WIDTH, HistoryEntry
+from .records_steps import StepRecord
 from .refusals import Outcome, cancelled, job_not_found, reopened, requeued
 
 
 def _view(row: Sequence[Any], payload: Any = None, history: tuple[HistoryEntry, ...] = (),
-          traceparent: str | None = None) -> JobView:
+          traceparent: str | None = None, steps: tuple[StepRecord, ...] = ()) -> JobView:
     return JobView(id=row[0], name=row[1], queue=row[2], state=row[3], attempt=row[4],
                    max_attempts=row[5], tenant=row[6], idempotency_key=row[7], priority=row[8],
                    run_at=row[9], last_error=row[10], created_at=row[11], finished_at=row[12],
                    enqueued_by=row[13], claimed_by=row[14], lease_expires_at=row[15],
                    crashes=row[16], progress=row[17], payload=payload, history=history,
-                   traceparent=traceparent)
+                   traceparent=traceparent, steps=steps)
+
+
+def _history(rows: Sequence[Sequence[Any]]) -> tuple[HistoryEntry, ...]:
+    return tuple(HistoryEntry(at=h[0], attempt=h[1], outcome=h[2], error=h[3], traceback=h[4]) for h in rows)
+
+
+# A read as the statements it runs: it yields (statement name, parameters), is sent each
+# statement's rows, and returns what they make. A pooled cursor, the application's connection
+# and its AsyncConnection all run the one read, so what they answer cannot drift apart.
+Rows = list[tuple[Any, ...]]
+Reads = Generator[tuple[str, dict[str, Any]], Rows, JobView | None]
+
+
+def job_reads(db: PgDatabase, job_id: int) -> Reads:
+    """``job_get`` (None: no such job), ``job_history``, ``step_list``."""
+    found = yield "job_get", {"id": job_id}
+    if not found:
+        return None
+    history = yield "job_history", {"id": job_id}
+    steps = yield "step_list", {**db.now(), "id": job_id}
+    row = found[0]
+    return _view(row, payload=row[18], history=_history(history), traceparent=row[19],
+                 steps=tuple(record(r[1:]) for r in steps if r[1] is not None))
+
+
+def read_on(cur: psycopg.Cursor[Any], sql: Mapping[str, str], reads: Reads) -> JobView | None:
+    request = next(reads)
+    while True:
+        name, params = request
+        cur.execute(sql[name], params)
+        try:
+            request = reads.send(cur.fetchall())
+        except StopIteration as done:
+            view: JobView | None = done.value
+            return view
+
+
+async def read_async(conn: psycopg.AsyncConnection[Any], sql: Mapping[str, str], reads: Reads) -> JobView | None:
+    # the application's connection may hand rows back as dicts; every read takes columns by position
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        request = next(reads)
+        while True:
+            name, params = request
+            await cur.execute(sql[name], params)
+            try:
+                request = reads.send(await cur.fetchall())
+            except StopIteration as done:
+                view: JobView | None = done.value
+                return view
 
 
 def _filters(where: ListFilter) -> dict[str, Any]:
@@ -40,9 +91,8 @@ def _filters(where: ListFilter) -> dict[str, Any]:
 
 
 class PgOperator(Introspection):
-    def __init__(self, db: PgDatabase, steps: PgSteps) -> None:
+    def __init__(self, db: PgDatabase) -> None:
         self._db = db
-        self._steps = steps
 
     def job_list(self, where: ListFilter) -> list[JobView]:
         """``job_list`` (newest first, before ``before_id``) or ``job_list_after`` (oldest first)."""
@@ -55,12 +105,25 @@ class PgOperator(Introspection):
             cur.execute(self._db.sql[statement], params)
             return [_view(r) for r in cur.fetchall()]
 
-    def job_get(self, job_id: int) -> JobView:
-        """``job_get`` with ``job_history``, and its steps (``step_list``)."""
-        view = self._get(job_id)
+    def job_get(self, job_id: int, conn: CallerConnection | None = None) -> JobView:
+        """``job_get`` with ``job_history``, and its steps (``step_list``); on the application's
+        ``conn`` when given (in its transaction: a job it enqueued and has not committed yet is
+        found), else on the verbs' pool."""
+        with self._db.cursor(conn) as cur:
+            view = read_on(cur, self._db.sql, job_reads(self._db, job_id))
         if view is None:
             raise job_not_found(job_id)
-        return replace(view, steps=self._steps.step_list(job_id, for_run=False).steps)
+        return view
+
+    async def job_get_async(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> JobView:
+        """``job_get`` awaited on the application's ``AsyncConnection``: the same statements."""
+        try:
+            view = await read_async(conn, self._db.sql, job_reads(self._db, job_id))
+        except psycopg.Error as exc:
+            raise driver_error(exc) from exc
+        if view is None:
+            raise job_not_found(job_id)
+        return view
 
     def _get(self, job_id: int) -> JobView | None:
         with self._db.cursor() as cur:
@@ -69,8 +132,7 @@ class PgOperator(Introspection):
             if row is None:
                 return None
             cur.execute(self._db.sql["job_history"], {"id": job_id})
-            history = tuple(HistoryEntry(at=h[0], attempt=h[1], outcome=h[2], error=h[3], traceback=h[4])
-                            for h in cur.fetchall())
+            history = _history(cur.fetchall())
         return _view(row, payload=row[18], history=history, traceparent=row[19])
 
     def job_cancel(self, job_id: int, reason: str | None = None) -> JobView:

@@ -19,7 +19,9 @@ every worker measures leases and due times on the one clock they are compared on
 with ``clock=`` (the test suites) binds that clock's reading instead (see ``pg_database``).
 
 What only this driver has, beyond the seam: ``connect()`` (a dedicated connection configured
-like the pool's, for LISTEN, migrations and tests that read the tables) and ``database``.
+like the pool's, for LISTEN, migrations and tests that read the tables), ``database``, and
+``job_get`` on the application's own connection, sync or async (``xjobs.get(conn=)``,
+``xjobs.aget(conn=)``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 import psycopg
 
 from ..clock import Clock
+from .base import CallerConnection, JobView
 from .facade import CheckedDriver
 from .pg_database import PgDatabase
 from .pg_jobs import PgJobs
@@ -39,6 +42,7 @@ from .pg_queues import PgQueues
 from .pg_schedule import PgSchedule
 from .pg_slots import PgSlots
 from .pg_steps import PgSteps
+from .refusals import is_bigint, job_not_found
 
 
 class PostgresDriver(CheckedDriver):
@@ -56,8 +60,9 @@ class PostgresDriver(CheckedDriver):
             application_name=application_name, statement_timeout_ms=statement_timeout_ms)
         db = self.database
         jobs, steps = PgJobs(db), PgSteps(db)
+        self._reads = operator = PgOperator(db)
         schedule = PgSchedule(db, jobs)
-        super().__init__(storage=db, jobs=jobs, maintenance=PgMaintenance(db), operator=PgOperator(db, steps),
+        super().__init__(storage=db, jobs=jobs, maintenance=PgMaintenance(db), operator=operator,
                          queues=PgQueues(db), leader=schedule, schedule=schedule, outbox=PgOutbox(db, jobs),
                          slots=PgSlots(db), steps=steps, events=steps)
 
@@ -81,3 +86,18 @@ class PostgresDriver(CheckedDriver):
     def connect(self, **extra: Any) -> psycopg.Connection:
         """A fresh dedicated connection, configured like the pool's; the caller closes it."""
         return self.database.connect(**extra)
+
+    def job_get(self, job_id: int, conn: CallerConnection | None = None) -> JobView:
+        """``job_get``; with ``conn`` (a psycopg connection of the application's) its statements
+        run on it, in its transaction, as statements of its own would."""
+        if conn is None:
+            return super().job_get(job_id)
+        if not is_bigint(job_id):
+            raise job_not_found(job_id)
+        return self._reads.job_get(job_id, conn)
+
+    async def job_get_async(self, job_id: int, conn: psycopg.AsyncConnection[Any]) -> JobView:
+        """``job_get``'s statements awaited on the application's ``AsyncConnection``."""
+        if not is_bigint(job_id):
+            raise job_not_found(job_id)
+        return await self._reads.job_get_async(conn, job_id)

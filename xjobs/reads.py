@@ -1,0 +1,101 @@
+"""A job's state and the queues', read from the database now: ``xjobs.get``, ``xjobs.aget``,
+``xjobs.queues``, and ``Enqueued.get()``/``Enqueued.aget()`` on what enqueue answers.
+
+    job = send_receipt.enqueue({"order": 42})
+    job.get()["state"]                   # 'ready', then 'running', 'completed', ...
+    xjobs.get(job.id)["attempt"]
+    await xjobs.aget(job.id, conn=aconn)   # awaited on your psycopg AsyncConnection
+
+What they answer is what ``xjobsd jobs show --json`` and ``xjobsd queues ls --json`` print,
+projected once (``views.py``): plain JSON with ISO-8601 times in UTC. An unknown id is
+refused with ``JobNotFound`` (``X_JOB_NOT_FOUND``), as the command line refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from .config import current_driver
+from .drivers.base import CallerConnection, Introspection, QueueStore
+from .drivers.records import Enqueued as EnqueuedRecord
+from .errors import InvalidOption
+from .views import plain, queues as queue_rows, shown
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .drivers.postgres import PostgresDriver
+
+
+class Enqueued(EnqueuedRecord):
+    """What ``enqueue`` answers: the job's ``id``, and ``deduped`` (a job already held its
+    idempotency key: ``id`` is that job's). ``get()`` and ``aget()`` read its state now."""
+
+    __slots__ = ()
+
+    def get(self, *, conn: CallerConnection | None = None,
+            driver: Introspection | None = None) -> dict[str, Any]:
+        """``xjobs.get(self.id, ...)``."""
+        return get(self.id, conn=conn, driver=driver)
+
+    async def aget(self, *, conn: psycopg.AsyncConnection[Any] | None = None,
+                   driver: Introspection | None = None) -> dict[str, Any]:
+        """``await xjobs.aget(self.id, ...)``."""
+        return await aget(self.id, conn=conn, driver=driver)
+
+
+def get(job_id: int, *, conn: CallerConnection | None = None,
+        driver: Introspection | None = None) -> dict[str, Any]:
+    """The job ``job_id`` as ``xjobsd jobs show --json`` prints it: ``state``, ``attempt`` of
+    ``max_attempts``, ``progress``, ``last_error``, ``history`` (every attempt's outcome, with
+    its traceback), ``steps`` (without their results) and ``waiting_for`` (the sleep or event
+    a suspended job waits for), read now through the configured driver (or ``driver``).
+
+    With ``conn=`` (your psycopg connection) the read runs on it, in your transaction: a job
+    you enqueued with ``conn=`` and have not committed yet is found. ``JobNotFound`` when no
+    job has that id (it never existed, or retention pruned it)."""
+    store = driver if driver is not None else current_driver()
+    if conn is None:
+        return shown(store.job_get(job_id))
+    import psycopg
+    if isinstance(conn, psycopg.AsyncConnection):
+        raise InvalidOption("conn", "an AsyncConnection is read with `await xjobs.aget(..., conn=)`")
+    return shown(_postgres(store, "get").job_get(job_id, conn))
+
+
+async def aget(job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None,
+               driver: Introspection | None = None) -> dict[str, Any]:
+    """``get``, awaited. With ``conn=`` (your psycopg ``AsyncConnection``, say from your
+    framework's pool) the same statements are awaited on it, in your transaction.
+
+    Without one the read is ``get`` on a worker thread (``asyncio.to_thread``), through the
+    driver's pool: its pooled connections are synchronous, and a pool of async ones belongs
+    to the event loop that opened it, which a process-wide driver cannot know; opening a
+    connection for each read would cost more than the read."""
+    store = driver if driver is not None else current_driver()
+    if conn is None:
+        return await asyncio.to_thread(get, job_id, driver=store)
+    import psycopg
+    if not isinstance(conn, psycopg.AsyncConnection):
+        raise InvalidOption("conn", f"aget reads on a psycopg AsyncConnection, got {type(conn).__name__}; "
+                                    "xjobs.get takes a synchronous one")
+    return shown(await _postgres(store, "aget").job_get_async(job_id, conn))
+
+
+def queues(*, driver: QueueStore | None = None) -> list[dict[str, Any]]:
+    """Every queue with jobs or a pause switch, as ``xjobsd queues ls --json`` prints it:
+    ``paused`` (and ``paused_by``), ``depth`` and ``oldest_ready_seconds`` of its due ready
+    jobs, and how many are ``ready``, ``running``, ``suspended``, ``dead`` and
+    ``quarantined``, read now."""
+    store = driver if driver is not None else current_driver()
+    rows: list[dict[str, Any]] = plain(queue_rows(store))   # as --json prints them, through the same plain()
+    return rows
+
+
+def _postgres(driver: object, verb: str) -> PostgresDriver:
+    from .drivers.postgres import PostgresDriver
+    if not isinstance(driver, PostgresDriver):
+        raise InvalidOption("conn", f"{verb}(conn=) reads on a PostgreSQL connection of yours; "
+                                    f"this driver is {type(driver).__name__}: leave conn out")
+    return driver

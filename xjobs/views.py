@@ -1,0 +1,95 @@
+"""What a job and the queues look like from outside, projected once for every surface that
+shows them: ``xjobs.get`` and ``xjobs.queues``, ``xjobsd jobs show`` and ``xjobsd queues ls``,
+the dashboard. Values are plain JSON (times as ISO-8601 strings in UTC), so what the API
+answers is exactly what ``--json`` prints."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Any, NotRequired, TypedDict
+
+from .drivers.base import LATEST_MS, JobView, QueueStore
+
+_TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at", "started_at",
+                "wake_at", "until")
+
+
+def iso(ms: float | None) -> str | None:
+    """Epoch milliseconds as ISO-8601 in UTC, to the millisecond."""
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def plain(value: Any) -> Any:
+    """A JobView (or anything holding them) as plain JSON with ISO-8601 times."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        # a payload is the application's data, shown exactly as stored
+        return {k: (v if k == "payload" else
+                    iso(v) if k in _TIME_FIELDS and isinstance(v, (int, float)) else plain(v))
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+class WaitingFor(TypedDict):
+    """The suspended step of a suspended job: a sleep until ``until``, or a wait for ``event``
+    (of ``key``) until ``until`` (None: no timeout)."""
+    step: str
+    until: float | None
+    sleep: NotRequired[bool]
+    event: NotRequired[str | None]
+    key: NotRequired[str | None]
+
+
+def waiting_for(view: JobView) -> WaitingFor | None:
+    """What a suspended job waits for: the sleep or the event of its suspended step."""
+    if view.state != "suspended":
+        return None
+    for step in reversed(view.steps):
+        if step.state == "sleeping":
+            return {"step": step.name, "sleep": True, "until": step.wake_at}
+        if step.state == "waiting":
+            until = step.wake_at if step.wake_at is not None and step.wake_at < LATEST_MS else None
+            return {"step": step.name, "event": step.event, "key": step.event_key or None,
+                    "until": until}
+    return None
+
+
+def shown(view: JobView) -> dict[str, Any]:
+    """A job as ``xjobs.get`` answers it and ``xjobsd jobs show --json`` prints it: the job,
+    its steps (without their results: those are the application's data) and what it waits
+    for."""
+    data: dict[str, Any] = plain(replace(view, steps=()))
+    data["steps"] = [plain(step.as_json()) for step in view.steps]
+    data["waiting_for"] = plain(waiting_for(view))
+    return data
+
+
+def queues(driver: QueueStore, known: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Every queue with jobs, a switch or a declaration: paused or not, depth, oldest ready
+    age and live counts (read through the partial indexes, never the finished bulk);
+    ``changed_at``, when its switch last changed, in epoch milliseconds."""
+    counts = driver.queue_counts()
+    summary = driver.queue_summary()
+    control = {c.name: c for c in driver.queue_control()}
+    rows = []
+    for name in sorted(set(counts) | set(summary) | set(control) | set(known)):
+        switch = control.get(name)
+        states = counts.get(name, {})
+        ready = summary.get(name)
+        rows.append({
+            "name": name, "paused": bool(switch and switch.paused),
+            "paused_by": switch.changed_by if switch and switch.paused else None,
+            "changed_at": switch.changed_at if switch else None,
+            "depth": ready.depth if ready else 0,
+            "oldest_ready_seconds": ready.oldest_ready_ms / 1000.0 if ready else 0.0,
+            **{state: states.get(state, 0) for state in ("ready", "running", "suspended", "dead",
+                                                         "quarantined")},
+        })
+    return rows
