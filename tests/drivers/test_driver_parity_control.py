@@ -176,7 +176,7 @@ def test_a_job_declared_with_a_window_dedupes_after_completion(driver, clock):
     job = claim_one(driver)
     driver.job_ack(job.id, job.token)
     clock.advance(1000)
-    assert enqueue_many(handle, [{"order": 7, "org": "acme"}], driver=driver) == [Enqueued(first.id, True)]
+    assert enqueue_many(handle, [{"order": 7, "org": "acme"}], driver=driver) == [xjobs.Enqueued(first.id, True)]
     clock.advance(HOUR)
     [later] = enqueue_many(handle, [{"order": 7, "org": "acme"}], driver=driver)
     assert not later.deduped and later.id != first.id
