@@ -468,3 +468,14 @@ def test_a_finished_job_stands_in_no_earlier_error_and_its_history_keeps_it(driv
         (("cancelled", "cancelled") if finish == "cancel" else ("completed", None))
     assert [(h["attempt"], h["outcome"], h["error"]) for h in view.history][0] == (1, "retried", "first failure")
     assert driver.job_list(ListFilter(error="first failure")) == []
+
+
+def test_job_get_says_when_the_latest_run_began(driver, clock):
+    enqueue(driver, "k")
+    assert driver.job_get(1).started_at is None
+    claim_one(driver)
+    began = clock.now_ms()
+    clock.advance(500)
+    view = driver.job_get(1)
+    assert (at(view.started_at), view.claimed_by) == (began, "w1")
+    assert [v.started_at for v in driver.job_list(ListFilter())] == [None]   # what job_get adds
