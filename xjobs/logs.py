@@ -1,7 +1,9 @@
 """Logs an operator can read and a machine can parse.
 
 ``xjobsd run|tick --log-format text|json --log-level LEVEL`` (or ``XJOBS_LOG_FORMAT`` and
-``XJOBS_LOG_LEVEL``). ``json`` writes one object per line, journald- and Loki-friendly:
+``XJOBS_LOG_LEVEL``). ``text`` writes ``TS LEVEL LOGGER[PID]: MESSAGE``, TS as ``json``'s
+``ts``, and a line from inside a job (``ctx.log``) begins ``job NAME#ID attempt N:`` as the job
+events do. ``json`` writes one object per line, journald- and Loki-friendly:
 ``ts`` (ISO-8601 UTC), ``level``, ``logger``, ``pid``, ``message``, the record's fields (``event``,
 ``job_id``, ``job``, ``queue``, ``attempt``, ``tenant``, ``seconds``, ``verdict``, ... whatever
 a call passed as ``extra``, ``ctx.log``'s included) and ``exc`` for a traceback.
@@ -71,12 +73,36 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
 
+def _ts(record: logging.LogRecord) -> str:
+    """When, as ISO-8601 in UTC with its offset, to the millisecond: the same in both formats."""
+    return datetime.fromtimestamp(record.created, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT`` with the JSON format's time, and a line logged from inside a job
+    (``ctx.log``) named as the job events name it: ``job send#42 attempt 2: ...``, so one
+    grep finds a job's whole story in text as ``job_id`` does in JSON."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return _ts(record)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        fields = vars(record)
+        if fields.get("job_id") is not None and "event" not in fields:   # an event names its job
+            record.message = (f"job {fields.get('job')}#{fields['job_id']} attempt "
+                              f"{fields.get('attempt')}: {record.message}")
+        return super().formatMessage(record)
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record; the record's extra fields are carried as they are."""
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, tz=timezone.utc).isoformat(timespec="milliseconds"),
+            "ts": _ts(record),
             "level": record.levelname.lower(), "logger": record.name, "pid": record.process,
             "message": record.getMessage()}
         for key, value in vars(record).items():
@@ -97,7 +123,7 @@ def configure_logging(level: str | None = None, fmt: str | None = None) -> str:
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise InvalidOption("log-level", f"must be DEBUG, INFO, WARNING or ERROR, got {level!r}")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -117,4 +143,4 @@ def run_fields(job: Any) -> dict[str, Any]:
             "tenant": job.tenant}
 
 
-__all__ = ["FORMATS", "JsonFormatter", "configure_logging", "event", "run_fields"]
+__all__ = ["FORMATS", "JsonFormatter", "TextFormatter", "configure_logging", "event", "run_fields"]

@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, NotRequired, TypedDict
 
-from .drivers.base import LATEST_MS, JobView, QueueStore
+from .drivers.base import LATEST_MS, HistoryEntry, JobView, QueueStore
 
 _TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at", "started_at",
                 "wake_at", "until")
@@ -61,11 +61,35 @@ def waiting_for(view: JobView) -> WaitingFor | None:
     return None
 
 
+def life(view: JobView) -> tuple[HistoryEntry, ...]:
+    """The job's history with the lines of its life no row records, read from its own fields
+    (nothing is written on the claim or the completion for them): ``enqueued`` (when, by
+    whom), ``started`` of its latest run (by which worker) and ``completed``. Only the latest
+    run's start is known (each claim overwrites it): an earlier attempt shows its outcome's
+    row, never an invented start. A run that left no row (a shed) shows no start."""
+    rows: list[tuple[float, int, HistoryEntry]] = [
+        (view.created_at, 0, {"at": view.created_at, "attempt": 0, "outcome": "enqueued",
+                              "error": None, "traceback": None, "by": view.enqueued_by})]
+    rows += [(h["at"], 2, {**h, "by": h.get("by")}) for h in view.history]
+    if view.started_at is not None:
+        ended = [h for h in view.history if h["at"] >= view.started_at]
+        if view.state in ("running", "completed") or ended:
+            attempt = ended[0]["attempt"] if ended and view.state != "running" else view.attempt
+            rows.append((view.started_at, 1, {"at": view.started_at, "attempt": attempt,
+                                              "outcome": "started", "error": None,
+                                              "traceback": None, "by": view.claimed_by}))
+    if view.state == "completed" and view.finished_at is not None:
+        rows.append((view.finished_at, 3, {"at": view.finished_at, "attempt": view.attempt,
+                                           "outcome": "completed", "error": None,
+                                           "traceback": None, "by": view.claimed_by}))
+    return tuple(entry for _, _, entry in sorted(rows, key=lambda r: (r[0], r[1])))
+
+
 def shown(view: JobView) -> dict[str, Any]:
     """A job as ``xjobs.get`` answers it and ``xjobsd jobs show --json`` prints it: the job,
-    its steps (without their results: those are the application's data) and what it waits
+    its life (``life``), its steps (without their results: those are the application's data) and what it waits
     for."""
-    data: dict[str, Any] = plain(replace(view, steps=()))
+    data: dict[str, Any] = plain(replace(view, steps=(), history=life(view)))
     data["steps"] = [plain(step.as_json()) for step in view.steps]
     data["waiting_for"] = plain(waiting_for(view))
     return data

@@ -42,7 +42,7 @@ def test_operator_round_trip(xjobsd, pg_dsn, pg_schema):
     xjobsd("jobs", "cancel", str(odd["id"]))
     shown = as_json(xjobsd("jobs", "show", str(first["id"]), "--json"))
     assert JOB_FIELDS <= set(shown) and shown["payload"] == {"user": 1, "org": "acme"}
-    assert shown["history"] == []
+    assert [h["outcome"] for h in shown["history"]] == ["enqueued"]   # nothing has run it yet
 
     cancelled = as_json(xjobsd("jobs", "cancel", str(first["id"]), "--json", "--reason", "no longer needed"))
     assert cancelled["state"] == "cancelled"    # who asked, and why
@@ -51,8 +51,8 @@ def test_operator_round_trip(xjobsd, pg_dsn, pg_schema):
 
     retried = as_json(xjobsd("jobs", "retry", str(first["id"]), "--json"))
     assert (retried["state"], retried["attempt"]) == ("ready", 0)
-    assert [h["outcome"] for h in retried["history"]] == ["cancelled", "requeued"]
-    assert retried["history"][1]["error"].startswith("retried by cli:")
+    assert [h["outcome"] for h in retried["history"]] == ["enqueued", "cancelled", "requeued"]
+    assert retried["history"][2]["error"].startswith("retried by cli:")
     xjobsd("jobs", "retry", str(first["id"]), expect=1)   # only dead or cancelled jobs
 
     assert as_json(xjobsd("jobs", "stats", "--json")) == {"mail": {"ready": 1, "cancelled": 1}}

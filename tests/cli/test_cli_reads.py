@@ -38,8 +38,8 @@ def test_jobs_show_json_and_xjobs_get_answer_the_same_projection(xjobsd, driver,
     got = xjobs.get(suspended, driver=driver)
     # what the comparison covered: a retried attempt's traceback, steps, a sleep, ISO times
     assert got["state"] == "suspended" and got["payload"] == {"n": 1}
-    assert [h["outcome"] for h in got["history"]] == ["retried", "suspended"]
-    assert "ValueError: the upstream said no" in got["history"][0]["traceback"]
+    assert [h["outcome"] for h in got["history"]] == ["enqueued", "retried", "started", "suspended"]
+    assert "ValueError: the upstream said no" in got["history"][1]["traceback"]
     assert [(s["name"], s["state"]) for s in got["steps"]] == [("fetch", "completed"), ("cool off", "sleeping")]
     assert got["waiting_for"]["step"] == "cool off" and got["waiting_for"]["until"].endswith("+00:00")
     assert xjobs.get(dead, driver=driver)["state"] == "dead"

@@ -87,4 +87,4 @@ def test_show_prints_a_failed_attempts_traceback_whole(xjobsd, pg_dsn, pg_schema
         driver.close()
     text = xjobsd("jobs", "show", str(job.id)).stdout
     assert "traceback of attempt 1 (dead at " in text and trace.rstrip("\n") in text   # every line
-    assert as_json(xjobsd("jobs", "show", str(job.id), "--json"))["history"][0]["traceback"] == trace
+    assert as_json(xjobsd("jobs", "show", str(job.id), "--json"))["history"][-1]["traceback"] == trace

@@ -1,9 +1,11 @@
-"""The daemon's JSON log: one object per line, and a failing job's story found by its id."""
+"""The daemon's log: JSON, one object per line, and a failing job's story found by its id; text,
+whose lines from inside a job name it and whose times carry their offset."""
 
 from __future__ import annotations
 
 import os
 import signal
+from datetime import datetime
 
 import orjson
 import pytest
@@ -88,3 +90,27 @@ def test_in_json_mode_every_line_is_json_the_start_is_one_event_and_a_drain_name
     [interrupted] = [line for line in lines if line.get("event") == "job.interrupted"]
     assert (interrupted["job_id"], interrupted["job"], interrupted["queue"]) == (job_id, "hold", "slow")
     assert env.job(job_id)["state"] == "ready" and env.job(job_id)["attempt"] == 0
+
+
+def test_a_text_line_from_inside_a_job_names_the_job_and_its_time_carries_the_offset(daemon_env):
+    env = daemon_env
+    daemon = env.start("--app", "tests.apps.tick_app", "--queue", "t5=1x1", "--log-format", "text")
+    daemon.ready()
+    job_id = env.enqueue_one("doomed", "t5", {"n": 8}, "doomed:8", max_attempts=1)
+    wait_for(lambda: env.job(job_id)["state"] == "dead", 15, "the job to die")
+
+    def said() -> list[str]:
+        daemon.log.flush()
+        return [line for line in daemon.log_path.read_text(errors="replace").splitlines()
+                if line.endswith("about to fail")]
+    wait_for(said, 10, "ctx.log's line in the log")
+    [line] = said()
+    ts, level, rest = line.split(" ", 2)
+    assert level == "INFO" and ts.endswith("+00:00") and datetime.fromisoformat(ts).tzinfo is not None
+    assert rest.split(": ", 1)[1] == f"job doomed#{job_id} attempt 1: about to fail"   # as the events name it
+    daemon.log.flush()
+    [died] = [line for line in daemon.log_path.read_text(errors="replace").splitlines()
+              if f"job doomed#{job_id} dead: " in line]   # an event's line: its own words, no prefix
+    assert died.split(" ")[1] == "WARNING" and died.split(" ")[0].endswith("+00:00")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(15) == 0

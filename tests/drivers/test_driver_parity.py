@@ -446,3 +446,36 @@ def test_nack_without_an_error_keeps_the_last_one(driver):
     assert view.last_error == "first failure"
     assert [(h["attempt"], h["outcome"], h["error"]) for h in view.history] == \
         [(1, "retried", "first failure"), (2, "interrupted", None)]
+
+
+@pytest.mark.parametrize("finish", ["ack_many", "transaction", "cancel"])
+def test_a_finished_job_stands_in_no_earlier_error_and_its_history_keeps_it(driver, finish):
+    # last_error is the error the job stands in now: completion clears it, a cancel replaces it
+    # with its reason ("cancelled" when none is given); the failed attempt stays in the history
+    enqueue(driver, "k")
+    job = claim_one(driver)
+    driver.job_nack(Nack(job.id, job.token, "retried", error="first failure"))
+    job = claim_one(driver)
+    if finish == "ack_many":
+        assert driver.job_ack_many([Lease(job.id, job.token)]) == {job.id}
+    elif finish == "transaction":
+        with driver.job_transaction(Lease(job.id, job.token)):
+            pass
+    else:
+        driver.job_cancel(job.id)
+    view = driver.job_get(job.id)
+    assert (view.state, view.last_error) == \
+        (("cancelled", "cancelled") if finish == "cancel" else ("completed", None))
+    assert [(h["attempt"], h["outcome"], h["error"]) for h in view.history][0] == (1, "retried", "first failure")
+    assert driver.job_list(ListFilter(error="first failure")) == []
+
+
+def test_job_get_says_when_the_latest_run_began(driver, clock):
+    enqueue(driver, "k")
+    assert driver.job_get(1).started_at is None
+    claim_one(driver)
+    began = clock.now_ms()
+    clock.advance(500)
+    view = driver.job_get(1)
+    assert (at(view.started_at), view.claimed_by) == (began, "w1")
+    assert [v.started_at for v in driver.job_list(ListFilter())] == [None]   # what job_get adds

@@ -237,3 +237,13 @@ def test_retry_all_in_a_group_from_the_dead_letters_page(memory_driver):
     assert [memory_driver.job_get(i).state for i in (short, longer, silent)] == ["ready", "dead", "dead"]
     listed = c.get("/jobs?state=dead&group=").get_data(as_text=True)    # the group with no error
     assert f'data-job="{silent}"' in listed and f'data-job="{longer}"' not in listed
+
+
+def test_a_clean_jobs_page_tells_its_life_as_jobs_show_does(driver):
+    job_id = enqueue(driver, "k1", enqueued_by="cli:alice")
+    job = claim_one(driver, worker="w-host-1")
+    assert driver.job_ack(job.id, job.token)
+    page = client(driver).get(f"/jobs/{job_id}").get_data(as_text=True)
+    history = page.split('data-testid="history"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<td>(enqueued|started|completed)</td><td class=\"error-cell\">([^<]*)</td>", history)
+    assert rows == [("enqueued", "cli:alice"), ("started", "w-host-1"), ("completed", "w-host-1")]

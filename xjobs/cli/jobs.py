@@ -212,8 +212,9 @@ def _print_one(view: JobView, as_json: bool) -> None:
                       st["finished_at"] or st["started_at"], st["duration_ms"]] for st in steps])
     if history:
         print("\nhistory:")
-        print_table(["at", "attempt", "outcome", "error"],
-                    [[h["at"], h["attempt"], h["outcome"], _short(h["error"], 80)] for h in history])
+        print_table(["at", "attempt", "outcome", "by", "error"],
+                    [[h["at"], h["attempt"], h["outcome"], h["by"], _short(h["error"], 80)]
+                     for h in history])
     for entry in history:   # whole: a traceback is read, not skimmed
         if entry.get("traceback"):
             print(f"\ntraceback of attempt {entry['attempt']} ({entry['outcome']} at {entry['at']}):")

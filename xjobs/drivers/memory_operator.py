@@ -72,7 +72,8 @@ class MemoryOperator(Introspection):
                        claimed_by=row.claimed_by, lease_expires_at=row.lease_expires_at,
                        crashes=row.crashes, progress=row.progress,
                        payload=orjson.loads(row.payload) if full else None, history=history,
-                       traceparent=row.traceparent if full else None)
+                       traceparent=row.traceparent if full else None,
+                       started_at=row.started_at if full else None)
 
     def job_list(self, where: ListFilter) -> list[JobView]:
         """``job_list`` (newest first, before ``before_id``) or ``job_list_after`` (oldest first)."""

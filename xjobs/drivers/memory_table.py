@@ -185,6 +185,7 @@ class MemoryTable(Storage):
     def complete(self, row: Row, at: float) -> None:
         self.move(row, "completed")
         row.finished_at, row.lease_token, row.lease_expires_at = at, None, None
+        row.last_error = None   # an earlier attempt's error stays in the history
         if row.dedupe_window_ms is not None:
             self.windowed.setdefault(row.namespace, []).append(row.id)
 

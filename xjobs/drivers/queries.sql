@@ -125,7 +125,7 @@ returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
 -- comparisons for a batch of 256. "id = any(ids)" keeps the jobs side on the primary key, so
 -- the running rows of the whole fleet are never scanned for one worker's batch
 update {schema}.jobs j
-set state = 'completed', finished_at = {now},
+set state = 'completed', finished_at = {now}, last_error = null,
     lease_token = null, lease_expires_at = null
 from unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) as a(id, token)
 where j.id = any(%(ids)s::bigint[]) and j.id = a.id and j.lease_token = a.token and j.state = 'running'
@@ -422,7 +422,7 @@ select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, p
        extract(epoch from run_at)::float8 * 1000, last_error,
        extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
        enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress, payload,
-       traceparent
+       traceparent, extract(epoch from started_at)::float8 * 1000
 from {schema}.jobs
 where id = %(id)s
 
@@ -572,8 +572,10 @@ where state = 'ready' and name <> all(%(names)s::text[])
 group by queue
 
 -- name: job_complete_fenced
+-- last_error is the error a job stands in now: a completed job has none (an earlier attempt's
+-- error stays in its history, as job_ack_many)
 update {schema}.jobs
-set state = 'completed', finished_at = {now},
+set state = 'completed', finished_at = {now}, last_error = null,
     lease_token = null, lease_expires_at = null
 where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
 returning id

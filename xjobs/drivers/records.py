@@ -13,7 +13,7 @@ them without a cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection, Literal, Mapping, Sequence, TypedDict
+from typing import Any, Collection, Literal, Mapping, NotRequired, Sequence, TypedDict
 
 import orjson
 
@@ -185,6 +185,7 @@ class HistoryEntry(TypedDict):
     outcome: str
     error: str | None
     traceback: str | None
+    by: NotRequired[str | None]  # who: an enqueuer or a worker's identity (views.life's lines)
 
 
 class ProgressReport(TypedDict):
@@ -221,6 +222,7 @@ class JobView:
     progress: ProgressReport | None = None   # the latest ctx.progress() report
     steps: tuple[StepRecord, ...] = ()    # what job_get adds: the recorded steps, in order
     traceparent: str | None = None          # what job_get adds: the enqueuing code's W3C trace context
+    started_at: float | None = None         # what job_get adds: when its latest run began (by claimed_by)
 
 
 @dataclass(frozen=True, slots=True)

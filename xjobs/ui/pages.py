@@ -11,12 +11,13 @@ over finished rows).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 import orjson
 
 from .. import admin
+from ..views import life
 from ..drivers.base import JobDriver, JobView, ListFilter, RatePoint
 from ..workers.outbox_relay import relay_row
 from ..workers.rates import RATED as ENDED
@@ -113,7 +114,7 @@ def pretty_payload(view: JobView) -> tuple[str, bool]:
 def one_job(driver: JobDriver, job_id: int) -> dict[str, Any]:
     view = driver.job_get(job_id)
     payload, cut = pretty_payload(view)
-    return {"job": view, "payload": payload, "payload_cut": cut, "waiting_for": admin.waiting_for(view),
+    return {"job": replace(view, history=life(view)), "payload": payload, "payload_cut": cut, "waiting_for": admin.waiting_for(view),
             "steps": [step.as_json() for step in view.steps],
             "trace_id": view.traceparent.split("-")[1] if view.traceparent else None}
 
