@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from psycopg import errors as pg_errors
 
 from ..errors import DuplicateJob
-from .base import Batch, DeadGroup, Introspection, JobView, ListFilter, Matching
+from .base import Batch, DeadGroup, Introspection, JobView, ListFilter, Matching, RunningJob, RunningPage
 from .pg_database import PgDatabase, first_row
 from .pg_steps import PgSteps
 from .records import ERROR_GROUP_WIDTH, HistoryEntry
@@ -54,6 +54,14 @@ class PgOperator(Introspection):
         with self._db.cursor() as cur:
             cur.execute(self._db.sql[statement], params)
             return [_view(r) for r in cur.fetchall()]
+
+    def job_running(self, page: RunningPage) -> list[RunningJob]:
+        """``job_running``: newest started first, before the cursor."""
+        started_before, before = page.before or (None, None)
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["job_running"], {"queue": page.queue, "limit": page.limit,
+                                                      "started_before": started_before, "before": before})
+            return [RunningJob(*row) for row in cur.fetchall()]
 
     def job_get(self, job_id: int) -> JobView:
         """``job_get`` with ``job_history``, and its steps (``step_list``)."""
