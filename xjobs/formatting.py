@@ -1,11 +1,13 @@
 """Values as operators read them, for both surfaces (the command line and the dashboard):
-durations (``age``), times (``iso``), and views as plain JSON (``plain``)."""
+durations (``age``), times (``iso``), views as plain JSON (``plain``), and the words for
+states. A job's state is shown as the word it is stored as (``STATES``: ``xjobsd jobs ls``
+prints it as is, so does every page); a queue's and a daemon child's are written here, once."""
 
 from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 _TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at", "started_at",
                 "wake_at", "until")
@@ -44,3 +46,20 @@ def plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value
+
+
+def queue_state(paused: bool, by: str | None) -> str:
+    """A queue's state: ``active``, or ``paused by WHO`` (never a job's word, ``running``)."""
+    return f"paused by {by or '?'}" if paused else "active"
+
+
+def child_state(child: Mapping[str, Any]) -> str:
+    """A daemon child's state as ``xjobsd status`` reports it, a crash loop said once."""
+    state = str(child.get("state"))
+    return state + (" (crash loop)" if child.get("crash_loop") and state != "crash-loop" else "")
+
+
+def either(states: Iterable[str]) -> str:
+    """States named in a sentence: ``ready, running or suspended``."""
+    *rest, last = states
+    return f"{', '.join(rest)} or {last}" if rest else last
