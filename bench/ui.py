@@ -4,7 +4,8 @@ holding N finished jobs (1,000,000 by default) and M live ones (10,000), in one 
 
 The finished rows are loaded with one ``INSERT ... SELECT`` (completed, with 2% dead and 1%
 cancelled, a year of ``finished_at`` over 5 job names, 4 queues and 50 tenants); the live
-ones are ready, running and suspended; workers' per-minute counts fill the last hour. Then
+ones are ready, running (20%, started within the last hour, each with a progress report) and
+suspended; workers' per-minute counts fill the last hour. Then
 the table is vacuumed and analyzed, as autovacuum would have done long before.
 
     python bench/ui.py [--finished 1000000] [--live 10000] [--repeat 20]
@@ -56,12 +57,15 @@ def load(dsn: str, schema: str, finished: int, live: int) -> float:
         conn.execute(f"""
             insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, priority,
                                       attempt, max_attempts, run_at, created_at, claimed_by, lease_token,
-                                      lease_expires_at)
+                                      lease_expires_at, started_at, progress)
             select 'job' || (g %% 5), 'q' || (g %% 4), s, jsonb_build_object('n', g), 'live-' || g,
                    't' || (g %% 50), 0, case s when 'ready' then 0 else 1 end, 5,
                    now() + case s when 'suspended' then interval '1 hour' else interval '0' end, now(),
                    case s when 'running' then 'worker:bench' end, case s when 'running' then g end,
-                   case s when 'running' then now() + interval '1 hour' end
+                   case s when 'running' then now() + interval '1 hour' end,
+                   case s when 'running' then now() - (g %% 3600) * interval '1 second' end,
+                   case s when 'running' then jsonb_build_object('done', g %% 100, 'total', 100, 'note',
+                                                                 'row ' || g, 'at', 0) end
             from generate_series(1, %s) g,
                  lateral (select case when g %% 10 < 7 then 'ready' when g %% 10 < 9 then 'running'
                                       else 'suspended' end as s) x""", (live,))
@@ -79,6 +83,9 @@ def pages(dsn: str, schema: str) -> list[tuple[str, str]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         dead = conn.execute(f"select max(id) from {schema}.jobs where state = 'dead'").fetchone()[0]
         newest = conn.execute(f"select max(id) from {schema}.jobs").fetchone()[0]
+        started, running = conn.execute(f"""select extract(epoch from started_at)::float8 * 1000, id
+                                             from {schema}.jobs where state = 'running'
+                                             order by started_at desc, id desc offset 49 limit 1""").fetchone()
         conn.execute(f"""insert into {schema}.job_history (job_id, at, attempt, outcome, error, traceback)
                          select %s, now(), 1, 'dead', 'TimeoutError', repeat('  File "x.py", line 1\n', 40)""",
                      (dead,))
@@ -91,6 +98,8 @@ def pages(dsn: str, schema: str) -> list[tuple[str, str]]:
             ("jobs, one dead group", "/jobs?state=dead&queue=q2&name=job0&group=" + quote(GROUP)),
             ("confirm: retry a group", "POST /bulk?verb=retry&state=dead&queue=q2&name=job0&group=" + quote(GROUP)),
             ("confirm: cancel a queue", "POST /bulk?verb=cancel&queue=q1"),
+            ("running now", "/running"), ("running, page 2", f"/running?before={running}&started={started!r}"),
+            ("running, queue", "/running?queue=q1"),
             ("one job", f"/jobs/{dead}"), ("dead letters", "/dead"), ("schedules", "/schedules"),
             (WORST, "/jobs?error=no such text")]
 

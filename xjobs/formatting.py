@@ -1,8 +1,12 @@
 """Values as operators read them, for both surfaces (the command line and the dashboard):
-durations (``age``), times (``iso``), and views as plain JSON (``plain``). The last two are
-the API's projection (``views.py``), which ``xjobs.get`` answers in too."""
+durations (``age``), times (``iso``), views as plain JSON (``plain``), and the words for
+states. The times and the JSON are the API's projection (``views.py``), which ``xjobs.get``
+answers in too. A job's state is shown as the word it is stored as (``STATES``: ``xjobsd jobs
+ls`` prints it as is, so does every page); a queue's and a daemon child's are written here, once."""
 
 from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
 
 from .views import iso as iso, plain as plain
 
@@ -19,3 +23,20 @@ def age(seconds: float | None) -> str:
     if seconds < 86400:
         return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
     return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
+
+
+def queue_state(paused: bool, by: str | None) -> str:
+    """A queue's state: ``active``, or ``paused by WHO`` (never a job's word, ``running``)."""
+    return f"paused by {by or '?'}" if paused else "active"
+
+
+def child_state(child: Mapping[str, Any]) -> str:
+    """A daemon child's state as ``xjobsd status`` reports it, a crash loop said once."""
+    state = str(child.get("state"))
+    return state + (" (crash loop)" if child.get("crash_loop") and state != "crash-loop" else "")
+
+
+def either(states: Iterable[str]) -> str:
+    """States named in a sentence: ``ready, running or suspended``."""
+    *rest, last = states
+    return f"{', '.join(rest)} or {last}" if rest else last

@@ -1,14 +1,16 @@
 """Conformance of what the dashboard reads and does, against the memory and Postgres drivers:
-dead letters grouped by error, the per-minute outcome counts workers report, and a retry
-or cancel that records who asked."""
+dead letters grouped by error, the per-minute outcome counts workers report, a retry
+or cancel that records who asked, and the jobs running now."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from tests.drivers.parity import claim_one, enqueue
+from tests.drivers.parity import at, claim, claim_one, enqueue
 from xjobs import admin
-from xjobs.drivers.base import DeadGroup, ListFilter, Nack, RatePoint
+from xjobs.drivers.base import DeadGroup, Lease, ListFilter, Nack, Progress, RatePoint, RunningPage
 from xjobs.drivers.records import ERROR_GROUP_WIDTH
 from xjobs.errors import InvalidOption
 
@@ -90,3 +92,38 @@ def test_outcome_counts_add_up_per_minute_and_are_pruned(driver, clock):
     assert [p.count for p in driver.rate_series(10 * MINUTE)] == [4]
     with pytest.raises(InvalidOption):
         driver.rate_add({"default": {"completed": -1}})
+
+
+def test_running_jobs_newest_started_first_by_keyset_and_per_queue(driver, clock):
+    for i in range(4):
+        enqueue(driver, f"r{i}")
+    enqueue(driver, "other", queue="other")
+    enqueue(driver, "waits")                                   # stays ready: never listed
+    first = claim(driver, limit=2, worker="w1")                # two started at the same instant
+    clock.advance(1_000)
+    later = claim_one(driver, worker="w2")
+    clock.advance(1_000)
+    elsewhere = claim_one(driver, "other", worker="w3")
+    done = claim_one(driver, worker="w4")
+    driver.job_ack(done.id, done.token)                        # finished: never listed
+    driver.job_progress_many([Progress(Lease(later.id, later.token), 3, 10, "page 3", clock.now_ms())])
+    rows = driver.job_running(RunningPage())
+    tied = sorted((j.id for j in first), reverse=True)         # the same start: the higher id first
+    assert [r.id for r in rows] == [elsewhere.id, later.id, *tied]
+    assert [(r.queue, r.claimed_by, r.attempt) for r in rows[:2]] == [("other", "w3", 1), ("default", "w2", 1)]
+    assert at(rows[0].started_at) == at(clock.now_ms()) and at(rows[1].started_at) == at(clock.now_ms() - 1_000)
+    assert rows[1].progress == {"done": 3, "total": 10, "note": "page 3", "at": clock.now_ms()}
+    assert rows[0].progress is None and rows[0].lease_expires_at is not None
+    assert [r.id for r in driver.job_running(RunningPage(queue="default"))] == [later.id, *tied]
+    page = driver.job_running(RunningPage(limit=2))
+    rest = driver.job_running(RunningPage(limit=2, before=(page[-1].started_at, page[-1].id)))
+    assert [r.id for r in page + rest] == [r.id for r in rows]     # between the tied ones, too
+    assert driver.job_running(RunningPage(before=(rows[-1].started_at, rows[-1].id))) == []
+
+
+@pytest.mark.parametrize("page", [RunningPage(limit=-1), RunningPage(queue="a\x00b"),
+                                  RunningPage(before=(1.0, "7")), RunningPage(before=(math.inf, 7)),
+                                  RunningPage(before=(1.0,))])   # type: ignore[arg-type]
+def test_a_running_page_refuses_a_bad_limit_queue_or_cursor(driver, page):
+    with pytest.raises(InvalidOption):
+        driver.job_running(page)

@@ -67,6 +67,7 @@ PARAMS: dict[str, tuple[str, object]] = {
     "until": ("float8", None),
     "before": ("int8", None),
     "after": ("int8", 0),
+    "started_before": ("float8", None),
     "holder": ("text", "daemon-1"),
     "election": ("text", "scheduler"),
     "task": ("text", "nightly"),

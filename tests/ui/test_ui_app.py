@@ -11,59 +11,22 @@ import pytest
 
 pytest.importorskip("werkzeug", reason="the dashboard needs the ui extra")
 
-from werkzeug.test import Client  # noqa: E402
-
 from tests.drivers.parity import claim_one, enqueue  # noqa: E402
-from xjobs.drivers.base import Nack  # noqa: E402
+from tests.ui.clients import TOKEN, Browser, client, csrf_of, dead_job, signed_in  # noqa: E402
 from xjobs.errors import DatabaseTimeout  # noqa: E402
 from xjobs.ui.app import Dashboard  # noqa: E402
-from xjobs.ui.auth import CSRF_COOKIE, SESSION_COOKIE, Guard  # noqa: E402
+from xjobs.ui.auth import SESSION_COOKIE, Guard  # noqa: E402
 
-TOKEN = "correct horse battery staple"
 XSS = "<script>alert(1)</script>"
-
-
-class Browser(Client):
-    """A client that comes from 127.0.0.1, as a browser on this machine would."""
-
-    def open(self, *args, **kw):
-        kw.setdefault("environ_base", {"REMOTE_ADDR": "127.0.0.1"})
-        return super().open(*args, **kw)
-
-
-def client(driver, **guard) -> Client:
-    return Browser(Dashboard(driver, guard=Guard(**{"token": TOKEN, "actions": True, **guard})))
-
-
-def csrf_of(c: Client) -> str:
-    """Visit a page for the CSRF cookie, as a browser would before posting a form."""
-    c.get("/")
-    cookie = c.get_cookie(CSRF_COOKIE)
-    assert cookie is not None
-    return cookie.value
-
-
-def signed_in(driver, **guard) -> tuple[Client, str]:
-    c = client(driver, **guard)
-    csrf = csrf_of(c)
-    answer = c.post("/login", data={"token": TOKEN, "csrf": csrf, "next": "/jobs"})
-    assert answer.status_code == 303 and answer.headers["Location"].endswith("/jobs")
-    assert c.get_cookie(SESSION_COOKIE) is not None
-    return c, csrf
-
-
-def dead_job(driver, key: str = "k1", error: str = "boom") -> int:
-    job_id = enqueue(driver, key)
-    job = claim_one(driver)
-    driver.job_nack(Nack(job.id, job.token, "dead", error=error))
-    return job_id
 
 
 def test_every_page_renders_and_escapes_what_jobs_carry(driver):
     job_id = enqueue(driver, XSS, payload={"note": XSS}, tenant=XSS)
     dead_job(driver, "k2", error=XSS)
     c = client(driver)
-    for path in ("/", "/jobs", f"/jobs/{job_id}", "/dead", "/schedules", f"/jobs?name=send&error={XSS}"):
+    claim_one(driver)                                   # a running job, for /running
+    for path in ("/", "/jobs", f"/jobs/{job_id}", "/dead", "/schedules", f"/jobs?name=send&error={XSS}",
+                 "/running", f"/running?queue={XSS}"):
         page = c.get(path)
         assert page.status_code == 200, path
         html = page.get_data(as_text=True)

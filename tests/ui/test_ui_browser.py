@@ -121,6 +121,12 @@ def test_a_dead_job_is_retried_from_its_page_and_runs(page, ui, tmp_path):
     expect(page.get_by_test_id("dead-groups")).to_contain_text("the flag")
     page.goto(f"{base}/jobs/{job_id}")
     expect(page.get_by_test_id("history")).to_contain_text("RuntimeError")
+    trace = page.get_by_test_id("traceback")                 # collapsed to the error's first line
+    expect(trace.locator("summary")).to_contain_text(f"RuntimeError: the flag {flag} is up")
+    expect(trace.locator("pre")).to_be_hidden()
+    trace.locator("summary").click()
+    expect(trace.locator("pre")).to_contain_text("Traceback (most recent call last)")
+    expect(trace.locator("pre")).to_be_visible()
     flag.unlink()
     page.get_by_test_id("retry").click()
     expect(page.get_by_test_id("flash")).to_contain_text(f"Job {job_id} is ready again")
@@ -155,7 +161,7 @@ def test_a_queue_is_paused_and_resumed(page, ui):
     expect(queue_row(page, "ui").get_by_test_id("depth")).to_have_text("1")   # nobody claims it
     assert env.job(job_id)["state"] == "ready"
     queue_row(page, "ui").get_by_test_id("resume").click()
-    expect(queue_row(page, "ui").get_by_test_id("state")).to_have_text("running")
+    expect(queue_row(page, "ui").get_by_test_id("state")).to_have_text("active")   # as `queues ls` says
     wait_for(lambda: env.job(job_id)["state"] == "completed", 15, "the job to run once resumed")
 
 
@@ -188,3 +194,49 @@ def test_an_xss_payload_is_shown_as_text(page, ui):
     assert page.locator("img").count() == 0                    # nothing the job carries became markup
     assert page.locator("script:not([src])").count() == 0
     assert page.dialogs == []
+
+
+def test_running_now_names_each_run_and_its_child_and_fills_in_place(page, ui):
+    env, base = ui
+    page.goto(base)
+    page.get_by_test_id("running-all").click()              # the overview's Running header
+    expect(page).to_have_url(f"{base}/running")
+    expect(page.get_by_test_id("running")).to_contain_text("Nothing is running right now")
+    ids = [env.enqueue_one("waits", "ui", {"k": f"r{k}"}, key=f"r{k}") for k in range(2)]
+    rows = page.locator("table[data-testid=running] tr[data-job]")
+    expect(rows).to_have_count(2)                            # no reload: the page refreshes itself
+    assert [int(r.get_attribute("data-job") or 0) for r in rows.all()] == ids[::-1]   # newest started first
+    [child] = env.daemons[-1].children(queue="ui")
+    for row in rows.all():
+        expect(row.get_by_test_id("worker")).to_contain_text(f"worker ui #{child['index']} pid {child['pid']}")
+        expect(row.get_by_test_id("worker")).to_contain_text(child["identity"])
+        expect(row.get_by_test_id("progress")).to_contain_text("1/3 · waiting to be cancelled")
+        expect(row.locator("progress")).to_have_count(1)
+        expect(row.get_by_test_id("started")).to_contain_text("s ago")
+    page.goto(base)
+    queue_row(page, "ui").get_by_test_id("running").locator("a").click()   # a queue's running count
+    expect(page).to_have_url(f"{base}/running?queue=ui")
+    expect(rows).to_have_count(2)
+    page.fill("input[name=queue]", "parked")
+    page.click("form[data-testid=running-filter] button[type=submit]")
+    expect(page.get_by_test_id("running")).to_contain_text("Nothing is running in queue parked")
+
+
+def test_the_chart_draws_only_the_minutes_in_which_runs_ended(page, ui):
+    env, base = ui
+    page.goto(base)
+    expect(page.get_by_test_id("chart-empty")).to_have_text("No run ended in this hour.")
+    chart = page.locator("svg[data-testid=chart]")
+    expect(chart.locator("rect")).to_have_count(0)
+    expect(chart.locator("polyline")).to_have_count(0)
+    env.sql("""insert into {schema}.job_rates (queue, minute, outcome, n)
+               select 'ui', date_trunc('minute', now()) - m * interval '1 minute', o, n
+               from (values (30, 'completed', 10), (29, 'completed', 10), (29, 'dead', 5),
+                            (10, 'completed', 4)) v(m, o, n)""")
+    expect(chart.locator("rect.ended")).to_have_count(3)    # refreshed in place
+    expect(chart.locator("rect.failed")).to_have_count(1)
+    expect(chart.locator("polyline")).to_have_count(1)      # minutes 30 and 29, then a gap
+    expect(chart.locator("circle")).to_have_count(1)        # minute 10 alone
+    expect(page.get_by_test_id("chart-empty")).to_have_count(0)
+    heights = chart.locator("rect").evaluate_all("rects => rects.map(r => r.getBBox().height)")
+    assert len(heights) == 4 and min(heights) > 0

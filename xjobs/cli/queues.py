@@ -14,7 +14,7 @@ import argparse
 import getpass
 
 from .. import admin
-from ..formatting import iso
+from ..formatting import iso, queue_state
 from .common import add_database_flags, driver_from, print_json, print_table, settings_from
 
 
@@ -41,7 +41,7 @@ def list_queues(args: argparse.Namespace) -> int:
         print_json(rows)
         return 0
     print_table(["queue", "state", "depth", "oldest ready", "running", "suspended", "dead", "quarantined"],
-                [[r["name"], f"paused by {r['paused_by']}" if r["paused"] else "active", r["depth"],
+                [[r["name"], queue_state(r["paused"], r["paused_by"]), r["depth"],
                   f"{r['oldest_ready_seconds']:.1f}s", r["running"], r["suspended"], r["dead"],
                   r["quarantined"]] for r in rows])
     return 0

@@ -22,7 +22,7 @@ import orjson
 
 from ..drivers.base import ProgressReport
 from ..options import duration_ms
-from ..formatting import age
+from ..formatting import age, child_state
 from .common import add_control_flags, ask_daemon, print_table, refusal_exit_code
 
 _WAIT_POLL_S = 0.2
@@ -88,7 +88,7 @@ def status(args: argparse.Namespace) -> int:
         print(_last_reload(reload["last"]))
     print()
     rows = [[c["role"], c["queue"] or "-", c["index"], c["pid"] or "-",
-             c["state"] + (" (crash loop)" if c.get("crash_loop") and c["state"] != "crash-loop" else ""),
+             child_state(c),
              age(c["uptime"]) if c["pid"] else "-", c["in_flight"], c["completed"], c["restarts"]]
             for c in answer["children"]]
     print_table(["role", "queue", "#", "pid", "state", "uptime", "in flight", "completed", "restarts"], rows)

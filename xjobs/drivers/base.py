@@ -67,10 +67,10 @@ from typing import (TYPE_CHECKING, Any, Collection, Iterable, Mapping, Protocol,
                     runtime_checkable)
 
 from ..clock import Clock
-from .records import (CHARGES, COUNTED_STATES, FINISHED_STATES, LATEST_MS, LIVE_STATES, MAX_DELAY_MS,
-                      NACK_OUTCOMES, STATES, Batch, Claim, ClaimAlone, ClaimedJob, DeadGroup, Enqueued,
-                      HistoryEntry, JobView, Lease, ListFilter, Matching, Nack, NackOutcome, NewJob, Progress,
-                      ProgressReport, QueueControl, QueueSummary, RatePoint, Released, TenantRoom, WorkerExit)
+from .records import (CHARGES, COUNTED_STATES, FINISHED_STATES, LATEST_MS, LIVE_STATES, MAX_DELAY_MS, NACK_OUTCOMES,
+                      STATES, Batch, Claim, ClaimAlone, ClaimedJob, DeadGroup, Enqueued, HistoryEntry, JobView, Lease,
+                      ListFilter, Matching, Nack, NackOutcome, NewJob, Progress, ProgressReport, QueueControl,
+                      QueueSummary, RatePoint, Released, RunningJob, RunningPage, TenantRoom, WorkerExit)
 from .records_coordination import (Dispatch, LeaderView, OutboxClaim, OutboxSummary, Slot, SlotRequest,
                                    Watermark)
 from .records_steps import (STEP_KINDS, STEP_STATES, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
@@ -230,6 +230,7 @@ class Introspection(Protocol):
     (a live job holds its key), with one text for every driver (``refusals.py``)."""
 
     def job_list(self, where: ListFilter) -> list[JobView]: ...
+    def job_running(self, page: RunningPage) -> list[RunningJob]: ...   # see RunningPage
 
     def job_get(self, job_id: int) -> JobView:
         """The job with its history and its recorded steps."""
@@ -260,8 +261,7 @@ class Introspection(Protocol):
         characters of their error, biggest group first."""
         ...
 
-    def job_dead(self, limit: int = 50) -> list[JobView]:
-        """The newest dead letters."""
+    def job_dead(self, limit: int = 50) -> list[JobView]:   # the newest dead letters
         return self.job_list(ListFilter(state="dead", limit=limit))
 
 
@@ -397,4 +397,4 @@ __all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGE
            "Maintenance", "Introspection", "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore",
            "SlotStore", "StepStore", "EventStore", "RunStore", "JobDriver", "STEP_KINDS", "STEP_STATES",
            "StepRecord", "StepLog", "StepResult", "StepSleep", "StepWait", "StepOutcome", "NewEvent",
-           "SentEvent"]
+           "SentEvent", "RunningPage", "RunningJob"]

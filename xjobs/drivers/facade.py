@@ -24,11 +24,11 @@ from .base import (Batch, CallerConnection, Claim, ClaimAlone, ClaimedJob, DeadG
                    EventStore, Introspection, JobDriver, JobListener, JobStore, JobView, LeaderStore,
                    LeaderView, Lease, ListFilter, Maintenance, Matching, Nack, NewEvent, NewJob, OutboxClaim,
                    OutboxStore, OutboxSummary, Progress, QueueControl, QueueStore, QueueSummary, RatePoint,
-                   Released, ScheduleStore, SentEvent, Slot, SlotRequest, SlotStore, StepLog, StepOutcome,
+                   Released, RunningJob, RunningPage, ScheduleStore, SentEvent, Slot, SlotRequest, SlotStore, StepLog, StepOutcome,
                    StepResult, StepSleep, StepStore, StepWait, Storage, Watermark, WorkerExit)
 from .refusals import (check_batch, check_claim, check_claim_alone, check_claim_token, check_dispatch,
                        check_filter, check_job_names, check_lease, check_name, check_nacks, check_new_event,
-                       check_new_jobs, check_row_limit, check_slot, check_slot_request, check_step_name,
+                       check_new_jobs, check_row_limit, check_running_page, check_slot, check_slot_request, check_step_name,
                        check_step_result, check_step_sleep, check_step_wait, check_worker_exit, held,
                        is_bigint, job_not_found, matchable)
 
@@ -157,6 +157,9 @@ class CheckedDriver(JobDriver, SlotStore):
 
     def job_list(self, where: ListFilter) -> list[JobView]:
         return self._operator.job_list(check_filter(where))
+
+    def job_running(self, page: RunningPage) -> list[RunningJob]:
+        return self._operator.job_running(check_running_page(page))
 
     def job_get(self, job_id: int) -> JobView:
         if not is_bigint(job_id):

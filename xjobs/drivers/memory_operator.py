@@ -9,12 +9,13 @@ text as for every driver.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import replace
 from typing import Iterable, Sequence
 
 import orjson
 
-from .base import LIVE_STATES, Batch, DeadGroup, Introspection, JobView, ListFilter, Matching
+from .base import LIVE_STATES, Batch, DeadGroup, Introspection, JobView, ListFilter, Matching, RunningJob, RunningPage
 from .memory_steps import MemorySteps
 from .memory_table import MemoryTable, Namespace, Row, ts
 from .records import ERROR_GROUP_WIDTH, HistoryEntry
@@ -93,6 +94,21 @@ class MemoryOperator(Introspection):
                 if _matches(row, where, at):
                     views.append(self._view(row))
         return views
+
+    def job_running(self, page: RunningPage) -> list[RunningJob]:
+        """``job_running``: newest started first (then the higher id), before the cursor."""
+        table = self._table
+        with table.lock:
+            running = [(row.started_at if row.started_at is not None else row.created_at, row)
+                       for row in table.rows.values()
+                       if row.state == "running" and page.queue in (None, row.queue)]
+            cursor = None if page.before is None else (ts(page.before[0]), page.before[1])
+            picked = heapq.nlargest(page.limit, ((at, row.id, row) for at, row in running
+                                                 if cursor is None or (at, row.id) < cursor),
+                                    key=lambda entry: (entry[0], entry[1]))
+            return [RunningJob(row.id, row.name, row.queue, row.attempt, row.max_attempts, row.tenant,
+                               row.claimed_by, at, row.lease_expires_at, row.progress)
+                    for at, _, row in picked]
 
     def job_get(self, job_id: int) -> JobView:
         """``job_get`` with ``job_history``, and its steps (``step_list``)."""

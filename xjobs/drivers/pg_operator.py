@@ -16,7 +16,8 @@ from psycopg import errors as pg_errors
 from psycopg.rows import tuple_row
 
 from ..errors import DuplicateJob
-from .base import Batch, CallerConnection, DeadGroup, Introspection, JobView, ListFilter, Matching
+from .base import (Batch, CallerConnection, DeadGroup, Introspection, JobView, ListFilter, Matching,
+                   RunningJob, RunningPage)
 from .pg_database import PgDatabase, driver_error, first_row
 from .pg_steps import record
 from .records import ERROR_GROUP_WIDTH, HistoryEntry
@@ -105,6 +106,14 @@ class PgOperator(Introspection):
         with self._db.cursor() as cur:
             cur.execute(self._db.sql[statement], params)
             return [_view(r) for r in cur.fetchall()]
+
+    def job_running(self, page: RunningPage) -> list[RunningJob]:
+        """``job_running``: newest started first, before the cursor."""
+        started_before, before = page.before or (None, None)
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["job_running"], {"queue": page.queue, "limit": page.limit,
+                                                      "started_before": started_before, "before": before})
+            return [RunningJob(*row) for row in cur.fetchall()]
 
     def job_get(self, job_id: int, conn: CallerConnection | None = None) -> JobView:
         """``job_get`` with ``job_history``, and its steps (``step_list``); on the application's

@@ -417,6 +417,23 @@ where {_operator_filters}
 order by id
 limit %(limit)s
 
+-- name: job_running
+-- the jobs running now, newest started first; only jobs_running_idx is read (it holds the
+-- running rows alone, as many as the fleet runs at once), so the sort never meets the
+-- finished bulk. %(started_before)s and %(before)s page on by (started_at, id), a keyset; a row
+-- written without started_at sorts by when it was created
+select id, name, queue, attempt, max_attempts, tenant, claimed_by,
+       extract(epoch from coalesce(started_at, created_at))::float8 * 1000,
+       extract(epoch from lease_expires_at)::float8 * 1000, progress
+from {schema}.jobs
+where state = 'running'
+  and (%(queue)s::text is null or queue = %(queue)s::text)
+  and (%(started_before)s::float8 is null
+       or (coalesce(started_at, created_at), id) < (to_timestamp(%(started_before)s::float8 / 1000.0),
+                                                    %(before)s::int8))
+order by coalesce(started_at, created_at) desc, id desc
+limit %(limit)s
+
 -- name: job_get
 select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, priority,
        extract(epoch from run_at)::float8 * 1000, last_error,

@@ -348,3 +348,31 @@ class DeadGroup:
     count: int
     newest_id: int
     newest_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunningPage:
+    """Which running jobs ``job_running`` answers: those of ``queue`` (None: every queue),
+    newest started first, at most ``limit``; ``before`` (a row's ``started_at`` and ``id``)
+    pages on to the ones started before it (keyset: ties on the time go by id)."""
+
+    queue: str | None = None
+    limit: int = 50
+    before: tuple[float, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job running now: who holds it (``claimed_by``, a process identity), since when (the
+    current attempt's claim), its lease and its latest ``ctx.progress()`` report."""
+
+    id: int
+    name: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    tenant: str | None
+    claimed_by: str | None
+    started_at: float
+    lease_expires_at: float | None
+    progress: ProgressReport | None

@@ -26,8 +26,8 @@ from ..errors import (ClaimQueuesEmpty, DuplicateJob, InvalidOption, JobNotFound
 from ..options import duration_ms, finite_count, finite_option, plain_name
 from .records import ERROR_GROUP_WIDTH
 from .base import (CHARGES, LATEST_MS, MAX_DELAY_MS, NACK_OUTCOMES, STATES, Batch, Claim, ClaimAlone, Dispatch,
-                   JobView, Lease, ListFilter, Nack, NewEvent, NewJob, OutboxClaim, Slot, SlotRequest, StepResult,
-                   StepSleep, StepWait, TenantRoom, WorkerExit)
+                   JobView, Lease, ListFilter, Nack, NewEvent, NewJob, OutboxClaim, RunningPage, Slot, SlotRequest,
+                   StepResult, StepSleep, StepWait, TenantRoom, WorkerExit)
 
 MAX_ROWS = 100_000       # the most rows one statement claims, lists or changes
 
@@ -173,6 +173,17 @@ def check_filter(where: ListFilter) -> ListFilter:
         raise InvalidOption("error_group", f"a group is the first {ERROR_GROUP_WIDTH} characters of an error")
     return replace(where, limit=limit, since_ms=since, until_ms=until, since_ago_ms=since_ago,
                    until_ago_ms=until_ago)
+
+
+def check_running_page(page: RunningPage) -> RunningPage:
+    """``job_running``'s page: its queue and limit as a filter's, its cursor a time and a job id."""
+    checked = check_filter(ListFilter(queue=page.queue, limit=page.limit))
+    before = page.before
+    if before is not None:
+        if not isinstance(before, tuple) or len(before) != 2 or not is_bigint(before[1]):
+            raise InvalidOption("before", f"must be a start time and a job id, got {before!r}")
+        before = (finite_option(before[0], "before", maximum=LATEST_MS), before[1])
+    return RunningPage(checked.queue, checked.limit, before)
 
 
 def check_batch(batch: Batch) -> Batch:

@@ -14,6 +14,7 @@ listing is bounded (``pages.PAGE_SIZE`` jobs, 100 dead-letter groups).
 from __future__ import annotations
 
 import logging
+import math
 import mimetypes
 import threading
 from dataclasses import replace
@@ -29,10 +30,10 @@ from werkzeug.utils import redirect
 from werkzeug.wrappers import Request, Response
 
 from .. import admin
-from ..drivers.base import LIVE_STATES, STATES, JobDriver, ListFilter
+from ..drivers.base import LIVE_STATES, STATES, JobDriver, ListFilter, RunningPage
 from ..drivers.refusals import is_bigint
 from ..errors import DatabaseTimeout, DriverError, JobNotFound, XJobsError
-from ..formatting import age
+from ..formatting import age, child_state, either, queue_state
 from . import pages
 from .auth import SESSION_COOKIE, SESSION_SECONDS, Guard
 from .charts import throughput_chart
@@ -79,12 +80,15 @@ class Dashboard:
         self.control = control
         self.env = Environment(loader=PackageLoader("xjobs.ui", "templates"),
                                autoescape=select_autoescape(default=True, default_for_string=True))
-        self.env.filters.update(iso=_iso, age=age)
-        self.env.globals.update(states=STATES, live_states=LIVE_STATES, filters=FILTERS)
+        self.env.filters.update(iso=_iso, age=age, either=either, child_state=child_state,
+                                first_line=_first_line)
+        self.env.globals.update(states=STATES, live_states=LIVE_STATES, requeuable=admin.REQUEUABLE,
+                                filters=FILTERS, queue_state=queue_state)
         self.routes = Map([
             Rule("/", endpoint="overview", methods=["GET"]),
             Rule("/jobs", endpoint="jobs", methods=["GET"]),
             Rule("/jobs/<int:job_id>", endpoint="job", methods=["GET"]),
+            Rule("/running", endpoint="running", methods=["GET"]),
             Rule("/dead", endpoint="dead", methods=["GET"]),
             Rule("/schedules", endpoint="schedules", methods=["GET"]),
             Rule("/login", endpoint="login", methods=["GET", "POST"]),
@@ -180,6 +184,18 @@ class Dashboard:
                 return self.message(request, "Refused", "before must be a job id", 400)
             where = replace(where, before_id=before_id)
         return self.render(request, "jobs.html", raw=raw, **pages.job_page(self.driver, where))
+
+    def on_running(self, request: Request) -> Response:
+        queue = (request.args.get("queue") or "").strip() or None
+        page = RunningPage(queue=queue, limit=pages.PAGE_SIZE)
+        before, started = request.args.get("before", ""), request.args.get("started", "")
+        if before or started:
+            before_id, started_ms = _job_id(before), _number(started)
+            if before_id is None or started_ms is None:
+                return self.message(request, "Refused", "before must be a job id and started its start time "
+                                    "(the older link carries both)", 400)
+            page = replace(page, before=(started_ms, before_id))
+        return self.render(request, "running.html", queue=queue, **pages.running(self.driver, page, self.control))
 
     def on_job(self, request: Request, job_id: int) -> Response:
         return self.render(request, "job.html", **pages.one_job(self.driver, job_id))
@@ -334,6 +350,20 @@ def _job_id(text: str) -> int | None:
         return None
     value = int(text)
     return value if is_bigint(value) else None
+
+
+def _number(text: str) -> float | None:
+    """A start time from a cursor: a finite number of epoch milliseconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _first_line(text: str | None) -> str:
+    """What a collapsed error or traceback shows: its first line that says anything."""
+    return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
 
 
 def _read_only_text(guard: Guard) -> str:

@@ -5,8 +5,9 @@ these calls and renders what they answer.
 Every read is bounded and goes through a partial index or a statistic the metrics already
 use: live counts per state (``queue_counts``), depth and age (``queue_summary``), the dead
 letters (``jobs_dead_idx``), the per-minute outcome counts workers report (``job_rates``),
-and job listings newest first by id with a keyset cursor (never OFFSET, never ``count(*)``
-over finished rows).
+job listings newest first by id and the running jobs newest started first
+(``jobs_running_idx``), each with a keyset cursor (never OFFSET, never ``count(*)`` over
+finished rows).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import orjson
 
 from .. import admin
 from ..views import life
-from ..drivers.base import JobDriver, JobView, ListFilter, RatePoint
+from ..drivers.base import JobDriver, JobView, ListFilter, RatePoint, RunningPage
 from ..workers.outbox_relay import relay_row
 from ..workers.rates import RATED as ENDED
 
@@ -101,6 +102,17 @@ def job_page(driver: JobDriver, where: ListFilter) -> dict[str, Any]:
     views = driver.job_list(where)
     older = views[-1].id if len(views) == where.limit and views else None
     return {"jobs": views, "older": older}
+
+
+def running(driver: JobDriver, page: RunningPage, control: str | None) -> dict[str, Any]:
+    """One page of the jobs running now, newest started first, with the cursor of the next
+    (earlier started) page; under ``xjobsd run``, the child of this daemon holding each one."""
+    rows = driver.job_running(page)
+    older = (rows[-1].started_at, rows[-1].id) if rows and len(rows) == page.limit else None
+    daemon = daemon_status(control)
+    children = {c["identity"]: c for c in (daemon or {}).get("children", ()) if c.get("identity")}
+    return {"now": driver.clock_now_ms(), "running": rows, "older": older, "children": children,
+            "daemon": daemon is not None}
 
 
 def pretty_payload(view: JobView) -> tuple[str, bool]:
