@@ -4,9 +4,9 @@ choices) become one line, ``xjobsd: X_CODE: message (hint: ...)``, exit 2, inste
 block. Values that are wrong are ``X_INVALID_OPTION`` naming the option, as the settings'
 are; a command line that does not parse is ``X_USAGE``. ``--help`` is untouched.
 
-A negative value written after its flag with a space (``--delay -5s``) looks like a flag to
-argparse; it is read as ``--delay=-5s`` instead, so the value itself is judged (and a negative
-duration refused as such).
+A negative value written after its flag with a space (``--delay -5s``, ``--wait -5s``) looks
+like a flag to argparse; it is read as ``--delay=-5s`` instead, so the value itself is judged
+(and a negative duration refused as such).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class Parser(argparse.ArgumentParser):
     def unknown_flags(self, extra: list[str]) -> UsageInvalid:
         flags = sorted({flag for action in self._actions for flag in action.option_strings})
         first = extra[0]
-        what = "unknown flag" if first.startswith("-") else "unexpected argument"
+        what = "unknown flag" if first.startswith("-") and not _NEGATIVE.match(first) else "unexpected argument"
         return self._usage(f"{what} {first}" + _close_to(first.split("=", 1)[0], flags),
                            hint=f"`{self.prog} --help` lists its flags")
 
@@ -109,7 +109,12 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
             words = joined
             continue
         if extra:
-            raise _deepest(parser, args).unknown_flags(extra)
+            deepest = _deepest(parser, args)
+            joined = _joined_optional(words, extra[0], deepest)
+            if joined is None:
+                raise deepest.unknown_flags(extra)
+            words = joined
+            continue
         return args
     return parser.parse_args(words)   # not reached: every pass joins one more word
 
@@ -122,6 +127,16 @@ def _joined(words: list[str], refused: UsageInvalid) -> list[str] | None:
     for at, word in enumerate(words[:-1]):
         if word in flags and _NEGATIVE.match(words[at + 1]):
             return words[:at] + [f"{word}={words[at + 1]}"] + words[at + 2:]
+    return None
+
+
+def _joined_optional(words: list[str], first: str, parser: argparse.ArgumentParser) -> list[str] | None:
+    """``--wait -5s`` as ``--wait=-5s``, for a flag whose value is optional (argparse leaves
+    the negative value over, as an unknown flag)."""
+    flags = {flag for action in parser._actions if action.nargs != 0 for flag in action.option_strings}
+    for at, word in enumerate(words[:-1]):
+        if word in flags and words[at + 1] == first and _NEGATIVE.match(first):
+            return words[:at] + [f"{word}={first}"] + words[at + 2:]
     return None
 
 
