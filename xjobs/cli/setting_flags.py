@@ -32,24 +32,24 @@ def add(parser: argparse.ArgumentParser, *keys: str, flags: Mapping[str, str] | 
         if flag is None:
             raise ValueError(f"the setting {key!r} declares no flag")
         text = (help or {}).get(key) or declared.flag_help or declared.help
-        spellings = [flag] + ([former[key]] if former and key in former else [])
-        for spelling in spellings:
-            if spelling != flag:
-                text = argparse.SUPPRESS
-            options: dict[str, Any] = {"dest": _DEST.format(declared.key), "help": text}
-            if spelling != flag:
-                options.update(action=_Former, instead=flag)
-            if declared.kind.switch:
-                parser.add_argument(spelling, **{"action": "store_const", **options}, default=None,
-                                    const=not flag.startswith("--no-"))
-                continue
-            metavar = declared.metavar or declared.kind.metavar or flag.lstrip("-").replace("-", "_").upper()
-            parser.add_argument(spelling, metavar=metavar,
-                                **{"action": "append" if declared.kind.repeatable else "store", **options})
+        options: dict[str, Any] = {"dest": _DEST.format(declared.key)}
+        if declared.kind.switch:
+            options.update(default=None, const=not flag.startswith("--no-"))
+            action = "store_const"
+        else:
+            options["metavar"] = (declared.metavar or declared.kind.metavar
+                                  or flag.lstrip("-").replace("-", "_").upper())
+            action = "append" if declared.kind.repeatable else "store"
+        parser.add_argument(flag, action=action, help=text, **options)
+        if former and key in former:
+            parser.add_argument(former[key], action=_Former, help=argparse.SUPPRESS, **options,
+                                instead=f"{flag}, the spelling of the setting ({declared.key}, "
+                                        f"{declared.env}) and of `xjobsd run`")
 
 
 class _Former(argparse.Action):
-    """A flag's former spelling: still read, as the flag it became, and warned about."""
+    """A flag's former spelling: read as the flag it became (a single value, or a switch's
+    constant), with a warning saying what to write instead."""
 
     def __init__(self, option_strings: list[str], dest: str, instead: str, const: Any = None,
                  **kwargs: Any) -> None:
@@ -59,8 +59,7 @@ class _Former(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        print(f"xjobsd: warning: {option_string} is deprecated: say {self.instead}, as the setting's "
-              f"variable and `xjobsd run` do", file=sys.stderr)
+        print(f"xjobsd: warning: {option_string} is deprecated: say {self.instead}", file=sys.stderr)
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
