@@ -56,6 +56,8 @@ def test_commands_beside_a_daemon_find_its_app_and_ps_names_it(daemon_env):
         assert cmdline(child["pid"]) == f"{title}: {child['role']}{where} #{child['index']}"
 
     here = xjobsd_in(env, env.tmp)
+    assert here("status").stdout.startswith(f"xjobsd pid {daemon.pid}: running, up ")
+    assert f", app {APP}, {TASKS_APP}, schema {env.schema}," in here("status").stdout.splitlines()[0]
     listed = wait_for(lambda: [t for t in orjson.loads(here("tasks", "ls", "--json").stdout)["tasks"]
                                if t["dispatched"] > 0], 15, "the task, dispatching, listed with no --app")
     assert [t["name"] for t in listed] == ["every_second"]

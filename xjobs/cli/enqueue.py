@@ -63,7 +63,7 @@ def _declared(name: str, apps: list[str]) -> JobHandle:
         close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
         if not apps:
             hint = ("no app was given, configured or found: pass --app MODULE, the module declaring "
-                    "it (or set XJOBS_APPS, or run this where `xjobsd run` runs)")
+                    "it; set XJOBS_APPS; or run this where `xjobsd run` runs")
         else:
             hint = (f"{', '.join(apps)} declares {', '.join(names) or 'no job'}; pass --app MODULE "
                     "for a job declared elsewhere")

@@ -40,7 +40,7 @@ def list_tasks(args: argparse.Namespace) -> int:
     apps = found_apps(args, settings)
     if not apps:
         raise InvalidOption("app", "no app to list the tasks of: none was given, configured or found",
-                            hint="pass --app MODULE (or set XJOBS_APPS, or run this where `xjobsd run` runs)")
+                            hint="pass --app MODULE, set XJOBS_APPS, or run this where `xjobsd run` runs")
     import_apps(apps)
     found = admin.schedules(driver_from(settings), REGISTRY.tasks())
     rows = [{**row, "next_fire": iso(row["next_fire"]), "watermark": iso(row["watermark"])}

@@ -33,11 +33,13 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # argparse calls this inside its ``except ArgumentError``: the error names the argument
         failed = sys.exc_info()[1]
-        if isinstance(failed, argparse.ArgumentError):
-            raise self._refusal(failed.argument_name, failed.message) from None
-        if message.startswith(_REQUIRED):
-            raise self._missing(message[len(_REQUIRED):].split(", ")) from None
-        raise self._usage(message) from None
+        name, text = ((failed.argument_name, failed.message) if isinstance(failed, argparse.ArgumentError)
+                      else (None, message))
+        if text.startswith(_REQUIRED):
+            raise self._missing(text[len(_REQUIRED):].split(", ")) from None
+        if name is not None:
+            raise self._refusal(name, text) from None
+        raise self._usage(text) from None
 
     # -- what each refusal says ----------------------------------------------------------------
 
