@@ -142,7 +142,7 @@ def import_apps(modules: list[str] | tuple[str, ...]) -> None:
 
 
 def found_apps(args: argparse.Namespace, settings: Settings) -> list[str]:
-    """The app's modules: ``--app``, else the settings' (``XJOBS_APPS``, the file), else those
+    """The app's modules: ``--app``, else the settings' (``XJOBS_APP``, the file), else those
     of the daemon running from this directory, so a command run beside it needs no flag."""
     given = list(getattr(args, "app", None) or ()) or list(settings.apps)
     return given or daemon_apps(args)

@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("name", help="the job's durable name")
     parser.add_argument("--input", required=True, help="the job's input as JSON")
     parser.add_argument("--app", action="append", default=[],
-                        help="module declaring the job (repeatable; default: XJOBS_APPS, else the app "
+                        help="module declaring the job (repeatable; default: XJOBS_APP, else the app "
                              "of the daemon running from this directory)")
     parser.add_argument("--delay", help="run no sooner than this from now (250ms, 5s, 2m, 1h)")
     parser.add_argument("--priority", type=int, help="lower runs first (default: the job's)")
@@ -63,7 +63,7 @@ def _declared(name: str, apps: list[str]) -> JobHandle:
         close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
         if not apps:
             hint = ("no app was given, configured or found: pass --app MODULE, the module declaring "
-                    "it; set XJOBS_APPS; or run this where `xjobsd run` runs")
+                    "it; set XJOBS_APP; or run this where `xjobsd run` runs")
         else:
             hint = (f"{', '.join(apps)} declares {', '.join(names) or 'no job'}; pass --app MODULE "
                     "for a job declared elsewhere")

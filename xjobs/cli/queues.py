@@ -4,7 +4,7 @@
     xjobsd queues pause NAME       no worker on any machine claims from NAME (running jobs finish)
     xjobsd queues resume NAME      claims start again at once (idle workers are woken)
 
-The queues are those the app declares (``--app``, else ``XJOBS_APPS``, else the app of the
+The queues are those the app declares (``--app``, else ``XJOBS_APP``, else the app of the
 daemon running from this directory), those with live jobs, and those paused. Pausing or
 resuming any other name is refused (``X_QUEUE_UNKNOWN``, naming the known ones) unless
 ``--force``: a misspelt queue's pause would stop nothing.
@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                             help="act on a queue the app does not declare and that holds no job and no pause")
     for verb in (ls, pause, resume):
         verb.add_argument("--app", action="append", default=[],
-                          help="module declaring the app's queues (repeatable; default: XJOBS_APPS, "
+                          help="module declaring the app's queues (repeatable; default: XJOBS_APP, "
                                "else the app of the daemon running from this directory)")
         verb.add_argument("--json", action="store_true", help="print JSON")
         add_database_flags(verb)

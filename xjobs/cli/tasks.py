@@ -3,7 +3,7 @@ watermark (occurrences up to it are dispatched) and the fleet's scheduler leader
 
     xjobsd tasks ls [--app myapp.jobs] [--json]
 
-The app is ``--app``, else ``XJOBS_APPS`` (or the file's ``apps``), else the app of the daemon
+The app is ``--app``, else ``XJOBS_APP`` (or the file's ``apps``), else the app of the daemon
 running from this directory; with none of them the command is refused, never an empty table.
 
 Read from the database; the next fire time is computed from the watermark (or, for a task
@@ -28,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=type(parser))
     ls = verbs.add_parser("ls", help="every cron task of the app")
     ls.add_argument("--app", action="append", default=[],
-                    help="module declaring the tasks (repeatable; default: XJOBS_APPS, else the app of "
+                    help="module declaring the tasks (repeatable; default: XJOBS_APP, else the app of "
                          "the daemon running from this directory)")
     ls.add_argument("--json", action="store_true", help="print JSON")
     add_database_flags(ls)
@@ -40,7 +40,7 @@ def list_tasks(args: argparse.Namespace) -> int:
     apps = found_apps(args, settings)
     if not apps:
         raise InvalidOption("app", "no app to list the tasks of: none was given, configured or found",
-                            hint="pass --app MODULE, set XJOBS_APPS, or run this where `xjobsd run` runs")
+                            hint="pass --app MODULE, set XJOBS_APP, or run this where `xjobsd run` runs")
     import_apps(apps)
     found = admin.schedules(driver_from(settings), REGISTRY.tasks())
     rows = [{**row, "next_fire": iso(row["next_fire"]), "watermark": iso(row["watermark"])}
