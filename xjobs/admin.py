@@ -10,12 +10,13 @@ key a live job holds again (requeueing it would break the key's promise) and say
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Iterable
 
 from .drivers.base import LIVE_STATES, Batch, DeadGroup, JobDriver, JobView, ListFilter
-from .errors import InvalidOption
+from .errors import InvalidOption, UnknownQueue
 from .options import duration_ms, finite_count, plain_name
 # what a job waits for and the queues' table are the API's projection too (``xjobs.get``,
 # ``xjobs.queues``): one copy, there
@@ -126,6 +127,25 @@ def group_filter(group: DeadGroup) -> ListFilter:
     """The dead letters of one group (``job_dead_groups``), exactly: same queue and name, and
     the same first characters of their error."""
     return ListFilter(queue=group.queue, name=group.name, state="dead", error_group=group.error)
+
+
+def check_queue(driver: JobDriver, queue: str, declared: tuple[str, ...] | None) -> None:
+    """Refuse (``X_QUEUE_UNKNOWN``) a queue that ``declared`` (the app's queues; None: no app
+    at hand) does not name and that holds no live job and no pause: most likely a misspelt
+    one, whose pause would stop nothing and stay listed. A surface lets its user insist."""
+    known = [row["name"] for row in queues(driver, declared or ())]
+    name = plain_name(queue, "queue")
+    if name in known:
+        return
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    where = "the app does not declare it, and it" if declared is not None else "it"
+    listed = ", ".join(known) or "none"
+    hint = (f"the queues known are: {listed}" if declared is not None else
+            f"no app was given or found, so the queues known are those with jobs or paused: {listed}; "
+            "pass --app MODULE")
+    raise UnknownQueue(f"no queue {name!r}: {where} holds no job and is not paused"
+                       + (f" (did you mean {close[0]}?)" if close else ""),
+                       hint=hint)
 
 
 def pause_queue(driver: JobDriver, queue: str, *, by: str) -> None:

@@ -11,11 +11,17 @@ class XJobsError(Exception):
     """Base class: ``code`` is stable, ``str(err)`` is for humans."""
 
     code = "X_ERROR"
+    hint: str | None = None
+    """What to do about it, for a person (``xjobsd`` prints it after the message); not part
+    of ``str(err)``, which stays the code and the message."""
 
-    def __init__(self, message: str, *, code: str | None = None, **details: object) -> None:
+    def __init__(self, message: str, *, code: str | None = None, hint: str | None = None,
+                 **details: object) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
+        if hint is not None:
+            self.hint = hint
         self.details = details
 
     def __str__(self) -> str:
@@ -27,10 +33,16 @@ class InvalidOption(XJobsError, ValueError):
 
     code = "X_INVALID_OPTION"
 
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"{option}: {message}", option=option)
+    def __init__(self, option: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{option}: {message}", hint=hint, option=option)
         self.option = option
         self.reason = message
+
+
+class UsageInvalid(XJobsError):
+    """A command line that does not parse: an unknown flag, a missing argument or verb."""
+
+    code = "X_USAGE"
 
 
 class DuplicateJob(XJobsError):
@@ -47,6 +59,19 @@ class IdempotencyKeyRequired(XJobsError):
 
 class UnknownJob(XJobsError):
     code = "X_JOB_UNKNOWN"
+
+
+class UnknownQueue(XJobsError):
+    """An operator's verb names a queue that nothing declares, holds jobs on or pauses."""
+
+    code = "X_QUEUE_UNKNOWN"
+
+
+class DaemonRunning(XJobsError):
+    """``xjobsd run`` where another daemon, still running, recorded itself with the same
+    control socket or metrics address."""
+
+    code = "X_DAEMON_RUNNING"
 
 
 class ClaimQueuesEmpty(XJobsError):

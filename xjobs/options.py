@@ -60,12 +60,17 @@ def duration_ms(value: object, option: str, *, minimum_ms: float = 0.0,
                 exclusive_minimum: bool = False) -> float:
     """``"250ms"``, ``"5s"``, ``"2m"``, ``"1h"``, ``"1d"`` or a number of milliseconds."""
     if isinstance(value, str):
+        unsigned = value.strip().removeprefix("-")
+        if unsigned != value.strip() and (_DURATION.match(unsigned) or _PLAIN_NUMBER.match(unsigned)):
+            raise InvalidOption(option, f"negative durations are refused, got {value!r}")
         match = _DURATION.match(value)
         if match is None and _PLAIN_NUMBER.match(value):
             match = _DURATION.match(value.strip() + "ms")   # a bare number is milliseconds
         if match is None:
             raise InvalidOption(option, f"not a duration: {value!r} (use 250ms, 5s, 2m, 1h or a number of ms)")
         value = float(match.group(1)) * _UNITS_MS[match.group(2)]
+    elif isinstance(value, Real) and not isinstance(value, bool) and value < 0:
+        raise InvalidOption(option, f"negative durations are refused, got {value!r}")
     return finite_option(value, option, minimum=minimum_ms, maximum=maximum_ms,
                          exclusive_minimum=exclusive_minimum)
 

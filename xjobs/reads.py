@@ -84,10 +84,10 @@ async def aget(job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None,
 
 
 def queues(*, driver: QueueStore | None = None) -> list[dict[str, Any]]:
-    """Every queue with jobs or a pause switch, as ``xjobsd queues ls --json`` prints it:
-    ``paused`` (and ``paused_by``), ``depth`` and ``oldest_ready_seconds`` of its due ready
-    jobs, and how many are ``ready``, ``running``, ``suspended``, ``dead`` and
-    ``quarantined``, read now."""
+    """Every queue with live jobs or paused, as ``xjobsd queues ls --json`` prints it (which
+    adds, with no job yet, the queues of the app it finds): ``paused`` (and ``paused_by``),
+    ``depth`` and ``oldest_ready_seconds`` of its due ready jobs, and how many are ``ready``,
+    ``running``, ``suspended``, ``dead`` and ``quarantined``, read now."""
     store = driver if driver is not None else current_driver()
     rows: list[dict[str, Any]] = plain(queue_rows(store))   # as --json prints them, through the same plain()
     return rows

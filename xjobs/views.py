@@ -96,14 +96,17 @@ def shown(view: JobView) -> dict[str, Any]:
 
 
 def queues(driver: QueueStore, known: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Every queue with jobs, a switch or a declaration: paused or not, depth, oldest ready
-    age and live counts (read through the partial indexes, never the finished bulk);
-    ``changed_at``, when its switch last changed, in epoch milliseconds."""
+    """Every queue declared (``known``: the app's), with live jobs, or paused: paused or not,
+    depth, oldest ready age and live counts (read through the partial indexes, never the
+    finished bulk); ``changed_at``, when its switch last changed, in epoch milliseconds. A
+    switch left resumed on a queue nothing else names is no queue: a name once paused by
+    mistake does not stay listed for ever."""
     counts = driver.queue_counts()
     summary = driver.queue_summary()
     control = {c.name: c for c in driver.queue_control()}
+    paused = {name for name, switch in control.items() if switch.paused}
     rows = []
-    for name in sorted(set(counts) | set(summary) | set(control) | set(known)):
+    for name in sorted(set(counts) | set(summary) | paused | set(known)):
         switch = control.get(name)
         states = counts.get(name, {})
         ready = summary.get(name)

@@ -11,11 +11,11 @@ import argparse
 import importlib
 import os
 import sys
-from typing import NoReturn
 
 from .. import __version__
 from ..errors import XJobsError
-from .common import USAGE_ERRORS
+from .common import USAGE_ERRORS, refusal_line
+from .usage import Parser, parse
 
 # modules under xjobs.cli, each exposing add_parser(subparsers) that registers its
 # subcommand(s) with a handler(args) -> exit code; ``control`` registers the verbs that change
@@ -27,17 +27,10 @@ SUBCOMMAND_MODULES = ("run", "status", "control", "migrate", "enqueue", "jobs", 
 _EXIT_PIPE_CLOSED = 141
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse exits 2 already; keep one voice
-        self.print_usage(sys.stderr)
-        print(f"xjobsd: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="xjobsd", description="Durable background jobs on PostgreSQL.")
+    parser = Parser(prog="xjobsd", description="Durable background jobs on PostgreSQL.")
     parser.add_argument("--version", action="version", version=f"xjobsd {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for module_name in SUBCOMMAND_MODULES:
         module = importlib.import_module(f"{__name__}.{module_name}")
         module.add_parser(sub)
@@ -66,14 +59,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = parse(parser, sys.argv[1:] if argv is None else argv)
         return int(args.handler(args) or 0)
     except USAGE_ERRORS as exc:
-        print(f"xjobsd: {exc}", file=sys.stderr)
+        print(refusal_line(exc), file=sys.stderr)
         return 2
     except XJobsError as exc:     # the database's failures among them (DriverError: X_DATABASE_*)
-        print(f"xjobsd: {exc}", file=sys.stderr)
+        print(refusal_line(exc), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -7,23 +7,38 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import orjson
 
 from ..config import Settings, find_setting, load_settings
 from ..formatting import plain
-from ..errors import (AppInvalid, IdempotencyKeyRequired, InvalidOption, PayloadInvalid, PayloadTooLarge,
-                      TenantRequired, UnknownJob)
+from ..errors import (AppInvalid, DaemonRunning, IdempotencyKeyRequired, InvalidOption, PayloadInvalid,
+                      PayloadTooLarge, SchemaMissing, TenantRequired, UnknownJob, UnknownQueue, UsageInvalid,
+                      XJobsError)
 from . import setting_flags
 
 if TYPE_CHECKING:
     from ..drivers.base import JobDriver
 
-# refusals of what the user typed, configured or deployed: exit 2, like argparse's own
-USAGE_ERRORS = (InvalidOption, UnknownJob, PayloadInvalid, PayloadTooLarge, TenantRequired,
-                IdempotencyKeyRequired, AppInvalid)
+# refusals of what the user typed, configured or deployed: exit 2, like a refused start. A
+# missing schema among them: a restart cannot mend it, and most often the schema is misspelt
+USAGE_ERRORS = (InvalidOption, UsageInvalid, UnknownJob, UnknownQueue, PayloadInvalid, PayloadTooLarge,
+                TenantRequired, IdempotencyKeyRequired, AppInvalid, DaemonRunning, SchemaMissing)
 _USAGE_CODES = frozenset(cls.code for cls in USAGE_ERRORS)
+_INSTALL_HINT = "`xjobsd migrate` installs it; `xjobsd run` does too, at start"
+
+
+def refusal_line(exc: XJobsError) -> str:
+    """The one line a refusal is printed as: ``xjobsd: X_CODE: message (hint: ...)``."""
+    text = str(exc)
+    hint = exc.hint
+    if isinstance(exc, SchemaMissing):
+        # the server's words (``relation "s.jobs" does not exist``, the statement's line and a
+        # caret) say less than the code and cost three lines
+        text = text.splitlines()[0]
+        hint = hint or _INSTALL_HINT
+    return f"xjobsd: {text}" + (f" (hint: {hint})" if hint else "")
 
 
 def refusal_exit_code(code: str | None) -> int:
@@ -85,17 +100,28 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return settings.with_overrides(dsn=dsn, schema=None if explicit_schema else schema)
 
 
-def driver_from(settings: Settings, application_name: str = "xjobs-cli", **pool_options: Any) -> "JobDriver":
+def driver_from(settings: Settings, application_name: str = "xjobs-cli", *, installed: bool = True,
+                **pool_options: Any) -> "JobDriver":
     """A driver for one command, after one quick connection proves the database answers:
     an operator wants "cannot connect" in seconds, not a pool retrying for half a minute.
+    With ``installed`` (every command but those that install it) that connection also reads
+    the schema's version, and a schema nothing installed is refused (``X_SCHEMA_MISSING``)
+    before the command reads or writes anything: never installed behind the user's back.
     ``pool_options`` override the one-connection pool (``pool_size``, ``statement_timeout_ms``)."""
     if not settings.dsn:
         raise InvalidOption("dsn", "no database configured: pass --dsn or set XJOBS_DATABASE_URL")
+    from ..drivers.pg_database import driver_errors
+    from ..drivers.pg_install import read_state
     from ..drivers.postgres import PostgresDriver
     driver = PostgresDriver(settings.dsn, schema=settings.schema, application_name=application_name,
                             **{"pool_size": 1, "pool_timeout": 10.0, **pool_options})
     try:
-        driver.ping(5)    # DatabaseUnavailable within seconds when nothing answers
+        # DatabaseUnavailable within seconds when nothing answers
+        with driver_errors(), driver.connect(connect_timeout=5, autocommit=True) as conn:
+            version = read_state(conn, settings.schema).version if installed else None
+        if version == 0:
+            raise SchemaMissing(f"schema {settings.schema!r} is not installed on this database",
+                                hint=_INSTALL_HINT)
     except BaseException:
         driver.close()
         raise
@@ -113,6 +139,42 @@ def import_apps(modules: list[str] | tuple[str, ...]) -> None:
         import_modules(modules)
     except AppInvalid as exc:   # at start, the app is one more option that was given wrong
         raise InvalidOption("app", exc.args[0]) from None
+
+
+def found_apps(args: argparse.Namespace, settings: Settings) -> list[str]:
+    """The app's modules: ``--app``, else the settings' (``XJOBS_APP``, the file), else those
+    of the daemon running from this directory, so a command run beside it needs no flag."""
+    given = list(getattr(args, "app", None) or ()) or list(settings.apps)
+    return given or daemon_apps(args)
+
+
+def daemon_apps(args: argparse.Namespace) -> list[str]:
+    """The modules the daemon running from this directory imported: from its record
+    (``./.xjobs/daemon.json``), else from what its control socket answers if it runs from
+    here; none when no daemon answers (a missing socket costs nothing, a hung daemon two
+    seconds)."""
+    from ..control_client import ControlUnavailable, request
+    from .embedded import recorded_daemon
+    info = recorded_daemon()
+    apps = info.get("apps") if info is not None else None
+    if _modules(apps):
+        return list(apps)
+    path = getattr(args, "control", None) or os.environ.get("XJOBS_CONTROL") or client_path()
+    if not os.path.exists(path):
+        return []
+    try:
+        answer = request(path, "status", timeout_s=2.0)
+    except (ControlUnavailable, OSError):
+        return []
+    # the default socket is per user, not per directory: only a daemon run from here counts
+    if answer.get("cwd") != os.getcwd():
+        return []
+    apps = answer.get("apps")
+    return list(apps) if _modules(apps) else []
+
+
+def _modules(value: object) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and bool(value) and all(isinstance(m, str) and m for m in value)
 
 
 def print_json(value: Any) -> None:

@@ -234,7 +234,7 @@ def _bulk(args: argparse.Namespace, one: Callable[[JobDriver, int], JobView],
             raise InvalidOption("id", "give a job id or filters, not both")
         if args.dry_run:
             raise InvalidOption("dry-run", "counts what filters would touch; `xjobsd jobs show ID` shows one job")
-        _print_one(one(_driver(args), args.id), args.json)
+        _changed(args, lambda driver: one(driver, args.id))
         return 0
     if not _has_filter(args) and not args.all:
         raise InvalidOption("filter", "give a job id, at least one filter, or --all")
@@ -244,6 +244,24 @@ def _bulk(args: argparse.Namespace, one: Callable[[JobDriver, int], JobView],
     else:
         print(result.describe())
     return 0
+
+
+def _changed(args: argparse.Namespace, verb: Callable[[JobDriver], JobView], how: str | None = None) -> None:
+    """One job's verb, said in one line (``job 3: dead -> ready (retried by cli:alice)``);
+    ``--json`` prints the job as ``jobs show --json`` does. The state before is read first, for
+    the line only: the verb itself decides from the row as it is when it runs."""
+    driver = _driver(args)
+    before = None if args.json else driver.job_get(args.id).state
+    after = verb(driver)
+    if args.json:
+        print_json(shown(after))
+        return
+    said = [how] if how else []
+    said += [after.history[-1]["error"] or ""] if after.history else []
+    if before == "running" and after.state == "cancelled":
+        said.append("its worker stops it at its next lease renewal")
+    notes = "; ".join(note for note in said if note)
+    print(f"job {after.id}: {before} -> {after.state}" + (f" ({notes})" if notes else ""))
 
 
 def cancel_jobs(args: argparse.Namespace) -> int:
@@ -258,7 +276,8 @@ def retry_jobs(args: argparse.Namespace) -> int:
         # from what the re-opened step returned, so keeping it would skip the work it stands for
         if args.id is None or _has_filter(args) or args.all or args.dry_run:
             raise InvalidOption("from-step", "re-opens the steps of ONE job: give its id and no filters")
-        _print_one(_driver(args).step_reopen(args.id, args.from_step), args.json)
+        _changed(args, lambda driver: driver.step_reopen(args.id, args.from_step),
+                 f"from step {args.from_step!r}")
         return 0
     return _bulk(args, lambda d, job_id: admin.retry_job(d, job_id, by=_by()),
                  lambda d, where: admin.retry_jobs(d, where, by=_by(), dry_run=args.dry_run,

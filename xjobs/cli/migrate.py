@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from ..drivers.pg_install import pending_script, read_state, status
     from ..drivers.postgres import PostgresDriver
     settings = settings_from(args)
-    driver = driver_from(settings, "xjobsd-migrate")
+    driver = driver_from(settings, "xjobsd-migrate", installed=False)
     assert isinstance(driver, PostgresDriver)   # driver_from builds one; the ledger is Postgres's
     try:
         if args.status:

@@ -4,6 +4,11 @@
     xjobsd queues pause NAME       no worker on any machine claims from NAME (running jobs finish)
     xjobsd queues resume NAME      claims start again at once (idle workers are woken)
 
+The queues are those the app declares (``--app``, else ``XJOBS_APP``, else the app of the
+daemon running from this directory), those with live jobs, and those paused. Pausing or
+resuming any other name is refused (``X_QUEUE_UNKNOWN``, naming the known ones) unless
+``--force``: a misspelt queue's pause would stop nothing.
+
 A pause takes effect at each worker's next claim (within one poll interval at most); it is a
 row in the database, so it holds across restarts and deploys until somebody resumes it.
 """
@@ -14,8 +19,12 @@ import argparse
 import getpass
 
 from .. import admin
+from ..config import Settings
+from ..errors import UnknownQueue
 from ..formatting import iso, queue_state
-from .common import add_database_flags, driver_from, print_json, print_table, settings_from
+from ..registry import REGISTRY
+from .common import (add_database_flags, driver_from, found_apps, import_apps, print_json, print_table,
+                     settings_from)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,18 +34,34 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ls = verbs.add_parser("ls", help="every queue with its state and depth")
     ls.set_defaults(handler=list_queues)
     pause = verbs.add_parser("pause", help="stop every worker claiming from a queue")
-    pause.add_argument("name")
     pause.set_defaults(handler=lambda args: _switch(args, paused=True))
     resume = verbs.add_parser("resume", help="let workers claim from a paused queue again")
-    resume.add_argument("name")
     resume.set_defaults(handler=lambda args: _switch(args, paused=False))
+    for switch in (pause, resume):
+        switch.add_argument("name")
+        switch.add_argument("--force", action="store_true",
+                            help="act on a queue the app does not declare and that holds no job and no pause")
     for verb in (ls, pause, resume):
+        verb.add_argument("--app", action="append", default=[],
+                          help="module declaring the app's queues (repeatable; default: XJOBS_APP, "
+                               "else the app of the daemon running from this directory)")
         verb.add_argument("--json", action="store_true", help="print JSON")
         add_database_flags(verb)
 
 
+def _declared(args: argparse.Namespace, settings: Settings) -> tuple[str, ...] | None:
+    """The queues the app declares; None when no app was given, configured or found."""
+    apps = found_apps(args, settings)
+    if not apps:
+        return None
+    import_apps(apps)
+    return tuple(REGISTRY.queues())
+
+
 def list_queues(args: argparse.Namespace) -> int:
-    rows = admin.queues(driver_from(settings_from(args)))
+    settings = settings_from(args)
+    declared = _declared(args, settings)
+    rows = admin.queues(driver_from(settings), declared or ())
     if args.json:
         print_json(rows)
         return 0
@@ -48,7 +73,15 @@ def list_queues(args: argparse.Namespace) -> int:
 
 
 def _switch(args: argparse.Namespace, *, paused: bool) -> int:
-    driver = driver_from(settings_from(args))
+    settings = settings_from(args)
+    declared = _declared(args, settings)
+    driver = driver_from(settings)
+    if not args.force:
+        try:
+            admin.check_queue(driver, args.name, declared)
+        except UnknownQueue as exc:
+            exc.hint = f"{exc.hint}; --force {'pauses' if paused else 'resumes'} it anyway"
+            raise
     by = f"cli:{getpass.getuser()}"
     (admin.pause_queue if paused else admin.resume_queue)(driver, args.name, by=by)
     row = next(r for r in admin.queues(driver, (args.name,)) if r["name"] == args.name)

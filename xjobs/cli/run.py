@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..config import Settings, load_settings
 from ..errors import InvalidOption
 from ..logs import configure_logging, event
-from . import setting_flags
+from . import here, setting_flags
 from .common import add_config_flag, add_log_flags, import_apps
 
 if TYPE_CHECKING:
@@ -91,13 +91,15 @@ def run(args: argparse.Namespace) -> int:
     options = _options(settings)
     if not settings.apps:
         raise InvalidOption("app", "no job modules: pass --app MODULE (or apps = [...] in the config)")
+    control_path = os.path.abspath(settings.control or default_path())
+    here.refuse_second(control_path, settings.metrics)   # before anything is imported or bound
     import_apps(settings.apps)
     app = AppCode(settings.apps, REGISTRY)
-    control_path = os.path.abspath(settings.control or default_path())
     roles, ui_socket = ROLES, None
     if settings.ui:
         from ..ui import listen as ui_listen
         ui_listen.check_installed()
+        here.warn_unprotected(settings)
         ui_socket = ui_listen.bind(settings.ui)
         roles = ROLES + (RoleKind(ui_listen.ROLE, ui_listen.POLICY, ui_listen.builder(ui_socket, control_path),
                                   runs_app=ui_listen.RUNS_APP),)
@@ -120,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if settings.metrics and settings.metrics.lower() not in ("off", "none", "0"):
         metrics = MetricsEndpoint(settings.metrics)
     listener = control_mod.bind(control_path)
+    recorded = False
     try:
         _migrate(settings)
         at_start = settings
@@ -146,10 +149,7 @@ def run(args: argparse.Namespace) -> int:
         arbiter = Arbiter(settings, specs, options=options, configuration=configuration,
                           make_probe=make_probe, metrics=metrics, control=(control_path, listener),
                           registered=registered_queues(REGISTRY), make_queue_specs=make_queue_specs)
-        if pgdata is not None:
-            embedded_mod.record_daemon({"pid": os.getpid(), "dsn": settings.dsn, "schema": settings.schema,
-                                        "control": control_path, "pgdata": str(pgdata),
-                                        "metrics": metrics.address if metrics else None})
+        recorded = here.record(settings, control_path, metrics.address if metrics else None, pgdata)
         facts = started(settings, specs, REGISTRY, control_path, metrics, pgdata, embedded_mod.os_user(),
                         stranded, ui_socket)
         if log_format == "json":   # one event among the JSON lines, never a block of text
@@ -164,8 +164,9 @@ def run(args: argparse.Namespace) -> int:
             metrics.server.server_close()
         if ui_socket is not None:
             ui_socket.close()
-        if embedded is not None:
+        if recorded:
             embedded_mod.forget_daemon(os.getpid())
+        if embedded is not None:
             embedded.cleanup()
 
 
@@ -232,12 +233,14 @@ def banner(facts: dict[str, Any]) -> str:
         lines.append(f"  metrics: {facts['metrics']}")
     if facts["dashboard"] is not None:
         lines.append(f"  dashboard: {facts['dashboard']}")
-    lines.append("  try, from this directory:")
-    lines.append("    xjobsd status")
-    if facts["example_job"] is not None:
-        lines.append(f"    xjobsd enqueue {facts['example_job']} --app {facts['apps'][0]} --input '{{...}}'")
-    lines.append("    xjobsd jobs ls")
-    lines.append("    xjobsd queues ls")
+    command, activate = here.command()
+    lines.append("  try, from this directory" + (f" (or `{activate}` first, then plain `xjobsd`)"
+                                                 if activate else "") + ":")
+    lines.append(f"    {command} status")
+    if facts["example_job"] is not None:   # the app is found from this directory: no --app
+        lines.append(f"    {command} enqueue {facts['example_job']} --input '{{...}}'")
+    lines.append(f"    {command} jobs ls")
+    lines.append(f"    {command} queues ls")
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ read and refused there, as the environment's and the file's are.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any, Mapping
 
 from ..config import SETTINGS, find_setting
@@ -21,23 +22,45 @@ _DEST = "setting_{}"
 
 
 def add(parser: argparse.ArgumentParser, *keys: str, flags: Mapping[str, str] | None = None,
-        help: Mapping[str, str] | None = None) -> None:
+        help: Mapping[str, str] | None = None, former: Mapping[str, str] | None = None) -> None:
     """Add the flags of the settings ``keys``, in that order. A command whose flags read
-    otherwise names them in ``flags`` (``xjobsd ui --actions``, where every flag is about
-    the dashboard) and rewords their help in ``help``."""
+    otherwise names them in ``flags`` and rewords their help in ``help``; ``former`` keeps a
+    flag's former spelling working, unlisted, with a warning naming the one to say instead."""
     for key in keys:
         declared = find_setting(key)
         flag = (flags or {}).get(key) or declared.flag
         if flag is None:
             raise ValueError(f"the setting {key!r} declares no flag")
         text = (help or {}).get(key) or declared.flag_help or declared.help
+        options: dict[str, Any] = {"dest": _DEST.format(declared.key)}
         if declared.kind.switch:
-            parser.add_argument(flag, dest=_DEST.format(declared.key), action="store_const", default=None,
-                                const=not flag.startswith("--no-"), help=text)
-            continue
-        metavar = declared.metavar or declared.kind.metavar or flag.lstrip("-").replace("-", "_").upper()
-        parser.add_argument(flag, dest=_DEST.format(declared.key), metavar=metavar, help=text,
-                            action="append" if declared.kind.repeatable else "store")
+            options.update(default=None, const=not flag.startswith("--no-"))
+            action = "store_const"
+        else:
+            options["metavar"] = (declared.metavar or declared.kind.metavar
+                                  or flag.lstrip("-").replace("-", "_").upper())
+            action = "append" if declared.kind.repeatable else "store"
+        parser.add_argument(flag, action=action, help=text, **options)
+        if former and key in former:
+            parser.add_argument(former[key], action=_Former, help=argparse.SUPPRESS, **options,
+                                instead=f"{flag}, the spelling of the setting ({declared.key}, "
+                                        f"{declared.env}) and of `xjobsd run`")
+
+
+class _Former(argparse.Action):
+    """A flag's former spelling: read as the flag it became (a single value, or a switch's
+    constant), with a warning saying what to write instead."""
+
+    def __init__(self, option_strings: list[str], dest: str, instead: str, const: Any = None,
+                 **kwargs: Any) -> None:
+        self.instead = instead
+        super().__init__(option_strings, dest, nargs=0 if const is not None else None, const=const,
+                         **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"xjobsd: warning: {option_string} is deprecated: say {self.instead}", file=sys.stderr)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:

@@ -75,7 +75,8 @@ def status(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 1 if not_ready else 0
-    print(f"xjobsd pid {answer['pid']}: {answer['state']}, up {age(answer['uptime'])}, schema "
+    app = f", app {', '.join(answer['apps'])}" if answer.get("apps") else ""
+    print(f"xjobsd pid {answer['pid']}: {answer['state']}, up {age(answer['uptime'])}{app}, schema "
           f"{answer['schema']}, database {'up' if answer.get('database_up') else 'DOWN' if answer.get('database_up') is False else '?'}")
     if answer.get("drain_deadline_in") is not None:
         print(f"drain deadline in {answer['drain_deadline_in']:.1f}s")

@@ -42,7 +42,7 @@ def tick(args: argparse.Namespace) -> int:
     deadline_s = duration_ms(args.deadline, "deadline", exclusive_minimum=True, maximum_ms=3_600_000) / 1000.0
     settings = settings_from(args)
     import_apps(args.app or list(settings.apps))
-    driver = driver_from(settings, application_name="xjobsd-tick")
+    driver = driver_from(settings, application_name="xjobsd-tick", installed=False)
     try:
         driver.migrate(upgrade=settings.migrate)   # one read when current, as at a daemon's boot
         summary = run_tick(driver=driver, registry=REGISTRY, settings=settings, deadline_s=deadline_s,

@@ -1,12 +1,13 @@
 """``xjobsd ui``: the dashboard alone, in the foreground, for a machine that runs no workers.
 
-    xjobsd ui --dsn URL [--listen 127.0.0.1:8080] [--app myapp.jobs] [--actions]
-              [--trust-header X-Forwarded-User] [--control PATH]
+    xjobsd ui --dsn URL [--listen 127.0.0.1:8080] [--app myapp.jobs] [--ui-actions]
+              [--ui-trust-header X-Forwarded-User] [--control PATH]
 
 ``--app`` names the app's cron tasks on the schedules page (without it, the tasks the
 database has watermarks for are listed by name). ``--control`` shows a local daemon's
-children on the overview. Acting (retry, cancel, pause) needs ``--actions`` and the token
-in ``XJOBS_UI_TOKEN`` (or a trusted proxy's header): without them the dashboard only reads.
+children on the overview. Acting (retry, cancel, pause) needs ``--ui-actions`` and the token
+in ``XJOBS_UI_TOKEN`` (or a trusted proxy's header): without them the dashboard only reads,
+and actions enabled with neither are warned about at start.
 SIGTERM or Ctrl-C stops it.
 """
 
@@ -19,7 +20,7 @@ import sys
 from typing import Any
 
 from ..logs import configure_logging
-from . import setting_flags
+from . import here, setting_flags
 from .common import add_database_flags, add_log_flags, driver_from, import_apps, settings_from
 
 
@@ -29,8 +30,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--listen", metavar="HOST:PORT", default=None,
                    help="where to serve it (default: XJOBS_UI, else 127.0.0.1:8080)")
     p.add_argument("--app", action="append", default=[], help="module declaring the app's cron tasks (repeatable)")
+    # spelt as the settings (ui_actions, XJOBS_UI_ACTIONS) and `xjobsd run` spell them; the
+    # former --actions and --trust-header still work, with a warning
     setting_flags.add(p, "ui_actions", "ui_trust_header",
-                      flags={"ui_actions": "--actions", "ui_trust_header": "--trust-header"},
+                      former={"ui_actions": "--actions", "ui_trust_header": "--trust-header"},
                       help={"ui_actions": "allow retry, cancel and pause for who signs in with XJOBS_UI_TOKEN",
                             "ui_trust_header": "a trusted reverse proxy's header naming the signed-in user"})
     p.add_argument("--control", metavar="PATH", help="a local daemon's control socket, to show its children")
@@ -44,6 +47,7 @@ def serve(args: argparse.Namespace) -> int:
     from ..ui import listen
     listen.check_installed()
     settings = settings_from(args)
+    here.warn_unprotected(settings)
     sock = listen.bind(args.listen or settings.ui or "127.0.0.1:8080")
     from ..registry import REGISTRY
     from ..supervisor.roles import ROLE_STATEMENT_TIMEOUT_MS

@@ -53,7 +53,7 @@ from ..config import Settings
 from ..errors import InvalidOption
 from . import report
 from .backoff import Backoff
-from .child import set_title
+from .child import process_title, set_title
 from .control import ControlServer, Deferred, scale_request
 from .draining import Drain
 from .handback import count_handback
@@ -162,7 +162,7 @@ class Arbiter:
     def run(self) -> int:
         """Supervise until drained; answers the process exit code. No child outlives it."""
         try:
-            set_title("xjobsd: supervisor")
+            set_title(process_title(",".join(self.settings.apps), "supervisor"))
             self.start()
             while self.state != "stopped":
                 self.step()

@@ -81,11 +81,17 @@ class ChildSpec:
     heartbeat_ms: float = 1000.0
     drain_deadline_ms: float = 25_000.0
     drain: DrainMode = "interrupt"      # the role's policy: what a drain's accept means to it
+    app: str = ""                       # the app's modules, comma-separated: which daemon in ``ps``
 
     @property
     def title(self) -> str:
         where = f" queue={self.queue}" if self.queue is not None else ""
-        return f"xjobsd: {self.role}{where} #{self.index}"
+        return process_title(self.app, f"{self.role}{where} #{self.index}")
+
+
+def process_title(app: str, what: str) -> str:
+    """``xjobsd[myapp]: worker queue=emails #2``: the app named, so ``ps`` tells daemons apart."""
+    return f"xjobsd[{app}]: {what}" if app else f"xjobsd: {what}"
 
 
 def set_parent_death_signal(signum: int) -> bool:

@@ -137,7 +137,8 @@ class ProcessTable:
     def spawn(self, slot: Slot, successor: bool = False) -> Child | None:
         try:
             forked = self.forker.fork(slot.spec, slot.index, heartbeat_ms=self.options.heartbeat_ms,
-                                      drain_deadline_ms=self.settings.drain_deadline_ms)
+                                      drain_deadline_ms=self.settings.drain_deadline_ms,
+                                      app=",".join(self.settings.apps))
         except OSError as exc:
             log.error("cannot start %s: %s", slot.label, exc)
             slot.next_start = time.monotonic() + self.options.backoff.delay(max(1, slot.failures))

@@ -133,6 +133,8 @@ def status(arbiter: "Arbiter", now: float) -> dict[str, Any]:
     deadline = arbiter.drain.deadline
     return {
         "pid": arbiter.pid,
+        "apps": list(arbiter.settings.apps),
+        "cwd": os.getcwd(),   # where its app was imported from, and its record kept
         "state": arbiter.state,
         "uptime": round(now - arbiter.started_at, 3),
         "schema": arbiter.settings.schema,

@@ -47,7 +47,7 @@ class Forker:
         self._context = multiprocess.get_context("fork")
 
     def fork(self, spec: RoleSpec, index: int, *, heartbeat_ms: float,
-             drain_deadline_ms: float) -> Forked | None:
+             drain_deadline_ms: float, app: str = "") -> Forked | None:
         """Start one process of ``spec`` as slot ``index``; None when deferred."""
         if not self.fork_lock.acquire(blocking=False):
             self.deferred = True
@@ -55,7 +55,7 @@ class Forker:
         identity = new_identity(spec.role)
         child_spec = ChildSpec(role=spec.role, queue=spec.queue, index=index, identity=identity,
                                parent_pid=self.pid, heartbeat_ms=heartbeat_ms,
-                               drain_deadline_ms=drain_deadline_ms, drain=spec.policy.drain)
+                               drain_deadline_ms=drain_deadline_ms, drain=spec.policy.drain, app=app)
         parent_end: socket.socket | None = None
         child_end: socket.socket | None = None
         mask = None
