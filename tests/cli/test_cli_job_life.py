@@ -14,6 +14,7 @@ APP = "tests.apps.life_app"
 
 
 def enqueued(xjobsd, name: str) -> int:
+    xjobsd("migrate")   # an enqueue refuses a schema nothing installed
     return as_json(xjobsd("enqueue", "--app", APP, name, "--input", '{"n": 1}', "--json"))["id"]
 
 

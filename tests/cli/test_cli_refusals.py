@@ -103,4 +103,4 @@ def test_retry_and_cancel_of_one_job_say_what_changed_in_one_line(xjobsd):
         f"job {job}: ready -> cancelled (cancelled by {by}: not today)\n"
     assert xjobsd("jobs", "retry", str(job)).stdout == f"job {job}: cancelled -> ready (retried by {by})\n"
     record = as_json(xjobsd("jobs", "cancel", str(job), "--json"))    # --json: the record, whole
-    assert (record["id"], record["state"]) == (job, "cancelled") and len(record["history"]) == 3
+    assert (record["id"], record["state"]) == (job, "cancelled") and len(record["history"]) == 4   # enqueued, cancelled, requeued, cancelled
