@@ -113,11 +113,17 @@ def test_a_misspelt_variable_is_warned_about_with_the_one_it_is_closest_to(pg_ds
     assert "XJOBS_DATABASE_URL" not in proc.stderr and "XJOBS_TEST" not in proc.stderr
 
 
-def test_version_prints_the_package_version():
+def test_version_prints_the_package_version_and_the_schema_it_installs():
+    import importlib.metadata
+
     import xjobs
+    from xjobs.drivers.sql import SCHEMA_VERSION
+    # one version: the installed distribution's metadata is read from xjobs.__version__
+    assert importlib.metadata.version("xjobsd") == xjobs.__version__
     proc = subprocess.run([sys.executable, "-m", "xjobs.cli", "--version"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and proc.stdout == f"xjobsd {xjobs.__version__}\n", proc
+    assert proc.returncode == 0, proc
+    assert proc.stdout == f"xjobsd {xjobs.__version__} (schema {SCHEMA_VERSION})\n", proc
 
 
 def test_a_reader_that_stops_early_gets_no_traceback(pg_dsn, pg_schema):

@@ -26,13 +26,14 @@ def tour_script() -> str:
     return "set -euo pipefail\n" + "\n".join(blocks)
 
 
-def test_the_readme_tour_runs_as_written(tmp_path):
-    pytest.importorskip("pgserver")
+def run_tour(directory: Path, bin_dir: Path) -> None:
+    """Run the tour in ``directory`` with ``bin_dir`` (a venv's bin: its ``xjobsd``, its
+    ``python``) first on PATH, and check what it printed and what it left behind."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("XJOBS_") and k != "NOTIFY_SOCKET"}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env["XDG_RUNTIME_DIR"] = str(tmp_path)          # the control socket lands here, not elsewhere
+    env["PATH"] = os.pathsep.join([str(bin_dir), env.get("PATH", "")])
+    env["XDG_RUNTIME_DIR"] = str(directory)          # the control socket lands here, not elsewhere
     env["XJOBS_METRICS"] = "127.0.0.1:0"           # a free port: another daemon may hold 9464
-    proc = subprocess.run(["bash", "-c", tour_script()], cwd=tmp_path, env=env, capture_output=True,
+    proc = subprocess.run(["bash", "-c", tour_script()], cwd=directory, env=env, capture_output=True,
                           text=True, timeout=180)
     said = proc.stdout + proc.stderr
     assert proc.returncode == 0, said
@@ -40,11 +41,17 @@ def test_the_readme_tour_runs_as_written(tmp_path):
     assert "send_welcome #1 on queue 'emails' (deduped" in proc.stdout
     assert "queue emails paused fleet-wide" in proc.stdout
     assert "queue emails resumed" in proc.stdout
-    assert f"database: embedded PostgreSQL in {tmp_path / '.xjobs' / 'pgdata'}" in proc.stderr
+    assert f"database: embedded PostgreSQL in {directory / '.xjobs' / 'pgdata'}" in proc.stderr
     # the daemon is gone; the command starts the embedded database for itself
-    shown = subprocess.run(["xjobsd", "jobs", "show", "1", "--json"], cwd=tmp_path, env=env,
+    shown = subprocess.run(["xjobsd", "jobs", "show", "1", "--json"], cwd=directory, env=env,
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     job = orjson.loads(shown.stdout)
     assert (job["name"], job["state"], job["tenant"]) == ("send_welcome", "completed", "acme")
     assert job["progress"]["note"] == "welcomed user 1"
+
+
+def test_the_readme_tour_runs_as_written(tmp_path):
+    pytest.importorskip("pgserver")
+    run_tour(tmp_path, Path(sys.executable).parent)
+

@@ -13,6 +13,7 @@ import os
 import sys
 
 from .. import __version__
+from ..drivers.sql import SCHEMA_VERSION
 from ..errors import XJobsError
 from .common import USAGE_ERRORS, refusal_line
 from .usage import Parser, parse
@@ -29,7 +30,8 @@ _EXIT_PIPE_CLOSED = 141
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="xjobsd", description="Durable background jobs on PostgreSQL.")
-    parser.add_argument("--version", action="version", version=f"xjobsd {__version__}")
+    # the schema this code installs beside the package's version: what a deploy must migrate to
+    parser.add_argument("--version", action="version", version=f"xjobsd {__version__} (schema {SCHEMA_VERSION})")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for module_name in SUBCOMMAND_MODULES:
         module = importlib.import_module(f"{__name__}.{module_name}")

@@ -38,7 +38,7 @@ def _pgserver() -> Any:
     except ImportError:
         raise InvalidOption("dsn", "no database configured (pass --dsn or set XJOBS_DATABASE_URL), "
                                    "and the embedded PostgreSQL is not installed: "
-                                   "pip install 'xjobs[embedded]'") from None
+                                   "pip install 'xjobsd[embedded]'") from None
     return pgserver
 
 

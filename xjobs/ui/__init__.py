@@ -7,7 +7,7 @@ Rooms: ``listen.py`` (what ``xjobsd run`` needs before it forks: the socket, the
 policy, stats record and build; no web imports), ``serve.py`` (the child and the foreground
 server), ``app.py`` (routes and actions), ``pages.py`` (what each page reads), ``auth.py``
 (token, sessions, CSRF), ``charts.py`` (the SVG chart), ``templates/`` and ``static/`` (shipped
-in the wheel: no CDN, no build step). Needs the ``ui`` extra: ``pip install 'xjobs[ui]'``.
+in the wheel: no CDN, no build step). Needs the ``ui`` extra: ``pip install 'xjobsd[ui]'``.
 The dashboard imports neither ``supervisor/`` nor ``cli/``: it asks a running daemon through
 ``xjobs/control_client.py``, and shares the operator's verbs (``admin.py``) and formatting
 (``formatting.py``) with the command line.

@@ -37,7 +37,7 @@ def check_installed() -> None:
     missing = [name for name in NEEDS if importlib.util.find_spec(name) is None]
     if missing:
         raise InvalidOption("ui", f"the dashboard needs the ui extra ({', '.join(missing)} missing): "
-                                  f"pip install 'xjobs[ui]'")
+                                  f"pip install 'xjobsd[ui]'")
 
 
 def bind(address: str) -> socket.socket:
