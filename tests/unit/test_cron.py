@@ -174,7 +174,7 @@ def test_zone_data_ships_with_the_package_not_only_with_the_host():
     import subprocess
     import sys
     from importlib.metadata import requires
-    assert any(r.split(">")[0].split("=")[0].strip().lower() == "tzdata" for r in requires("xjobs") or [])
+    assert any(r.split(">")[0].split("=")[0].strip().lower() == "tzdata" for r in requires("xjobsd") or [])
     script = ("import xjobs, zoneinfo; assert not any(__import__('os').path.exists(p) for p in zoneinfo.TZPATH)\n"
               "h = xjobs.job(idempotency_key=str, tenant='none')(lambda ctx, i: None)\n"
               "xjobs.task(name='t', cron='0 3 * * *', tz='Europe/Berlin', job=h, input={})\n"
