@@ -4,7 +4,8 @@
 ``ping`` (queue ``idle``) reports when its body started: it sends its input and the system's
 monotonic clock (one clock for every process on the machine) as a datagram to the socket
 named by ``BENCH_PING_SOCKET``, so the benchmark can time enqueue-to-start without the body
-writing to the database it measures.
+writing to the database it measures. ``stoppable`` (queue ``stop``) reports its start the same
+way, then waits on its stop signal and reports when it saw it (``N:stop``): cancel-to-signal.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ def ping(ctx, input):  # noqa: ARG001
     _sock.sendto(f"{input} {started!r}".encode(), os.environ["BENCH_PING_SOCKET"])
 
 
+@job(queue="stop", idempotency_key=lambda i: str(i), tenant="none")
+def stoppable(ctx, input):
+    _sock.sendto(f"{input} {time.monotonic()!r}".encode(), os.environ["BENCH_PING_SOCKET"])
+    if ctx.signal.wait(300):
+        _sock.sendto(f"{input}:stop {time.monotonic()!r}".encode(), os.environ["BENCH_PING_SOCKET"])
+
+
 @contextlib.contextmanager
 def pings() -> Iterator[socket.socket]:
     """The socket ``ping`` bodies report to, named in ``BENCH_PING_SOCKET`` for the daemons
@@ -48,11 +56,12 @@ def pings() -> Iterator[socket.socket]:
             sock.close()
 
 
-def started(sock: socket.socket, n: int) -> float:
-    """When the body of ping ``n`` began (the monotonic clock), skipping older pings."""
+def started(sock: socket.socket, n: int | str) -> float:
+    """When the body of ping ``n`` began (the monotonic clock), skipping older pings; or, for
+    ``"N:stop"``, when the body of ``stoppable`` N saw its stop signal."""
     while True:
         got, at = sock.recv(200).decode().split()
-        if int(got) == n:
+        if got == str(n):
             return float(at)
 
 

@@ -68,8 +68,9 @@ def retry_job(driver: JobDriver, job_id: int, *, by: str) -> JobView:
 
 
 def cancel_job(driver: JobDriver, job_id: int, *, by: str, reason: str | None = None) -> JobView:
-    """Cancel one ready, running or suspended job (a running one is told at its worker's next
-    lease renewal); its history and last error say who asked, and why."""
+    """Cancel one ready, running or suspended job (a running one's worker is told in the same
+    transaction, and its next lease renewal tells it if that was not heard); its history and
+    last error say who asked, and why."""
     return driver.job_cancel(job_id, f"cancelled by {by}" + (f": {reason}" if reason else ""))
 
 
@@ -102,8 +103,8 @@ def retry_jobs(driver: JobDriver, where: ListFilter, *, by: str, dry_run: bool =
 
 def cancel_jobs(driver: JobDriver, where: ListFilter, *, by: str, reason: str | None = None,
                 dry_run: bool = False, batch: int = DEFAULT_BATCH) -> BulkResult:
-    """Cancel every ready, running or suspended job matching ``where`` (a running one is
-    told at its worker's next lease renewal)."""
+    """Cancel every ready, running or suspended job matching ``where`` (the workers running
+    some are told as ``cancel_job`` tells them, once per batch each)."""
     where = _checked(where, LIVE_STATES, "cancel")
     batch = finite_count(batch, "batch", minimum=1, maximum=10_000)
     matching = driver.job_count(where, LIVE_STATES if where.state is None else (where.state,))

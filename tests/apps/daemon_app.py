@@ -126,3 +126,12 @@ def paged(ctx, input):
     for page in range(1, pages + 1):
         ctx.progress(page, pages, f"page {page}")
     ctx.signal.wait(float(input.get("seconds", 30)))
+
+
+@job(queue="slow", idempotency_key=lambda i: f"stop:{i['n']}", tenant="none")
+def stoppable(ctx, input):
+    """Waits for its stop signal (at most ``seconds``), then records what it heard
+    (``stopped: X_JOB_CANCELLED``): how a test sees that a cancel reached the body."""
+    record(ctx, "stoppable")
+    if ctx.signal.wait(float(input.get("seconds", 300))):
+        record(ctx, f"stopped: {ctx.signal.code}")

@@ -92,6 +92,8 @@ PARAMS: dict[str, tuple[str, object]] = {
     "state": ("text", None),
     "name": ("text", "order.paid"),
     "reason": ("text", "cancelled"),
+    "named": ("int4", 200),
+    "holder_bytes": ("int4", 1000),
     "application_name": ("text", "xjobs-tests"),
     "kind": ("text", "sleep"),
     "step_state": ("text", "sleeping"),

@@ -68,9 +68,9 @@ from typing import (TYPE_CHECKING, Any, Collection, Iterable, Mapping, Protocol,
 
 from ..clock import Clock
 from .records import (CHARGES, COUNTED_STATES, FINISHED_STATES, LATEST_MS, LIVE_STATES, MAX_DELAY_MS, NACK_OUTCOMES,
-                      STATES, Batch, Claim, ClaimAlone, ClaimedJob, DeadGroup, Enqueued, HistoryEntry, JobView, Lease,
-                      ListFilter, Matching, Nack, NackOutcome, NewJob, Progress, ProgressReport, QueueControl,
-                      QueueSummary, RatePoint, Released, RunningJob, RunningPage, TenantRoom, WorkerExit)
+                      STATES, Batch, Cancels, Claim, ClaimAlone, ClaimedJob, DeadGroup, Enqueued, HistoryEntry,
+                      JobView, Lease, ListFilter, Matching, Nack, NackOutcome, NewJob, Progress, ProgressReport,
+                      QueueControl, QueueSummary, RatePoint, Released, RunningJob, RunningPage, TenantRoom, WorkerExit)
 from .records_coordination import (Dispatch, LeaderView, OutboxClaim, OutboxSummary, Slot, SlotRequest,
                                    Watermark)
 from .records_steps import (STEP_KINDS, STEP_STATES, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
@@ -88,10 +88,11 @@ CallerConnection: TypeAlias = "psycopg.Connection[Any] | MemoryTransaction"
 class JobListener(Protocol):
     """What ``job_listen`` answers: ``fileno()`` goes into a worker's selector (``None``: nothing
     to wait on, the poll timer covers); ``poll()`` answers, without blocking, the queues that
-    got new ready jobs since the last poll."""
+    got new ready jobs since the last poll; ``cancels()`` the cancels it heard since the last call."""
 
     def fileno(self) -> int | None: ...
     def poll(self) -> set[str]: ...
+    def cancels(self) -> Cancels: ...
     def close(self) -> None: ...
 
 
@@ -177,9 +178,9 @@ class JobStore(JobTransactions, Protocol):
         """Write each run's latest ``ctx.progress()`` report, fenced like a renewal."""
         ...
 
-    def job_listen(self) -> JobListener:
+    def job_listen(self, holder: str | None = None) -> JobListener:
         """A listener for new ready jobs (Postgres: LISTEN on a dedicated connection; memory:
-        one with nothing to wait on)."""
+        none, workers poll), and for cancels of ``holder``'s running jobs (Postgres: at commit)."""
         ...
 
     def job_ack(self, job_id: int, token: int) -> bool:
@@ -388,13 +389,12 @@ class JobDriver(Storage, JobStore, Maintenance, Introspection, QueueStore, Leade
     (``SlotStore``)."""
 
 
-__all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGES", "NACK_OUTCOMES",
-           "MAX_DELAY_MS", "LATEST_MS", "NewJob", "Enqueued", "Claim", "ClaimAlone", "ClaimedJob",
-           "TenantRoom", "Nack", "NackOutcome", "Lease", "WorkerExit", "Batch", "JobView", "HistoryEntry",
-           "ListFilter", "Matching", "Released", "QueueControl", "Progress", "ProgressReport", "QueueSummary",
-           "RatePoint", "DeadGroup", "LeaderView", "Watermark", "Dispatch", "OutboxClaim", "OutboxSummary",
-           "SlotRequest", "Slot", "CallerConnection", "JobListener", "Storage", "JobTransactions", "JobStore",
-           "Maintenance", "Introspection", "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore",
-           "SlotStore", "StepStore", "EventStore", "RunStore", "JobDriver", "STEP_KINDS", "STEP_STATES",
-           "StepRecord", "StepLog", "StepResult", "StepSleep", "StepWait", "StepOutcome", "NewEvent",
-           "SentEvent", "RunningPage", "RunningJob"]
+__all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGES", "NACK_OUTCOMES", "MAX_DELAY_MS",
+           "LATEST_MS", "NewJob", "Enqueued", "Claim", "ClaimAlone", "ClaimedJob", "TenantRoom", "Nack",
+           "NackOutcome", "Lease", "Cancels", "WorkerExit", "Batch", "JobView", "HistoryEntry", "ListFilter",
+           "Matching", "Released", "QueueControl", "Progress", "ProgressReport", "QueueSummary", "RatePoint",
+           "DeadGroup", "LeaderView", "Watermark", "Dispatch", "OutboxClaim", "OutboxSummary", "SlotRequest", "Slot",
+           "CallerConnection", "JobListener", "Storage", "JobTransactions", "JobStore", "Maintenance",
+           "Introspection", "QueueStore", "LeaderStore", "ScheduleStore", "OutboxStore", "SlotStore", "StepStore",
+           "EventStore", "RunStore", "JobDriver", "STEP_KINDS", "STEP_STATES", "StepRecord", "StepLog", "StepResult",
+           "StepSleep", "StepWait", "StepOutcome", "NewEvent", "SentEvent", "RunningPage", "RunningJob"]

@@ -130,8 +130,8 @@ class CheckedDriver(JobDriver, SlotStore):
         with self._jobs.job_transaction(lease, tenant, bool(cross_tenant)) as conn:
             yield conn
 
-    def job_listen(self) -> JobListener:
-        return self._jobs.job_listen()
+    def job_listen(self, holder: str | None = None) -> JobListener:
+        return self._jobs.job_listen(holder)
 
     # -- Maintenance ------------------------------------------------------------------------------
 

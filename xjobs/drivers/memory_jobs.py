@@ -8,7 +8,8 @@ Payloads are stored as a ``jsonb`` column gives them back (``jsonb.py``: ``1e16`
 int, keys are reordered) and decoded on every read, so each caller gets a fresh copy.
 
 ``job_listen`` answers a listener with nothing to wait on: a worker on this driver finds new
-jobs by its poll timer. ``job_transaction`` cannot offer atomicity with a database; jobs
+jobs by its poll timer, and the cancels of its running jobs (``MemoryListener``) at its next
+pass. ``job_transaction`` cannot offer atomicity with a database; jobs
 enqueued through the object it yields are visible at once and deleted again if the
 transaction rolls back.
 """
@@ -24,10 +25,11 @@ from typing import Iterable, Iterator, Sequence
 import orjson
 
 from ..errors import InvalidOption
-from .base import (CallerConnection, Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob,
-                   Progress, TenantRoom)
+from .base import (CallerConnection, Cancels, Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack,
+                   NewJob, Progress, TenantRoom)
 from .jsonb import as_stored
 from .memory_table import MemoryTable, Row, plus, ts
+from .records import CANCEL_NAMED
 from .refusals import held, lease_lost
 
 
@@ -53,8 +55,41 @@ class IdleListener:
     def poll(self) -> set[str]:
         return set()
 
+    def cancels(self) -> Cancels:
+        return Cancels()
+
     def close(self) -> None:
         pass
+
+
+class MemoryListener(IdleListener):
+    """``job_listen(holder)``: no new jobs announced, and the cancels of ``holder``'s running
+    jobs heard as the Postgres driver's notifications say them: each cancel's jobs by name, or
+    none once a batch cancelled more than ``CANCEL_NAMED`` of them (check every run)."""
+
+    def __init__(self, table: MemoryTable, holder: str) -> None:
+        self._table = table
+        self.holder = holder
+        self._ids: set[int] = set()
+        self._every = False
+        with table.lock:
+            table.hearers.add(self)
+
+    def hear(self, ids: Sequence[int]) -> None:
+        if len(ids) > CANCEL_NAMED:
+            self._every = True
+        else:
+            self._ids.update(ids)
+
+    def cancels(self) -> Cancels:
+        with self._table.lock:
+            heard = Cancels(frozenset(self._ids), self._every)
+            self._ids, self._every = set(), False
+        return heard
+
+    def close(self) -> None:
+        with self._table.lock:
+            self._table.hearers.discard(self)
 
 
 def _by_claim_order(row: Row) -> tuple[int, float, int]:
@@ -278,5 +313,5 @@ class MemoryJobs(JobStore):
                             step.state, step.result, step.finished_at = "waiting", None, None
             raise
 
-    def job_listen(self) -> IdleListener:
-        return IdleListener()
+    def job_listen(self, holder: str | None = None) -> IdleListener:
+        return IdleListener() if holder is None else MemoryListener(self._table, holder)

@@ -130,15 +130,18 @@ class MemoryOperator(Introspection):
             if row is None:
                 return Outcome(None, False)
             done = row.state in LIVE_STATES
-            if done:
-                self._cancel(row, table.now(), reason)
+            if done and (holder := self._cancel(row, table.now(), reason)) is not None:
+                table.tell_cancelled({holder: [row.id]})
             return Outcome(self._view(row, full=True), done)
 
-    def _cancel(self, row: Row, at: float, reason: str | None) -> None:
+    def _cancel(self, row: Row, at: float, reason: str | None) -> str | None:
+        """Cancel a live row; answers the worker to tell when it was running."""
+        holder = row.claimed_by if row.state == "running" else None
         self._table.move(row, "cancelled")
         row.finished_at, row.last_error = at, reason
         row.lease_token = row.lease_expires_at = None
         self._table.record(row.id, at, row.attempt, "cancelled", reason)
+        return holder
 
     def job_requeue(self, job_id: int, reason: str | None = None) -> JobView:
         """``job_requeue``: a dead or cancelled job runs again from attempt 0, unless a live
@@ -220,8 +223,11 @@ class MemoryOperator(Introspection):
         with table.lock:
             at = table.now()
             picked = self._batch(batch, LIVE_STATES, at)
+            told: dict[str, list[int]] = {}
             for row in picked:
-                self._cancel(row, at, reason)
+                if (holder := self._cancel(row, at, reason)) is not None:
+                    told.setdefault(holder, []).append(row.id)
+            table.tell_cancelled(told)   # one notification per holder, as the statement sends
             return [row.id for row in picked]
 
     def job_dead_groups(self, limit: int = 50) -> list[DeadGroup]:

@@ -24,13 +24,14 @@ driver's ``Storage``: nothing to migrate, always reachable.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from ..clock import Clock
 from ..errors import DuplicateJob
 from .base import LIVE_STATES, Storage
-from .records import ProgressReport
+from .records import CANCEL_HOLDER_BYTES, ProgressReport
 
 Namespace = tuple[str, str, str]        # (name, tenant or '', key): the idempotency namespace
 
@@ -97,6 +98,14 @@ class StepRow:
     timed_out: bool = False
 
 
+class CancelHearer(Protocol):
+    """A listener of the cancels of ``holder``'s running jobs (``memory_jobs.MemoryListener``)."""
+
+    holder: str
+
+    def hear(self, ids: Sequence[int]) -> None: ...
+
+
 class MemoryTable(Storage):
     server_clock = False   # no server: the injected clock is now in every verb
 
@@ -119,6 +128,9 @@ class MemoryTable(Storage):
         self.steps: dict[int, dict[str, StepRow]] = {}                # job id -> name -> its step
         self.events: dict[int, tuple[str, str, bytes, float]] = {}    # id -> name, key, payload, sent
         self.events_by_key: dict[tuple[str, str], list[int]] = {}     # events_lookup_idx
+        # the job listeners of holders: what job_cancel's NOTIFY reaches (a listener never closed
+        # goes with its worker)
+        self.hearers: weakref.WeakSet[CancelHearer] = weakref.WeakSet()
         self._next_id = 1
         self._next_outbox_id = 1
         self._next_seq = 1
@@ -127,6 +139,14 @@ class MemoryTable(Storage):
     def now(self) -> float:
         """``{now}``: the clock's reading as a ``timestamptz`` holds it."""
         return ts(self.clock.now_ms())
+
+    def tell_cancelled(self, told: Mapping[str, Sequence[int]]) -> None:
+        """What a cancel's notification says (holder -> the running jobs it cancelled), to that
+        holder's listeners; under ``lock``, as a NOTIFY is part of its statement."""
+        for hearer in list(self.hearers):
+            ids = told.get(hearer.holder)
+            if ids and len(hearer.holder.encode()) <= CANCEL_HOLDER_BYTES:
+                hearer.hear(ids)
 
     def take_id(self) -> int:
         job_id, self._next_id = self._next_id, self._next_id + 1

@@ -45,7 +45,7 @@ from ..errors import DatabaseTimeout, DatabaseUnavailable, DriverError, InvalidO
 from ..options import finite_count, finite_option
 from .base import CallerConnection, Storage
 from .pg_install import install
-from .sql import check_schema_name, notify_channel, statements
+from .sql import cancel_channel, check_schema_name, notify_channel, statements
 
 # Every connection the driver opens gives up on an unreachable server after connect_timeout
 # seconds, and TCP keepalives notice a peer that vanished (a failed-over primary, a dropped
@@ -133,6 +133,7 @@ class PgDatabase(Storage):
         self._server_clock = clock is None
         self.clock: Clock = SYSTEM_CLOCK if clock is None else clock
         self.channel = notify_channel(self.schema)
+        self.cancel_channel = cancel_channel(self.schema)
         self.application_name = application_name
         self.sql = statements(self.schema, self.server_clock)
         self._pool_size = finite_count(pool_size, "pool_size", minimum=1, maximum=1000)

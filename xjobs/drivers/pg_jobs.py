@@ -221,6 +221,7 @@ class PgJobs(JobStore):
             if done is None:
                 raise lease_lost(lease)
 
-    def job_listen(self) -> PgListener:
-        """A listener whose ``poll()`` answers the queues that got new ready jobs."""
-        return PgListener(self._db)
+    def job_listen(self, holder: str | None = None) -> PgListener:
+        """A listener whose ``poll()`` answers the queues that got new ready jobs, and whose
+        ``cancels()`` the cancels of ``holder``'s running jobs."""
+        return PgListener(self._db, holder=holder)

@@ -20,7 +20,7 @@ from .base import (Batch, CallerConnection, DeadGroup, Introspection, JobView, L
                    RunningJob, RunningPage)
 from .pg_database import PgDatabase, driver_error, first_row
 from .pg_steps import record
-from .records import ERROR_GROUP_WIDTH, HistoryEntry
+from .records import CANCEL_HOLDER_BYTES, CANCEL_NAMED, ERROR_GROUP_WIDTH, HistoryEntry
 from .records_steps import StepRecord
 from .refusals import Outcome, cancelled, job_not_found, reopened, requeued
 
@@ -148,7 +148,8 @@ class PgOperator(Introspection):
     def job_cancel(self, job_id: int, reason: str | None = None) -> JobView:
         """``job_cancel``: only a live job; a running one loses its lease."""
         with self._db.cursor() as cur:
-            cur.execute(self._db.sql["job_cancel"], {**self._db.now(), "id": job_id, "reason": reason})
+            cur.execute(self._db.sql["job_cancel"], {**self._db.now(), **self._told(), "id": job_id,
+                                                     "reason": reason})
             done = cur.fetchone() is not None
         return cancelled(job_id, Outcome(self._get(job_id), done))
 
@@ -194,7 +195,8 @@ class PgOperator(Introspection):
     def job_cancel_batch(self, batch: Batch, reason: str) -> list[int]:
         """``job_cancel_batch``: every picked live job is cancelled."""
         with self._db.cursor() as cur:
-            cur.execute(self._db.sql["job_cancel_batch"], {**self._batch(batch), "reason": reason})
+            cur.execute(self._db.sql["job_cancel_batch"], {**self._batch(batch), **self._told(),
+                                                           "named": CANCEL_NAMED, "reason": reason})
             return [r[0] for r in cur.fetchall()]
 
     def job_dead_groups(self, limit: int = 50) -> list[DeadGroup]:
@@ -209,6 +211,10 @@ class PgOperator(Introspection):
             cur.execute(self._db.sql["job_count_matching"], {**self._db.now(), **_filters(where),
                                                              "states": list(states)})
             return Matching(*first_row(cur))
+
+    def _told(self) -> dict[str, Any]:
+        """Where a cancel tells a running job's worker, and which holders it can name."""
+        return {"channel": self._db.cancel_channel, "holder_bytes": CANCEL_HOLDER_BYTES}
 
     def _batch(self, batch: Batch) -> dict[str, Any]:
         return {**self._db.now(), **_filters(batch.where), "after": batch.after_id,

@@ -450,17 +450,30 @@ where job_id = %(id)s
 order by at, seq
 
 -- name: job_cancel
-with cancelled as (
-    update {schema}.jobs
+-- a running job's worker is told on the cancel channel %(channel)s, at commit: the holder and
+-- the job ({"holder": ..., "ids": [id]}, pg_listen.py); its next renewal is the safety net
+with target as (
+    select id, state, claimed_by from {schema}.jobs
+    where id = %(id)s and state in ('ready', 'running', 'suspended')
+    for update
+), cancelled as (
+    update {schema}.jobs j
     set state = 'cancelled', finished_at = {now},
         last_error = %(reason)s::text, lease_token = null, lease_expires_at = null
-    where id = %(id)s and state in ('ready', 'running', 'suspended')
-    returning id, attempt
+    from target t
+    where j.id = t.id
+    returning j.id, j.attempt, t.state as was, t.claimed_by
+), logged as (
+    insert into {schema}.job_history (job_id, at, attempt, outcome, error)
+    select cancelled.id, {now}, cancelled.attempt, 'cancelled', %(reason)s::text
+    from cancelled
+    returning job_id
+), told as (
+    select pg_notify(%(channel)s, json_build_object('holder', claimed_by, 'ids', json_build_array(id))::text)
+    from cancelled
+    where was = 'running' and octet_length(claimed_by) <= %(holder_bytes)s
 )
-insert into {schema}.job_history (job_id, at, attempt, outcome, error)
-select cancelled.id, {now}, cancelled.attempt, 'cancelled', %(reason)s::text
-from cancelled
-returning job_id
+select logged.job_id from logged, (select count(*) from told) as t
 
 -- name: job_requeue
 with requeued as (
@@ -507,9 +520,11 @@ from picked p left join requeued r on r.id = p.id
 order by p.id
 
 -- name: job_cancel_batch
--- one bounded batch of a bulk cancel, after id %(after)s: live jobs matching the filters
+-- one bounded batch of a bulk cancel, after id %(after)s: live jobs matching the filters. The
+-- workers running some are told as job_cancel tells them, ONE notification per holder per
+-- batch: its jobs when there are at most %(named)s of them, else none (it checks every run)
 with picked as (
-    select id from {schema}.jobs
+    select id, state, claimed_by from {schema}.jobs
     where state in ('ready', 'running', 'suspended') and id > %(after)s::int8 and id <= %(upto)s::int8 and {_operator_filters}
     order by id
     limit %(limit)s
@@ -523,8 +538,15 @@ with picked as (
 ), logged as (
     insert into {schema}.job_history (job_id, at, attempt, outcome, error)
     select cancelled.id, {now}, cancelled.attempt, 'cancelled', %(reason)s::text from cancelled
+), told as (
+    select pg_notify(%(channel)s, case when count(*) <= %(named)s
+                                       then json_build_object('holder', claimed_by, 'ids', json_agg(id order by id))
+                                       else json_build_object('holder', claimed_by) end::text)
+    from picked
+    where state = 'running' and octet_length(claimed_by) <= %(holder_bytes)s
+    group by claimed_by
 )
-select cancelled.id from cancelled order by cancelled.id
+select cancelled.id from cancelled, (select count(*) from told) as t order by cancelled.id
 
 -- name: job_count_matching
 -- what a bulk verb would touch (--dry-run): jobs in %(states)s matching the filters, and the

@@ -30,6 +30,11 @@ MAX_DELAY_MS = 10 * 365 * 86_400_000.0   # the longest duration any option accep
 LATEST_MS = 253_402_300_799_000.0        # 9999-12-31T23:59:59Z, the last time every driver holds
 ENQUEUE_CHUNK = 5_000                     # jobs per enqueue statement: a larger call is sent in chunks
 ERROR_GROUP_WIDTH = 200                   # the characters of last_error a dead-letter group shares
+# a cancel notification names at most this many of its holder's jobs (a NOTIFY payload holds
+# under 8,000 bytes), and only a holder of at most CANCEL_HOLDER_BYTES; past either it names
+# no job (the holder checks every run) or is not sent (the holder's renewal tells it)
+CANCEL_NAMED = 200
+CANCEL_HOLDER_BYTES = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +181,18 @@ class Nack:
 class Lease:
     job_id: int
     token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancels:
+    """What a listener heard of cancels of its holder's running jobs since it was last asked:
+    the jobs named, and whether one notification named none (check every run held)."""
+
+    ids: frozenset[int] = frozenset()
+    every: bool = False
+
+    def __bool__(self) -> bool:
+        return self.every or bool(self.ids)
 
 
 class HistoryEntry(TypedDict):

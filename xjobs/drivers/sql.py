@@ -40,6 +40,11 @@ def notify_channel(schema: str) -> str:
     return f"xjobs_{schema}"
 
 
+def cancel_channel(schema: str) -> str:
+    """Where cancels of running jobs are told to the workers holding them (``pg_listen.py``)."""
+    return f"{notify_channel(schema)}_cancel"
+
+
 def _parse(text: str) -> dict[str, str]:
     parts = _BLOCK.split(text)
     blocks: dict[str, str] = {}

@@ -3,7 +3,9 @@
 A lease is HELD, not owned. It is lost when the database no longer matches it (an operator
 cancelled the job, a sweep rescued it, a supervisor handed it back) or when no renewal has
 landed for a whole lease window, measured on this process's clock. ``keep`` renews every
-held lease in ONE statement when a renewal is due, and checks the window on EVERY pass
+held lease in ONE statement when a renewal is due, which an operator's cancel of a run held
+here makes at once (``recall``: the worker's listener heard it, ``pg_listen.py``; a cancel
+nobody heard is found by the next renewal), and checks the window on EVERY pass
 (before and after a renewal); ``next_due`` schedules the pass for the moment a window would
 close, so a worker whose renewals keep failing stops a run no later than the database gives
 its job away. A pass cannot happen while the loop thread is stuck in a database call (a
@@ -19,12 +21,13 @@ body does afterwards is somebody else's job now.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from typing import Callable
 
 from ..config import Settings
 from ..context import CANCELLED, LEASE_LOST
-from ..drivers.base import Introspection, JobDriver
+from ..drivers.base import Cancels, Introspection, JobDriver
 from ..logs import event, run_fields
 from .execute import Run
 from .runs import RunTable
@@ -60,6 +63,13 @@ class LeaseKeeper:
             self._renew(now_ms)
             self._next_renewal = now_ms + self._settings.heartbeat_ms
         self._check_windows(now_ms)
+
+    def recall(self, cancels: Cancels) -> None:
+        """A cancel named a run held here, or named none (check them all): renew on this pass.
+        The renewal, not the notification, decides: it finds the cancelled job gone, and the
+        run is told (``lost``) as a renewal that came due would have told it."""
+        if cancels.every or any(self._runs.get(job_id) is not None for job_id in cancels.ids):
+            self._next_renewal = -math.inf
 
     def next_due(self) -> float:
         """When a pass must run for the leases: the next renewal, or the oldest window's close."""

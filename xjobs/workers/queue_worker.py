@@ -17,9 +17,10 @@ One pass (``run_once``), all on the loop thread:
 
 1. settle what finished since the last pass: acks go out as ONE statement per pass;
 2. time out runs past their deadline (cancel first, then fail the attempt);
-3. renew every held lease in one statement when a renewal is due; a lease the database
-   no longer matches, or one with no renewal landing for a whole window on this process's
-   clock, is LOST: the run's signal is aborted and nothing it does is written;
+3. renew every held lease in one statement when a renewal is due, or at once when an
+   operator's cancel of a run held here was heard; a lease the database no longer matches, or
+   one with no renewal landing for a whole window on this process's clock, is LOST: the run's
+   signal is aborted and nothing it does is written;
 4. write the latest progress reports, at most once a second;
 5. start a reserved suspect once it would run alone, or give it back;
 6. while accepting, claim per queue up to that queue's free slots, one queue per statement,
@@ -169,7 +170,7 @@ class QueueWorker(RoleBase):
         self.admission = Admission(slots=slots, identity=self.identity, caps=self._caps,
                                    limits=self.settings.limits, lease_ms=self.settings.lease_ms,
                                    retry_ms=self.settings.poll_ms)
-        self._listener = self.driver.job_listen()
+        self._listener = self.driver.job_listen(self.identity)   # new jobs, and cancels of ours
         self.leases.start(self.clock, self._executor.cancel)
         self._initialized = True
         self.accepting = True
@@ -274,7 +275,10 @@ class QueueWorker(RoleBase):
     # -- one pass ------------------------------------------------------------------------------
 
     def run_once(self, now_ms: float) -> float:
-        notified = self._listener.poll() if self._listener is not None else set()
+        notified: set[str] = set()
+        if self._listener is not None:
+            notified = self._listener.poll()
+            self.leases.recall(self._listener.cancels())
         self.settler.settle(now_ms)
         self.settler.expire(now_ms)
         self.settler.report_overruns(now_ms)
