@@ -34,6 +34,15 @@ class Enqueued(EnqueuedRecord):
 
     __slots__ = ()
 
+    # equal to the driver's record of the same job: the handle adds ways to read, not a value
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EnqueuedRecord):
+            return (self.id, self.deduped) == (other.id, other.deduped)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.deduped))   # as the record's own (a frozen dataclass) hashes
+
     def get(self, *, conn: CallerConnection | None = None,
             driver: Introspection | None = None) -> dict[str, Any]:
         """``xjobs.get(self.id, ...)``."""
