@@ -122,11 +122,7 @@ def test_running_jobs_newest_started_first_by_keyset_and_per_queue(driver, clock
 
 
 @pytest.mark.parametrize("page", [RunningPage(limit=-1), RunningPage(queue="a\x00b"),
-<<<<<<< HEAD
                                   RunningPage(before=(1.0, "7")),  # type: ignore[arg-type]
-=======
-                                  RunningPage(before=(1.0, "7")),   # type: ignore[arg-type]
->>>>>>> ui
                                   RunningPage(before=(math.inf, 7)),
                                   RunningPage(before=(1.0,))])   # type: ignore[arg-type]
 def test_a_running_page_refuses_a_bad_limit_queue_or_cursor(driver, page):
