@@ -114,7 +114,10 @@ class Daemon:
 
     def sample(self, family: str, sample_name: str | None = None, **labels: str) -> float:
         total = 0.0
-        for s in self.metrics()[family].samples:
+        families = self.metrics()
+        if family not in families:   # not exported yet (a gauge appears with its first stats)
+            return total
+        for s in families[family].samples:
             if sample_name is not None and s.name != sample_name:
                 continue
             if all(s.labels.get(k) == v for k, v in labels.items()):

@@ -240,4 +240,4 @@ def test_every_slot_keeps_a_claiming_child_through_a_reload_that_replaces_it(mak
             assert any(c.state == "ready" and c.retiring is None for c in slot.children()), (
                 f"{slot.label} has no claiming child: {[(c.pid, c.state, c.retiring) for c in slot.children()]}")
         assert time.monotonic() < end + 10, "the reload never completed"
-    assert passes > 3 and not old & {c["pid"] for c in rows(arbiter)}
+    assert passes > 1 and not old & {c["pid"] for c in rows(arbiter)}
