@@ -18,7 +18,7 @@ from typing import Any, Iterator
 MARKER = "<!-- the commands: written by docs/hooks/cli_reference.py -->"
 PAGE = "reference/cli.md"
 # usage lines wrap at this width whatever the terminal of the machine building the site
-WIDTH = "100"
+WIDTH = "76"
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:

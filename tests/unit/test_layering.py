@@ -1,4 +1,4 @@
-"""The rooms of the package and which may import which (README, "Architecture"), read from
+"""The rooms of the package and which may import which (docs/ARCHITECTURE.md), read from
 every ``import`` in ``xjobs/`` (those inside functions and under ``TYPE_CHECKING`` too)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The settings as declared in ``xjobs/config.py`` are the ones read, refused, offered as flags
 and documented: the table of docs/guides/configuration.md is made from the declarations, every
-``XJOBS_*`` variable and flag the README, the pages of docs/ and the systemd files name exists, and every setting is read from its variable and its flag and
-refused there by name."""
+``XJOBS_*`` variable and flag that the README, the pages of docs/ and the systemd files name
+exists, and every setting is read from its variable and its flag and refused there by name."""
 
 from __future__ import annotations
 
