@@ -26,7 +26,7 @@ _END = "<!-- end of the settings table -->"
 # setting is read), and the test suite's own database
 _OTHER_VARIABLES = {"XJOBS_UI_TOKEN", "XJOBS_LOG_LEVEL", "XJOBS_LOG_FORMAT", "XJOBS_TEST_DSN"}
 # lines whose flags are another program's
-_OTHER_PROGRAMS = ("systemctl ", "bench/", "pip ", "pytest ")
+_OTHER_PROGRAMS = ("systemctl ", "bench/", "pip ", "pytest ", "useradd ")
 _DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "systemd").iterdir())]
 
 
