@@ -100,7 +100,7 @@ def _metavar(action: argparse.Action) -> str:
 
 
 def _escape(text: str) -> str:
-    """argparse's help as one Markdown table cell: a pipe, an angle bracket or an asterisk
-    is text there, and code spans (``like this``) stay code."""
+    """argparse's help as one Markdown table cell: a pipe, a bracket, an angle bracket or an
+    asterisk in it is text, not table or emphasis syntax."""
     text = " ".join(text.split()).replace("&", "&amp;").replace("<", "&lt;")
     return re.sub(r"([|>*\[\]])", r"\\\1", text)
