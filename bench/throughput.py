@@ -51,10 +51,9 @@ from pickup import daemon_pickup
 from xjobs.config import QueueSpec
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
+from xjobs.host import InProcessHost, QueueWorker
 from xjobs.outbox import stage, stage_many
-from xjobs.workers.host import InProcessHost
 from xjobs.workers.outbox_relay import OutboxRelay
-from xjobs.workers.queue_worker import QueueWorker
 
 
 RAW_BATCH = 500

@@ -4,8 +4,8 @@ A setting is one field of ``Settings`` declared with ``setting()``: the name use
 under (the key of ``xjobs.toml``, and the option a refusal names), its kind (what values it
 takes, its range and unit: ``setting_kinds.py``), its default, its ``XJOBS_*`` variable, the
 flag that sets it (if a command takes one: ``cli/setting_flags.py``) and its help. Reading the
-environment and the files, the refusals, the flags and the README's table of settings all
-come from these declarations.
+environment and the files, the refusals, the flags and the table of settings of
+docs/guides/configuration.md all come from these declarations.
 
 Precedence: explicit arguments (flags) > ``XJOBS_*`` environment > ``xjobs.toml`` or
 ``[tool.xjobs]`` in ``pyproject.toml`` > defaults. Each value is refused where it is read,
@@ -43,7 +43,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Setting(Generic[T]):
-    key: str                    # as users write it: toml key, refusals, the README
+    key: str                    # as users write it: toml key, refusals, the docs
     kind: Kind[T]
     default: T
     env: str

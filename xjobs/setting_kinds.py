@@ -9,8 +9,8 @@ A kind reads a value two ways:
 
 A count written as text in Python (``Settings(max_payload_bytes="3")``) is refused: only
 what the environment, a flag or a file says is read. A duration is text in either
-(``"30s"``). ``show`` writes a value as the README's table of settings prints a default
-(``30s``, ``1 MiB``; empty for none).
+(``"30s"``). ``show`` writes a value as the table of settings (docs/guides/configuration.md)
+prints a default (``30s``, ``1 MiB``; empty for none).
 """
 
 from __future__ import annotations

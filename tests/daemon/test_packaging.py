@@ -1,6 +1,6 @@
 """What a user installs: the sdist and the wheel build and pass ``twine check``, the wheel holds
 the files the daemon reads at run time, and installed alone in a fresh venv it runs the
-README's tour; every ``pip install`` line of the README names something that exists."""
+README's tour; every ``pip install`` line of the README and the docs names something that exists."""
 
 from __future__ import annotations
 
@@ -68,9 +68,11 @@ def test_the_built_wheel_installs_alone_and_runs_the_tour(tmp_path):
 
 
 def readme_install_targets() -> list[str]:
-    """The target of every ``pip install`` in the README (flags dropped, quotes taken off)."""
+    """The target of every ``pip install`` in the README and the pages of docs/ (flags dropped,
+    quotes taken off)."""
     targets = []
-    for line in re.findall(r"pip install [^`&\n]*", README.read_text()):
+    text = "\n".join(p.read_text() for p in [README, *sorted((ROOT / "docs").rglob("*.md"))])
+    for line in re.findall(r"pip install [^`&\n]*", text):
         words = [w.strip("'\"") for w in line.split()[2:] if not w.startswith("-")]
         assert words, line
         targets += words

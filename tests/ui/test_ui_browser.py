@@ -80,7 +80,7 @@ def test_the_overview_shows_a_queue_depth_change_after_an_enqueue(page, ui):
         env.enqueue_one("parked", "parked", {"k": k}, key=str(k))
     # the overview refreshes itself: no reload
     expect(queue_row(page, "parked").get_by_test_id("depth")).to_have_text("3")
-    if os.environ.get("XJOBS_UI_SCREENSHOT"):   # the README's picture: an hour of traffic to show
+    if os.environ.get("XJOBS_UI_SCREENSHOT"):   # the dashboard page's picture: an hour of traffic to show
         env.sql("""insert into {schema}.job_rates (queue, minute, outcome, n)
                    select q, date_trunc('minute', now()) - m * interval '1 minute', o,
                           (case o when 'completed' then 900 + 400 * sin(m / 7.0) + 60 * random()

@@ -1,4 +1,4 @@
-"""The rooms of the package and which may import which (README, "Architecture"), read from
+"""The rooms of the package and which may import which (docs/ARCHITECTURE.md), read from
 every ``import`` in ``xjobs/`` (those inside functions and under ``TYPE_CHECKING`` too)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ MAY_IMPORT = {
     "drivers": {"foundation"},                 # the JobDriver seam and its two drivers
     "api": {"foundation", "drivers"},          # the public API: declarations, enqueue, ctx, settings
     "workers": {"foundation", "drivers", "api"},                  # the roles a child runs
-    "hosts": {"foundation", "drivers", "api", "workers"},         # tick.py, testing.py
+    "hosts": {"foundation", "drivers", "api", "workers"},         # tick.py, testing.py, host.py
     "supervisor": {"foundation", "drivers", "api", "workers"},    # the parent of xjobsd
     "operator": {"foundation", "drivers", "api", "workers"},      # what both surfaces share
     "ui": {"foundation", "drivers", "api", "workers", "operator"},   # the dashboard
@@ -24,7 +24,7 @@ MAY_IMPORT = {
     "cli": {"foundation", "drivers", "api", "workers", "hosts", "supervisor", "operator", "ui"},
 }
 FOUNDATION = {"errors", "options", "clock", "payload", "logs"}
-HOSTS = {"tick", "testing"}
+HOSTS = {"tick", "testing", "host"}
 OPERATOR = {"admin", "control_client", "formatting"}
 PACKAGES = {"drivers", "workers", "supervisor", "cli", "ui"}
 

@@ -1,7 +1,7 @@
 """The settings as declared in ``xjobs/config.py`` are the ones read, refused, offered as flags
-and documented: the README's table is made from the declarations, every ``XJOBS_*`` variable
-and flag the docs name exists, and every setting is read from its variable and its flag and
-refused there by name."""
+and documented: the table of docs/guides/configuration.md is made from the declarations, every
+``XJOBS_*`` variable and flag that the README, the pages of docs/ and the systemd files name
+exists, and every setting is read from its variable and its flag and refused there by name."""
 
 from __future__ import annotations
 
@@ -19,19 +19,20 @@ from xjobs.errors import InvalidOption
 from xjobs.setting_kinds import Count, Duration, Maybe
 
 ROOT = Path(__file__).resolve().parents[2]
+SETTINGS_PAGE = ROOT / "docs" / "guides" / "configuration.md"
 _BEGIN = "<!-- settings table: made from the declarations in xjobs/config.py (tests/unit/test_settings_table.py) -->"
 _END = "<!-- end of the settings table -->"
 # read outside ``Settings``: a secret kept out of files and flags, logging (set before any
 # setting is read), and the test suite's own database
 _OTHER_VARIABLES = {"XJOBS_UI_TOKEN", "XJOBS_LOG_LEVEL", "XJOBS_LOG_FORMAT", "XJOBS_TEST_DSN"}
 # lines whose flags are another program's
-_OTHER_PROGRAMS = ("systemctl ", "bench/", "pip ", "pytest ")
-_DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "systemd").iterdir())]
+_OTHER_PROGRAMS = ("systemctl ", "bench/", "pip ", "pytest ", "useradd ")
+_DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "systemd").iterdir())]
 
 
 def reference() -> str:
-    """The table of settings the README shows, one row per declaration (the key unquoted: a
-    quoted first cell is how the README's table of log events names an event)."""
+    """The table of settings the configuration page shows, one row per declaration (the key
+    unquoted: a quoted first cell is how the logs page's table names an event)."""
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
     rows = ["| setting | environment | flag (`xjobsd run`) | default | |", "|---|---|---|---|---|"]
@@ -42,9 +43,9 @@ def reference() -> str:
     return "\n".join(rows)
 
 
-def test_the_readme_table_is_the_declarations():
-    text = (ROOT / "README.md").read_text()
-    assert _BEGIN in text and _END in text, "the README lost its settings table markers"
+def test_the_settings_table_is_the_declarations():
+    text = SETTINGS_PAGE.read_text()
+    assert _BEGIN in text and _END in text, f"{SETTINGS_PAGE.relative_to(ROOT)} lost its settings table markers"
     table = text.split(_BEGIN, 1)[1].split(_END, 1)[0].strip()
     assert table == reference(), "paste tests/unit/test_settings_table.py's reference() between the markers"
 
@@ -58,7 +59,7 @@ def _every_flag(parser: argparse.ArgumentParser) -> set[str]:
     return flags
 
 
-@pytest.mark.parametrize("document", _DOCUMENTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("document", _DOCUMENTS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_variable_and_flag_the_docs_name_exists(document):
     text = document.read_text()
     declared = {s.env for s in SETTINGS}

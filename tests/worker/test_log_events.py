@@ -1,4 +1,4 @@
-"""Every stable log event: documented once (``xjobs.logs`` and the README's table agree with
+"""Every stable log event: documented once (``xjobs.logs`` and the table of docs/guides/logs.md agree with
 what the code emits), and each one asserted by a test, here or beside the behaviour it names.
 
 The events of rare failures are provoked here by making one driver verb raise, on both
@@ -43,12 +43,12 @@ def _emitted() -> set[str]:
     return names
 
 
-def test_the_code_the_module_doc_and_the_readme_name_the_same_events():
+def test_the_code_the_module_doc_and_the_logs_page_name_the_same_events():
     documented = _documented()
     assert len(documented) == len(set(documented)) and len(documented) > 30
     assert set(documented) == _emitted()
-    readme = set(re.findall(r"^\| `([a-z_.]+)` \|", (ROOT / "README.md").read_text(), re.MULTILINE))
-    assert readme == set(documented)
+    page = set(re.findall(r"^\| `([a-z_.]+)` \|", (ROOT / "docs" / "guides" / "logs.md").read_text(), re.MULTILINE))
+    assert page == set(documented)
 
 
 def test_every_documented_event_is_asserted_by_a_test():
