@@ -28,14 +28,13 @@ import argparse
 import os
 import queue
 import random
-import select
 import subprocess
-import threading
 import time
+from typing import Any
 
 import psycopg
 
-from daemon import XJOBSD, Daemon, drop_schema, fresh_schema, percentile
+from daemon import XJOBSD, Daemon, drop_schema, fresh_schema, percentile, raw_listener
 from xjobs import admin
 from xjobs.drivers.base import Claim, ListFilter
 from xjobs.drivers.postgres import PostgresDriver
@@ -80,29 +79,15 @@ def cancel_to_signal(dsn: str, samples: int, how: str, spread_s: float, warmup: 
 def raw_notify_round_trip(dsn: str, samples: int, warmup: int = 5) -> list[float]:
     """Milliseconds from the start of a transaction that updates a row and NOTIFYs to a
     listening session having read the row back."""
-    schema = f"raw_cancel_{os.getpid()}"
     seen: queue.Queue[float] = queue.Queue()
-    stop, listening = threading.Event(), threading.Event()
-    with psycopg.connect(dsn, autocommit=True) as setup:
-        setup.execute(f"create schema {schema}")
-        setup.execute(f"create table {schema}.q (id bigint primary key, state text not null)")
-        setup.execute(f"insert into {schema}.q values (1, 'running')")
 
-    def listen() -> None:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"listen {schema}")
-            listening.set()
-            while not stop.is_set():
-                select.select([conn.fileno()], [], [], 0.5)
-                for _ in list(conn.notifies(timeout=0)):   # the generator holds the connection
-                    conn.execute(f"select state from {schema}.q where id = 1").fetchone()
-                    seen.put(time.monotonic())
-    listener = threading.Thread(target=listen, daemon=True)
-    listener.start()
-    try:
-        listening.wait(10)
+    def read_back(conn: psycopg.Connection[Any], schema: str) -> None:
+        conn.execute(f"select state from {schema}.q where id = 1").fetchone()
+        seen.put(time.monotonic())
+    with raw_listener(dsn, "raw_cancel", "id bigint primary key, state text not null", read_back) as schema:
         latencies = []
         with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"insert into {schema}.q values (1, 'running')")
             for n in range(warmup + samples):
                 asked = time.monotonic()
                 with conn.transaction():
@@ -111,11 +96,6 @@ def raw_notify_round_trip(dsn: str, samples: int, warmup: int = 5) -> list[float
                 heard = seen.get(timeout=10)
                 if n >= warmup:
                     latencies.append((heard - asked) * 1000.0)
-    finally:
-        stop.set()
-        listener.join(10)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"drop schema {schema} cascade")
     return latencies
 
 

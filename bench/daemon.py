@@ -8,22 +8,26 @@ reading needs no polling precision; the poll that waits for the end asks two ``e
 questions of the partial indexes, so the watcher costs the server next to nothing.
 
 Also the parts every benchmark shares: readiness over the daemon's control socket, the title
-and resident memory of each of its processes, and the percentile the tables print.
+and resident memory of each of its processes, the percentile the tables print, and the raw
+LISTEN/NOTIFY session the latency baselines time against (``raw_listener``).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import psycopg
 
@@ -44,6 +48,38 @@ def fresh_schema(dsn: str) -> str:
 def drop_schema(dsn: str, schema: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"drop schema {schema} cascade")
+
+
+@contextmanager
+def raw_listener(dsn: str, name: str, table: str,
+                 on_notes: Callable[[psycopg.Connection[Any], str], None]) -> Iterator[str]:
+    """A raw baseline's listening session: a schema of its own holding ``table`` (its columns,
+    as ``create table`` takes them, for a table ``q``), and a thread LISTENing on a channel
+    named like the schema that calls ``on_notes(conn, schema)`` on its own connection each
+    time notifications arrive. Yields the schema (also the channel); dropped on the way out."""
+    schema = f"{name}_{os.getpid()}"
+    stop, listening = threading.Event(), threading.Event()
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute(f"create schema {schema}")
+        setup.execute(f"create table {schema}.q ({table})")
+
+    def listen() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"listen {schema}")
+            listening.set()
+            while not stop.is_set():
+                select.select([conn.fileno()], [], [], 0.5)
+                if list(conn.notifies(timeout=0)):   # drained first: the generator holds the connection
+                    on_notes(conn, schema)
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    try:
+        listening.wait(10)
+        yield schema
+    finally:
+        stop.set()
+        listener.join(10)
+        drop_schema(dsn, schema)
 
 
 def _one(conn: psycopg.Connection[Any], query: str, *params: Any) -> Any:

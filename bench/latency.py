@@ -22,15 +22,14 @@ from __future__ import annotations
 import argparse
 import os
 import queue
-import select
 import socket
-import threading
 import time
 from contextlib import ExitStack
+from typing import Any
 
 import psycopg
 
-from daemon import Daemon, drop_schema, fresh_schema, percentile
+from daemon import Daemon, drop_schema, fresh_schema, percentile, raw_listener
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.outbox import stage
 from xjobs.supervisor.metrics import MetricsEndpoint, MetricsSnapshot
@@ -64,29 +63,15 @@ def outbox_to_start(dsn: str, samples: int, warmup: int = 5) -> list[float]:
 
 def raw_notify_to_claim(dsn: str, samples: int, warmup: int = 5) -> list[float]:
     """Milliseconds from the commit of a row and its NOTIFY to a listening session's claim of it."""
-    schema = f"raw_latency_{os.getpid()}"
     claims: queue.Queue[float] = queue.Queue()
-    stop = threading.Event()
-    with psycopg.connect(dsn, autocommit=True) as setup:
-        setup.execute(f"create schema {schema}")
-        setup.execute(f"create table {schema}.q (id bigint primary key, state text not null default 'ready')")
-    claim = (f"update {schema}.q set state = 'running' where id = (select id from {schema}.q "
-             "where state = 'ready' order by id limit 1 for update skip locked) returning id")
-    listening = threading.Event()
 
-    def listen() -> None:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"listen {schema}")
-            listening.set()
-            while not stop.is_set():
-                select.select([conn.fileno()], [], [], 0.5)
-                if list(conn.notifies(timeout=0)):
-                    while conn.execute(claim).fetchone() is not None:
-                        claims.put(time.monotonic())
-    listener = threading.Thread(target=listen, daemon=True)
-    listener.start()
-    try:
-        listening.wait(10)
+    def claim(conn: psycopg.Connection[Any], schema: str) -> None:
+        while conn.execute(f"update {schema}.q set state = 'running' where id = (select id from {schema}.q "
+                           "where state = 'ready' order by id limit 1 for update skip locked) "
+                           "returning id").fetchone() is not None:
+            claims.put(time.monotonic())
+    with raw_listener(dsn, "raw_latency", "id bigint primary key, state text not null default 'ready'",
+                      claim) as schema:
         latencies = []
         with psycopg.connect(dsn, autocommit=True) as conn:
             for n in range(warmup + samples):
@@ -98,11 +83,6 @@ def raw_notify_to_claim(dsn: str, samples: int, warmup: int = 5) -> list[float]:
                 if n >= warmup:
                     latencies.append((claimed - committed) * 1000.0)
                 time.sleep(0.02)
-    finally:
-        stop.set()
-        listener.join(10)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"drop schema {schema} cascade")
     return latencies
 
 
