@@ -45,7 +45,7 @@ from .registry import Registry
 from .retry import RetryVerdict
 from .workers.drive import drive
 from .workers.failures import describe
-from .workers.host import Lifecycle, wind_down
+from .workers.host import Lent, Lifecycle, wind_down
 from .workers.outbox_relay import OutboxRelay
 from .workers.queue_worker import QueueWorker
 from .workers.scanning import ScanRun, run_due_scans
@@ -87,21 +87,6 @@ class TickSummary:
                 "upkeep": self.upkeep, "failed": self.failed}
 
 
-class _Borrowed:
-    """The caller's driver, lent to the pass's roles. Each role closes its driver as it
-    closes, which would close the caller's pools three times a pass and open them again each
-    time; the caller owns the driver and closes it (``xjobsd tick`` does, at exit)."""
-
-    def __init__(self, driver: JobDriver) -> None:
-        self._driver = driver
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._driver, name)
-
-    def close(self) -> None:
-        """The caller's to do."""
-
-
 class _Failures:
     """The pass's own record of every failed attempt that settled, with its verdict: called by
     the worker's settler on its loop thread, never through the app's best-effort hooks."""
@@ -131,7 +116,9 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
     names = list(queues) if queues else registry.queues()
     if not names:
         raise InvalidOption("queue", "the app declares no jobs: nothing to run")
-    driver = cast(JobDriver, _Borrowed(driver))
+    # each role closes its driver as it closes: lent, the caller's pools stay open across the
+    # pass's three roles (and the next tick in this process); the caller closes them
+    driver = cast(JobDriver, Lent(driver))
     identity = identity or f"tick-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     began = clock()
     deadline = began + deadline_s * 1000.0

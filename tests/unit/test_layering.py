@@ -81,10 +81,16 @@ def edges() -> list[tuple[str, str]]:
             for target in sorted(imports(path))]
 
 
+# the package's own __init__ is its public face: it re-exports the factories' names (xjobs.purge),
+# which no other module of the api may import
+FACE = ("xjobs", "factories")
+
+
 def test_every_room_imports_only_the_rooms_beneath_it():
     broken = [f"{source} ({room(source)}) imports {target} ({room(target)})"
               for source, target in edges()
-              if room(target) != room(source) and room(target) not in MAY_IMPORT[room(source)]]
+              if room(target) != room(source) and room(target) not in MAY_IMPORT[room(source)]
+              and (source, room(target)) != FACE]
     assert broken == []
 
 
