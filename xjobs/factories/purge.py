@@ -94,7 +94,10 @@ def _checked(purge_name: str, answered: object) -> list[PurgeTarget]:
         if not isinstance(target_name, str) or not callable(getattr(target, "purge_expired", None)):
             raise PurgeTargetInvalid(f"purge {purge_name!r}: {target!r} is no target: it needs a name "
                                      "(a string) and purge_expired(now_ms)")
-        plain_name(target_name, "purge.target")
+        try:
+            plain_name(target_name, "purge.target")     # it names a step: printable, unpadded
+        except InvalidOption as exc:
+            raise PurgeTargetInvalid(f"purge {purge_name!r}: target name {target_name!r}: {exc.reason}") from exc
         if target_name in seen:
             raise PurgeTargetDuplicate(f"purge {purge_name!r}: two targets are named {target_name!r}; "
                                        "nothing was deleted")
