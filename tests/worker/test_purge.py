@@ -153,3 +153,32 @@ def test_the_declaration_refuses_what_can_never_run_and_pairs_with_the_hourly_ta
     assert xjobs.DEFAULT_PURGE_CRON == "0 * * * *" and registry.tasks() == []
     task = xjobs.task(name="p-hourly", cron=xjobs.DEFAULT_PURGE_CRON, tz="UTC", job=handle, registry=registry)
     assert [t.name for t in registry.tasks()] == ["p-hourly"] and task.job is handle
+
+
+@pytest.mark.postgres
+def test_the_example_app_declares_both_halves_and_sweeps_its_stores(pg_dsn, monkeypatch):
+    import psycopg
+    from examples import purge_app
+    from xjobs import REGISTRY, testing
+    monkeypatch.setenv("XJOBS_DATABASE_URL", pg_dsn)
+    assert REGISTRY.get("app-purge") is purge_app.app_purge
+    [hourly] = [t for t in REGISTRY.tasks() if t.name == "app-purge-hourly"]
+    assert hourly.cron == xjobs.DEFAULT_PURGE_CRON and hourly.job is purge_app.app_purge
+    purge_app.RateLimits().purge_expired(0)           # its table exists
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("insert into app_rate_limits values ('example:old', 3, now() - interval '1 hour'), "
+                     "('example:live', 1, now() + interval '1 hour') on conflict (key) do nothing")
+    purge_app.SESSIONS.open("gone", ttl_s=0)
+    purge_app.SESSIONS.open("kept", ttl_s=3600)
+    try:
+        with testing.memory_queue() as driver:
+            [job] = enqueue_many(purge_app.app_purge, [{}], driver=driver)
+            testing.run_until_idle(purge_app.app_purge.queue, driver=driver)
+            assert driver.job_get(job.id).state == "completed"
+            assert steps(driver, job.id)["purge:sessions"] == 1 and steps(driver, job.id)["purge:rate_limits"] >= 1
+        with psycopg.connect(pg_dsn) as conn:
+            keys = {k for (k,) in conn.execute("select key from app_rate_limits where key like 'example:%'")}
+        assert keys == {"example:live"}
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("drop table if exists app_rate_limits")
