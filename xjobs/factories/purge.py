@@ -40,6 +40,7 @@ from ..registry import JobHandle, Registry, job
 from ..retry import Retry
 
 DEFAULT_PURGE_CRON = "0 * * * *"
+"""Hourly, on the hour: the schedule a ``task()`` pairs with a ``purge()`` (which has none)."""
 _CLOCK_STEP = "now"        # no target's step is named this: theirs all begin "purge:"
 
 
