@@ -26,8 +26,9 @@ HOUR_MS = 3_600_000.0
 TICKS = {"memory": 1_000, "postgres": 300}
 PER_TICK = 4            # jobs enqueued, rows staged and events sent before every tick
 # short retention, so one step of the database's clock puts the last tick's rows past it
-SETTINGS = Settings(retention_completed_ms="30m", retention_finished_ms="30m", outbox_retention_ms="30m",
-                    event_retention_ms="30m")
+HALF_HOUR_MS = 1_800_000.0
+SETTINGS = Settings(retention_completed_ms=HALF_HOUR_MS, retention_finished_ms=HALF_HOUR_MS,
+                    outbox_retention_ms=HALF_HOUR_MS, event_retention_ms=HALF_HOUR_MS)
 
 
 def fast_clock(step_ms: float = 100.0) -> Callable[[], float]:
@@ -54,7 +55,8 @@ def rows(driver: object, dsn: str, conn: psycopg.Connection | None = None) -> di
                 "job_steps": sum(map(len, table.steps.values())), "outbox": len(table.outbox),
                 "events": len(table.events), "job_rates": len(table.rates)}
     with (psycopg.connect(dsn, autocommit=True) if conn is None else contextlib.nullcontext(conn)) as db:
-        return {name: db.execute(f"select count(*) from {driver.schema}.{name}").fetchone()[0]  # type: ignore[attr-defined]
+        schema = getattr(driver, "schema")
+        return {name: int(db.execute(f"select count(*) from {schema}.{name}").fetchone()[0])  # type: ignore[index]
                 for name in ("jobs", "job_history", "job_steps", "outbox", "events", "job_rates")}
 
 
