@@ -75,7 +75,7 @@ def _print(summary: TickSummary) -> None:
     if published:
         print(f"outbox: {published} staged row(s) published")
     pruned = summary.upkeep.get("pruned")
-    if pruned:
+    if pruned and any(pruned.values()):
         print("pruned: " + ", ".join(f"{n} {table}" for table, n in pruned.items()))
     outcomes = sorted({o for counts in summary.jobs.values() for o in counts})
     if summary.jobs:
