@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from typing import Callable
 
 import psycopg
@@ -16,6 +17,7 @@ from xjobs.config import Settings
 from xjobs.context import Ctx
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.enqueue import enqueue_many
+from xjobs.errors import InvalidOption
 from xjobs.outbox import stage_many
 from xjobs.tick import run_tick
 from xjobs.workers.scheduler import ELECTION
@@ -119,3 +121,14 @@ def test_a_tick_beside_a_leader_neither_fires_cron_nor_prunes_and_still_publishe
     driver.leader_resign(ELECTION, "a-daemon")
     summary = run_tick(driver=driver, registry=registry, settings=SETTINGS, clock=fast_clock(), identity="third")
     assert summary.cron["leader"] is True and summary.upkeep["pruned"]["jobs"] == 1
+
+
+@pytest.mark.parametrize("knob, value", [("wait_for_work_s", -1), ("wait_for_work_s", math.nan),
+                                         ("wait_for_work_s", True), ("deadline_s", math.inf),
+                                         ("deadline_s", 0)])
+def test_a_tick_refuses_a_knob_that_can_never_be_right_before_it_touches_the_database(knob, value):
+    registry, _ = registry_for_ticks()
+    driver = MemoryDriver()
+    with pytest.raises(InvalidOption) as refused:
+        run_tick(driver=driver, registry=registry, settings=SETTINGS, **{knob: value})
+    assert refused.value.code == "X_INVALID_OPTION" and driver.leader_elect(ELECTION, "nobody-else", 1000)
