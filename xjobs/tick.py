@@ -137,17 +137,19 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
                          settings=replace(settings, poll_ms=_TICK_POLL_MS), identity=identity,
                          clock=clock, maintain=False, failures=failures)
     lifecycle = Lifecycle(worker)
+    relay.initialize()
     try:
-        relay.initialize()
         lifecycle.initialize()
         worker.bound_runs(deadline)
-        summary.reached_deadline = not _work(worker, relay, failures, deadline, clock, wait_for_work_s)
+        try:
+            summary.reached_deadline = not _work(worker, relay, failures, deadline, clock, wait_for_work_s)
+        finally:
+            # what the deadline interrupted has the grace to settle as interrupted
+            wind_down(lifecycle, clock, max(deadline, clock()) + _CLOSE_GRACE_MS,
+                      "the tick's deadline" if summary.reached_deadline else "the tick is done", interrupt=True)
     finally:
-        # what the deadline interrupted has the grace to settle as interrupted
-        wind_down(lifecycle, clock, max(deadline, clock()) + _CLOSE_GRACE_MS,
-                  "the tick's deadline" if summary.reached_deadline else "the tick is done", interrupt=True)
         relay.stop_accepting("the tick is done")
-        relay.close()
+        relay.close()       # its listener; the lent driver stays open
     summary.outbox = {key: relay.totals[key] for key in ("published", "batches", "claim_failed", "publish_failed")}
     if relay.totals["claim_failed"] or relay.totals["publish_failed"]:
         failures.add("outbox", f"{relay.totals['claim_failed']} claim(s) and {relay.totals['publish_failed']} "
