@@ -201,6 +201,13 @@ class MigrationBlocked(XJobsError):
     code = "X_MIGRATION_BLOCKED"
 
 
+class MigrationPrivilegeMissing(XJobsError):
+    """The role running a migration may not create or alter what it needs (the database's
+    CREATE, the schema's ownership). Nothing of that migration was applied (exit 1)."""
+
+    code = "X_MIGRATION_PRIVILEGE"
+
+
 # -- the database under a driver -----------------------------------------------------------------
 
 
