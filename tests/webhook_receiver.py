@@ -75,7 +75,7 @@ class Receiver:
 @contextlib.contextmanager
 def receiving() -> Iterator[Receiver]:
     receiver = Receiver()
-    thread = threading.Thread(target=receiver.server.serve_forever, daemon=True)
+    thread = threading.Thread(target=receiver.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield receiver

@@ -37,6 +37,7 @@ _REDACTED = "<redacted>"
 _SENDING: contextvars.ContextVar[bool] = contextvars.ContextVar("xjobs_webhook_sending", default=False)
 _CLIENT_LOGGERS = ("httpx", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy")
 _filter_installed = False
+_tls: list[object] = []     # one TLS context per process: building one reads the CA bundle (~35 ms)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,13 @@ def _install_filter() -> None:
         for name in _CLIENT_LOGGERS:
             logging.getLogger(name).addFilter(_quiet)
         _filter_installed = True
+
+
+def _tls_context(httpx: ModuleType) -> object:
+    """httpx's own default context (its CA bundle), built once and shared: it is thread-safe."""
+    if not _tls:
+        _tls.append(httpx.create_ssl_context())
+    return _tls[0]
 
 
 def request_headers(endpoint: WebhookEndpoint, signed: Mapping[str, str], content_type: str) -> dict[str, str]:
@@ -142,7 +150,7 @@ async def post(endpoint: WebhookEndpoint, headers: dict[str, str], body: bytes,
     failure: WebhookFailed | None = None
     try:
         async with asyncio.timeout(timeouts.total_s):
-            async with httpx.AsyncClient(follow_redirects=False, timeout=limits) as client:
+            async with httpx.AsyncClient(follow_redirects=False, timeout=limits, verify=_tls_context(httpx)) as client:
                 async with client.stream("POST", url, content=body, headers=headers) as response:
                     return Answer(int(response.status_code), retry_after(response.headers.get("retry-after")))
     except TimeoutError:
