@@ -39,7 +39,11 @@ class Receiver:
         return f"http://127.0.0.1:{self.port}{path}"
 
     def answer(self, path: str, reply: Reply | Callable[[Received], Reply]) -> None:
-        self.replies[path] = reply if callable(reply) else (lambda _r, fixed=reply: fixed)
+        if isinstance(reply, Reply):
+            fixed = reply
+            self.replies[path] = lambda _received: fixed
+        else:
+            self.replies[path] = reply
 
     def at(self, path: str) -> list[Received]:
         with self._lock:

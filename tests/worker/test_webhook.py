@@ -11,12 +11,12 @@ import pytest
 import xjobs
 from xjobs import testing
 from xjobs.clock import ManualClock
-from xjobs.errors import InvalidOption, WebhookFailed
+from xjobs.errors import InvalidOption, WebhookFailed, WebhookThrottled
 from xjobs.workers.failures import full_traceback
 from xjobs.webhooks import (ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, MemoryLedger, WebhookEndpoint,
                             WebhookEvent, verify)
 
-from tests.webhook_receiver import Reply, receiving
+from tests.webhook_receiver import Receiver, Reply, receiving
 
 SECRET = "whsec_s3cret_value"
 TOKEN = "qu3ry_t0ken"            # a credential in the URL's query, as some receivers take one
@@ -28,7 +28,7 @@ BODY = '{"order": 7, "total": "12.50"}'
 class App:
     """The app's side: its endpoints and events (read on every attempt), and its ledger."""
 
-    receiver: object
+    receiver: Receiver
     clock: ManualClock
     endpoints: dict[str, WebhookEndpoint] = field(default_factory=dict)
     events: dict[str, WebhookEvent] = field(default_factory=dict)
@@ -174,8 +174,9 @@ def test_what_each_status_means(app, status, code, terminal):
 def test_a_throttled_answer_comes_back_when_told(app):
     app.receiver.answer("/busy", Reply(429, {"retry-after": "120"}))
     app.point("ep_1", "/busy")
-    with pytest.raises(xjobs.RetryAfter) as err:
+    with pytest.raises(WebhookThrottled) as err:
         one(app, app.declare())
+    assert isinstance(err.value, xjobs.RetryAfter)      # so the retry decision waits as told
     assert err.value.seconds == 120.0 and err.value.code == "X_WEBHOOK_STATUS"
 
 
