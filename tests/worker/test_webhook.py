@@ -253,6 +253,15 @@ def test_knobs_are_refused_at_declaration(app, option, value):
     assert err.value.code == "X_INVALID_OPTION"
 
 
+def test_one_name_declared_twice_is_one_declaration_only_with_the_same_callables(app):
+    registry = xjobs.Registry()
+    first = app.declare(registry=registry)
+    assert app.declare(registry=registry).name == first.name          # a module imported twice
+    with pytest.raises(xjobs.XJobsError) as err:
+        app.declare(registry=registry, endpoint=lambda endpoint_id: None)
+    assert err.value.code == "X_JOB_DUPLICATE"
+
+
 def test_without_httpx_the_declaration_says_which_extra(app, monkeypatch):
     import sys
     monkeypatch.setitem(sys.modules, "httpx", None)

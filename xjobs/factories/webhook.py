@@ -27,9 +27,9 @@ from numbers import Integral
 from typing import Any, Callable
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import InvalidOption, WebhookFailed, WebhookRefused
+from ..errors import DuplicateJob, InvalidOption, UnknownJob, WebhookFailed, WebhookRefused
 from ..options import duration_ms, finite_count, plain_name
-from ..registry import NO_TENANT, JobHandle, Registry, job
+from ..registry import NO_TENANT, REGISTRY, JobHandle, Registry, declaration_site, job
 from ..retry import Retry
 from ..webhook_signature import check_field, signed_headers
 from ..webhooks import WebhookAttempt, WebhookEndpoint, WebhookEvent, WebhookLedger
@@ -117,9 +117,25 @@ def webhook(*, name: str, endpoint: EndpointSource, event: EventSource, ledger: 
 
     deliver.__name__ = deliver.__qualname__ = job_name
     deliver.__doc__ = f"webhook(): deliver one event to one endpoint ({job_name})"
+    _one_declaration(registry or REGISTRY, job_name, deliver, endpoint, event)
     return job(name=job_name, queue=queue, tenant=tenant, retry=retry or DEFAULT_WEBHOOK_RETRY,
                timeout=timeout, input=webhook_input, registry=registry,
                idempotency_key=lambda i: f"{job_name}:{i['endpoint_id']}:{i['event_id']}")(deliver)
+
+
+def _one_declaration(registry: Registry, name: str, body: Callable[..., object],
+                     endpoint: EndpointSource, event: EventSource) -> None:
+    """Every webhook body is written in this module, so the registry alone would take two
+    declarations under one name for one: they are told apart by the app's callables (the same
+    module imported twice reads the same ones again, and is one declaration)."""
+    sources = tuple(declaration_site(fn) or id(fn) for fn in (endpoint, event))
+    setattr(body, "_webhook_sources", sources)
+    try:
+        existing = registry.get(name)
+    except UnknownJob:
+        return
+    if getattr(existing.fn, "_webhook_sources", None) != sources:
+        raise DuplicateJob(f"two different declarations of the job name {name!r}, one of them by webhook()")
 
 
 class _Sender:
