@@ -19,8 +19,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
+from .errors import InvalidOption
 from .webhook_signature import (DEFAULT_TOLERANCE, HEADERS, ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER,
-                                TOPIC_HEADER, Verified, canonical, signature, signed_headers, verify)
+                                TOPIC_HEADER, Verified, canonical, check_field, signature, signed_headers,
+                                verify)
 
 
 @dataclass(frozen=True, repr=False)
@@ -33,6 +35,17 @@ class WebhookEndpoint:
     secret: str | bytes
     headers: Mapping[str, str] = field(default_factory=dict)
     enabled: bool = True
+
+    def __post_init__(self) -> None:
+        # types only, and said without the values: a refusal's text is logged like any other
+        if not isinstance(self.url, str):
+            raise InvalidOption("endpoint.url", f"must be a string, got {type(self.url).__name__}")
+        if not isinstance(self.secret, (str, bytes)) or not self.secret:
+            raise InvalidOption("endpoint.secret", "must be a non-empty str or bytes")
+        if not isinstance(self.headers, Mapping):
+            raise InvalidOption("endpoint.headers", f"must be a mapping, got {type(self.headers).__name__}")
+        if not isinstance(self.enabled, bool):
+            raise InvalidOption("endpoint.enabled", f"must be True or False, got {type(self.enabled).__name__}")
 
     def __repr__(self) -> str:
         # a repr lands in logs, tracebacks and error reports: none of these fields may
@@ -47,6 +60,14 @@ class WebhookEvent:
     topic: str
     body: str
     content_type: str = "application/json"
+
+    def __post_init__(self) -> None:
+        check_field(self.topic, "event.topic")
+        if not isinstance(self.body, str):
+            raise InvalidOption("event.body", f"must be a str (sent as UTF-8), got {type(self.body).__name__}")
+        if (not isinstance(self.content_type, str) or not self.content_type
+                or any(not 32 <= ord(ch) <= 126 for ch in self.content_type)):
+            raise InvalidOption("event.content_type", "must be one line of printable ASCII")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from xjobs.clock import ManualClock
 from xjobs.errors import InvalidOption, WebhookSignatureInvalid
 from xjobs.webhooks import (ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, TOPIC_HEADER, WebhookEndpoint,
-                            canonical, signature, signed_headers, verify)
+                            WebhookEvent, canonical, signature, signed_headers, verify)
 
 NOW_S = 1_800_000_000
 _fields = st.text(st.characters(min_codepoint=33, max_codepoint=126, blacklist_characters=":"),
@@ -161,3 +161,18 @@ def test_an_endpoints_repr_shows_none_of_its_secrets():
                                headers={"authorization": "Bearer b3arer"})
     for text in (repr(endpoint), str(endpoint), f"{endpoint!r}"):
         assert not any(s in text for s in ("tok3n", "k3y", "s3cret", "b3arer", "hooks.example")), text
+
+
+@pytest.mark.parametrize("make, option", [
+    (lambda: WebhookEndpoint(url=None, secret="s"), "endpoint.url"),
+    (lambda: WebhookEndpoint(url="https://x", secret=""), "endpoint.secret"),
+    (lambda: WebhookEndpoint(url="https://x", secret="s", headers=[("a", "b")]), "endpoint.headers"),
+    (lambda: WebhookEndpoint(url="https://x", secret="s", enabled=1), "endpoint.enabled"),
+    (lambda: WebhookEvent(topic="a:b", body="{}"), "event.topic"),
+    (lambda: WebhookEvent(topic="t", body=b"{}"), "event.body"),
+    (lambda: WebhookEvent(topic="t", body="{}", content_type="text/plain\r\nx-evil: 1"), "event.content_type"),
+])
+def test_endpoints_and_events_are_checked_when_built(make, option):
+    with pytest.raises(InvalidOption) as err:
+        make()
+    assert err.value.option == option
