@@ -199,7 +199,8 @@ def test_a_hanging_receiver_times_out_within_its_bound(app):
 
 @pytest.mark.parametrize("url, code", [("http://127.0.0.1:1/x?token=" + TOKEN, "X_WEBHOOK_UNREACHABLE"),
                                        ("ftp://files.example/" + TOKEN, "X_WEBHOOK_ENDPOINT_INVALID"),
-                                       ("http://[::1" + TOKEN, "X_WEBHOOK_ENDPOINT_INVALID")])
+                                       ("http://[::1" + TOKEN, "X_WEBHOOK_ENDPOINT_INVALID"),
+                                       (f"http://user:{TOKEN}@127.0.0.1:1/", "X_WEBHOOK_UNREACHABLE")])
 def test_no_failure_text_or_log_line_holds_the_url_the_headers_or_the_secret(app, url, code, caplog):
     app.endpoints["ep_1"] = WebhookEndpoint(url=url, secret=SECRET, headers={"authorization": f"Bearer {BEARER}"})
     with caplog.at_level(logging.DEBUG):
@@ -215,6 +216,15 @@ def test_no_failure_text_or_log_line_holds_the_url_the_headers_or_the_secret(app
              caplog.text]
     for text in texts:
         assert not any(s in text for s in (TOKEN, SECRET, BEARER)), text
+
+
+def test_a_header_value_the_client_would_quote_back_is_refused_without_quoting_it(app):
+    app.endpoints["ep_1"] = WebhookEndpoint(url=app.receiver.url("/hook"), secret=SECRET,
+                                            headers={"authorization": f"Bearer {BEARER}\u00e9"})
+    with pytest.raises(WebhookFailed) as err:
+        one(app, app.declare())
+    assert err.value.code == "X_WEBHOOK_ENDPOINT_INVALID" and BEARER not in str(err.value)
+    assert app.ledger.attempts[0].code == "X_WEBHOOK_ENDPOINT_INVALID" and app.receiver.received == []
 
 
 def test_a_sent_request_leaves_no_url_in_the_log(app, caplog):

@@ -94,8 +94,9 @@ def request_headers(endpoint: WebhookEndpoint, signed: Mapping[str, str], conten
     for n, (key, value) in enumerate(given.items(), 1):
         if not isinstance(key, str) or not _TOKEN.match(key):
             raise invalid(f"its header #{n} has no valid name")
-        if not isinstance(value, str) or any(ord(ch) < 32 and ch != "\t" or ord(ch) == 127 for ch in value):
-            raise invalid(f"its header {key!r} has a value that is not one line of text")
+        # printable ASCII: the client refuses anything else with an error quoting the value
+        if not isinstance(value, str) or any(not (32 <= ord(ch) <= 126 or ch == "\t") for ch in value):
+            raise invalid(f"its header {key!r} has a value that is not one line of printable ASCII")
         if key.lower() not in _OURS:
             merged[key] = value
     return {**merged, "content-type": content_type, **signed}
@@ -113,13 +114,16 @@ def _scrub(text: str, hidden: list[str]) -> str:
 
 
 def _hidden(endpoint: WebhookEndpoint, url: str) -> list[str]:
-    """What an error text may not show: the URL (whole, as parsed, and its path and query
-    alone), the secret and every header value."""
+    """What an error text may not show: the URL (whole as given and as parsed; everything
+    after its scheme; its path, query and password alone), the secret and every header value."""
     secret = endpoint.secret
     values = [endpoint.url, url, secret.decode(errors="replace") if isinstance(secret, bytes) else secret]
     values += [v for v in endpoint.headers.values() if isinstance(v, str)]
     tail = url.split("://", 1)[-1]
     values += [tail, tail.partition("/")[2], url.partition("?")[2]]
+    with contextlib.suppress(Exception):
+        parsed = httpx_module().URL(url)
+        values += [parsed.path, parsed.query.decode(errors="replace"), parsed.password or ""]
     return [v for v in values if isinstance(v, str)]
 
 
@@ -158,7 +162,7 @@ async def post(endpoint: WebhookEndpoint, headers: dict[str, str], body: bytes,
                                 code="X_WEBHOOK_TIMEOUT")
     except httpx.TimeoutException as exc:
         failure = WebhookFailed(f"{type(exc).__name__}: no progress within its timeout", code="X_WEBHOOK_TIMEOUT")
-    except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
+    except Exception as exc:   # transport, protocol, and whatever else the client raises: all scrubbed
         said = _scrub(str(exc), _hidden(endpoint, url)) or "no detail"
         failure = WebhookFailed(f"{type(exc).__name__}: {said}", code="X_WEBHOOK_UNREACHABLE")
     finally:
