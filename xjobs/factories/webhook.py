@@ -24,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import time
 from numbers import Integral
-from typing import Any, Callable
+from typing import Callable
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..context import Ctx
 from ..errors import DuplicateJob, InvalidOption, UnknownJob, WebhookFailed, WebhookRefused
 from ..options import duration_ms, finite_count, plain_name
 from ..registry import NO_TENANT, REGISTRY, JobHandle, Registry, declaration_site, job
@@ -51,7 +52,7 @@ def _id(value: object, what: str) -> str:
     return check_field(value, what)
 
 
-def webhook_input(value: Any) -> dict[str, str]:
+def webhook_input(value: object) -> dict[str, str]:
     """The input as stored: ``endpoint_id`` and ``event_id`` (and ``tenant`` when the app
     scopes by it), nothing else, so no URL or secret is ever put in a job row."""
     if not isinstance(value, dict):
@@ -115,7 +116,7 @@ def webhook(*, name: str, endpoint: EndpointSource, event: EventSource, ledger: 
     timeouts = Timeouts(connect_s=connect_s, read_s=read_s, total_s=total_s)
     sender = _Sender(endpoint, event, ledger, limit, timeouts, clock or SYSTEM_CLOCK)
 
-    async def deliver(ctx: Any, input: dict[str, str]) -> dict[str, object]:
+    async def deliver(ctx: Ctx, input: dict[str, str]) -> dict[str, object]:
         return await sender.deliver(ctx, input["endpoint_id"], input["event_id"])
 
     deliver.__name__ = deliver.__qualname__ = job_name
@@ -149,7 +150,7 @@ class _Sender:
         self._endpoint, self._event, self._ledger = endpoint, event, ledger
         self._max_failures, self._timeouts, self._clock = max_failures, timeouts, clock
 
-    async def deliver(self, ctx: Any, endpoint_id: str, event_id: str) -> dict[str, object]:
+    async def deliver(self, ctx: Ctx, endpoint_id: str, event_id: str) -> dict[str, object]:
         target = await asyncio.to_thread(self._endpoint, endpoint_id)
         if target is None:
             return _skipped(ctx, "endpoint_gone", endpoint_id, event_id)
@@ -207,7 +208,7 @@ def _signed(target: WebhookEndpoint, sent_at: int, event_id: str, topic: str, bo
     return signed_headers(secret, sent_at, event_id, topic, body)
 
 
-def _skipped(ctx: Any, why: str, endpoint_id: str, event_id: str) -> dict[str, object]:
+def _skipped(ctx: Ctx, why: str, endpoint_id: str, event_id: str) -> dict[str, object]:
     ctx.log.info("webhook not sent: %s", why.replace("_", " "),
                  extra={"endpoint_id": endpoint_id, "event_id": event_id, "skipped": why})
     return {"delivered": False, "skipped": why}
