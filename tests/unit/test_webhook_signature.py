@@ -164,12 +164,13 @@ def test_an_endpoints_repr_shows_none_of_its_secrets():
 
 
 @pytest.mark.parametrize("make, option", [
-    (lambda: WebhookEndpoint(url=None, secret="s"), "endpoint.url"),
+    (lambda: WebhookEndpoint(url=None, secret="s"), "endpoint.url"),  # type: ignore[arg-type]
     (lambda: WebhookEndpoint(url="https://x", secret=""), "endpoint.secret"),
-    (lambda: WebhookEndpoint(url="https://x", secret="s", headers=[("a", "b")]), "endpoint.headers"),
-    (lambda: WebhookEndpoint(url="https://x", secret="s", enabled=1), "endpoint.enabled"),
+    (lambda: WebhookEndpoint(url="https://x", secret="s", headers=[("a", "b")]),  # type: ignore[arg-type]
+     "endpoint.headers"),
+    (lambda: WebhookEndpoint(url="https://x", secret="s", enabled=1), "endpoint.enabled"),  # type: ignore[arg-type]
     (lambda: WebhookEvent(topic="a:b", body="{}"), "event.topic"),
-    (lambda: WebhookEvent(topic="t", body=b"{}"), "event.body"),
+    (lambda: WebhookEvent(topic="t", body=b"{}"), "event.body"),  # type: ignore[arg-type]
     (lambda: WebhookEvent(topic="t", body="{}", content_type="text/plain\r\nx-evil: 1"), "event.content_type"),
 ])
 def test_endpoints_and_events_are_checked_when_built(make, option):
