@@ -23,6 +23,7 @@ class Reply:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     hang: bool = False      # answer nothing until the receiver is closed
+    drip: bool = False      # answer one byte of headers at a time, never finishing them
 
 
 class Receiver:
@@ -63,6 +64,15 @@ class Receiver:
                 reply = route(got) if route is not None else Reply(404)
                 if reply.hang:
                     receiver.released.wait(60)
+                    return
+                if reply.drip:     # each byte within any read timeout, the headers never done
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                    while not receiver.released.wait(0.05):
+                        try:
+                            self.wfile.write(b"x")
+                            self.wfile.flush()
+                        except OSError:
+                            return
                     return
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():

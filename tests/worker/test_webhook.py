@@ -197,6 +197,14 @@ def test_a_hanging_receiver_times_out_within_its_bound(app):
     assert app.ledger.attempts[0].code == "X_WEBHOOK_TIMEOUT"
 
 
+def test_a_receiver_that_drips_its_answer_is_cut_off_by_the_total_timeout(app):
+    app.receiver.answer("/drip", Reply(drip=True))
+    app.point("ep_1", "/drip")
+    with pytest.raises(WebhookFailed) as err:
+        one(app, app.declare(connect_timeout="500ms", read_timeout="500ms", total_timeout="1s", timeout="5s"))
+    assert err.value.code == "X_WEBHOOK_TIMEOUT" and "total timeout" in str(err.value)
+
+
 @pytest.mark.parametrize("url, code", [("http://127.0.0.1:1/x?token=" + TOKEN, "X_WEBHOOK_UNREACHABLE"),
                                        ("ftp://files.example/" + TOKEN, "X_WEBHOOK_ENDPOINT_INVALID"),
                                        ("http://[::1" + TOKEN, "X_WEBHOOK_ENDPOINT_INVALID"),
