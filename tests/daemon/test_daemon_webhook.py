@@ -50,6 +50,11 @@ def job_of(env, endpoint_id: str, event_id: str) -> tuple[int, str, str | None]:
     return rows[0] if rows else (0, "", None)
 
 
+def subscribe(env, endpoint_id: str, url: str) -> None:
+    env.sql("insert into {schema}.webhook_endpoints (id, url, secret, headers) values (%s, %s, %s, %s)",
+            endpoint_id, url, SECRETS[endpoint_id], orjson.dumps({"Authorization": f"Bearer {BEARER}"}).decode())
+
+
 def listening(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -70,6 +75,7 @@ def xjobs_rows_as_text(env) -> str:
     return "\n".join(texts)
 
 
+@pytest.mark.slow
 def test_webhooks_through_the_daemon_are_verified_never_redirected_disabled_after_n_and_keep_their_secrets(
         daemon_env, request):
     env = daemon_env
@@ -80,9 +86,7 @@ def test_webhooks_through_the_daemon_are_verified_never_redirected_disabled_afte
         receiver.answer("/elsewhere", Reply(200))
         receiver.answer("/down", Reply(500))
         for endpoint_id, path in (("ep_ok", "/ok"), ("ep_moved", "/moved"), ("ep_down", "/down")):
-            env.sql("insert into {schema}.webhook_endpoints (id, url, secret, headers) values (%s, %s, %s, %s)",
-                    endpoint_id, receiver.url(f"{path}?token={TOKEN}"), SECRETS[endpoint_id],
-                    orjson.dumps({"Authorization": f"Bearer {BEARER}"}).decode())
+            subscribe(env, endpoint_id, receiver.url(f"{path}?token={TOKEN}"))
         # the example's own receiver, as its docstring starts it: it answers 204 only to what verify accepts
         example_port = free_port()
         example_receiver = subprocess.Popen(
@@ -156,3 +160,30 @@ def test_webhooks_through_the_daemon_are_verified_never_redirected_disabled_afte
     log = daemon.log_path.read_text(errors="replace")
     assert "job.dead" in log and not [s for s in HIDDEN if s in log]
     assert os.path.getsize(daemon.log_path) > 0
+
+
+def test_a_worker_killed_mid_delivery_has_it_sent_again(daemon_env):
+    env = daemon_env
+    example(env, "install")
+    with receiving() as receiver:
+        calls = []
+
+        def first_hangs(_got):
+            calls.append(1)
+            return Reply(hang=True) if len(calls) == 1 else Reply(204)
+        receiver.answer("/ok", first_hangs)
+        subscribe(env, "ep_ok", receiver.url(f"/ok?token={TOKEN}"))
+        daemon = env.start("--app", "examples.webhooks", "--queue", "webhooks=1x2", WEBHOOKS_SCHEMA=env.schema)
+        daemon.ready()
+        event_id = example(env, "publish", "order.paid", '{"order": 7}')
+        wait_for(lambda: receiver.at("/ok"), 30, "the first request to arrive")
+        [worker] = daemon.children("webhooks")
+        os.kill(worker["pid"], signal.SIGKILL)            # the answer never reaches the worker
+        wait_for(lambda: job_of(env, "ep_ok", event_id)[1] == "completed", 60, "the delivery to be made again")
+        first, second = receiver.at("/ok")
+        for got in (first, second):     # both are the same event, each verifiable: receivers dedupe on the id
+            assert verify(got.headers, got.body, SECRETS["ep_ok"]).event_id == event_id
+        # the killed attempt never reached the ledger; the one that got its answer did
+        assert [a[1:] for a in attempts(env, "ep_ok")] == [(True, 204, None)]
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0
