@@ -91,6 +91,9 @@ def test_every_alert_has_promtool_tests_that_fire_and_that_stay_quiet():
     alerts = set(rule_expressions())
     assert alerts - fired == set(), "alerts no test sees firing"
     assert alerts - quiet == set(), "alerts no test sees staying quiet"
+    # a quiet case on a misspelt series would pass for nothing: each series is one the rules read
+    series = {s["series"].split("{", 1)[0] for group in tests for s in group["input_series"]}
+    assert series - rule_names().metrics == set()
 
 
 def test_the_reader_tells_metrics_from_functions_labels_and_variables():
