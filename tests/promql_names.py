@@ -37,6 +37,9 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE)
 
 
+_ALTERNATION = re.compile(r"[\w-]+(?:\|[\w-]+)*")   # a regex that only lists values: a|b|c
+
+
 class PromQLError(ValueError):
     """An expression this reader does not understand: it says where, rather than guessing."""
 
@@ -44,16 +47,20 @@ class PromQLError(ValueError):
 @dataclass
 class Names:
     """What one or more expressions read: the metrics, the labels each metric's selectors
-    match on, and the labels of every by/without/on/ignoring/group_* list."""
+    match on, the labels of every by/without/on/ignoring/group_* list, and the label values
+    matchers name (``="v"``, ``!="v"``, and a regex that is a plain ``a|b`` alternation)."""
     metrics: set[str] = field(default_factory=set)
     matched: dict[str, set[str]] = field(default_factory=dict)   # metric -> labels in its {...}
     grouped: set[str] = field(default_factory=set)
+    values: dict[str, set[str]] = field(default_factory=dict)    # label -> values named
 
     def add(self, other: "Names") -> None:
         self.metrics |= other.metrics
         self.grouped |= other.grouped
         for metric, labels in other.matched.items():
             self.matched.setdefault(metric, set()).update(labels)
+        for label, named in other.values.items():
+            self.values.setdefault(label, set()).update(named)
 
 
 def tokens(expr: str) -> list[tuple[str, str]]:
@@ -98,11 +105,11 @@ def names(expr: str) -> Names:
             found.metrics.add(text)
             found.matched.setdefault(text, set())
             if following == "{":
-                i, labels, _ = _matchers(toks, i + 2, expr)
+                i, labels, _ = _matchers(toks, i + 2, expr, found.values)
                 found.matched[text].update(labels)
                 continue
         elif text == "{":   # a selector of matchers alone: its metric is the __name__ it matches
-            i, labels, metric = _matchers(toks, i + 1, expr)
+            i, labels, metric = _matchers(toks, i + 1, expr, found.values)
             if metric is None:
                 raise PromQLError(f"a selector without a metric name (no __name__=...) in {expr!r}")
             found.metrics.add(metric)
@@ -127,9 +134,11 @@ def _label_list(toks: list[tuple[str, str]], i: int, expr: str) -> tuple[int, se
     return i + 1, labels
 
 
-def _matchers(toks: list[tuple[str, str]], i: int, expr: str) -> tuple[int, set[str], str | None]:
+def _matchers(toks: list[tuple[str, str]], i: int, expr: str,
+              values: dict[str, set[str]]) -> tuple[int, set[str], str | None]:
     """The labels of a ``{a="x", b=~"y"}`` selector starting after its "{", the metric named by
-    a ``__name__="..."`` matcher if any, and the index after its "}"."""
+    a ``__name__="..."`` matcher if any, and the index after its "}"; the values it names go to
+    ``values``."""
     labels: set[str] = set()
     metric: str | None = None
     while i < len(toks) and toks[i][1] != "}":
@@ -142,6 +151,8 @@ def _matchers(toks: list[tuple[str, str]], i: int, expr: str) -> tuple[int, set[
         label, op, value = toks[i][1], toks[i + 1][1], toks[i + 2][1][1:-1]
         if label == "__name__" and op == "=":
             metric = value
+        elif "$" not in value and (op in ("=", "!=") or _ALTERNATION.fullmatch(value)):
+            values.setdefault(label, set()).update(value.split("|") if op in ("=~", "!~") else [value])
         labels.add(label)
         i += 3
     if i >= len(toks):

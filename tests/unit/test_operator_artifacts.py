@@ -16,6 +16,7 @@ import yaml
 from tests.operator_artifacts import (PROMETHEUS_OWN, RULE_TESTS, dashboard, dashboard_expressions,
                                       dashboard_names, panels, rule_expressions, rule_names, variable_query)
 from tests.promql_names import PromQLError, names
+from xjobs.workers.telemetry import OUTCOMES, STEP_COUNTS
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -81,6 +82,16 @@ def test_every_name_read_is_a_metric_the_docs_list():
     assert unlisted == set()
 
 
+def test_every_label_value_a_matcher_names_is_one_the_daemon_gives():
+    # the scrape job's name is the one the docs tell operators to give it
+    known = {"outcome": set(OUTCOMES), "kind": set(STEP_COUNTS), "job": {"xjobsd"}}
+    named = dashboard_names(dashboard())
+    named.add(rule_names())
+    assert set(named.values) <= set(known), "a matcher on a label this test knows no values of"
+    assert {label: sorted(values - known[label]) for label, values in named.values.items()
+            if values - known[label]} == {}
+
+
 def test_every_alert_has_promtool_tests_that_fire_and_that_stay_quiet():
     tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
     fired: set[str] = set()
@@ -103,9 +114,10 @@ def test_the_reader_tells_metrics_from_functions_labels_and_variables():
     assert read.matched == {"xjobs_job_duration_seconds_bucket": {"queue"}} and read.grouped == {"queue", "le"}
 
     read = names('sum(a_total{x="by (y)"}) by (q) / on (q) group_left (r) max(b offset 15m) > bool 0.5 '
-                 'unless {__name__="c", k!~"v"} or on() vector(0) and Inf > NaN')
+                 'unless {__name__="c", k!~"v|w", j=~"v.*", queue=~"$queue|"} or on() vector(0) and Inf > NaN')
     assert read.metrics == {"a_total", "b", "c"}
-    assert read.matched == {"a_total": {"x"}, "b": set(), "c": {"k"}} and read.grouped == {"q", "r"}
+    assert read.matched == {"a_total": {"x"}, "b": set(), "c": {"k", "j", "queue"}} and read.grouped == {"q", "r"}
+    assert read.values == {"x": {"by (y)"}, "k": {"v", "w"}}   # a real regex or a variable names no value
 
     # a word before "(" that is no function is a typo, not a metric; a broken selector is refused
     for broken in ("rat(xjobs_jobs_total[5m])", "xjobs_jobs_total{queue=}", "sum by (queue (x)",
