@@ -20,6 +20,7 @@ from .config import current_driver
 from .drivers.base import CallerConnection, Introspection, QueueStore
 from .drivers.records import Enqueued as EnqueuedRecord
 from .errors import InvalidOption
+from .registry import REGISTRY, Registry
 from .views import plain, queues as queue_rows, shown
 
 if TYPE_CHECKING:
@@ -92,13 +93,15 @@ async def aget(job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None,
     return shown(await _postgres(store, "aget").job_get_async(job_id, conn))
 
 
-def queues(*, driver: QueueStore | None = None) -> list[dict[str, Any]]:
-    """Every queue with live jobs or paused, as ``xjobsd queues ls --json`` prints it (which
-    adds, with no job yet, the queues of the app it finds): ``paused`` (and ``paused_by``),
-    ``depth`` and ``oldest_ready_seconds`` of its due ready jobs, and how many are ``ready``,
-    ``running``, ``suspended``, ``dead`` and ``quarantined``, read now."""
+def queues(*, driver: QueueStore | None = None, registry: Registry | None = None) -> list[dict[str, Any]]:
+    """Every queue this process declares (the jobs of ``registry``, by default the one
+    ``@xjobs.job`` fills), with live jobs, or paused, as ``xjobsd queues ls --json`` prints it
+    for the same app: ``paused`` (and ``paused_by``), ``depth`` and ``oldest_ready_seconds`` of
+    its due ready jobs, and how many are ``ready``, ``running``, ``suspended``, ``dead`` and
+    ``quarantined``, read now."""
     store = driver if driver is not None else current_driver()
-    rows: list[dict[str, Any]] = plain(queue_rows(store))   # as --json prints them, through the same plain()
+    declared = tuple((registry if registry is not None else REGISTRY).queues())
+    rows: list[dict[str, Any]] = plain(queue_rows(store, declared))   # as --json prints them, through the same plain()
     return rows
 
 

@@ -13,7 +13,7 @@ from typing import Any, NotRequired, TypedDict
 from .drivers.base import LATEST_MS, HistoryEntry, JobView, QueueStore
 
 _TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at", "started_at",
-                "wake_at", "until")
+                "wake_at", "until", "changed_at")
 
 
 def iso(ms: float | None) -> str | None:
@@ -98,9 +98,9 @@ def shown(view: JobView) -> dict[str, Any]:
 def queues(driver: QueueStore, known: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Every queue declared (``known``: the app's), with live jobs, or paused: paused or not,
     depth, oldest ready age and live counts (read through the partial indexes, never the
-    finished bulk); ``changed_at``, when its switch last changed, in epoch milliseconds. A
-    switch left resumed on a queue nothing else names is no queue: a name once paused by
-    mistake does not stay listed for ever."""
+    finished bulk); ``changed_at``, when its switch last changed (epoch milliseconds here,
+    ISO-8601 once ``plain``). A switch left resumed on a queue nothing else names is no
+    queue: a name once paused by mistake does not stay listed for ever."""
     counts = driver.queue_counts()
     summary = driver.queue_summary()
     control = {c.name: c for c in driver.queue_control()}

@@ -62,6 +62,7 @@ def test_queues_pause_resume_and_list(xjobsd, driver):
     assert driver.job_claim(Claim(["mail"], 10, 30_000, "w")) == []
     [row] = as_json(xjobsd("queues", "ls", "--json"))
     assert (row["name"], row["paused"], row["depth"]) == ("mail", True, 1)
+    assert row["changed_at"].endswith("+00:00")                  # a time, as every --json prints one
     assert "paused by cli:" in xjobsd("queues", "ls").stdout
     xjobsd("queues", "resume", "mail")
     assert [j.queue for j in driver.job_claim(Claim(["mail"], 10, 30_000, "w"))] == ["mail"]

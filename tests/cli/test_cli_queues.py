@@ -12,6 +12,7 @@ from tests.cli.commands import as_json
 from tests.cli.test_cli_refusals import refused
 from xjobs.drivers.base import NewJob
 from xjobs.drivers.postgres import PostgresDriver
+from xjobs.registry import Registry
 
 pytestmark = pytest.mark.postgres
 APP = "tests.apps.cli_app"     # declares one queue, mail
@@ -67,5 +68,12 @@ def test_a_queue_nothing_names_is_refused_unless_forced_and_leaves_no_trace(xjob
     assert names(xjobsd) == ["nosuchqueue", "reports"] and dashboard_lists(driver, "nosuchqueue")
     xjobsd("queues", "resume", "nosuchqueue")        # a paused queue is known: no --force needed
     assert names(xjobsd) == ["reports"]
-    assert [row["name"] for row in xjobs.queues(driver=driver)] == ["reports"]
+    assert [row["name"] for row in xjobs.queues(driver=driver, registry=Registry())] == ["reports"]
+    # the queues this process declares are listed with no job yet, as `--app` lists them
+    declares = Registry()
+
+    @xjobs.job(queue="mail", idempotency_key=str, tenant="none", registry=declares)
+    def send(ctx: object, input: object) -> None: ...
+    assert [(row["name"], row["ready"]) for row in xjobs.queues(driver=driver, registry=declares)] == [
+        ("mail", 0), ("reports", 1)]
     assert not dashboard_lists(driver, "nosuchqueue")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tomllib
@@ -16,6 +18,7 @@ import pytest
 
 import xjobs
 from tests.daemon.test_readme_tour import README, run_tour
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.daemon]
 
@@ -65,6 +68,58 @@ def test_the_built_wheel_installs_alone_and_runs_the_tour(tmp_path):
     tour = tmp_path / "tour"
     tour.mkdir()
     run_tour(tour, venv / "bin")
+
+
+def readme_first_command() -> str:
+    block = re.search(r"```sh\n(.*?)```", README.read_text(), re.S)
+    assert block, "the README lost its set-up commands"
+    first, second = block.group(1).strip().splitlines()
+    assert "xjobsd run" in first and "pytest" in second, block.group(1)
+    return first
+
+
+@pytest.mark.slow
+def test_the_readmes_first_command_installs_and_runs_the_daemon_as_written(tmp_path):
+    """The README's first line, word for word, in a copy of the checkout with no database
+    configured: a fresh venv, the install, and ``xjobsd run`` on the example app with its
+    dashboard, on an embedded PostgreSQL; then a SIGTERM drains it. (The second line is what
+    ``.ci/run`` runs.)"""
+    pytest.importorskip("pgserver")
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT, checkout, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".xjobs", "__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis",
+        ".mypy_cache", "build", "dist", "site"))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("XJOBS_") and k not in ("PYTHONPATH", "NOTIFY_SOCKET", "VIRTUAL_ENV")}
+    env["XDG_RUNTIME_DIR"] = str(tmp_path)        # the control socket lands here, not elsewhere
+    env["XJOBS_METRICS"] = "127.0.0.1:0"          # a free port: another daemon may hold 9464
+    log = tmp_path / "said.log"
+    with log.open("w") as said:
+        proc = subprocess.Popen(["bash", "-c", readme_first_command()], cwd=checkout, env=env,
+                                stdout=said, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: "dashboard: http://127.0.0.1:8080/" in log.read_text() or proc.poll() is not None,
+                 420, "the install, then the daemon's banner")
+        assert proc.poll() is None, log.read_text()
+        page = wait_for(lambda: _get("http://127.0.0.1:8080/"), 60, "the dashboard answering")
+        assert "emails" in page, page[:500]
+        assert f"database: embedded PostgreSQL in {checkout / '.xjobs' / 'pgdata'}" in log.read_text()
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) in (0, -signal.SIGTERM), log.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _get(url: str) -> str | None:
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return str(answer.read().decode())
+    except (urllib.error.URLError, ConnectionError):
+        return None
 
 
 def readme_install_targets() -> list[str]:

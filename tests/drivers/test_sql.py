@@ -23,7 +23,7 @@ import xjobs
 from xjobs.drivers.base import Claim, Enqueued, Lease, ListFilter, NewJob
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.sql import SCHEMA_VERSION, migrations, raw_statements, statements
-from xjobs.errors import DatabaseUnavailable, InvalidOption, MigrationBlocked
+from xjobs.errors import DatabaseUnavailable, InvalidOption, MigrationBlocked, MigrationPrivilegeMissing
 
 from tests.fixtures import drop_schema, new_schema_name
 
@@ -285,6 +285,33 @@ def test_an_older_schema_is_upgraded_and_gives_up_on_a_held_table(pg_driver, pg_
     assert pg_driver.migrate() == [m.label for m in migrations()[5:]]
     with pg_driver.connect() as conn:
         assert _meta(conn, pg_driver.schema)["schema_version"] == str(SCHEMA_VERSION)
+
+
+@pytest.mark.postgres
+def test_a_role_without_ddl_rights_is_told_which_migration_it_may_not_run(pg_driver, pg_dsn):
+    """A runtime role (rows only) booting or migrating an older schema gets the privilege named,
+    not a bare database error, and the schema stays where it was."""
+    role = f"{pg_driver.schema}_rows"
+    with pg_driver.connect() as conn:
+        _set_version(conn, pg_driver.schema, 8)
+        conn.execute(f"drop role if exists {role}")
+        conn.execute(f"create role {role} login")
+        conn.execute(f"grant usage on schema {pg_driver.schema} to {role}")
+        conn.execute(f"grant select, insert, update, delete on all tables in schema {pg_driver.schema} to {role}")
+    dsn = psycopg.conninfo.make_conninfo(pg_dsn, user=role)
+    runtime = PostgresDriver(dsn, schema=pg_driver.schema)
+    try:
+        with pytest.raises(MigrationPrivilegeMissing, match=f"migration 0009_.* role '{role}' lacks "
+                                                            r"\(must be owner of table jobs\).* stays at version 8") as err:
+            runtime.migrate()
+        assert err.value.code == "X_MIGRATION_PRIVILEGE"
+    finally:
+        runtime.close()
+        with pg_driver.connect() as conn:
+            assert _meta(conn, pg_driver.schema)["schema_version"] == "8"
+            conn.execute(f"drop owned by {role}")
+            conn.execute(f"drop role {role}")
+    assert pg_driver.migrate() == [migrations()[8].label]
 
 
 @pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf])

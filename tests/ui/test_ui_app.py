@@ -138,6 +138,7 @@ def _dead():
 
 def test_cancel_pause_and_resume_record_who_asked(memory_driver):
     job_id = enqueue(memory_driver, "live")
+    enqueue(memory_driver, "waiting")                   # the queue stays live, so listed, after the cancel
     c, csrf = signed_in(memory_driver)
     assert c.post(f"/jobs/{job_id}/cancel", data={"csrf": csrf, "reason": "duplicate"}).status_code == 303
     assert memory_driver.job_get(job_id).last_error == "cancelled by ui:session@127.0.0.1: duplicate"
@@ -149,6 +150,8 @@ def test_cancel_pause_and_resume_record_who_asked(memory_driver):
     assert not memory_driver.queue_control()[0].paused
     assert c.post("/queues/bad%01name/pause", data={"csrf": csrf}).status_code == 303
     assert "X_INVALID_OPTION" in c.get("/").get_data(as_text=True)              # refused, and said
+    assert c.post("/queues/defualt/pause", data={"csrf": csrf}).status_code == 303   # a typo
+    assert "X_QUEUE_UNKNOWN" in (page := c.get("/").get_data(as_text=True)) and "did you mean default" in page
     assert [q.name for q in memory_driver.queue_control()] == ["default"]
 
 

@@ -44,25 +44,25 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     ls = verbs.add_parser("ls", help="list jobs, newest first")
     _filters(ls, STATES)
-    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--limit", type=int, default=50, help="rows to print, newest first (%(default)s)")
     ls.add_argument("--before", type=int, metavar="ID", help="the page before this job id")
     ls.add_argument("--follow", "-f", action="store_true",
                     help="keep printing new matching jobs as they are enqueued (Ctrl-C ends)")
     ls.set_defaults(handler=list_jobs)
 
     show = verbs.add_parser("show", help="one job with its history and progress")
-    show.add_argument("id", type=int)
+    show.add_argument("id", type=int, help="the job's id")
     show.set_defaults(handler=show_job)
 
     cancel = verbs.add_parser("cancel", help="cancel one job, or every live job matching filters")
-    cancel.add_argument("id", type=int, nargs="?")
+    cancel.add_argument("id", type=int, nargs="?", help="the job to cancel (or select many with the filters)")
     _filters(cancel, LIVE_STATES)
     _bulk_flags(cancel)
-    cancel.add_argument("--reason", default=None)
+    cancel.add_argument("--reason", default=None, help="why: kept in the job's last_error as \"cancelled by WHO: REASON\"")
     cancel.set_defaults(handler=cancel_jobs)
 
     retry = verbs.add_parser("retry", help="put one dead or cancelled job back to ready, or every one matching filters")
-    retry.add_argument("id", type=int, nargs="?")
+    retry.add_argument("id", type=int, nargs="?", help="the job to retry (or select many with the filters)")
     retry.add_argument("--from-step", metavar="NAME",
                        help="re-open this step and every step recorded after it, and run the "
                             "(completed, dead or cancelled) job again from there")
@@ -71,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     retry.set_defaults(handler=retry_jobs)
 
     dead = verbs.add_parser("dead", help="dead letters, newest first")
-    dead.add_argument("--limit", type=int, default=50)
+    dead.add_argument("--limit", type=int, default=50, help="rows to print, newest first (%(default)s)")
     dead.set_defaults(handler=dead_jobs)
 
     stats = verbs.add_parser("stats", help="per queue, how many jobs are in each state")
@@ -83,10 +83,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _filters(parser: argparse.ArgumentParser, states: tuple[str, ...]) -> None:
-    parser.add_argument("--queue")
-    parser.add_argument("--name")
-    parser.add_argument("--state", choices=states)
-    parser.add_argument("--tenant")
+    parser.add_argument("--queue", help="only jobs of this queue")
+    parser.add_argument("--name", help="only jobs of this job name")
+    parser.add_argument("--state", choices=states, help="only jobs in this state")
+    parser.add_argument("--tenant", help="only jobs of this tenant")
     parser.add_argument("--since", metavar="WHEN", help="ISO-8601 time or an age like 15m")
     parser.add_argument("--until", metavar="WHEN", help="ISO-8601 time or an age like 15m")
     parser.add_argument("--error-contains", metavar="TEXT", help="case-insensitive text of last_error")

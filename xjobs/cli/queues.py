@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     resume = verbs.add_parser("resume", help="let workers claim from a paused queue again")
     resume.set_defaults(handler=lambda args: _switch(args, paused=False))
     for switch in (pause, resume):
-        switch.add_argument("name")
+        switch.add_argument("name", help="the queue")
         switch.add_argument("--force", action="store_true",
                             help="act on a queue the app does not declare and that holds no job and no pause")
     for verb in (ls, pause, resume):

@@ -38,7 +38,7 @@ from typing import Sequence
 
 import psycopg
 
-from ..errors import MigrationBlocked, SchemaOutdated, SchemaTooNew
+from ..errors import MigrationBlocked, MigrationPrivilegeMissing, SchemaOutdated, SchemaTooNew
 from ..logs import event
 from .sql import Migration, check_schema_name, migrations, serves_from
 
@@ -116,6 +116,12 @@ def install(conn: psycopg.Connection, schema: str, lock_timeout_ms: float, *, up
                     f"{math.ceil(lock_timeout_ms)}ms for a table lock (most likely held by an open "
                     f"application transaction); it was rolled back and the schema stays at version {migration.version - 1}: "
                     f"run `xjobsd migrate` again once that transaction ends") from exc
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise MigrationPrivilegeMissing(
+                    f"migration {migration.label} of schema {schema!r} needs a privilege the role "
+                    f"{conn.info.user!r} lacks ({exc.diag.message_primary or exc}); it was rolled back and "
+                    f"the schema stays at version {migration.version - 1}: run `xjobsd migrate` as the "
+                    f"schema's owner (see the production guide's Privileges)") from exc
             ledger = True
             seconds = time.monotonic() - began
             event(log, logging.INFO, "schema.migrated", "schema %s: applied migration %s in %.3fs",

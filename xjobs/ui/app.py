@@ -278,6 +278,9 @@ class Dashboard:
 
     def on_pause(self, request: Request, name: str) -> Response:
         def pause(by: str) -> str:
+            # the overview offers pause only on listed queues; a hand-made POST for another
+            # name would leave a made-up queue listed forever, so it is refused as the CLI does
+            admin.check_queue(self.driver, name, self.known_queues or None)
             admin.pause_queue(self.driver, name, by=by)
             return f"Queue {name} is paused: no worker claims from it until it is resumed."
         return self.act(request, self.url(request, "/"), pause)
