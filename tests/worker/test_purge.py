@@ -183,3 +183,21 @@ def test_the_example_app_declares_both_halves_and_sweeps_its_stores(pg_dsn, monk
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("drop table if exists app_rate_limits")
+
+
+def test_one_name_is_one_purge_declared_again_only_over_the_same_targets():
+    from xjobs.errors import DuplicateJob
+    registry = xjobs.Registry()
+
+    def targets() -> list[Store]:
+        return []
+    first = xjobs.purge(name="p", targets=targets, registry=registry)
+    again = xjobs.purge(name="p", targets=targets, registry=registry)     # a module imported twice
+    assert registry.get("p") in (first, again)
+    with pytest.raises(DuplicateJob) as refused:
+        xjobs.purge(name="p", targets=lambda: [], registry=registry)
+    assert refused.value.code == "X_JOB_DUPLICATE"
+    xjobs.job(queue="q", idempotency_key=lambda i: "k", tenant="none", name="mine", registry=registry)(
+        lambda ctx, i: None)
+    with pytest.raises(DuplicateJob):
+        xjobs.purge(name="mine", targets=targets, registry=registry)

@@ -36,8 +36,9 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..context import Ctx
 from ..errors import InvalidOption, PurgeTargetDuplicate, PurgeTargetInvalid
 from ..options import plain_name
-from ..registry import JobHandle, Registry, job
+from ..registry import REGISTRY, JobHandle, Registry, job
 from ..retry import Retry
+from .declarations import one_declaration
 
 DEFAULT_PURGE_CRON = "0 * * * *"
 """Hourly, on the hour: the schedule a ``task()`` pairs with a ``purge()`` (which has none)."""
@@ -77,6 +78,7 @@ def purge(*, name: str, targets: Callable[[], Iterable[PurgeTarget]], queue: str
             purged[target.name] = int(ctx.step.run(f"purge:{target.name}", _pass(name, target, now_ms)))
         return {"now_ms": now_ms, "purged": purged}
     sweep.__doc__ = f"Delete what the targets of purge {name!r} let expire, one step per target."
+    one_declaration(registry or REGISTRY, name, sweep, "purge", targets)
     # a malformed or doubled target is the app's code, not a passing fault: dead now, not retried
     return job(queue=queue, idempotency_key=lambda _: f"purge:{name}", tenant="none", name=name,
                retry=retry, timeout=timeout, terminal_on=(PurgeTargetInvalid,),
