@@ -250,6 +250,19 @@ class AppInvalid(XJobsError):
     code = "X_APP_INVALID"
 
 
+class PurgeTargetInvalid(XJobsError):
+    """A purge's target is no target (no ``name`` or ``purge_expired``), or answered something
+    other than a count of deleted rows."""
+
+    code = "X_PURGE_TARGET_INVALID"
+
+
+class PurgeTargetDuplicate(PurgeTargetInvalid):
+    """Two of a purge's targets share a name: refused before the first delete."""
+
+    code = "X_PURGE_TARGET_DUPLICATE"
+
+
 # -- what a job body raises to steer its own retry ---------------------------------------------
 
 

@@ -63,7 +63,7 @@ from .options import finite_count, finite_option
 from .payload import encode_payload
 from .registry import REGISTRY, JobHandle, Registry
 from .workers.drive import drive
-from .workers.host import Lifecycle, wind_down
+from .workers.host import Lent, Lifecycle, wind_down
 from .workers.queue_worker import QueueWorker
 
 __all__ = ["NotIdle", "NoTransaction", "RunSummary", "STATES", "assert_enqueued",
@@ -157,22 +157,6 @@ class RunSummary:
     interrupted = property(lambda self: self.total("interrupted"))
 
 
-class _Lent:
-    """The caller's driver, lent to a worker: ``QueueWorker.close()`` closes its driver (a
-    child owns its own), but a test keeps using this one after, maybe from other threads.
-    Every other verb is the lent driver's own (``__getattr__``), so this is a ``JobDriver``
-    whatever the driver is."""
-
-    def __init__(self, driver: JobDriver) -> None:
-        self._driver = driver
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._driver, name)
-
-    def close(self) -> None:
-        pass
-
-
 def run_until_idle(queue: str | Sequence[str] | None = None, *, driver: JobDriver | None = None,
                    registry: Registry | None = None, with_scheduled: bool = False,
                    concurrency: int = 1, timeout: float = 30.0) -> RunSummary:
@@ -197,7 +181,7 @@ def run_until_idle(queue: str | Sequence[str] | None = None, *, driver: JobDrive
     stepped = clock if with_scheduled and isinstance(clock, ManualClock) else None
     # poll often (nothing else wakes a memory driver's worker); never prune what a test reads
     settings = config.Settings(poll_ms=10.0, retention_completed_ms=_NEVER_MS, retention_finished_ms=_NEVER_MS)
-    worker = QueueWorker(driver=_Lent(driver), registry=registry, queues={q: concurrency for q in queues},
+    worker = QueueWorker(driver=cast(JobDriver, Lent(driver)), registry=registry, queues={q: concurrency for q in queues},
                          settings=settings)
     advanced = 0.0
 

@@ -159,3 +159,39 @@ def test_a_scan_is_told_when_the_ticks_deadline_passes_and_a_job_of_its_name_sta
     assert told == [True] and summary.elapsed_s < 1 + 1
     assert summary.jobs["scan:sync"] == {"retried": 1}
     assert [f["name"] for f in summary.failures] == ["scan:sync"]   # the job ran out of the deadline's time
+
+
+def test_a_tick_publishes_what_was_staged_and_prunes_what_outlived_its_retention(daemon_env):
+    env = daemon_env
+    from xjobs.drivers.base import NewJob
+    staged = [NewJob(name="work_t1", queue="t1", payload=orjson.dumps({"n": n}), idempotency_key=f"t1:{n}")
+              for n in range(3)]
+    env.driver.outbox_stage(staged, None)
+    for state, age in (("completed", "2 days"), ("dead", "20 days"), ("completed", "1 hour")):
+        env.sql("insert into {schema}.jobs (name, queue, state, payload, idempotency_key, max_attempts, run_at, "
+                "created_at, finished_at) values ('old', 'q', %s, '{}', %s, 1, now(), now(), now() - %s::interval)",
+                state, f"{state}:{age}", age)
+    code, summary = finish(tick(env, "--deadline", "10s"))
+    assert code == 0, summary
+    assert summary["outbox"]["published"] == 3 and summary["jobs"]["work_t1"] == {"completed": 3}
+    assert summary["cron"]["leader"] is True and summary["upkeep"]["pruned"]["jobs"] == 2
+    assert env.one("select count(*) from {schema}.outbox where published_at is null") == 0
+    assert sorted(k for (k,) in env.sql("select idempotency_key from {schema}.jobs where name = 'old'")) == [
+        "completed:1 hour"]                                    # inside its retention: kept
+    assert env.one("select count(distinct job_id) from {schema}.effects where name = 'work_t1'") == 3
+
+
+def test_a_tick_waiting_for_work_runs_a_job_enqueued_once_it_was_idle(daemon_env):
+    from tests.waiting import wait_for
+    env = daemon_env
+    proc = tick(env, "--deadline", "20s", "--wait-for-work", "3s", "--queue", "t1")
+    try:
+        # the relay and the worker both listen: the pass is idle, waiting on their channels
+        wait_for(lambda: len(env.backends("application_name = 'xjobsd-tick' and query ilike 'listen%%'")) >= 2,
+                 15, "the tick listening for work")
+        [job] = env.enqueue("work_t1", "t1", [{"n": 1}], key=lambda i: "t1:kicked")
+        code, summary = finish(proc)
+    finally:
+        proc.kill()
+    assert code == 0 and not summary["reached_deadline"], summary
+    assert summary["jobs"]["work_t1"] == {"completed": 1} and env.job(job)["state"] == "completed"

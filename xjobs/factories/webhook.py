@@ -28,12 +28,13 @@ from typing import Callable
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..context import Ctx
-from ..errors import DuplicateJob, InvalidOption, UnknownJob, WebhookFailed, WebhookRefused
+from ..errors import InvalidOption, WebhookFailed, WebhookRefused
 from ..options import duration_ms, finite_count, plain_name
-from ..registry import NO_TENANT, REGISTRY, JobHandle, Registry, declaration_site, job
+from ..registry import NO_TENANT, REGISTRY, JobHandle, Registry, job
 from ..retry import Retry
 from ..webhook_signature import check_field, signed_headers
 from ..webhooks import WebhookAttempt, WebhookEndpoint, WebhookEvent, WebhookLedger
+from .declarations import one_declaration
 from .webhook_http import Timeouts, httpx_module, invalid, judge, post, request_headers
 
 # 30s, 1m, 2m, ... to an hour apart: about three hours of an endpoint being down before dead
@@ -121,25 +122,10 @@ def webhook(*, name: str, endpoint: EndpointSource, event: EventSource, ledger: 
 
     deliver.__name__ = deliver.__qualname__ = job_name
     deliver.__doc__ = f"webhook(): deliver one event to one endpoint ({job_name})"
-    _one_declaration(registry or REGISTRY, job_name, deliver, endpoint, event)
+    one_declaration(registry or REGISTRY, job_name, deliver, "webhook", endpoint, event)
     return job(name=job_name, queue=queue, tenant=tenant, retry=retry or DEFAULT_WEBHOOK_RETRY,
                timeout=timeout, input=webhook_input, registry=registry,
                idempotency_key=lambda i: f"{job_name}:{i['endpoint_id']}:{i['event_id']}")(deliver)
-
-
-def _one_declaration(registry: Registry, name: str, body: Callable[..., object],
-                     endpoint: EndpointSource, event: EventSource) -> None:
-    """Every webhook body is written in this module, so the registry alone would take two
-    declarations under one name for one: they are told apart by the app's callables (the same
-    module imported twice reads the same ones again, and is one declaration)."""
-    sources = tuple(declaration_site(fn) or id(fn) for fn in (endpoint, event))
-    setattr(body, "_webhook_sources", sources)
-    try:
-        existing = registry.get(name)
-    except UnknownJob:
-        return
-    if getattr(existing.fn, "_webhook_sources", None) != sources:
-        raise DuplicateJob(f"two different declarations of the job name {name!r}, one of them by webhook()")
 
 
 class _Sender:

@@ -171,6 +171,22 @@ class InProcessHost:
             raise self.error
 
 
+class Lent:
+    """The caller's driver, lent to a role: a role closes its driver as it closes (a child
+    owns its own), but a caller hosting roles in its process (a tick, a test) keeps using
+    this one after. Every other verb is the lent driver's own (``__getattr__``), so this is a
+    ``JobDriver`` whatever the driver is."""
+
+    def __init__(self, driver: object) -> None:
+        self._driver = driver
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._driver, name)
+
+    def close(self) -> None:
+        """The caller's to do, when it is done with the driver."""
+
+
 def wind_down(lifecycle: Lifecycle, clock: Callable[[], float], deadline: float, reason: str,
               interrupt: bool | None = None) -> None:
     """A drain to ``deadline`` (on ``clock``) and the close after it, as every host does them:

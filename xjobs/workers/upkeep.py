@@ -12,6 +12,7 @@ measured by the driver on the database's clock: this machine's wall clock may ru
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Callable
 
 from ..config import Settings
@@ -24,6 +25,27 @@ PRUNE_BACKLOG_MS = 1_000.0   # a full batch came back: more is due, prune again 
 SWEEP_LIMIT = 1000
 # the per-minute outcome counts (job_rates) are kept this long: a minute's rows at most go per prune
 RATE_RETENTION_MS = 2 * 86_400_000.0
+
+
+@dataclass
+class Pruned:
+    """The rows one prune pass deleted, per table."""
+
+    jobs: int = 0
+    outbox: int = 0
+    events: int = 0
+    rates: int = 0
+
+    @property
+    def full(self) -> bool:
+        """Whether a batch came back full: more is due at once (run counts go whole, no limit)."""
+        return max(self.jobs, self.outbox, self.events) >= SWEEP_LIMIT
+
+    def add(self, other: "Pruned") -> None:
+        self.jobs += other.jobs
+        self.outbox += other.outbox
+        self.events += other.events
+        self.rates += other.rates
 
 
 class Upkeep:
@@ -52,23 +74,37 @@ class Upkeep:
             self._chore("rescuing lapsed leases", lambda: self._count("rescued", driver.job_rescue(SWEEP_LIMIT)))
         if now_ms >= self._next_prune:
             self._next_prune = now_ms + PRUNE_EVERY_MS
-            self._chore("pruning", lambda: self._prune(now_ms))
-            self._chore("pruning run counts", lambda: driver.rate_prune(RATE_RETENTION_MS))
+            if self.prune().full:
+                self._next_prune = now_ms + PRUNE_BACKLOG_MS
 
-    def _prune(self, now_ms: float) -> None:
-        """One bounded batch of each; while a batch comes back full the next follows within a
-        second, so retention keeps up with a busy fleet (a batch a minute is 1.4 million
-        rows a day) without one long statement."""
+    def prune(self) -> Pruned:
+        """One bounded batch of each table. While a batch comes back full the leader's next
+        follows within a second, so retention keeps up with a busy fleet (a batch a minute is
+        1.4 million rows a day) without one long statement; a tick loops on ``full`` within
+        its own budget instead."""
         settings, driver = self._settings, self._driver
-        pruned = driver.job_prune(settings.retention_completed_ms, settings.retention_finished_ms,
-                                  SWEEP_LIMIT)
-        self._count("pruned", pruned)
-        full = pruned >= SWEEP_LIMIT
+        pruned = Pruned()
+
+        def jobs() -> None:
+            pruned.jobs = driver.job_prune(settings.retention_completed_ms, settings.retention_finished_ms,
+                                           SWEEP_LIMIT)
+            self._count("pruned", pruned.jobs)
+
+        def outbox() -> None:
+            pruned.outbox = driver.outbox_prune(settings.outbox_retention_ms, SWEEP_LIMIT)
+
+        def events() -> None:
+            pruned.events = driver.event_prune(settings.event_retention_ms, SWEEP_LIMIT)
+
+        def rates() -> None:
+            pruned.rates = driver.rate_prune(RATE_RETENTION_MS)
+        # each table on its own: a failing one must not keep the others growing
+        self._chore("pruning", jobs)
         if self._outbox:
-            full |= driver.outbox_prune(settings.outbox_retention_ms, SWEEP_LIMIT) >= SWEEP_LIMIT
-        full |= driver.event_prune(settings.event_retention_ms, SWEEP_LIMIT) >= SWEEP_LIMIT
-        if full:
-            self._next_prune = now_ms + PRUNE_BACKLOG_MS
+            self._chore("pruning the outbox", outbox)
+        self._chore("pruning events", events)
+        self._chore("pruning run counts", rates)
+        return pruned
 
     def _chore(self, what: str, call: Callable[[], object]) -> None:
         try:
@@ -78,4 +114,4 @@ class Upkeep:
                   chore=what, error=str(exc), by=self._who)
 
 
-__all__ = ["PRUNE_EVERY_MS", "SWEEP_LIMIT", "Upkeep"]
+__all__ = ["PRUNE_EVERY_MS", "SWEEP_LIMIT", "Pruned", "Upkeep"]
