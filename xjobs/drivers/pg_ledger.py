@@ -30,13 +30,13 @@ class PgLedger(BackfillLedger):
 
     def backfill_progress(self, job_id: int, rows: int) -> bool:
         with self._db.cursor() as cur:
-            cur.execute(self._db.sql["backfill_progress"], {"job_id": job_id, "rows": rows})
+            cur.execute(self._db.sql["backfill_progress"], {"job_id": job_id, "swept": rows})
             return cur.fetchone() is not None
 
     def backfill_finish(self, finish: BackfillFinish) -> bool:
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["backfill_finish"], {
-                **self._db.now(), "job_id": finish.job_id, "state": finish.state, "rows": finish.rows,
+                **self._db.now(), "job_id": finish.job_id, "state": finish.state, "swept": finish.rows,
                 "error": finish.error})
             return cur.fetchone() is not None
 

@@ -1067,13 +1067,13 @@ returning {_backfill_columns}
 
 -- name: backfill_progress
 -- absolute: the rows swept so far, so a replayed batch that wrote nothing loses nothing
-update {schema}.backfills set rows_swept = %(rows)s
+update {schema}.backfills set rows_swept = %(swept)s
 where job_id = %(job_id)s and state = 'running'
 returning job_id
 
 -- name: backfill_finish
 update {schema}.backfills
-set state = %(state)s, rows_swept = %(rows)s, completed_at = {now}, error = %(error)s
+set state = %(state)s, rows_swept = %(swept)s, completed_at = {now}, error = %(error)s
 where job_id = %(job_id)s
 returning job_id
 
