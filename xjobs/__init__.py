@@ -10,8 +10,12 @@ from .reporting import on_error
 from .scans import scan
 from .retry import DEFAULT_RETRY, Retry, retry_schedule
 from .tasks import TaskHandle, task
+# the factories, re-exported at the front door: the one api module that may import them
+# (tests/unit/test_layering.py), after everything they are built over
+from .factories import backfill_requires
+from .factories.backfill import backfill
 
-__all__ = ["DEFAULT_RETRY", "Enqueued", "JobHandle", "REGISTRY", "Registry", "Retry", "RetryAfter", "Settings",
+__all__ = ["backfill", "backfill_requires", "DEFAULT_RETRY", "Enqueued", "JobHandle", "REGISTRY", "Registry", "Retry", "RetryAfter", "Settings",
            "StepSuspension", "TaskHandle", "Terminal", "XJobsError", "aget", "configure", "current", "current_driver",
            "get", "job", "load_settings", "on_error", "queues", "retry_schedule", "run_context", "scan", "send_event",
            "task"]

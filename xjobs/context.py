@@ -214,6 +214,18 @@ class Ctx:
             self._cross_tenant = before
 
     @property
+    def crossing(self) -> str | None:
+        """The reason of the ``cross_tenant`` block the run is in, or None: what app code far
+        from the body (a session hook, through ``xjobs.current()``) reads to widen its scope."""
+        return self._cross_tenant
+
+    @property
+    def store(self) -> "RunStore":
+        """The driver this run writes through; an optional capability (the backfill ledger,
+        ``drivers/ledger.py``) is looked up on it."""
+        return self._driver
+
+    @property
     def steps_used(self) -> "StepRunner | None":
         """The run's step runner, if the body used ``ctx.step`` (its counters, its trace)."""
         return self._steps
