@@ -12,8 +12,9 @@ each declared backfill gets one ``status``:
 
 - ``completed``: a run of it completed (only that blocks the name);
 - ``excluded``: its ``environments`` leave this environment out (not drift);
-- ``running``: a run is in flight, or failed and about to be retried (progress, not drift);
-- ``pending``: declared, never completed, allowed here: what ``backfill run --all`` runs.
+- ``running``: a run is in flight (progress, not drift);
+- ``pending``: declared, never completed, allowed here, none in flight (a failed run, until its
+  retry adopts the row): what ``backfill run --all`` runs (a live pass is not enqueued twice).
 
 ``is_pending(status)`` is the one predicate for "pending", read by ``--all`` as by the listing.
 A name the ledger holds that nothing declares any more is listed too (``declared: false``).
@@ -59,7 +60,7 @@ def status_of(runs: list[dict[str, Any]], excluded: bool) -> str:
         return "completed"
     if excluded:
         return "excluded"
-    if any(run["state"] in ("running", "failed") for run in runs):
+    if any(run["state"] == "running" for run in runs):
         return "running"
     return "pending"
 
