@@ -99,6 +99,7 @@ def test_a_backfill_over_no_tenant_sweeps_inside_a_scope_naming_it(memory_driver
 
     def handle(rows):
         run = xjobs.current()
+        assert run is not None
         seen.append(run.crossing)
         with run.cross_tenant("copying the template to every org"):     # replaces the reason
             seen.append(run.crossing)
@@ -122,8 +123,10 @@ def test_a_backfill_with_a_real_tenant_never_gets_the_scope(memory_driver):
     denied: list = []
 
     def handle(rows):
+        run = xjobs.current()
+        assert run is not None
         try:
-            with xjobs.current().cross_tenant("every org, please"):
+            with run.cross_tenant("every org, please"):
                 pass
         except CrossTenantDenied as exc:
             denied.append(exc.code)
