@@ -25,10 +25,13 @@ def harness(memory_driver):
     return Harness(memory_driver, rows=45)
 
 
-def test_a_pass_sweeps_every_row_one_batch_per_step_recording_a_cursor_and_counts(harness, memory_driver):
+def test_a_pass_sweeps_every_row_one_batch_per_step_recording_a_cursor_and_counts(harness, memory_driver, caplog):
     handle = harness.declare()
     job = harness.enqueue(handle)
-    harness.run()
+    with caplog.at_level(logging.INFO, logger="xjobs.backfill"):
+        harness.run()
+    [done] = [r for r in caplog.records if getattr(r, "event", None) == "backfill.completed"]
+    assert (done.backfill, done.rows, done.batches, done.ran, done.replayed) == ("users_email", 45, 5, 5, 0)
     assert harness.table.swept == list(range(45))
     steps = memory_driver.step_list(job.id).steps
     assert [s.name for s in steps] == [f"batch:{n}" for n in range(5)]
