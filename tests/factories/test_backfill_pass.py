@@ -213,3 +213,46 @@ class _environment:
 
 def _events(caplog):
     return [r.event for r in caplog.records if getattr(r, "event", "").startswith("backfill.")]
+
+
+def test_a_pass_retried_from_a_step_reopens_the_source_at_the_checkpoint_and_adopts_its_row(harness, memory_driver):
+    handle = harness.declare()
+    job = harness.enqueue(handle)
+    harness.run()
+    [before] = harness.ledger()
+    memory_driver.step_reopen(job.id, "batch:2")       # jobs retry --from-step batch:2
+    harness.table.reads.clear()
+    harness.run()
+    assert harness.table.reads == [20, 30, 40]        # from batch 1's checkpoint, nothing before it
+    [after] = harness.ledger()
+    assert (after.job_id, after.state, after.rows, after.started_at) == (job.id, "completed", 45, before.started_at)
+    assert after.completed_at is not None and after.completed_at >= before.completed_at
+
+
+def test_the_scope_is_the_pass_run_never_the_worker(harness, memory_driver):
+    denied: list = []
+
+    def plain(ctx, i):
+        try:
+            with ctx.cross_tenant("after the backfill, on the same worker"):
+                pass
+        except xjobs.XJobsError as exc:
+            denied.append(exc.code)
+    after = xjobs.job(registry=harness.registry, queue="q", idempotency_key=lambda i: "k", tenant="none",
+                      name="after")(plain)
+    harness.enqueue(harness.declare())
+    harness.run()
+    enqueue_many(after, [{}], driver=memory_driver)
+    harness.run()
+    assert denied == ["X_TENANCY_CROSS_DENIED"]
+
+
+async def _async_handle(rows):
+    return None
+
+
+def test_an_async_function_is_refused_where_the_pass_calls_it_synchronously(harness):
+    for option in ("handle", "source", "count"):
+        given = {"source": harness.table.source, "handle": harness.table.handle, option: _async_handle}
+        with pytest.raises(InvalidOption, match="def function"):
+            xjobs.backfill(name="x", tenant="none", registry=harness.registry, **given)
