@@ -47,7 +47,10 @@ def state_of(env, job_id):
 def test_a_backfill_survives_killed_workers_and_is_gated_by_its_ledger(daemon_env):
     env = daemon_env
     env.sql(app_ddl(env.schema, ROWS))
-    daemon = env.start("--app", APP, "--queue", "sweep=1x2", XJOBS_ENVIRONMENT="test")
+    # the environment from a --config file: the pass in a child reads it as the gate does
+    config = env.tmp / "deploy.toml"
+    config.write_text('[xjobs]\nenvironment = "test"\n')
+    daemon = env.start("--app", APP, "--queue", "sweep=1x2", "--config", str(config))
     daemon.ready()
     listed = {row["name"]: row for row in orjson.loads(cli(env, "ls", "--json").stdout)["backfills"]}
     assert {name: row["status"] for name, row in listed.items()} == {
