@@ -256,3 +256,16 @@ def test_an_async_function_is_refused_where_the_pass_calls_it_synchronously(harn
         given = {"source": harness.table.source, "handle": harness.table.handle, option: _async_handle}
         with pytest.raises(InvalidOption, match="def function"):
             xjobs.backfill(name="x", tenant="none", registry=harness.registry, **given)
+
+
+def test_two_backfills_under_one_name_are_refused_and_one_declared_twice_is_one(harness):
+    first = harness.declare()
+    again = harness.declare()                       # the same functions: a module imported twice
+    assert harness.registry.get("users_email") is again and first is not again
+
+    def other(rows):
+        pass
+    with pytest.raises(xjobs.XJobsError) as err:
+        xjobs.backfill(name="users_email", source=harness.table.source, handle=other, tenant="none",
+                       registry=harness.registry)
+    assert err.value.code == "X_JOB_DUPLICATE"
