@@ -269,3 +269,13 @@ def test_two_backfills_under_one_name_are_refused_and_one_declared_twice_is_one(
         xjobs.backfill(name="users_email", source=harness.table.source, handle=other, tenant="none",
                        registry=harness.registry)
     assert err.value.code == "X_JOB_DUPLICATE"
+
+
+def test_a_driver_without_a_ledger_runs_passes_unbooked(harness, memory_driver):
+    memory_driver.backfills = None
+    handle = harness.declare()
+    harness.enqueue(handle)
+    harness.run()
+    harness.enqueue(handle)
+    harness.run()                                  # nothing recorded it, so nothing blocks it
+    assert harness.table.reads == [None, 10, 20, 30, 40] * 2
