@@ -169,3 +169,20 @@ def test_the_page_size_is_a_finite_whole_number(limit):
 def test_what_the_work_counts_is_a_whole_number(tally):
     with pytest.raises(InvalidOption):
         in_pages(FakeCtx(FakeSteps()), source_over(table(3)), lambda r, p: tally, limit=2)
+
+
+def test_the_source_is_handed_the_cursor_as_its_checkpoint_stored_it(memory_driver):
+    registry = xjobs.Registry()
+    seen: list = []
+
+    def source(cursor, limit):
+        seen.append(cursor)
+        return ([1], ("2026-12-01", 7)) if cursor is None else ([], None)
+
+    def body(ctx, i):
+        in_pages(ctx, source, lambda rows, page: None, limit=10)
+    handle = xjobs.job(registry=registry, queue="q", idempotency_key=lambda i: "k", tenant="none")(body)
+    enqueue(handle, memory_driver, {})
+    pacer = Pacer(make_worker(memory_driver, registry))
+    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
+    assert seen == [None, ["2026-12-01", 7]]
