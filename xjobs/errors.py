@@ -271,9 +271,27 @@ class BackfillStalled(XJobsError):
 
 
 class BackfillRefused(XJobsError):
-    """A pass may not run here (``environments``); ``details["reason"]`` is the gate's code."""
+    """A backfill may not run now; the gate RETURNS one of these (it does not raise it)."""
 
     code = "X_BACKFILL_REFUSED"
+
+
+class BackfillEnvironment(BackfillRefused):
+    """Its ``environments`` leave this environment out (the pass raises it, the gate returns it)."""
+
+    code = "X_BACKFILL_ENVIRONMENT"
+
+
+class BackfillRequires(BackfillRefused):
+    """Its ``requires`` precondition is not met."""
+
+    code = "X_BACKFILL_REQUIRES"
+
+
+class BackfillAlreadyRan(BackfillRefused):
+    """A run of it completed; only ``force`` runs another."""
+
+    code = "X_BACKFILL_ALREADY_RAN"
 
 
 # -- what a job body raises to steer its own retry ---------------------------------------------

@@ -18,7 +18,7 @@ import logging
 from typing import Any, Callable
 
 from ..drivers.ledger import ledger_of
-from ..errors import BackfillRefused
+from ..errors import BackfillAlreadyRan, BackfillRefused, BackfillRequires
 from .backfill import BackfillSpec
 from .backfill_pass import environment_refusal
 
@@ -41,7 +41,7 @@ def _requires(spec: BackfillSpec, connect: Connect | None) -> BackfillRefused | 
     if met is True:
         return None
     why = met if isinstance(met, str) and met else "its requires precondition is not met"
-    return BackfillRefused(f"backfill {spec.name!r}: {why}", code="X_BACKFILL_REQUIRES", backfill=spec.name)
+    return BackfillRequires(f"backfill {spec.name!r}: {why}", backfill=spec.name)
 
 
 def gate(spec: BackfillSpec, *, driver: object, environment: str | None, force: bool = False,
@@ -62,9 +62,8 @@ def gate(spec: BackfillSpec, *, driver: object, environment: str | None, force: 
                     "(--force runs it)", spec.name, last.job_id,
                     extra={"event": "backfill.checksum.moved", "backfill": spec.name, "run": last.job_id,
                            "checksum": spec.checksum, "was": last.checksum})
-    return BackfillRefused(f"backfill {spec.name!r} already ran: run {last.job_id} completed with "
-                           f"{last.rows} rows (--force runs a new pass)", code="X_BACKFILL_ALREADY_RAN",
-                           backfill=spec.name, run=last.job_id)
+    return BackfillAlreadyRan(f"backfill {spec.name!r} already ran: run {last.job_id} completed with "
+                              f"{last.rows} rows (--force runs a new pass)", backfill=spec.name, run=last.job_id)
 
 
 __all__ = ["gate"]

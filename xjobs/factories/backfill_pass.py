@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from ..config import current_settings
 from ..drivers.ledger import BackfillFinish, BackfillLedger, BackfillStart, ledger_of
-from ..errors import BackfillRefused, BackfillStalled, InvalidOption
+from ..errors import BackfillEnvironment, BackfillStalled, InvalidOption
 from .paging import PageProgress, in_pages
 
 if TYPE_CHECKING:
@@ -40,13 +40,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("xjobs.backfill")
 
 
-def environment_refusal(spec: "BackfillSpec", environment: str | None) -> BackfillRefused | None:
+def environment_refusal(spec: "BackfillSpec", environment: str | None) -> BackfillEnvironment | None:
     """Why ``spec`` may not run in ``environment``, or None: the pass's and the gate's one test."""
     if spec.environments is None or environment in spec.environments:
         return None
     here = "no environment (set XJOBS_ENVIRONMENT)" if environment is None else f"environment {environment!r}"
-    return BackfillRefused(f"backfill {spec.name!r} runs only in {', '.join(spec.environments)}; this is {here}",
-                           code="X_BACKFILL_ENVIRONMENT", backfill=spec.name, environment=environment)
+    return BackfillEnvironment(f"backfill {spec.name!r} runs only in {', '.join(spec.environments)}; this is {here}",
+                               backfill=spec.name, environment=environment)
 
 
 def parse_count(value: object, name: str) -> int:
