@@ -73,9 +73,10 @@ def report(registry: Registry | None, driver: object, environment: str | None) -
     for handle, spec in declared(registry):
         mine = runs.pop(spec.name, [])
         excluded = environment_refusal(spec, environment) is not None
+        allowed = None if spec.environments is None else list(spec.environments)
         rows.append({"name": spec.name, "declared": True, "status": status_of(mine, excluded),
-                     "queue": handle.queue, "environments": None if spec.environments is None else list(spec.environments),
-                     "checksum": spec.checksum, "runs": mine, "last": mine[-1] if mine else None})
+                     "queue": handle.queue, "environments": allowed, "checksum": spec.checksum,
+                     "runs": mine, "last": mine[-1] if mine else None})
     for name, mine in sorted(runs.items()):
         rows.append({"name": name, "declared": False, "status": status_of(mine, False), "queue": None,
                      "environments": None, "checksum": None, "runs": mine, "last": mine[-1]})

@@ -8,8 +8,9 @@
   from ``cursor`` (``None`` on the first page). ``rows`` is a list (or tuple); ``next_cursor``
   is a JSON value saying where the next page begins, and ``None`` is the end marker: the page
   just read was the last. The source is always handed the cursor as its checkpoint stored it
-  (a tuple comes back a list, a datetime an ISO string), on the first attempt as on a resume. An empty page ends the pass too, so a source that keeps answering a
-  cursor with no rows cannot loop for ever.
+  (a tuple comes back a list, a datetime an ISO string), on the first attempt as on a resume.
+  An empty page ends the pass too, so a source that keeps answering a cursor with no rows
+  cannot loop for ever.
 - ``work(rows, page) -> int | None``: what the caller does with the page (``page`` is its
   0-based index). It runs inside the page's ``ctx.step.run``, before the checkpoint is written,
   so it is AT LEAST ONCE: an attempt killed between the two hands the page to the next attempt.
