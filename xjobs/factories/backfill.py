@@ -139,7 +139,17 @@ def backfill(*, name: str, source: Source, handle: Handle, tenant: Any, batch: i
              rate: float = 5, environments: object = None, requires: Requires | None = None,
              count: Count | None = None, queue: str = "default", retry: Retry | None = None,
              registry: Registry | None = None) -> JobHandle:
-    """Declare a backfill (see the module's docstring); answers its ``JobHandle``."""
+    """Declare a one-off sweep over a table as an ordinary job; answers its ``JobHandle``.
+
+    ``source(cursor, limit)`` answers ``(rows, next_cursor)`` (``None`` starts, and ``None`` or
+    an empty page ends); ``handle(rows)`` runs at least once per page, inside the page's durable
+    step ``batch:<n>``, so it must be idempotent. ``batch`` rows a page, at most ``rate``
+    batches a second (neither is in the checksum). ``tenant`` as for ``job()``: ``"none"``
+    sweeps every tenant under a cross-tenant scope naming the backfill. ``environments``: the
+    ``environment`` settings it may run in. ``requires(conn)``: the command line's precondition
+    (``xjobs.backfill_requires``). ``count(ctx)``: rows still unswept after the last page; more
+    than 0 is ``X_BACKFILL_STALLED``. Enqueue ``{}``, or ``{"force": true}`` to run again once
+    completed; the key is ``backfill:<name>``. See docs/guides/backfill.md."""
     from .backfill_pass import run_pass
     name = plain_name(name, "name")
     source = _function(source, "source")
