@@ -11,11 +11,15 @@ from .scans import scan
 from .retry import DEFAULT_RETRY, Retry, retry_schedule
 from .tasks import TaskHandle, task
 from . import webhooks
-# the front door re-exports the factories (they are declared over everything above)
+# the factories, re-exported at the front door: the one api module that may import them
+# (tests/unit/test_layering.py), after everything they are built over
+from .factories import backfill_requires
+from .factories.backfill import backfill
 from .factories.purge import DEFAULT_PURGE_CRON, PurgeTarget, purge
 from .factories.webhook import webhook
 
 __all__ = ["DEFAULT_PURGE_CRON", "DEFAULT_RETRY", "Enqueued", "JobHandle", "REGISTRY", "Registry", "Retry", "RetryAfter", "Settings",
+           "backfill", "backfill_requires",
            "StepSuspension", "TaskHandle", "Terminal", "XJobsError", "aget", "configure", "current", "current_driver",
            "get", "job", "load_settings", "on_error", "PurgeTarget", "purge", "queues", "retry_schedule", "run_context", "scan", "send_event",
            "task", "webhook", "webhooks"]

@@ -80,6 +80,11 @@ def _header_name(value: str) -> None:
         raise InvalidOption("ui_trust_header", f"must be an HTTP header name like X-Forwarded-User, got {value!r}")
 
 
+def _environment_name(value: str) -> None:
+    if not value or value.strip() != value or len(value) > 64 or any(ord(ch) < 33 for ch in value):
+        raise InvalidOption("environment", f"must be a short name without spaces, like production, got {value!r}")
+
+
 log = logging.getLogger("xjobs.config")
 _DAY_MS = 86_400_000.0
 
@@ -180,6 +185,10 @@ class Settings:
              "for fleets that run `xjobsd migrate` as a deploy step",
         flag_help="refuse an outdated schema instead of upgrading it, for fleets that run `xjobsd migrate` "
                   "as a deploy step (also XJOBS_MIGRATE=false, migrate = false)")
+    environment: str | None = setting(
+        "environment", Maybe(Text(_environment_name)), None, env="XJOBS_ENVIRONMENT",
+        help="the name of this deployment (production, staging, ...), which a backfill's environments= "
+             "is checked against; unset, a backfill declaring environments= is refused here")
 
     def __post_init__(self) -> None:
         for declared in SETTINGS:

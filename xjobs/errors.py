@@ -263,6 +263,57 @@ class PurgeTargetDuplicate(PurgeTargetInvalid):
     code = "X_PURGE_TARGET_DUPLICATE"
 
 
+class CrossTenantDenied(XJobsError):
+    """``ctx.cross_tenant`` in a run whose job did not declare the capability."""
+
+    code = "X_TENANCY_CROSS_DENIED"
+
+
+# -- the factories' own refusals -----------------------------------------------------------------
+
+
+class PageCheckpointInvalid(XJobsError):
+    """A page's recorded checkpoint is not one the paging loop wrote: nothing is guessed from it."""
+
+    code = "X_PAGE_CHECKPOINT_INVALID"
+
+
+class PageSourceInvalid(XJobsError):
+    """A paged source answered something other than ``(rows, next_cursor)``."""
+
+    code = "X_PAGE_SOURCE_INVALID"
+
+
+class BackfillStalled(XJobsError):
+    """The source ran out while ``count`` still finds rows to sweep: the two disagree."""
+
+    code = "X_BACKFILL_STALLED"
+
+
+class BackfillRefused(XJobsError):
+    """A backfill may not run now; the gate RETURNS one of these (it does not raise it)."""
+
+    code = "X_BACKFILL_REFUSED"
+
+
+class BackfillEnvironment(BackfillRefused):
+    """Its ``environments`` leave this environment out (the pass raises it, the gate returns it)."""
+
+    code = "X_BACKFILL_ENVIRONMENT"
+
+
+class BackfillRequires(BackfillRefused):
+    """Its ``requires`` precondition is not met."""
+
+    code = "X_BACKFILL_REQUIRES"
+
+
+class BackfillAlreadyRan(BackfillRefused):
+    """A run of it completed; only ``force`` runs another."""
+
+    code = "X_BACKFILL_ALREADY_RAN"
+
+
 # -- what a job body raises to steer its own retry ---------------------------------------------
 
 

@@ -41,9 +41,10 @@ from xjobs.errors import InvalidOption, SchemaOutdated, SchemaTooNew
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.postgres
 
-# The last commit whose code is the previous schema version (8). With each new migration, move
+# The last commit whose code is the previous schema version (9). With each new migration, move
 # it to the last commit of the version before that one: the test below checks it is.
-PREVIOUS_RELEASE = "6d6ed15"
+PREVIOUS_RELEASE = "6d63cd2"
+NEXT = SCHEMA_VERSION + 1       # the version the next release's migration would make
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def schema(pg_dsn: str) -> Iterator[str]:
 
 def _one_version_newer(dsn: str, schema: str, serves_previous: bool) -> None:
     """The schema as the NEXT release would leave it: this code's migrations, then one more."""
-    future = Migration.parse("0010_future.sql", (
+    future = Migration.parse(f"{NEXT:04d}_future.sql", (
         f"-- compatible-with-previous: {'yes' if serves_previous else 'no'}\n"
         "alter table {schema}.jobs add column if not exists future_note text;\n"
         "create table if not exists {schema}.future_things (id bigint primary key);\n"))
@@ -164,12 +165,12 @@ def test_this_code_runs_on_a_newer_schema_that_still_serves_it(pg_dsn, schema, c
         with caplog.at_level(logging.WARNING, logger="xjobs.migrate"):
             assert driver.migrate() == [] and driver.migrate(upgrade=False) == []
         [warned, _] = [r for r in caplog.records if getattr(r, "event", None) == "schema.newer"]
-        assert (warned.version, warned.code_version, warned.compatible_from) == (10, SCHEMA_VERSION, 1)
+        assert (warned.version, warned.code_version, warned.compatible_from) == (NEXT, SCHEMA_VERSION, 1)
         enqueue_many(registry.get("double"), [{"n": n} for n in range(3)], driver=driver)
         assert testing.run_until_idle("next", driver=driver, registry=registry).jobs == {"double": {"completed": 3}}
     finally:
         driver.close()
-    assert _meta(pg_dsn, schema)["schema_version"] == "10"
+    assert _meta(pg_dsn, schema)["schema_version"] == str(NEXT)
 
 
 def test_this_code_refuses_a_newer_schema_that_does_not_serve_it(pg_dsn, schema):
@@ -179,8 +180,8 @@ def test_this_code_refuses_a_newer_schema_that_does_not_serve_it(pg_dsn, schema)
         for upgrade in (True, False):
             with pytest.raises(SchemaTooNew) as err:
                 driver.migrate(upgrade=upgrade)
-            assert (err.value.installed, err.value.code_version, err.value.option) == (10, SCHEMA_VERSION, "schema")
-            assert f"is at version 10, which serves the code of version 10 and later; this xjobs is " \
+            assert (err.value.installed, err.value.code_version, err.value.option) == (NEXT, SCHEMA_VERSION, "schema")
+            assert f"is at version {NEXT}, which serves the code of version {NEXT} and later; this xjobs is " \
                    f"version {SCHEMA_VERSION}" in str(err.value)
     finally:
         driver.close()
@@ -229,7 +230,7 @@ def test_xjobsd_run_refuses_a_newer_schema_that_does_not_serve_it(daemon_env):
     _one_version_newer(daemon_env.dsn, daemon_env.schema, serves_previous=False)
     daemon = daemon_env.start()
     assert daemon.wait(60) == 2, daemon.output()
-    assert f"X_SCHEMA_TOO_NEW: schema: {daemon_env.schema!r} is at version 10" in daemon.output()
+    assert f"X_SCHEMA_TOO_NEW: schema: {daemon_env.schema!r} is at version {NEXT}" in daemon.output()
 
 
 @pytest.mark.daemon
@@ -270,6 +271,6 @@ def test_xjobsd_tick_checks_the_schema_as_a_daemon_does(daemon_env):
     upgraded = _tick(daemon_env)
     assert upgraded.returncode == 0, upgraded.stderr
     assert _meta(daemon_env.dsn, daemon_env.schema)["schema_version"] == str(SCHEMA_VERSION)
-    daemon_env.sql("update {schema}.meta set value = '10' where key in ('schema_version', 'compatible_from')")
+    daemon_env.sql("update {schema}.meta set value = '" + str(NEXT) + "' where key in ('schema_version', 'compatible_from')")
     too_new = _tick(daemon_env)
     assert too_new.returncode == 2 and "X_SCHEMA_TOO_NEW" in too_new.stderr, too_new.stderr

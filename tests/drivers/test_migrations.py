@@ -243,8 +243,8 @@ def test_the_migrations_load_in_order_and_each_says_whom_it_serves():
     assert [m.version for m in plan] == list(range(1, SCHEMA_VERSION + 1))
     assert not plan[0].compatible_with_previous and all(m.compatible_with_previous for m in plan[1:])
     assert [serves_from(plan, v) for v in (1, 2, SCHEMA_VERSION)] == [1, 1, 1]
-    later = [*plan, Migration.parse("0010_split.sql", "-- compatible-with-previous: no\nselect 1;")]
-    assert serves_from(later, 10) == 10
+    later = [*plan, Migration.parse(f"{SCHEMA_VERSION + 1:04d}_split.sql", "-- compatible-with-previous: no\nselect 1;")]
+    assert serves_from(later, SCHEMA_VERSION + 1) == SCHEMA_VERSION + 1
 
 
 @pytest.mark.parametrize("name, text, problem", [
@@ -298,21 +298,23 @@ def test_migrate_status_lists_applied_and_pending_then_migrate_says_what_it_appl
     assert "applied  by an xjobs older than the ledger" in lines["0007_jobs_fillfactor"]
     assert lines["0008_job_rates"].split()[2:] == ["pending"]
     assert lines["0009_drift_and_suspect_groups"].split()[2:] == ["pending"]
-    assert "2 pending" in text
+    assert lines["0010_backfills"].split()[2:] == ["pending"]
+    assert "3 pending" in text
     status = orjson.loads(xjobsd("migrate", "--status", "--json").out)
-    assert (status["version"], status["compatible_from"], status["pending"]) == (7, None, 2)
+    assert (status["version"], status["compatible_from"], status["pending"]) == (7, None, 3)
     assert [(m["version"], m["state"]) for m in status["migrations"]] == (
-        [(v, "applied") for v in range(1, 8)] + [(8, "pending"), (9, "pending")])
+        [(v, "applied") for v in range(1, 8)] + [(8, "pending"), (9, "pending"), (10, "pending")])
 
     assert xjobsd("migrate").out.splitlines() == [
-        "applied 0008_job_rates", "applied 0009_drift_and_suspect_groups", f"xjobs: schema {schema!r} is up to date (version 9)"]
-    assert xjobsd("migrate").out.splitlines() == [f"xjobs: schema {schema!r} is up to date (version 9)"]
+        "applied 0008_job_rates", "applied 0009_drift_and_suspect_groups", "applied 0010_backfills",
+        f"xjobs: schema {schema!r} is up to date (version 10)"]
+    assert xjobsd("migrate").out.splitlines() == [f"xjobs: schema {schema!r} is up to date (version 10)"]
     status = orjson.loads(xjobsd("migrate", "--status", "--json").out)
-    assert (status["version"], status["compatible_from"], status["pending"]) == (9, 1, 0)
+    assert (status["version"], status["compatible_from"], status["pending"]) == (10, 1, 0)
     by_version = {m["version"]: m for m in status["migrations"]}
     assert by_version[7]["checksum"] is None and by_version[7]["applied_at"] is None
-    assert by_version[9]["checksum"] == by_version[9]["file_checksum"] == migrations()[8].checksum
-    assert by_version[9]["applied_at"] is not None and not by_version[9]["edited"]
+    assert by_version[10]["checksum"] == by_version[10]["file_checksum"] == migrations()[9].checksum
+    assert by_version[10]["applied_at"] is not None and not by_version[10]["edited"]
 
 
 def test_migrate_dry_run_prints_exactly_what_migrate_would_run_and_applies_nothing(xjobsd, pg_dsn, schema,
@@ -322,13 +324,13 @@ def test_migrate_dry_run_prints_exactly_what_migrate_would_run_and_applies_nothi
         before = catalog(conn, schema)
         script = xjobsd("migrate", "--dry-run").out
         assert catalog(conn, schema) == before                  # nothing applied
-        assert [int(v) for v in re.findall(r"^-- migration (\d{4})_", script, re.MULTILINE)] == [5, 6, 7, 8, 9]
-        assert script.count("begin;") == 5 and script.count("commit;") == 5
+        assert [int(v) for v in re.findall(r"^-- migration (\d{4})_", script, re.MULTILINE)] == [5, 6, 7, 8, 9, 10]
+        assert script.count("begin;") == 6 and script.count("commit;") == 6
         assert f"create index events_lookup_idx on {schema}.events (name, key, sent_at, id);" in script
         # the printed script, run as it is, leaves what a migrate leaves: a fresh install
         conn.execute(script)
         assert catalog_diff(fresh_catalog, catalog(conn, schema)) == []
-    assert xjobsd("migrate", "--dry-run").out == f"-- schema {schema!r} is at version 9: nothing to run\n"
+    assert xjobsd("migrate", "--dry-run").out == f"-- schema {schema!r} is at version {SCHEMA_VERSION}: nothing to run\n"
 
 
 def test_migrate_json_and_dry_run_do_not_mix(xjobsd):
@@ -389,8 +391,8 @@ def test_two_migrates_at_once_one_applies_everything_the_other_finds_it_current(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
-    everything = [f"applied {m.label}" for m in migrations()] + ["xjobs: schema 'xjobs' is up to date (version 9)"]
-    assert sorted(outputs, key=len) == [["xjobs: schema 'xjobs' is up to date (version 9)"], everything]
+    everything = [f"applied {m.label}" for m in migrations()] + [f"xjobs: schema 'xjobs' is up to date (version {SCHEMA_VERSION})"]
+    assert sorted(outputs, key=len) == [[f"xjobs: schema 'xjobs' is up to date (version {SCHEMA_VERSION})"], everything]
     with psycopg.connect(private_database) as conn:
         assert conn.execute("select version from xjobs.migrations order by 1").fetchall() == [
             (v,) for v in range(1, SCHEMA_VERSION + 1)]

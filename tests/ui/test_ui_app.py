@@ -213,3 +213,18 @@ def test_a_clean_jobs_page_tells_its_life_as_jobs_show_does(driver):
     history = page.split('data-testid="history"', 1)[1].split("</table>", 1)[0]
     rows = re.findall(r"<td>(enqueued|started|completed)</td><td class=\"error-cell\">([^<]*)</td>", history)
     assert rows == [("enqueued", "cli:alice"), ("started", "w-host-1"), ("completed", "w-host-1")]
+
+
+def test_a_backfill_runs_page_shows_its_ledger_row_as_every_surface_projects_it(driver):
+    from xjobs.drivers.ledger import BackfillFinish, BackfillStart, ledger_of
+    from xjobs.factories.backfill_report import by_job
+    job_id = enqueue(driver, "backfill:users")
+    ledger = ledger_of(driver)
+    assert ledger is not None
+    ledger.backfill_start(BackfillStart(job_id, "users", "c0ffee", None))
+    ledger.backfill_finish(BackfillFinish(job_id, "completed", 4200))
+    html = client(driver).get(f"/jobs/{job_id}").get_data(as_text=True)
+    run = by_job(driver)[job_id]
+    assert f'data-testid="backfill">completed · 4200 rows swept · started {run["started_at"]}' in html
+    other = enqueue(driver, "plain")
+    assert 'data-testid="backfill"' not in client(driver).get(f"/jobs/{other}").get_data(as_text=True)

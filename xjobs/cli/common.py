@@ -100,6 +100,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return settings.with_overrides(dsn=dsn, schema=None if explicit_schema else schema)
 
 
+def export_environment(settings: Settings) -> None:
+    """Job bodies read their settings afresh (a backfill's pass, its ``environment``), and a
+    daemon's children inherit the variables: a ``--config`` file's environment reaches them so."""
+    if settings.environment is not None:
+        os.environ[find_setting("environment").env] = settings.environment
+
+
 def driver_from(settings: Settings, application_name: str = "xjobs-cli", *, installed: bool = True,
                 **pool_options: Any) -> "JobDriver":
     """A driver for one command, after one quick connection proves the database answers:

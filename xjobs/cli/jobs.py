@@ -29,6 +29,7 @@ import orjson
 from .. import admin
 from ..drivers.base import LIVE_STATES, STATES, JobDriver, JobView, ListFilter
 from ..errors import InvalidOption
+from ..factories.backfill_report import by_job
 from ..formatting import iso, plain
 from ..views import shown
 from .common import add_database_flags, driver_from, print_json, print_table, settings_from
@@ -131,9 +132,11 @@ def _rows(views: list[JobView]) -> list[list[Any]]:
              iso(v.run_at), _short(v.last_error)] for v in views]
 
 
-def _print_views(views: list[JobView], as_json: bool) -> None:
+def _print_views(views: list[JobView], as_json: bool, driver: JobDriver | None = None) -> None:
     if as_json:
-        print_json(views)
+        # a backfill's run carries its ledger row, as the one projection shows it
+        runs = by_job(driver) if driver is not None and views else {}
+        print_json([{**plain(v), "backfill": runs[v.id]} if v.id in runs else v for v in views])
         return
     print_table(_LIST_COLUMNS, _rows(views))
 
@@ -147,7 +150,7 @@ def list_jobs(args: argparse.Namespace) -> int:
         where = replace(where, before_id=args.before)
     views = driver.job_list(where)
     if not args.follow:
-        _print_views(views, args.json)
+        _print_views(views, args.json, driver)
         return 0
     return _follow(driver, where, list(reversed(views)), args.json)
 
@@ -182,9 +185,9 @@ def dead_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_one(view: JobView, as_json: bool) -> None:
+def _print_one(view: JobView, as_json: bool, backfill: dict[str, Any] | None = None) -> None:
     if as_json:
-        print_json(shown(view))
+        print_json({**shown(view), "backfill": backfill} if backfill is not None else shown(view))
         return
     data = shown(view)
     history = data.pop("history")
@@ -195,6 +198,9 @@ def _print_one(view: JobView, as_json: bool) -> None:
     width = max(len(k) for k in data)
     for key, value in data.items():
         print(f"{key.ljust(width)}  {'' if value is None else value}")
+    if backfill is not None:
+        print(f"{'backfill'.ljust(width)}  {backfill['state']}, {backfill['rows']} rows swept, started "
+              f"{backfill['started_at']}" + (f", finished {backfill['completed_at']}" if backfill["completed_at"] else ""))
     if progress:
         total = progress.get("total")
         done = f"{progress['done']:g}" + (f"/{total:g}" if total is not None else "")
@@ -222,7 +228,9 @@ def _print_one(view: JobView, as_json: bool) -> None:
 
 
 def show_job(args: argparse.Namespace) -> int:
-    _print_one(_driver(args).job_get(args.id), args.json)
+    driver = _driver(args)
+    view = driver.job_get(args.id)
+    _print_one(view, args.json, by_job(driver).get(view.id))
     return 0
 
 

@@ -28,7 +28,7 @@ from ..config import Settings, load_settings
 from ..errors import InvalidOption
 from ..logs import configure_logging, event
 from . import here, setting_flags
-from .common import add_config_flag, add_log_flags, import_apps
+from .common import add_config_flag, add_log_flags, export_environment, import_apps
 
 if TYPE_CHECKING:
     import socket
@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
                                     registered_queues, role_specs, unserved_jobs)
 
     settings = _load(args)
+    export_environment(settings)
     options = _options(settings)
     if not settings.apps:
         raise InvalidOption("app", "no job modules: pass --app MODULE (or apps = [...] in the config)")

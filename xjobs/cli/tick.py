@@ -23,7 +23,8 @@ from ..options import duration_ms
 from ..registry import REGISTRY
 from ..tick import TickSummary, run_tick
 from ..logs import configure_logging
-from .common import add_database_flags, add_log_flags, driver_from, import_apps, print_json, print_table, settings_from
+from .common import (add_database_flags, add_log_flags, driver_from, export_environment, import_apps, print_json,
+                     print_table, settings_from)
 from . import setting_flags
 
 
@@ -48,6 +49,7 @@ def tick(args: argparse.Namespace) -> int:
     deadline_s = duration_ms(args.deadline, "deadline", exclusive_minimum=True, maximum_ms=3_600_000) / 1000.0
     wait_s = duration_ms(args.wait_for_work, "wait-for-work", maximum_ms=3_600_000) / 1000.0
     settings = settings_from(args)
+    export_environment(settings)
     import_apps(args.app or list(settings.apps))
     driver = driver_from(settings, application_name="xjobsd-tick", installed=False)
     try:

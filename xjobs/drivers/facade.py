@@ -26,6 +26,7 @@ from .base import (Batch, CallerConnection, Claim, ClaimAlone, ClaimedJob, DeadG
                    OutboxStore, OutboxSummary, Progress, QueueControl, QueueStore, QueueSummary, RatePoint,
                    Released, RunningJob, RunningPage, ScheduleStore, SentEvent, Slot, SlotRequest, SlotStore, StepLog, StepOutcome,
                    StepResult, StepSleep, StepStore, StepWait, Storage, Watermark, WorkerExit)
+from .ledger import BackfillLedger, CheckedLedger
 from .refusals import (check_batch, check_claim, check_claim_alone, check_claim_token, check_dispatch,
                        check_filter, check_job_names, check_lease, check_name, check_nacks, check_new_event,
                        check_new_jobs, check_row_limit, check_running_page, check_slot, check_slot_request, check_step_name,
@@ -40,8 +41,10 @@ class CheckedDriver(JobDriver, SlotStore):
     def __init__(self, *, storage: Storage, jobs: JobStore, maintenance: Maintenance,
                  operator: Introspection, queues: QueueStore, leader: LeaderStore,
                  schedule: ScheduleStore, outbox: OutboxStore, slots: SlotStore, steps: StepStore,
-                 events: EventStore) -> None:
+                 events: EventStore, backfills: BackfillLedger | None = None) -> None:
         self._storage = storage
+        # the optional backfill ledger (ledger.py), behind its own door; None: passes run unbooked
+        self.backfills: BackfillLedger | None = None if backfills is None else CheckedLedger(backfills)
         self._jobs = jobs
         self._maintenance = maintenance
         self._operator = operator

@@ -13,6 +13,7 @@ mirrors its statements, verb by verb:
     memory_coordination.MemorySchedule,    LeaderStore, ScheduleStore, OutboxStore, SlotStore: the
       MemoryOutbox, MemorySlots              leader row and watermarks, the outbox, job slots
     memory_steps.MemorySteps               StepStore, EventStore: durable steps and stored events
+    memory_ledger.MemoryLedger             BackfillLedger (optional, ``driver.backfills``)
 
 The conformance suite runs the same tests against this driver and ``PostgresDriver``, so any
 drift from the SQL is a failing test, not a convenience. There is no server: the injected
@@ -26,6 +27,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from .facade import CheckedDriver
 from .memory_coordination import MemoryOutbox, MemorySchedule, MemorySlots
 from .memory_jobs import MemoryJobs, MemoryTransaction
+from .memory_ledger import MemoryLedger
 from .memory_maintenance import MemoryMaintenance
 from .memory_operator import MemoryOperator
 from .memory_queues import MemoryQueues
@@ -47,4 +49,5 @@ class MemoryDriver(CheckedDriver):
         super().__init__(storage=table, jobs=jobs, maintenance=MemoryMaintenance(table),
                          operator=MemoryOperator(table, steps), queues=MemoryQueues(table),
                          leader=schedule, schedule=schedule, outbox=MemoryOutbox(table, jobs),
-                         slots=MemorySlots(table), steps=steps, events=steps)
+                         slots=MemorySlots(table), steps=steps, events=steps,
+                         backfills=MemoryLedger(table))

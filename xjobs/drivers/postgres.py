@@ -13,6 +13,7 @@ then calls the method of the same name on one of the objects below) built over o
     pg_outbox.PgOutbox             OutboxStore: stage, claim as a lease, publish in one transaction
     pg_slots.PgSlots               SlotStore: fleet-wide job slots: acquire, renew, release
     pg_steps.PgSteps               StepStore, EventStore: durable steps and stored events
+    pg_ledger.PgLedger             BackfillLedger (optional, ``driver.backfills``): the backfill runs
 
 Time: a driver built without ``clock=`` takes "now" in every statement from the server, so
 every worker measures leases and due times on the one clock they are compared on; one built
@@ -35,6 +36,7 @@ from .base import CallerConnection, JobView
 from .facade import CheckedDriver
 from .pg_database import PgDatabase
 from .pg_jobs import PgJobs
+from .pg_ledger import PgLedger
 from .pg_maintenance import PgMaintenance
 from .pg_operator import PgOperator
 from .pg_outbox import PgOutbox
@@ -64,7 +66,7 @@ class PostgresDriver(CheckedDriver):
         schedule = PgSchedule(db, jobs)
         super().__init__(storage=db, jobs=jobs, maintenance=PgMaintenance(db), operator=operator,
                          queues=PgQueues(db), leader=schedule, schedule=schedule, outbox=PgOutbox(db, jobs),
-                         slots=PgSlots(db), steps=steps, events=steps)
+                         slots=PgSlots(db), steps=steps, events=steps, backfills=PgLedger(db))
 
     @property
     def dsn(self) -> str:

@@ -1054,3 +1054,36 @@ order by minute, queue, outcome
 delete from {schema}.job_rates
 where minute < {now} - %(retention)s::float8 * interval '1 millisecond'
 returning queue
+
+-- name: backfill_start
+-- a new run's row, or the same run's row adopted by its retry: back to running, keeping the
+-- started_at the pass began at and clearing the completion a failed attempt stamped
+insert into {schema}.backfills as b (job_id, name, state, rows_swept, started_at, checksum, environment)
+values (%(job_id)s, %(name)s, 'running', 0, {now}, %(checksum)s, %(environment)s)
+on conflict (job_id) do update
+    set state = 'running', completed_at = null, error = null,
+        checksum = excluded.checksum, environment = excluded.environment
+returning {_backfill_columns}
+
+-- name: backfill_progress
+-- absolute: the rows swept so far, so a replayed batch that wrote nothing loses nothing
+update {schema}.backfills set rows_swept = %(swept)s
+where job_id = %(job_id)s and state = 'running'
+returning job_id
+
+-- name: backfill_finish
+update {schema}.backfills
+set state = %(state)s, rows_swept = %(swept)s, completed_at = {now}, error = %(error)s
+where job_id = %(job_id)s
+returning job_id
+
+-- name: backfill_list
+-- every run, or one name's, oldest first
+select {_backfill_columns} from {schema}.backfills
+where %(name)s::text is null or name = %(name)s
+order by name, started_at, job_id
+limit %(limit)s
+
+-- name: _backfill_columns
+job_id, name, state, rows_swept, extract(epoch from started_at)::float8 * 1000,
+extract(epoch from completed_at)::float8 * 1000, checksum, environment, error

@@ -20,6 +20,7 @@ import orjson
 from .. import admin
 from ..views import life
 from ..drivers.base import JobDriver, JobView, ListFilter, RatePoint, RunningPage
+from ..factories.backfill_report import by_job
 from ..workers.outbox_relay import relay_row
 from ..workers.rates import RATED as ENDED
 
@@ -128,6 +129,7 @@ def one_job(driver: JobDriver, job_id: int) -> dict[str, Any]:
     payload, cut = pretty_payload(view)
     return {"job": replace(view, history=life(view)), "payload": payload, "payload_cut": cut, "waiting_for": admin.waiting_for(view),
             "steps": [step.as_json() for step in view.steps],
+            "backfill": by_job(driver).get(view.id),     # a backfill run's ledger row, as every surface shows it
             "trace_id": view.traceparent.split("-")[1] if view.traceparent else None}
 
 
