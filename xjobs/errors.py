@@ -243,7 +243,37 @@ class AppInvalid(XJobsError):
     code = "X_APP_INVALID"
 
 
-# -- export_rows() ---------------------------------------------------------------------------------
+class CrossTenantDenied(XJobsError):
+    """``ctx.cross_tenant`` in a run whose job did not declare the capability."""
+
+    code = "X_TENANCY_CROSS_DENIED"
+
+
+# -- the factories' own refusals -----------------------------------------------------------------
+
+
+class PageCheckpointInvalid(XJobsError):
+    """A page's recorded checkpoint is not one the paging loop wrote: nothing is guessed from it."""
+
+    code = "X_PAGE_CHECKPOINT_INVALID"
+
+
+class PageSourceInvalid(XJobsError):
+    """A paged source answered something other than ``(rows, next_cursor)``."""
+
+    code = "X_PAGE_SOURCE_INVALID"
+
+
+class BackfillStalled(XJobsError):
+    """The source ran out while ``count`` still finds rows to sweep: the two disagree."""
+
+    code = "X_BACKFILL_STALLED"
+
+
+class BackfillRefused(XJobsError):
+    """A pass may not run here (``environments``); ``details["reason"]`` is the gate's code."""
+
+    code = "X_BACKFILL_REFUSED"
 
 
 class ExportPartTooLarge(XJobsError):
