@@ -10,9 +10,10 @@ from .reporting import on_error
 from .scans import scan
 from .retry import DEFAULT_RETRY, Retry, retry_schedule
 from .tasks import TaskHandle, task
+from .factories.export import export_rows   # after the api it is declared over
 
 __all__ = ["DEFAULT_RETRY", "Enqueued", "JobHandle", "REGISTRY", "Registry", "Retry", "RetryAfter", "Settings",
            "StepSuspension", "TaskHandle", "Terminal", "XJobsError", "aget", "configure", "current", "current_driver",
-           "get", "job", "load_settings", "on_error", "queues", "retry_schedule", "run_context", "scan", "send_event",
+           "export_rows", "get", "job", "load_settings", "on_error", "queues", "retry_schedule", "run_context", "scan", "send_event",
            "task"]
 __version__ = "0.1.0"
