@@ -16,7 +16,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
-from .errors import Aborted, InvalidOption, LeaseLost, NotConfigured
+from .errors import Aborted, CrossTenantDenied, InvalidOption, LeaseLost, NotConfigured
 from .options import finite_option
 
 if TYPE_CHECKING:
@@ -147,12 +147,12 @@ class Ctx:
 
     __slots__ = ("job_id", "attempt", "queue", "tenant", "name", "signal", "_driver", "_lease",
                  "_log", "_progress", "_written", "fence",
-                 "_step_options", "_steps", "deadline", "_cross_tenant", "traceparent")
+                 "_step_options", "_steps", "deadline", "_cross_tenant", "traceparent", "_may_cross")
 
     def __init__(self, *, job_id: int, attempt: int, queue: str, tenant: str | None, name: str,
                  signal: RunSignal, driver: "RunStore", lease: "Lease",
                  steps: "StepOptions | None" = None, deadline: float | None = None,
-                 traceparent: str | None = None) -> None:
+                 traceparent: str | None = None, cross_tenant: bool = False) -> None:
         self.job_id = job_id
         self.attempt = attempt
         self.queue = queue
@@ -171,6 +171,8 @@ class Ctx:
         # tick's deadline (``bound``); None while nothing bounds it
         self.deadline: float | None = deadline
         self._cross_tenant: str | None = None
+        # granted by the job's declaration to this run alone: it dies with the ctx, never the worker's
+        self._may_cross = cross_tenant
         self.traceparent = traceparent    # the enqueuing code's trace context (tracing.py)
 
     @property
@@ -195,9 +197,15 @@ class Ctx:
     def cross_tenant(self, reason: str) -> Iterator[None]:
         """The one way a run writes beyond its tenant: ``ctx.transaction()`` inside this block
         sets ``xjobs.cross_tenant`` to ``on`` besides ``xjobs.tenant``, for policies that allow
-        it, and the reason is logged. Never implicit: without it a body writes as its tenant."""
+        it, and the reason is logged. Never implicit: without it a body writes as its tenant.
+        Only for a job that declared it (``job(cross_tenant=True)``, or a ``backfill`` over
+        ``tenant="none"``): any other run is refused with ``X_TENANCY_CROSS_DENIED``. Nested, the
+        inner reason replaces the outer one for its block."""
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidOption("cross_tenant.reason", "say why the run spans tenants")
+        if not self._may_cross:
+            raise CrossTenantDenied(f"job {self.name!r} did not declare cross_tenant=True; refused: "
+                                    f"{reason}", job=self.name, reason=reason)
         self.log.warning("cross-tenant: %s", reason, extra={"event": "job.cross_tenant", "reason": reason})
         before, self._cross_tenant = self._cross_tenant, reason
         try:

@@ -26,7 +26,8 @@ on a name, never on wording::
     job.settle.failed           error    count tries error job_ids worker (retried until the lease lapsed)
     job.timeout.abandoned       warning  ... timeout_ms   (a def body still running after its
                                          timeout: it does not heed ctx.signal)
-    job.cross_tenant            warning  reason           (ctx.cross_tenant, in the run's fields)
+    job.cross_tenant            warning  reason           (ctx.cross_tenant, in the run's fields; only a
+                                         job declaring cross_tenant=True may open it)
     worker.claim.failed         warning  queue error
     worker.drain.signalled      info     reason interrupted runs worker
     worker.drain.abandoned      warning  count job_ids worker

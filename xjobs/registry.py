@@ -46,7 +46,7 @@ class JobHandle:
                  timeout_ms: float | None, concurrency: int | None, priority: int,
                  dedupe_window_ms: float | None = None, step_timeout_ms: float | None = None,
                  event_poll_ms: float | None = None, retry_on: ErrorTypes = (),
-                 terminal_on: ErrorTypes = (), input: Any = None) -> None:
+                 terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False) -> None:
         self.fn = fn
         self._built: object = None    # job()'s proof, for the registry
         self.name = name
@@ -64,6 +64,7 @@ class JobHandle:
         self._input = input                       # the input= validator (see validate)
         self.retry_on = retry_on                  # exception types: only these retry (when given)
         self.terminal_on = terminal_on            # exception types that dead-letter at once
+        self.cross_tenant = cross_tenant          # its runs may open ctx.cross_tenant (declared, reviewed)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -287,7 +288,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         name: str | None = None, retry: Retry | None = None, timeout: object = None,
         concurrency: int | None = None, priority: int = 0, dedupe_window: object = None,
         step_timeout: object = None, event_poll: object = None, retry_on: object = (),
-        terminal_on: object = (), input: Any = None, registry: Registry | None = None) -> Callable[[Body], JobHandle]:
+        terminal_on: object = (), input: Any = None, cross_tenant: bool = False,
+        registry: Registry | None = None) -> Callable[[Body], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
     ``step_timeout``: the ceiling of each ``ctx.step.run`` call (the step is cancelled, then
@@ -295,8 +297,12 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     ``ctx.step.wait_for_event`` looks for its event anyway (a send wakes it at once; this
     bounds how long an event inserted by other means goes unnoticed). Both must be positive
     and finite when given. ``retry_on``/``terminal_on``: exception classes that decide retry or
-    dead letter for errors you did not write (see ``retry.decide``)."""
+    dead letter for errors you did not write (see ``retry.decide``). ``cross_tenant=True``
+    declares that the job's runs may open ``ctx.cross_tenant(reason)``; a run of any other job
+    is refused there (``X_TENANCY_CROSS_DENIED``)."""
     queue = plain_name(queue, "queue")
+    if not isinstance(cross_tenant, bool):
+        raise InvalidOption("cross_tenant", f"must be True or False, got {cross_tenant!r}")
     if idempotency_key is _MISSING or idempotency_key is None:
         raise IdempotencyKeyRequired("job(): idempotency_key is required, e.g. idempotency_key=lambda i: f\"order:{i['id']}\"")
     if not callable(idempotency_key):
@@ -335,7 +341,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
                            concurrency=concurrency, priority=priority,
                            dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
                            event_poll_ms=event_poll_ms, retry_on=retry_types,
-                           terminal_on=terminal_types, input=input)
+                           terminal_on=terminal_types, input=input, cross_tenant=cross_tenant)
         handle._built = BUILT
         return target._add(handle)
 

@@ -123,7 +123,8 @@ def run_inline(handle: JobHandle, input: Any, *, attempt: int = 1, job_id: int =
               tenant=new.tenant if tenant is _FROM_INPUT else tenant, name=handle.name,
               signal=signal if signal is not None else RunSignal(),
               # no steps inline (ctx.step says so): only the transaction is stood in for
-              driver=cast(RunStore, _InlineTransactions(conn)), lease=Lease(job_id, 0))
+              driver=cast(RunStore, _InlineTransactions(conn)), lease=Lease(job_id, 0),
+              cross_tenant=handle.cross_tenant)
     if not handle.is_async:
         with running(ctx):       # xjobs.current() answers it, as in a worker
             return handle.fn(ctx, payload)

@@ -195,7 +195,7 @@ def test_cross_tenant_work_is_logged_with_its_reason(driver, registry, caplog):
     def body(ctx, i):
         with ctx.cross_tenant("month-end report over every org"):
             pass
-    handle = declare(registry, body, name="report")
+    handle = declare(registry, body, name="report", cross_tenant=True)
     enqueue(handle, driver, {"n": 1})
     pacer = Pacer(make_worker(driver, registry))
     pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=50)

@@ -15,9 +15,11 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import xjobs
+from xjobs import manifest, testing
 from xjobs.drivers.base import ListFilter
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
+from xjobs.errors import CrossTenantDenied, InvalidOption
 
 from .pacing import Pacer, make_worker
 
@@ -179,7 +181,7 @@ def test_row_level_security_scopes_a_bodys_writes_to_its_tenant(pg_dsn, pg_schem
         except psycopg.errors.InsufficientPrivilege:
             outcome[i["mode"]] = "refused"
             raise
-    handle = declare(registry, body, name="scoped", retry=xjobs.Retry(attempts=1))
+    handle = declare(registry, body, name="scoped", retry=xjobs.Retry(attempts=1), cross_tenant=True)
     # a job without a tenant writes as nobody: the policy matches no tenant, it fails closed
     untenanted = declare(registry, body, name="untenanted", tenant="none", retry=xjobs.Retry(attempts=1))
     runner = PostgresDriver(rls_dsn, schema=pg_schema)
@@ -269,3 +271,20 @@ def test_the_ambient_path_enqueues_where_configure_says(pg_dsn, pg_schema, regis
             made.close()
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute(f"select name from {pg_schema}.jobs").fetchall() == [("ambient",)]
+
+
+def test_only_a_job_declaring_the_capability_may_cross_tenants(registry, caplog):
+    def body(ctx, i):
+        with ctx.cross_tenant("a report over every org"):
+            return "crossed"
+    plain = declare(registry, body, name="plain")
+    declared = declare(registry, body, name="declared", cross_tenant=True)
+    with pytest.raises(CrossTenantDenied) as caught:
+        testing.run_inline(plain, {"n": 1})
+    assert caught.value.code == "X_TENANCY_CROSS_DENIED" and "a report over every org" in str(caught.value)
+    assert not [r for r in caplog.records if getattr(r, "event", None) == "job.cross_tenant"]
+    assert testing.run_inline(declared, {"n": 1}) == "crossed"
+    assert manifest.describe(registry)["jobs"][0]["cross_tenant"] is True
+    assert manifest.describe(registry)["jobs"][1]["cross_tenant"] is False
+    with pytest.raises(InvalidOption):
+        declare(registry, body, name="odd", cross_tenant=1)

@@ -55,6 +55,7 @@ class Handle(Protocol):
     retry: Retry
     retry_on: ErrorTypes
     terminal_on: ErrorTypes
+    cross_tenant: bool
 
     def fn(self, ctx: Ctx, payload: Any) -> Any: ...
 
@@ -69,6 +70,7 @@ class UnknownJob:
     event_poll_ms: float | None = None
     retry_on: ErrorTypes = ()
     terminal_on: ErrorTypes = ()
+    cross_tenant = False
 
     def __init__(self, name: str, retry: Retry) -> None:
         self.name = name
@@ -106,7 +108,7 @@ class Run:
         self.ctx = Ctx(job_id=job.id, attempt=job.attempt, queue=job.queue, tenant=job.tenant,
                        name=job.name, signal=self.signal, driver=driver, lease=self.lease, steps=steps,
                        deadline=None if timeout_ms is None else time.time() + timeout_ms / 1000.0,
-                       traceparent=job.traceparent)
+                       traceparent=job.traceparent, cross_tenant=handle.cross_tenant)
         self.started_ms = now_ms
         self.renewed_ms = now_ms
         self.deadline_ms: float | None = None if timeout_ms is None else now_ms + timeout_ms
