@@ -35,6 +35,10 @@ the cursor and two counts (rows read, parts written), never the rows.
   can download, so its job never declares the capability: ``ctx.cross_tenant`` anywhere in an
   export's run (its source, its store) is ``X_TENANCY_CROSS_DENIED``, ``tenant="none"``
   included. ``tenant="none"`` is for tables with no tenant column at all.
+- The refusals the same code and rows would give again on every attempt
+  (``X_TENANCY_CROSS_DENIED``, ``X_EXPORT_PART_TOO_LARGE``, ``X_EXPORT_ROW_INVALID``,
+  ``X_EXPORT_STORAGE_MISSING``) dead-letter the run at once; anything else the source or the
+  store raises follows ``retry``.
 - The idempotency key defaults to ``export:<name>:<sha256 of the canonical input>``: enqueueing
   the same export again while it is live answers the live one.
 - The run's result is ``{"parts": P, "rows": R, "pages": N}``; ``ctx.progress`` reports rows
@@ -48,7 +52,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import orjson
 
-from ..errors import InvalidOption
+from ..errors import CrossTenantDenied, ExportPartTooLarge, ExportRowInvalid, ExportStorageMissing, InvalidOption
 from ..options import finite_count, plain_name
 from ..registry import JobHandle, Registry, job
 from ..retry import Retry
@@ -66,6 +70,8 @@ FORMATS = {"csv": "csv"}      # format -> the parts' file extension
 DEFAULT_PAGE = 1000
 MAX_PART_BYTES = 2**40        # a terabyte: past it, a bound is a typo, not a bound
 PAGE_STEP = "page"            # the steps are page:0, page:1, ...
+# what the same code and the same rows answer again on every attempt: dead at once, not retried
+REFUSALS = (CrossTenantDenied, ExportPartTooLarge, ExportRowInvalid, ExportStorageMissing)
 
 
 def part_name(index: int, extension: str = "csv") -> str:
@@ -102,6 +108,8 @@ def export_rows(*, name: str, source: ExportSource, columns: Sequence[str], to: 
     key = idempotency_key if idempotency_key is not None else default_key(name)
 
     def export(ctx: "Ctx", input: object) -> dict[str, int]:
+        if handle.cross_tenant:    # the declaration says False; a handle changed after is refused
+            raise CrossTenantDenied(f"export {name!r}: an export never crosses tenants")
         store = store_of(input)
 
         def read(cursor: Json, size: int) -> "tuple[Rows, Json]":
@@ -123,8 +131,9 @@ def export_rows(*, name: str, source: ExportSource, columns: Sequence[str], to: 
     export.__wrapped__ = source  # type: ignore[attr-defined]
     export.__qualname__ = f"export_rows[{name}]"
     export.__doc__ = f"export_rows(name={name!r}): {', '.join(names)} in pages of {limit} to parts"
-    return job(queue=queue, name=name, idempotency_key=key, tenant=tenant, retry=retry,
-               timeout=timeout, registry=registry)(export)
+    handle = job(queue=queue, name=name, idempotency_key=key, tenant=tenant, retry=retry,
+                 timeout=timeout, terminal_on=REFUSALS, cross_tenant=False, registry=registry)(export)
+    return handle
 
 
 __all__ = ["DEFAULT_PAGE", "FORMATS", "export_rows", "part_name"]
