@@ -252,6 +252,7 @@ def test_bad_knobs_are_refused_at_declaration(option, value):
 
 def test_an_export_requires_a_tenant_like_every_job():
     with pytest.raises(xjobs.XJobsError) as caught:
-        xjobs.export_rows(name="orders", source=keyset([]), columns=COLUMNS, to=Bucket(), tenant=None,
+        xjobs.export_rows(name="orders", source=keyset([]), columns=COLUMNS, to=Bucket(),
+                          tenant=None,  # type: ignore[arg-type]
                           registry=xjobs.Registry())
     assert caught.value.code == "X_JOB_TENANT_REQUIRED"

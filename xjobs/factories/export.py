@@ -48,7 +48,7 @@ the cursor and two counts (rows read, parts written), never the rows.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import orjson
 
@@ -63,8 +63,8 @@ from .part_store import resolver
 if TYPE_CHECKING:
     from ..context import Ctx
 
-# source(input, cursor, limit) -> (rows, next_cursor)
-ExportSource = Callable[[object, Json, int], "tuple[Rows, Json]"]
+# source(input, cursor, limit) -> (rows, next_cursor); the input is the app's own JSON shape
+ExportSource = Callable[[Any, Any, int], "tuple[Rows, Json]"]
 
 FORMATS = {"csv": "csv"}      # format -> the parts' file extension
 DEFAULT_PAGE = 1000
@@ -87,9 +87,9 @@ def default_key(name: str) -> Callable[[object], str]:
 
 
 def export_rows(*, name: str, source: ExportSource, columns: Sequence[str], to: object,
-                tenant: object, format: str = "csv", page: int = DEFAULT_PAGE,
+                tenant: "Callable[[Any], object] | str", format: str = "csv", page: int = DEFAULT_PAGE,
                 max_part_bytes: int | None = None, queue: str = "default",
-                idempotency_key: Callable[[object], str] | None = None, retry: Retry | None = None,
+                idempotency_key: Callable[[Any], str] | None = None, retry: Retry | None = None,
                 timeout: object = None, registry: Registry | None = None) -> JobHandle:
     """Declare an export job (see the module doc); answers its ``JobHandle``."""
     name = plain_name(name, "name")
