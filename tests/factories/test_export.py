@@ -256,3 +256,27 @@ def test_an_export_requires_a_tenant_like_every_job():
                           tenant=None,  # type: ignore[arg-type]
                           registry=xjobs.Registry())
     assert caught.value.code == "X_JOB_TENANT_REQUIRED"
+
+
+def test_a_source_answering_the_wrong_shape_is_dead_at_once(memory_driver):
+    registry = xjobs.Registry()
+    handle = declare(registry, lambda input, cursor, limit: {"rows": []}, Bucket())
+    [job_id] = enqueue(handle, memory_driver, {})
+    run_all(memory_driver, registry)
+    view = memory_driver.job_get(job_id)
+    assert view.state == "dead" and view.attempt == 1 and "X_PAGE_SOURCE_INVALID" in (view.last_error or "")
+
+
+def test_the_guide_s_way_of_testing_an_export_runs():
+    from xjobs import testing
+
+    bucket = Bucket()
+    saved = xjobs.REGISTRY.snapshot()
+    try:
+        with testing.memory_queue():
+            xjobs.export_rows(name="guide_export", source=keyset(table(5)), columns=COLUMNS, to=bucket,
+                              tenant="none", page=2).enqueue({})
+            assert testing.run_until_idle("default").completed == 1
+    finally:
+        xjobs.REGISTRY.restore(saved)
+    assert bucket.puts == ["part-00000.csv", "part-00001.csv", "part-00002.csv"]

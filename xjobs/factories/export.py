@@ -37,7 +37,7 @@ the cursor and two counts (rows read, parts written), never the rows.
   included. ``tenant="none"`` is for tables with no tenant column at all.
 - The refusals the same code and rows would give again on every attempt
   (``X_TENANCY_CROSS_DENIED``, ``X_EXPORT_PART_TOO_LARGE``, ``X_EXPORT_ROW_INVALID``,
-  ``X_EXPORT_STORAGE_MISSING``) dead-letter the run at once; anything else the source or the
+  ``X_EXPORT_STORAGE_MISSING``, ``X_PAGE_SOURCE_INVALID``) dead-letter the run at once; anything else the source or the
   store raises follows ``retry``.
 - The idempotency key defaults to ``export:<name>:<sha256 of the canonical input>``: enqueueing
   the same export again while it is live answers the live one.
@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import orjson
 
-from ..errors import CrossTenantDenied, ExportPartTooLarge, ExportRowInvalid, ExportStorageMissing, InvalidOption
+from ..errors import (CrossTenantDenied, ExportPartTooLarge, ExportRowInvalid, ExportStorageMissing, InvalidOption,
+                      PageSourceInvalid)
 from ..options import finite_count, plain_name
 from ..registry import JobHandle, Registry, job
 from ..retry import Retry
@@ -71,7 +72,7 @@ DEFAULT_PAGE = 1000
 MAX_PART_BYTES = 2**40        # a terabyte: past it, a bound is a typo, not a bound
 PAGE_STEP = "page"            # the steps are page:0, page:1, ...
 # what the same code and the same rows answer again on every attempt: dead at once, not retried
-REFUSALS = (CrossTenantDenied, ExportPartTooLarge, ExportRowInvalid, ExportStorageMissing)
+REFUSALS = (CrossTenantDenied, ExportPartTooLarge, ExportRowInvalid, ExportStorageMissing, PageSourceInvalid)
 
 
 def part_name(index: int, extension: str = "csv") -> str:
