@@ -68,6 +68,11 @@ def test_a_value_with_no_csv_form_is_refused_naming_its_place(value):
     assert caught.value.code == "X_EXPORT_ROW_INVALID"
 
 
+def test_a_string_that_is_not_valid_unicode_is_refused_naming_its_row():
+    with pytest.raises(ExportRowInvalid, match="page 0, row 1"):
+        encode_part(("a",), [("fine",), ("bad\udcff",)])
+
+
 @pytest.mark.parametrize("row, why", [({"a": 1}, "no value for column"), ((1,), "1 values for 2 columns"),
                                       ((1, 2, 3), "3 values"), ("ab", "mapping or a sequence"),
                                       (7, "mapping or a sequence")])

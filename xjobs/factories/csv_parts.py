@@ -17,8 +17,9 @@
 - **Cells.** ``None`` is an empty field; ``str`` is guarded; ``bool`` is ``true``/``false``;
   ``int``, ``Decimal`` and finite ``float`` are written as Python prints them (a float's
   shortest round-trip form); dates, times and UUIDs in ISO form. Anything else, and a NaN or
-  infinite float (no spreadsheet or loader reads those alike), is refused with
-  ``X_EXPORT_ROW_INVALID`` naming the row and column, rather than written as some ``repr``.
+  infinite float (no spreadsheet or loader reads those alike), or a string that is not valid
+  Unicode (a lone surrogate), is refused with ``X_EXPORT_ROW_INVALID`` naming the row, rather
+  than written as some ``repr``.
 - **Rows.** A mapping is read by the column names (a missing column is refused, never written
   empty: that is a typo or a changed query, not data); a sequence (a database row tuple) by
   position, and it must have exactly one value per column.
@@ -124,12 +125,17 @@ def encode_part(columns: tuple[str, ...], rows: Iterable[object], *,
     chunks: list[bytes] = []
     size = 0
 
-    def add(fields: list[str]) -> None:
+    def add(fields: list[str], where: str) -> None:
         nonlocal size
         writer.writerow(fields)
-        chunk = buffer.getvalue().encode("utf-8")
+        text = buffer.getvalue()
         buffer.seek(0)
         buffer.truncate()
+        try:
+            chunk = text.encode("utf-8")
+        except UnicodeEncodeError as exc:    # a lone surrogate, from bytes decoded with surrogateescape
+            raise ExportRowInvalid(f"{where}: a string that is not valid Unicode ({exc.reason} at "
+                                   f"{exc.start})") from None
         size += len(chunk)
         if max_bytes is not None and size > max_bytes:
             raise ExportPartTooLarge(f"page {page}: the part passed max_part_bytes={max_bytes} at "
@@ -137,10 +143,10 @@ def encode_part(columns: tuple[str, ...], rows: Iterable[object], *,
                                      "raise max_part_bytes=)", page=page, max_part_bytes=max_bytes)
         chunks.append(chunk)
 
-    add([guard(c) for c in columns])
+    add([guard(c) for c in columns], f"page {page}, the header")
     for number, row in enumerate(rows):
         where = f"page {page}, row {number}"
-        add([cell(v, f"{where}, column {c!r}") for c, v in zip(columns, _values(row, columns, where))])
+        add([cell(v, f"{where}, column {c!r}") for c, v in zip(columns, _values(row, columns, where))], where)
     return b"".join(chunks)
 
 
