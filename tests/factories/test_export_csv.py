@@ -156,3 +156,17 @@ def test_an_unknown_scheme_or_a_missing_filesystem_is_refused_at_declaration(mon
     with pytest.raises(ExportStorageMissing, match=r"xjobsd\[export\]") as caught:
         store_for("s3://bucket/prefix")
     assert caught.value.code == "X_EXPORT_STORAGE_MISSING"
+
+
+def test_a_fixed_url_is_checked_at_declaration_and_opened_only_at_the_first_part():
+    store = resolver("memory://exports-lazy/x")({})
+    assert isinstance(store, FsspecStore) and store._fs is None      # no client made before a fork
+    store.put("part-00000.csv", b"a\r\n")
+    assert store._fs is not None
+
+
+def test_an_attribute_named_put_that_is_not_callable_is_no_store():
+    class Odd:
+        put = "not a method"
+    with pytest.raises(InvalidOption):
+        store_for(Odd())

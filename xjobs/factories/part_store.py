@@ -8,7 +8,7 @@ twice simply replaces its own part with the same bytes.
 ``to=`` is one of:
 
 - a URL or a path, handed to fsspec: a local directory (``/srv/exports/orders``,
-  ``file://...``), ``memory://exports`` (one process's memory, for tests), or any scheme whose
+  ``file://...``; a relative path is the worker's working directory's), ``memory://exports`` (one process's memory, for tests), or any scheme whose
   fsspec filesystem is installed (``s3://bucket/prefix`` with ``s3fs``, ``gs://`` with
   ``gcsfs``...). fsspec is the ``export`` extra; it is imported when the export is declared,
   and a missing one (or a missing filesystem for the scheme) is ``X_EXPORT_STORAGE_MISSING``
@@ -118,7 +118,8 @@ def _replace_local(path: str, data: bytes) -> None:
 
 def store_for(destination: object) -> PartStore:
     """The store one destination names (a URL or path, or an app's store)."""
-    if isinstance(destination, PartStore) and not isinstance(destination, (str, os.PathLike)):
+    if (isinstance(destination, PartStore) and callable(getattr(destination, "put", None))
+            and not isinstance(destination, (str, os.PathLike))):
         return destination
     if isinstance(destination, os.PathLike):
         destination = os.fspath(destination)
@@ -135,7 +136,7 @@ def resolver(to: object) -> Callable[[object], PartStore]:
     storage imported) now, at declaration; one computed per run is checked when it runs."""
     if to is None:
         raise InvalidOption("to", "is required: where the parts are written")
-    if callable(to) and not isinstance(to, PartStore):
+    if callable(to) and not callable(getattr(to, "put", None)):
         def per_run(input: object) -> PartStore:
             return store_for(to(input))
         return per_run
