@@ -10,7 +10,9 @@ from .reporting import on_error
 from .scans import scan
 from .retry import DEFAULT_RETRY, Retry, retry_schedule
 from .tasks import TaskHandle, task
-from .factories.export import export_rows   # after the api it is declared over
+# the factories, re-exported at the front door: the one api module that may import them
+# (tests/unit/test_layering.py), after everything they are built over
+from .factories.export import export_rows
 
 __all__ = ["DEFAULT_RETRY", "Enqueued", "JobHandle", "REGISTRY", "Registry", "Retry", "RetryAfter", "Settings",
            "StepSuspension", "TaskHandle", "Terminal", "XJobsError", "aget", "configure", "current", "current_driver",
