@@ -92,7 +92,18 @@ def export_rows(*, name: str, source: ExportSource, columns: Sequence[str], to: 
                 max_part_bytes: int | None = None, queue: str = "default",
                 idempotency_key: Callable[[Any], str] | None = None, retry: Retry | None = None,
                 timeout: object = None, registry: Registry | None = None) -> JobHandle:
-    """Declare an export job (see the module doc); answers its ``JobHandle``."""
+    """Declare a job that writes ``source``'s rows to ``to`` as one CSV part per page; answers
+    its ``JobHandle`` (enqueue it with the input ``source``, ``to`` and ``tenant`` read).
+
+    ``source(input, cursor, limit) -> (rows, next_cursor)`` reads one page after ``cursor``
+    (None first; a ``next_cursor`` of None or an empty page ends it). ``columns`` are the
+    names written, in order. ``to`` is a path or fsspec URL, an object with
+    ``put(key, data)``, or a callable of the input answering one. Page ``n`` is written to
+    ``part-NNNNN.csv`` inside its durable step, so a page run again rewrites the same part
+    with the same bytes. ``page`` rows per page (1..1,000,000); ``max_part_bytes`` bounds one
+    encoded part (``X_EXPORT_PART_TOO_LARGE``, before writing). An export's run never gets
+    ``ctx.cross_tenant`` (``X_TENANCY_CROSS_DENIED``), whatever its ``tenant``. The guide:
+    docs/guides/export.md."""
     name = plain_name(name, "name")
     if not callable(source):
         raise InvalidOption("source", "must be a callable: source(input, cursor, limit) -> (rows, next_cursor)")
