@@ -272,6 +272,7 @@ def test_the_guide_s_way_of_testing_an_export_runs():
 
     bucket = Bucket()
     saved = xjobs.REGISTRY.snapshot()
+    xjobs.REGISTRY.clear()
     try:
         with testing.memory_queue():
             xjobs.export_rows(name="guide_export", source=keyset(table(5)), columns=COLUMNS, to=bucket,

@@ -44,6 +44,7 @@ def test_the_example_exports_one_orgs_day_in_parts_of_a_thousand(pg_dsn, orders_
     monkeypatch.setenv("EXPORT_ROOT", str(tmp_path))
     monkeypatch.setenv("PGTZ", "UTC")
     saved = xjobs.REGISTRY.snapshot()
+    xjobs.REGISTRY.clear()      # the example alone, as xjobsd --app examples.export_app sees it
     try:
         sys.modules.pop("examples.export_app", None)
         example = importlib.import_module("examples.export_app")
