@@ -281,3 +281,25 @@ def test_the_guide_s_way_of_testing_an_export_runs():
     finally:
         xjobs.REGISTRY.restore(saved)
     assert bucket.puts == ["part-00000.csv", "part-00001.csv", "part-00002.csv"]
+
+
+def test_the_interleaving_assertion_tells_a_buffering_pass_from_a_streaming_one(memory_driver):
+    """What the streaming proof would read of a pass that kept every page and wrote at the end:
+    a flat run of the final count, never 0, 1, 2, ..."""
+    from xjobs.factories.paging import in_pages
+
+    registry = xjobs.Registry()
+    bucket = Bucket(memory_driver)
+    rows = table(30)
+
+    def buffering(ctx, input):
+        kept: list = []
+        in_pages(ctx, lambda cursor, limit: keyset(rows)(input, cursor, limit),
+                 lambda page, index: kept.append(page), limit=10, prefix="page")
+        for index, page in enumerate(kept):
+            if page:
+                bucket.put(part_name(index), encode_part(tuple(COLUMNS), page))
+    handle = xjobs.job(registry=registry, queue="q", idempotency_key=lambda i: "k", tenant="none")(buffering)
+    enqueue(handle, memory_driver, {})
+    run_all(memory_driver, registry)
+    assert bucket.landed == [4, 4, 4] != list(range(3))
