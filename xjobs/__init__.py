@@ -15,12 +15,14 @@ from . import webhooks
 # (tests/unit/test_layering.py), after everything they are built over
 from .factories import backfill_requires
 from .factories.backfill import backfill
+from .factories.export import export_rows
 from .factories.purge import DEFAULT_PURGE_CRON, PurgeTarget, purge
 from .factories.webhook import webhook
 
-__all__ = ["DEFAULT_PURGE_CRON", "DEFAULT_RETRY", "Enqueued", "JobHandle", "REGISTRY", "Registry", "Retry", "RetryAfter", "Settings",
-           "backfill", "backfill_requires",
-           "StepSuspension", "TaskHandle", "Terminal", "XJobsError", "aget", "configure", "current", "current_driver",
-           "get", "job", "load_settings", "on_error", "PurgeTarget", "purge", "queues", "retry_schedule", "run_context", "scan", "send_event",
-           "task", "webhook", "webhooks"]
+__all__ = ["DEFAULT_PURGE_CRON", "DEFAULT_RETRY", "Enqueued", "JobHandle", "PurgeTarget", "REGISTRY",
+           "Registry", "Retry", "RetryAfter", "Settings", "StepSuspension", "TaskHandle", "Terminal",
+           "XJobsError", "aget", "backfill", "backfill_requires", "configure", "current",
+           "current_driver", "export_rows", "get", "job", "load_settings", "on_error", "purge",
+           "queues", "retry_schedule", "run_context", "scan", "send_event", "task", "webhook",
+           "webhooks"]
 __version__ = "0.1.0"

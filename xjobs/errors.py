@@ -314,6 +314,26 @@ class BackfillAlreadyRan(BackfillRefused):
     code = "X_BACKFILL_ALREADY_RAN"
 
 
+class ExportPartTooLarge(XJobsError):
+    """One page encoded past the export's ``max_part_bytes``; refused before the part is written."""
+
+    code = "X_EXPORT_PART_TOO_LARGE"
+
+
+class ExportRowInvalid(XJobsError):
+    """A row the export's source answered cannot be written: a missing column, a value count
+    that is not the column count, or a value with no form in the format (NaN, an object)."""
+
+    code = "X_EXPORT_ROW_INVALID"
+
+
+class ExportStorageMissing(XJobsError):
+    """An export writes to a URL and fsspec (``pip install 'xjobsd[export]'``), or the
+    filesystem its scheme needs (``s3fs`` for ``s3://``), is not installed."""
+
+    code = "X_EXPORT_STORAGE_MISSING"
+
+
 # -- what a job body raises to steer its own retry ---------------------------------------------
 
 
