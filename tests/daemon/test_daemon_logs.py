@@ -99,18 +99,17 @@ def test_a_text_line_from_inside_a_job_names_the_job_and_its_time_carries_the_of
     job_id = env.enqueue_one("doomed", "t5", {"n": 8}, "doomed:8", max_attempts=1)
     wait_for(lambda: env.job(job_id)["state"] == "dead", 15, "the job to die")
 
-    def said() -> list[str]:
+    def said(words: str) -> list[str]:
         daemon.log.flush()
-        return [line for line in daemon.log_path.read_text(errors="replace").splitlines()
-                if line.endswith("about to fail")]
-    wait_for(said, 10, "ctx.log's line in the log")
-    [line] = said()
+        return [line for line in daemon.log_path.read_text(errors="replace").splitlines() if words in line]
+    wait_for(lambda: said("about to fail"), 10, "ctx.log's line in the log")
+    [line] = said("about to fail")
     ts, level, rest = line.split(" ", 2)
     assert level == "INFO" and ts.endswith("+00:00") and datetime.fromisoformat(ts).tzinfo is not None
     assert rest.split(": ", 1)[1] == f"job doomed#{job_id} attempt 1: about to fail"   # as the events name it
-    daemon.log.flush()
-    [died] = [line for line in daemon.log_path.read_text(errors="replace").splitlines()
-              if f"job doomed#{job_id} dead: " in line]   # an event's line: its own words, no prefix
+    # the worker logs the death once its transaction committed: the row can be read first
+    wait_for(lambda: said(f"job doomed#{job_id} dead: "), 10, "the death's line in the log")
+    [died] = said(f"job doomed#{job_id} dead: ")   # an event's line: its own words, no prefix
     assert died.split(" ")[1] == "WARNING" and died.split(" ")[0].endswith("+00:00")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(15) == 0

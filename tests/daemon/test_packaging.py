@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import tomllib
 import zipfile
 from pathlib import Path
@@ -79,13 +80,16 @@ def readme_first_command() -> str:
 
 
 @pytest.mark.slow
-def test_the_readmes_first_command_installs_and_runs_the_daemon_as_written(tmp_path):
+def test_the_readmes_first_command_installs_and_runs_the_daemon_as_written(tmp_path, request):
     """The README's first line, word for word, in a copy of the checkout with no database
     configured: a fresh venv, the install, and ``xjobsd run`` on the example app with its
     dashboard, on an embedded PostgreSQL; then a SIGTERM drains it. (The second line is what
     ``.ci/run`` runs.)"""
     pytest.importorskip("pgserver")
-    checkout = tmp_path / "checkout"
+    # the embedded server's socket lives under the checkout's .xjobs/: a unix socket's path has
+    # about a hundred bytes, which pytest's own tmp_path under xdist uses up
+    checkout = Path(tempfile.mkdtemp(prefix="xj-", dir="/tmp")) / "checkout"
+    request.addfinalizer(lambda: shutil.rmtree(checkout.parent, ignore_errors=True))
     shutil.copytree(ROOT, checkout, ignore=shutil.ignore_patterns(
         ".git", ".venv", ".xjobs", "__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis",
         ".mypy_cache", "build", "dist", "site"))

@@ -13,6 +13,7 @@ import xjobs
 from tests.drivers.parity import new_job
 from xjobs.drivers.base import Claim, Lease, StepResult
 from xjobs.errors import InvalidOption, JobNotFound
+from xjobs.registry import Registry
 
 
 @pytest.mark.postgres
@@ -78,4 +79,4 @@ def test_the_memory_driver_answers_the_same_projection_and_takes_no_connection(m
         xjobs.get(made.id, conn=object(), driver=memory_driver)  # type: ignore[arg-type]
     with pytest.raises(JobNotFound):
         xjobs.get(made.id + 1, driver=memory_driver)
-    assert xjobs.queues(driver=memory_driver)[0]["ready"] == 1
+    assert xjobs.queues(driver=memory_driver, registry=Registry())[0]["ready"] == 1

@@ -14,7 +14,8 @@ from decimal import Decimal
 import fsspec
 import pytest
 
-from xjobs.errors import ExportPartTooLarge, ExportRowInvalid, ExportStorageMissing, InvalidOption
+from xjobs.errors import InvalidOption
+from xjobs.factories.refusals import ExportPartTooLarge, ExportRowInvalid, ExportStorageMissing
 from xjobs.factories.csv_parts import FORMULA_LEADS, check_columns, encode_part, guard
 from xjobs.factories.part_store import FsspecStore, PartStore, resolver, store_for
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 import xjobs
-from xjobs.errors import InvalidOption, PageCheckpointInvalid, PageSourceInvalid
+from xjobs.errors import InvalidOption
+from xjobs.factories.refusals import PageCheckpointInvalid, PageSourceInvalid
 from xjobs.factories.paging import PageProgress, checkpoint_of, in_pages
 from xjobs.retry import Retry
 from tests.worker.pacing import Pacer, make_worker, enqueue

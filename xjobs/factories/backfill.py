@@ -49,12 +49,13 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import BackfillRefused, BackfillStalled, InvalidOption
+from ..errors import InvalidOption
 from ..options import finite_count, plain_name
 from ..registry import NO_TENANT, REGISTRY, JobHandle, Registry, job
 from ..retry import Retry
 from .pacer import Pacer
 from .paging import MAX_LIMIT, Source
+from .refusals import BackfillRefused, BackfillStalled
 
 Handle = Callable[[Any], object]
 Count = Callable[[Any], object]

@@ -14,15 +14,12 @@ wedged backfill block every later one. The order is the order an operator can ac
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable
 
 from ..drivers.ledger import ledger_of
-from ..errors import BackfillAlreadyRan, BackfillRefused, BackfillRequires
 from .backfill import BackfillSpec
-from .backfill_pass import environment_refusal
-
-log = logging.getLogger("xjobs.backfill")
+from .backfill_pass import completed_run, environment_refusal
+from .refusals import BackfillAlreadyRan, BackfillRefused, BackfillRequires
 
 Connect = Callable[[], Any]      # opens a connection for ``requires`` (a context manager), or None
 
@@ -53,15 +50,9 @@ def gate(spec: BackfillSpec, *, driver: object, environment: str | None, force: 
     ledger = ledger_of(driver)
     if ledger is None:
         return None
-    done = [run for run in ledger.backfill_list(spec.name) if run.state == "completed"]
-    if not done:
+    last = completed_run(ledger, spec, override="--force runs it")
+    if last is None:
         return None
-    last = done[-1]
-    if last.checksum != spec.checksum:
-        log.warning("backfill %s: its source or handle changed since run %s completed; not run again "
-                    "(--force runs it)", spec.name, last.job_id,
-                    extra={"event": "backfill.checksum.moved", "backfill": spec.name, "run": last.job_id,
-                           "checksum": spec.checksum, "was": last.checksum})
     return BackfillAlreadyRan(f"backfill {spec.name!r} already ran: run {last.job_id} completed with "
                               f"{last.rows} rows (--force runs a new pass)", backfill=spec.name, run=last.job_id)
 

@@ -29,9 +29,10 @@ from numbers import Integral
 from typing import TYPE_CHECKING, Iterator
 
 from ..config import current_settings
-from ..drivers.ledger import BackfillFinish, BackfillLedger, BackfillStart, ledger_of
-from ..errors import BackfillEnvironment, BackfillStalled, InvalidOption
+from ..drivers.ledger import BackfillFinish, BackfillLedger, BackfillRun, BackfillStart, ledger_of
+from ..errors import InvalidOption
 from .paging import PageProgress, in_pages
+from .refusals import BackfillEnvironment, BackfillStalled
 
 if TYPE_CHECKING:
     from ..context import Ctx
@@ -67,16 +68,27 @@ def _scope(ctx: "Ctx", spec: "BackfillSpec") -> Iterator[None]:
         yield
 
 
-def _completed_before(ledger: BackfillLedger, spec: "BackfillSpec", job_id: int) -> object:
-    done = [r for r in ledger.backfill_list(spec.name) if r.state == "completed" and r.job_id != job_id]
+def completed_run(ledger: BackfillLedger, spec: "BackfillSpec", *, other_than: int | None = None,
+                  override: str) -> BackfillRun | None:
+    """The latest completed run of ``spec`` (but ``other_than``, the run asking), which blocks
+    another; a checksum that moved since it is warned about (``override`` says how to run it
+    anyway) and still blocks. The pass and the command line's gate judge by this one rule."""
+    done = [r for r in ledger.backfill_list(spec.name) if r.state == "completed" and r.job_id != other_than]
     if not done:
         return None
     last = done[-1]
     if last.checksum != spec.checksum:
         log.warning("backfill %s: its source or handle changed since run %s completed; not run again "
-                    "(force it to)", spec.name, last.job_id,
+                    "(%s)", spec.name, last.job_id, override,
                     extra={"event": "backfill.checksum.moved", "backfill": spec.name, "run": last.job_id,
                            "checksum": spec.checksum, "was": last.checksum})
+    return last
+
+
+def _completed_before(ledger: BackfillLedger, spec: "BackfillSpec", job_id: int) -> object:
+    last = completed_run(ledger, spec, other_than=job_id, override="force it to")
+    if last is None:
+        return None
     log.info("backfill %s: completed by run %s; skipped", spec.name, last.job_id,
              extra={"event": "backfill.skipped", "backfill": spec.name, "run": last.job_id})
     return {"skipped": "completed", "run": last.job_id, "rows": last.rows}

@@ -37,8 +37,9 @@ import uuid
 from decimal import Decimal
 from typing import Iterable, Mapping, Sequence
 
-from ..errors import ExportPartTooLarge, ExportRowInvalid, InvalidOption
+from ..errors import InvalidOption
 from ..options import plain_name
+from .refusals import ExportPartTooLarge, ExportRowInvalid
 
 FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
 GUARD = "'"

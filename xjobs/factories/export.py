@@ -52,14 +52,14 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import orjson
 
-from ..errors import (CrossTenantDenied, ExportPartTooLarge, ExportRowInvalid, ExportStorageMissing, InvalidOption,
-                      PageSourceInvalid)
+from ..errors import CrossTenantDenied, InvalidOption
 from ..options import finite_count, plain_name
 from ..registry import JobHandle, Registry, job
 from ..retry import Retry
 from .csv_parts import check_columns, encode_part
 from .paging import MAX_LIMIT, Json, PageProgress, Rows, in_pages
 from .part_store import resolver
+from .refusals import ExportPartTooLarge, ExportRowInvalid, ExportStorageMissing, PageSourceInvalid
 
 if TYPE_CHECKING:
     from ..context import Ctx

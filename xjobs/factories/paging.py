@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from numbers import Integral
 from typing import Callable, Protocol, Sequence, Union
 
-from ..errors import InvalidOption, PageCheckpointInvalid, PageSourceInvalid
+from ..errors import InvalidOption
 from ..options import finite_count
+from .refusals import PageCheckpointInvalid, PageSourceInvalid
 
 Json = Union[None, bool, int, float, str, Sequence["Json"], dict[str, "Json"]]
 Rows = Sequence[object]

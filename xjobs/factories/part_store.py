@@ -30,8 +30,8 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Callable, Protocol, Union, runtime_checkable
 
-from ..errors import ExportStorageMissing, InvalidOption
-
+from ..errors import InvalidOption
+from .refusals import ExportStorageMissing
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 

@@ -34,11 +34,12 @@ from typing import Callable, Iterable, Protocol, runtime_checkable
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..context import Ctx
-from ..errors import InvalidOption, PurgeTargetDuplicate, PurgeTargetInvalid
+from ..errors import InvalidOption
 from ..options import plain_name
 from ..registry import REGISTRY, JobHandle, Registry, job
 from ..retry import Retry
 from .declarations import one_declaration
+from .refusals import PurgeTargetDuplicate, PurgeTargetInvalid
 
 DEFAULT_PURGE_CRON = "0 * * * *"
 """Hourly, on the hour: the schedule a ``task()`` pairs with a ``purge()`` (which has none)."""
