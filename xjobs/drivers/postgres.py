@@ -13,6 +13,7 @@ then calls the method of the same name on one of the objects below) built over o
     pg_outbox.PgOutbox             OutboxStore: stage, claim as a lease, publish in one transaction
     pg_slots.PgSlots               SlotStore: fleet-wide job slots: acquire, renew, release
     pg_steps.PgSteps               StepStore, EventStore: durable steps and stored events
+    pg_async.PgAsyncWrites         AsyncWrites: enqueue, stage, send awaited on an AsyncConnection
 
 Time: a driver built without ``clock=`` takes "now" in every statement from the server, so
 every worker measures leases and due times on the one clock they are compared on; one built
@@ -33,6 +34,7 @@ import psycopg
 from ..clock import Clock
 from .base import CallerConnection, JobView
 from .facade import CheckedDriver
+from .pg_async import PgAsyncWrites
 from .pg_database import PgDatabase
 from .pg_jobs import PgJobs
 from .pg_maintenance import PgMaintenance
@@ -64,7 +66,8 @@ class PostgresDriver(CheckedDriver):
         schedule = PgSchedule(db, jobs)
         super().__init__(storage=db, jobs=jobs, maintenance=PgMaintenance(db), operator=operator,
                          queues=PgQueues(db), leader=schedule, schedule=schedule, outbox=PgOutbox(db, jobs),
-                         slots=PgSlots(db), steps=steps, events=steps)
+                         slots=PgSlots(db), steps=steps, events=steps,
+                         writes_async=PgAsyncWrites(db))
 
     @property
     def dsn(self) -> str:
