@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 MAX_BATCH = 100_000
 MAX_BATCH_BYTES = 256 * 1024 * 1024     # one statement must stay well inside PostgreSQL's 1 GB
+# an awaited call of more inputs is checked and built on a worker thread: a hundred take about
+# a millisecond, which the event loop can spare; a thousand take ten (bench/async_enqueue.py)
+BUILD_ON_LOOP = 100
 
 
 def _timing(delay: object, run_at: object) -> tuple[float | None, float]:
@@ -160,8 +163,7 @@ async def aenqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: ob
     writes = async_writes(driver)
     build = functools.partial(build_jobs, handle, inputs, delay=delay, run_at=run_at, priority=priority,
                               enqueued_by=enqueued_by, max_payload_bytes=current_settings().max_payload_bytes)
-    # thousands of payloads take tens of milliseconds to check and encode: off the loop
-    jobs = await asyncio.to_thread(build) if len(inputs) > ENQUEUE_CHUNK else build()
+    jobs = await asyncio.to_thread(build) if len(inputs) > BUILD_ON_LOOP else build()
     done = await writes.job_enqueue_async(jobs, callers) if jobs else []
     return [Enqueued(e.id, e.deduped) for e in done]
 

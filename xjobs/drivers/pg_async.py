@@ -23,8 +23,12 @@ from .pg_jobs import enqueue_plan
 from .pg_outbox import stage_plan
 from .pg_plan import run_async
 from .pg_steps import check_send_isolation, send_plan
-from .records import ENQUEUE_CHUNK, Enqueued, NewJob
+from .records import Enqueued, NewJob
 from .records_steps import NewEvent, SentEvent
+
+# jobs per statement of an awaited enqueue: a statement's document is encoded on the event
+# loop, about a millisecond for 500 jobs; the loop runs between the statements
+ASYNC_CHUNK = 500
 
 
 def _callers(conn: AsyncCallerConnection) -> psycopg.AsyncConnection[Any]:
@@ -49,17 +53,18 @@ class PgAsyncWrites(AsyncWrites):
         self._db = db
 
     async def job_enqueue_async(self, jobs: Sequence[NewJob], conn: AsyncCallerConnection) -> list[Enqueued]:
-        """One plan as ``job_enqueue`` runs it; a larger batch chunk after chunk, in a savepoint
-        (not pipelined: each chunk is awaited before the next is sent)."""
+        """One plan as ``job_enqueue`` runs it; a larger batch ``ASYNC_CHUNK`` jobs at a time,
+        all in one savepoint of the caller's transaction (each chunk awaited before the next
+        is sent: not pipelined)."""
         callers, db = _callers(conn), self._db
         try:
-            if len(jobs) <= ENQUEUE_CHUNK:
+            if len(jobs) <= ASYNC_CHUNK:
                 async with callers.cursor(row_factory=tuple_row) as cur:
                     return await run_async(cur, db.sql, enqueue_plan(db, jobs))
             results: list[Enqueued] = []
             async with _joined(callers), callers.cursor(row_factory=tuple_row) as cur:
-                for start in range(0, len(jobs), ENQUEUE_CHUNK):
-                    results += await run_async(cur, db.sql, enqueue_plan(db, jobs[start:start + ENQUEUE_CHUNK]))
+                for start in range(0, len(jobs), ASYNC_CHUNK):
+                    results += await run_async(cur, db.sql, enqueue_plan(db, jobs[start:start + ASYNC_CHUNK]))
             return results
         except psycopg.Error as exc:
             raise driver_error(exc) from exc
