@@ -201,3 +201,32 @@ def test_a_connection_no_driver_can_join_is_refused_alike(driver, handle):
     refusals = asyncio.run(go())
     assert [(r.code, getattr(r, "option", None)) for r in refusals] == [("X_INVALID_OPTION", "conn")] * 3
     assert _queued(driver) == [] and driver.outbox_summary().pending == 0
+
+
+def test_a_large_awaited_call_dedupes_across_its_statements_as_one_call(driver, handle, transaction):
+    """1,200 inputs, each key twice: built off the loop, sent in several statements, and
+    answered as ``enqueue_many`` answers one call."""
+    inputs = [{"n": n % 600} for n in range(1200)]
+
+    async def go() -> list[xjobs.Enqueued]:
+        async with transaction() as conn:
+            return await aenqueue_many(handle, inputs, conn=conn, driver=driver)
+    made = asyncio.run(go())
+    assert [m.deduped for m in made] == [False] * 600 + [True] * 600
+    assert [m.id for m in made[600:]] == [m.id for m in made[:600]]
+    assert _queued(driver) == sorted(m.id for m in made[:600])
+    assert enqueue_many(handle, inputs[:3], driver=driver) == [xjobs.Enqueued(m.id, True) for m in made[:3]]
+
+
+def test_a_large_awaited_call_with_one_bad_input_writes_nothing(driver, handle, transaction):
+    async def go() -> XJobsError:
+        async with transaction() as conn:
+            try:
+                await aenqueue_many(handle, [{"n": n} for n in range(300)] + [{"m": 1}], conn=conn, driver=driver)
+            except XJobsError as exc:
+                return exc
+        raise AssertionError("not refused")
+    refused = asyncio.run(go())
+    with pytest.raises(XJobsError) as sync_refusal:
+        enqueue_many(handle, [{"m": 1}], driver=driver)
+    assert refused.code == sync_refusal.value.code and _queued(driver) == []

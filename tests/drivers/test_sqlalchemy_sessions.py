@@ -150,3 +150,20 @@ def test_a_session_of_the_wrong_kind_or_an_engine_is_refused(pg_dsn, pg_driver, 
     assert "aenqueue(..., conn=)" in reasons[0] and "enqueue(..., conn=)" in reasons[1]
     assert "no transaction" in reasons[2]
     assert _rows(pg_dsn, pg_driver.schema) == ([], [])
+
+
+def test_a_session_on_another_driver_than_psycopg_is_refused():
+    """An engine on psycopg2 or asyncpg hands out connections xjobs cannot join: what
+    ``driver_connection`` answers there is not a psycopg one."""
+    class Fairy:
+        driver_connection = object()
+
+    class Connection:   # stands in for sqlalchemy.engine.Connection on another driver
+        connection = Fairy()
+
+        def in_transaction(self) -> bool:
+            return True
+    Connection.__module__ = "sqlalchemy.engine.base"
+    from xjobs.connections import joined
+    with pytest.raises(InvalidOption, match="psycopg 3 connections only"):
+        joined(Connection(), "enqueue")  # type: ignore[arg-type]
