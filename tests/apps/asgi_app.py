@@ -5,22 +5,23 @@ after both, so that transaction rolls back and answers 500."""
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, MutableMapping
 
 import psycopg
 
 from tests.apps.daemon_app import touch_alpha
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 class Declined(Exception):
     pass
 
 
-def make_app(dsn: str, schema: str) -> Callable[[dict[str, Any], Receive, Send], Awaitable[None]]:
-    async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+def make_app(dsn: str, schema: str) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         n = int(scope["path"].rsplit("/", 1)[1])

@@ -137,7 +137,7 @@ def test_astage_in_a_committed_transaction_stages_the_jobs(driver, handle, trans
 
 # every refusal of the synchronous call, raised by the awaited one with the same code, and
 # nothing written by either
-REFUSED = {
+REFUSED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "delay and run_at": ({"n": 1}, {"delay": 5, "run_at": 10**12}),
     "priority a bool": ({"n": 1}, {"priority": True}),
     "priority out of range": ({"n": 1}, {"priority": 40_000}),
@@ -156,8 +156,8 @@ def test_an_awaited_call_refuses_what_the_synchronous_one_refuses(driver, handle
     with pytest.raises(XJobsError) as sync_refusal:
         enqueue_many(handle, [{"n": 0}, item], driver=driver, **options)
 
-    async def go() -> list[BaseException]:
-        refusals = []
+    async def go() -> list[XJobsError]:
+        refusals: list[XJobsError] = []
         async with transaction() as conn:
             for call in (lambda: aenqueue_many(handle, [{"n": 0}, item], conn=conn, driver=driver, **options),
                          lambda: aenqueue_many(handle, [{"n": 0}, item], driver=driver, **options),

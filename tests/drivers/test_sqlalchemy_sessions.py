@@ -124,16 +124,16 @@ def test_a_session_of_the_wrong_kind_or_an_engine_is_refused(pg_dsn, pg_driver, 
         try:
             async with AsyncSession(async_engine) as session:
                 try:
-                    app.enqueue({"n": 1}, conn=session)  # type: ignore[arg-type]
+                    app.enqueue({"n": 1}, conn=session)
                 except InvalidOption as exc:
                     reasons.append(exc.reason)
             with Session(engine) as sync_session:
                 try:
-                    await app.aenqueue({"n": 1}, conn=sync_session)  # type: ignore[arg-type]
+                    await app.aenqueue({"n": 1}, conn=sync_session)
                 except InvalidOption as exc:
                     reasons.append(exc.reason)
             try:
-                await app.aenqueue({"n": 1}, conn=async_engine)  # type: ignore[arg-type]
+                await app.aenqueue({"n": 1}, conn=async_engine)
             except InvalidOption as exc:
                 reasons.append(exc.reason)
         finally:
@@ -141,7 +141,7 @@ def test_a_session_of_the_wrong_kind_or_an_engine_is_refused(pg_dsn, pg_driver, 
         return reasons
     try:
         with pytest.raises(InvalidOption, match="no transaction") as refused:
-            app.enqueue({"n": 1}, conn=engine)  # type: ignore[arg-type]
+            app.enqueue({"n": 1}, conn=engine)
         assert refused.value.option == "conn"
         reasons = asyncio.run(async_refusals())
     finally:
