@@ -71,7 +71,9 @@ def test_a_queue_nothing_names_is_refused_unless_forced_and_leaves_no_trace(xjob
     assert [row["name"] for row in xjobs.queues(driver=driver, registry=Registry())] == ["reports"]
     # the queues this process declares are listed with no job yet, as `--app` lists them
     declares = Registry()
-    xjobs.job(queue="mail", idempotency_key=str, tenant="none", registry=declares)(lambda i: None)
+
+    @xjobs.job(queue="mail", idempotency_key=str, tenant="none", registry=declares)
+    def send(ctx: object, input: object) -> None: ...
     assert [(row["name"], row["ready"]) for row in xjobs.queues(driver=driver, registry=declares)] == [
         ("mail", 0), ("reports", 1)]
     assert not dashboard_lists(driver, "nosuchqueue")

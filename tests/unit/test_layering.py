@@ -81,10 +81,15 @@ def edges() -> list[tuple[str, str]]:
             for target in sorted(imports(path))]
 
 
+# the package's front door (``xjobs/__init__.py``) re-exports the factories: ``xjobs.webhook``
+FRONT_DOOR_MAY_IMPORT = {"factories"}
+
+
 def test_every_room_imports_only_the_rooms_beneath_it():
     broken = [f"{source} ({room(source)}) imports {target} ({room(target)})"
               for source, target in edges()
-              if room(target) != room(source) and room(target) not in MAY_IMPORT[room(source)]]
+              if room(target) != room(source) and room(target) not in MAY_IMPORT[room(source)]
+              and not (source == "xjobs" and room(target) in FRONT_DOOR_MAY_IMPORT)]
     assert broken == []
 
 
