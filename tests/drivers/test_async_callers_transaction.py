@@ -112,3 +112,15 @@ def test_a_connection_of_the_other_kind_is_refused_before_anything_is_written(pg
             asyncio.run(wrong())
         assert refused.value.option == "conn"
     assert _count(pg_dsn, f"select count(*) from {pg_driver.schema}.jobs") == 0
+
+
+def test_a_connection_that_hands_rows_back_as_dicts_serves_as_well(pg_dsn, pg_driver, handle):
+    async def go() -> tuple[list[xjobs.Enqueued], int]:
+        async with await psycopg.AsyncConnection.connect(pg_dsn, row_factory=psycopg.rows.dict_row) as conn:
+            made = await aenqueue_many(handle, [{"n": 1}, {"n": 1}], conn=conn, driver=pg_driver)
+            staged = await outbox.astage(conn, handle, {"n": 2}, driver=pg_driver)
+            sent = await asend_event("e", key="k", conn=conn, driver=pg_driver)
+            assert sent.woken == 0
+            return made, staged
+    made, staged = asyncio.run(go())
+    assert [m.deduped for m in made] == [False, True] and made[0].id == made[1].id and staged == 1
