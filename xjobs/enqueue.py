@@ -161,9 +161,16 @@ async def aenqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: ob
                                        priority=priority, enqueued_by=enqueued_by, driver=driver)
     callers = await ajoined(conn, "aenqueue")
     writes = async_writes(driver)
-    build = functools.partial(build_jobs, handle, inputs, delay=delay, run_at=run_at, priority=priority,
-                              enqueued_by=enqueued_by, max_payload_bytes=current_settings().max_payload_bytes)
-    jobs = await asyncio.to_thread(build) if len(inputs) > BUILD_ON_LOOP else build()
+    jobs = await abuild_jobs(handle, inputs, delay=delay, run_at=run_at, priority=priority,
+                             enqueued_by=enqueued_by)
     done = await writes.job_enqueue_async(jobs, callers) if jobs else []
     return [Enqueued(e.id, e.deduped) for e in done]
 
+
+async def abuild_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_at: object,
+                      priority: int | None, enqueued_by: str | None) -> list[NewJob]:
+    """``build_jobs`` for an awaited call: on the loop for a few inputs, else on a worker
+    thread (in a copy of the caller's context, so the enqueuing span is still current)."""
+    build = functools.partial(build_jobs, handle, inputs, delay=delay, run_at=run_at, priority=priority,
+                              enqueued_by=enqueued_by, max_payload_bytes=current_settings().max_payload_bytes)
+    return await asyncio.to_thread(build) if len(inputs) > BUILD_ON_LOOP else build()

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from .config import current_driver, current_settings
 from .connections import AsyncJoinable, Joinable, ajoined, async_writes, joined
-from .drivers.base import NewJob, OutboxStore
-from .enqueue import build_jobs
+from .drivers.base import OutboxStore
+from .enqueue import abuild_jobs, build_jobs
 
 if TYPE_CHECKING:
     from .registry import JobHandle
@@ -49,7 +49,8 @@ def stage_many(conn: Joinable | None, job: "JobHandle", inputs: Iterable[Any], *
     """Stage a batch in one statement in ``conn``'s transaction; answers the rows' ids."""
     callers = joined(conn, "stage")
     store: OutboxStore = driver if driver is not None else current_driver()
-    jobs = _staged(job, inputs, delay, run_at, priority, enqueued_by)
+    jobs = build_jobs(job, list(inputs), delay=delay, run_at=run_at, priority=priority,
+                      enqueued_by=enqueued_by, max_payload_bytes=current_settings().max_payload_bytes)
     return store.outbox_stage(jobs, callers) if jobs else []
 
 
@@ -72,11 +73,6 @@ async def astage_many(conn: AsyncJoinable | None, job: "JobHandle", inputs: Iter
                                        priority=priority, enqueued_by=enqueued_by, driver=store)
     callers = await ajoined(conn, "astage")
     writes = async_writes(store)
-    jobs = _staged(job, inputs, delay, run_at, priority, enqueued_by)
+    jobs = await abuild_jobs(job, list(inputs), delay=delay, run_at=run_at, priority=priority,
+                             enqueued_by=enqueued_by)
     return await writes.outbox_stage_async(jobs, callers) if jobs else []
-
-
-def _staged(job: "JobHandle", inputs: Iterable[Any], delay: object, run_at: object, priority: int | None,
-            enqueued_by: str | None) -> list[NewJob]:
-    return build_jobs(job, list(inputs), delay=delay, run_at=run_at, priority=priority,
-                      enqueued_by=enqueued_by, max_payload_bytes=current_settings().max_payload_bytes)
