@@ -15,7 +15,7 @@ from xjobs.config import swap_driver
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 
-REQUESTS = 20
+REQUESTS = 12   # at once, each on a connection of its own: within the suite's session budget
 
 
 def test_a_handlers_committed_enqueue_runs_under_xjobsd_and_a_rolled_back_one_leaves_nothing(daemon_env):
