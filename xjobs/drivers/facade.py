@@ -3,8 +3,9 @@
 Each verb of ``JobDriver`` (and of ``SlotStore`` and ``AsyncWrites``, ``base_async.py``) is here
 under its own name, and each does the same two things: refuse or normalise its arguments
 (``refusals.py``), then call the method of the same name on the driver's implementation of
-that noun (``base.py`` lists them), in one line. A reader follows ``job_claim`` from here to ``PgJobs.job_claim`` or
-``MemoryJobs.job_claim``, and from there to the statement of that name in ``queries.sql``.
+that noun (``base.py`` lists them), in one line. A reader follows ``job_claim`` from here to
+``PgJobs.job_claim`` or ``MemoryJobs.job_claim``, and from there to the statement of that name
+in ``queries.sql``.
 
 What is true of every driver lives here too: a claim of 0 rows, an empty batch and a lease
 nobody can hold never reach an implementation, and a job id no ``bigint`` could hold is no
