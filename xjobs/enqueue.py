@@ -7,15 +7,22 @@ batch of ten thousand writes nothing. A call of more than ``ENQUEUE_CHUNK`` inpu
 as a whole first (count, timing, every input's validation), then built chunk by chunk while
 the driver inserts the chunks before it, in one transaction: what only building finds (a
 payload over the limit, a key function that raises) rolls the whole call back.
+
+``aenqueue_many`` is the same call, awaited: the same ``build_jobs``, then the driver's
+``job_enqueue_async`` on the caller's ``AsyncConnection`` (or SQLAlchemy ``AsyncSession``);
+without one, ``enqueue_many`` itself on a worker thread (see ``aenqueue_many``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .config import current_driver, current_settings
-from .drivers.base import LATEST_MS, CallerConnection, JobDriver, NewJob
+from .connections import AsyncJoinable, Joinable, ajoined, async_writes, joined
+from .drivers.base import LATEST_MS, JobDriver, NewJob
 from .drivers.records import ENQUEUE_CHUNK
 from .errors import InvalidOption
 from .options import duration_ms, finite_count, finite_option
@@ -29,6 +36,9 @@ if TYPE_CHECKING:
 
 MAX_BATCH = 100_000
 MAX_BATCH_BYTES = 256 * 1024 * 1024     # one statement must stay well inside PostgreSQL's 1 GB
+# an awaited call of more inputs is checked and built on a worker thread: a hundred take about
+# a millisecond, which the event loop can spare; a thousand take ten (bench/async_enqueue.py)
+BUILD_ON_LOOP = 100
 
 
 def _timing(delay: object, run_at: object) -> tuple[float | None, float]:
@@ -118,17 +128,49 @@ def _check_bytes(total: int) -> None:
 
 def enqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
                  run_at: object = None, priority: int | None = None,
-                 conn: CallerConnection | None = None,
+                 conn: Joinable | None = None,
                  enqueued_by: str | None = None, driver: JobDriver | None = None) -> list[Enqueued]:
+    callers = joined(conn, "enqueue")
     driver = driver if driver is not None else current_driver()
     settings = current_settings()
     if len(inputs) > ENQUEUE_CHUNK:   # built while the chunks before it are inserted
         done = driver.job_enqueue_chunks(
             build_chunks(handle, inputs, delay=delay, run_at=run_at, priority=priority,
-                         enqueued_by=enqueued_by, max_payload_bytes=settings.max_payload_bytes), conn=conn)
+                         enqueued_by=enqueued_by, max_payload_bytes=settings.max_payload_bytes), conn=callers)
     else:
         jobs = build_jobs(handle, inputs, delay=delay, run_at=run_at, priority=priority,
                           enqueued_by=enqueued_by, max_payload_bytes=settings.max_payload_bytes)
-        done = driver.job_enqueue(jobs, conn=conn) if jobs else []
+        done = driver.job_enqueue(jobs, conn=callers) if jobs else []
     # the driver's records, as handles that can read their job back (``Enqueued.get``)
     return [Enqueued(e.id, e.deduped) for e in done]
+
+
+async def aenqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
+                        run_at: object = None, priority: int | None = None,
+                        conn: AsyncJoinable | None = None, enqueued_by: str | None = None,
+                        driver: JobDriver | None = None) -> list[Enqueued]:
+    """``enqueue_many``, awaited. With ``conn=`` (a psycopg ``AsyncConnection``, or a SQLAlchemy
+    ``AsyncSession``/``AsyncConnection``) the jobs are checked and built as ``enqueue_many``
+    builds them, then awaited on it, in its transaction. Without one, ``enqueue_many`` runs on
+    a worker thread through the driver's pool: that pool is the process's, opened once and
+    shared by every thread and event loop, where a pool of async connections would belong to
+    the one loop that opened it, and need closing on it."""
+    driver = driver if driver is not None else current_driver()
+    if conn is None:
+        return await asyncio.to_thread(enqueue_many, handle, inputs, delay=delay, run_at=run_at,
+                                       priority=priority, enqueued_by=enqueued_by, driver=driver)
+    callers = await ajoined(conn, "aenqueue")
+    writes = async_writes(driver)
+    jobs = await abuild_jobs(handle, inputs, delay=delay, run_at=run_at, priority=priority,
+                             enqueued_by=enqueued_by)
+    done = await writes.job_enqueue_async(jobs, callers) if jobs else []
+    return [Enqueued(e.id, e.deduped) for e in done]
+
+
+async def abuild_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_at: object,
+                      priority: int | None, enqueued_by: str | None) -> list[NewJob]:
+    """``build_jobs`` for an awaited call: on the loop for a few inputs, else on a worker
+    thread (in a copy of the caller's context, so the enqueuing span is still current)."""
+    build = functools.partial(build_jobs, handle, inputs, delay=delay, run_at=run_at, priority=priority,
+                              enqueued_by=enqueued_by, max_payload_bytes=current_settings().max_payload_bytes)
+    return await asyncio.to_thread(build) if len(inputs) > BUILD_ON_LOOP else build()

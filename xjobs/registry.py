@@ -19,13 +19,13 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, TypeVar
 
-from .drivers.base import CallerConnection
 from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, InvalidOption, PayloadInvalid,
                      TenantRequired, UnknownJob)
 from .options import duration_ms, finite_count, plain_name
 from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
 
 if TYPE_CHECKING:
+    from .connections import AsyncJoinable, Joinable
     from .context import Ctx
     from .reads import Enqueued
     from .reporting import ErrorHook
@@ -119,7 +119,7 @@ class JobHandle:
         return tenant
 
     def enqueue(self, input: Any, *, delay: object = None, run_at: object = None,
-                priority: int | None = None, conn: CallerConnection | None = None,
+                priority: int | None = None, conn: Joinable | None = None,
                 enqueued_by: str | None = None) -> Enqueued:
         """Enqueue one run; with ``conn=`` the job exists only if the caller's transaction commits."""
         from .enqueue import enqueue_many
@@ -127,12 +127,29 @@ class JobHandle:
                             conn=conn, enqueued_by=enqueued_by)[0]
 
     def enqueue_many(self, inputs: Iterable[Any], *, delay: object = None, run_at: object = None,
-                     priority: int | None = None, conn: CallerConnection | None = None,
+                     priority: int | None = None, conn: Joinable | None = None,
                      enqueued_by: str | None = None) -> list[Enqueued]:
         """Enqueue many runs in one round trip; answers one ``Enqueued`` per input, in order."""
         from .enqueue import enqueue_many
         return enqueue_many(self, list(inputs), delay=delay, run_at=run_at, priority=priority,
                             conn=conn, enqueued_by=enqueued_by)
+
+    async def aenqueue(self, input: Any, *, delay: object = None, run_at: object = None,
+                       priority: int | None = None, conn: AsyncJoinable | None = None,
+                       enqueued_by: str | None = None) -> Enqueued:
+        """``enqueue``, awaited; with ``conn=`` (an ``AsyncConnection`` or ``AsyncSession``) the
+        job exists only if that transaction commits."""
+        from .enqueue import aenqueue_many
+        return (await aenqueue_many(self, [input], delay=delay, run_at=run_at, priority=priority,
+                                    conn=conn, enqueued_by=enqueued_by))[0]
+
+    async def aenqueue_many(self, inputs: Iterable[Any], *, delay: object = None, run_at: object = None,
+                            priority: int | None = None, conn: AsyncJoinable | None = None,
+                            enqueued_by: str | None = None) -> list[Enqueued]:
+        """``enqueue_many``, awaited."""
+        from .enqueue import aenqueue_many
+        return await aenqueue_many(self, list(inputs), delay=delay, run_at=run_at, priority=priority,
+                                   conn=conn, enqueued_by=enqueued_by)
 
 
 class _Declaration(Protocol):

@@ -172,3 +172,23 @@ def test_a_park_is_an_ok_span_with_a_suspended_event_and_no_failure_for_the_apps
         assert [e.name for e in span.events] == ["suspended"]
         assert span.events[0].attributes["xjobs.step"] == step  # type: ignore[index]
     assert seen == [], "the app's run hook saw a park as an exception"
+
+
+def test_an_awaited_enqueue_stores_the_span_of_the_coroutine_that_awaited_it(driver, registry_and_jobs):
+    """On a worker thread (no ``conn``) as on the loop: the thread runs in a copy of the
+    awaiting task's context, so the job's origin is the handler's span."""
+    import asyncio
+
+    from xjobs.enqueue import aenqueue_many
+    registry, parent, child = registry_and_jobs
+
+    async def handler() -> trace.SpanContext:
+        with trace.get_tracer("app").start_as_current_span("handler") as span:
+            await aenqueue_many(child, [{"n": 1}], driver=driver)
+            await aenqueue_many(child, [{"n": n} for n in range(2, 200)], driver=driver)
+            return span.get_span_context()
+    origin = asyncio.run(handler())
+    wanted = f"00-{origin.trace_id:032x}-{origin.span_id:016x}-{int(origin.trace_flags):02x}"
+    stored = driver.job_list(ListFilter(limit=500))
+    assert len(stored) == 199
+    assert {driver.job_get(v.id).traceparent for v in stored[:3] + stored[-3:]} == {wanted}

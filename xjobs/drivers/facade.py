@@ -1,10 +1,11 @@
 """``CheckedDriver``: the one door of every driver, where each verb's arguments are checked once.
 
-Each verb of ``JobDriver`` (and of ``SlotStore``) is here under its own name, and each does the
-same two things: refuse or normalise its arguments (``refusals.py``), then call the method of
-the same name on the driver's implementation of that noun (``base.py`` lists them), in one
-line. A reader follows ``job_claim`` from here to ``PgJobs.job_claim`` or
-``MemoryJobs.job_claim``, and from there to the statement of that name in ``queries.sql``.
+Each verb of ``JobDriver`` (and of ``SlotStore`` and ``AsyncWrites``, ``base_async.py``) is here
+under its own name, and each does the same two things: refuse or normalise its arguments
+(``refusals.py``), then call the method of the same name on the driver's implementation of
+that noun (``base.py`` lists them), in one line. A reader follows ``job_claim`` from here to
+``PgJobs.job_claim`` or ``MemoryJobs.job_claim``, and from there to the statement of that name
+in ``queries.sql``.
 
 What is true of every driver lives here too: a claim of 0 rows, an empty batch and a lease
 nobody can hold never reach an implementation, and a job id no ``bigint`` could hold is no
@@ -27,6 +28,7 @@ from .base import (Batch, CallerConnection, Claim, ClaimAlone, ClaimedJob, DeadG
                    Released, RunningJob, RunningPage, ScheduleStore, SentEvent, Slot, SlotRequest, SlotStore, StepLog, StepOutcome,
                    StepResult, StepSleep, StepStore, StepWait, Storage, Watermark, WorkerExit)
 from .ledger import BackfillLedger, CheckedLedger
+from .base_async import AsyncCallerConnection, AsyncWrites
 from .refusals import (check_batch, check_claim, check_claim_alone, check_claim_token, check_dispatch,
                        check_filter, check_job_names, check_lease, check_name, check_nacks, check_new_event,
                        check_new_jobs, check_row_limit, check_running_page, check_slot, check_slot_request, check_step_name,
@@ -34,14 +36,15 @@ from .refusals import (check_batch, check_claim, check_claim_alone, check_claim_
                        is_bigint, job_not_found, matchable)
 
 
-class CheckedDriver(JobDriver, SlotStore):
+class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
     """A driver: its storage and one implementation of each noun, behind the checks. One
     object may implement two nouns (the schedule and the leader, the steps and the events)."""
 
     def __init__(self, *, storage: Storage, jobs: JobStore, maintenance: Maintenance,
                  operator: Introspection, queues: QueueStore, leader: LeaderStore,
                  schedule: ScheduleStore, outbox: OutboxStore, slots: SlotStore, steps: StepStore,
-                 events: EventStore, backfills: BackfillLedger | None = None) -> None:
+                 events: EventStore, writes_async: AsyncWrites,
+                 backfills: BackfillLedger | None = None) -> None:
         self._storage = storage
         # the optional backfill ledger (ledger.py), behind its own door; None: passes run unbooked
         self.backfills: BackfillLedger | None = None if backfills is None else CheckedLedger(backfills)
@@ -55,6 +58,7 @@ class CheckedDriver(JobDriver, SlotStore):
         self._slots = slots
         self._steps = steps
         self._events = events
+        self._async = writes_async
 
     # -- Storage: the lifecycle ---------------------------------------------------------------
 
@@ -323,3 +327,16 @@ class CheckedDriver(JobDriver, SlotStore):
     def event_prune(self, retention_ms: float, limit: int) -> int:
         return self._events.event_prune(duration_ms(retention_ms, "event_retention"),
                                         check_row_limit(limit, "events.prune.limit"))
+
+    # -- AsyncWrites: awaited on the application's AsyncConnection ------------------------------------
+
+    async def job_enqueue_async(self, jobs: Sequence[NewJob], conn: AsyncCallerConnection) -> list[Enqueued]:
+        check_new_jobs(jobs)
+        return await self._async.job_enqueue_async(jobs, conn) if jobs else []
+
+    async def outbox_stage_async(self, jobs: Sequence[NewJob], conn: AsyncCallerConnection) -> list[int]:
+        check_new_jobs(jobs)
+        return await self._async.outbox_stage_async(jobs, conn) if jobs else []
+
+    async def event_send_async(self, event: NewEvent, conn: AsyncCallerConnection) -> SentEvent:
+        return await self._async.event_send_async(check_new_event(event), conn)

@@ -14,6 +14,7 @@ mirrors its statements, verb by verb:
       MemoryOutbox, MemorySlots              leader row and watermarks, the outbox, job slots
     memory_steps.MemorySteps               StepStore, EventStore: durable steps and stored events
     memory_ledger.MemoryLedger             BackfillLedger (optional, ``driver.backfills``)
+    memory_async.MemoryAsyncWrites         AsyncWrites: the same verbs, answered without I/O
 
 The conformance suite runs the same tests against this driver and ``PostgresDriver``, so any
 drift from the SQL is a failing test, not a convenience. There is no server: the injected
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from ..clock import SYSTEM_CLOCK, Clock
 from .facade import CheckedDriver
+from .memory_async import MemoryAsyncWrites
 from .memory_coordination import MemoryOutbox, MemorySchedule, MemorySlots
 from .memory_jobs import MemoryJobs, MemoryTransaction
 from .memory_ledger import MemoryLedger
@@ -45,9 +47,10 @@ class MemoryDriver(CheckedDriver):
         self.table = MemoryTable(clock)
         table = self.table
         jobs, steps = MemoryJobs(table), MemorySteps(table)
-        schedule = MemorySchedule(table, jobs)
+        schedule, outbox = MemorySchedule(table, jobs), MemoryOutbox(table, jobs)
         super().__init__(storage=table, jobs=jobs, maintenance=MemoryMaintenance(table),
                          operator=MemoryOperator(table, steps), queues=MemoryQueues(table),
-                         leader=schedule, schedule=schedule, outbox=MemoryOutbox(table, jobs),
+                         leader=schedule, schedule=schedule, outbox=outbox,
                          slots=MemorySlots(table), steps=steps, events=steps,
+                         writes_async=MemoryAsyncWrites(table, jobs, outbox, steps),
                          backfills=MemoryLedger(table))

@@ -103,13 +103,18 @@ def in_callers_transaction(conn: psycopg.Connection) -> Iterator[None]:
 
 
 def _callers_transaction(conn: psycopg.Connection) -> contextlib.AbstractContextManager[Any]:
-    if conn.autocommit:
-        return conn.transaction()           # no caller's transaction: one of the verb's own
-    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-        # the verb's first statement begins the caller's transaction, as the caller's own next
-        # statement would; a failure part way aborts that transaction whole
-        return contextlib.nullcontext()
-    return conn.transaction()               # a savepoint: a failure undoes the verb's rows only
+    return contextlib.nullcontext() if joins_as_is(conn) else conn.transaction()
+
+
+def joins_as_is(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether a verb's statements go on the caller's connection as they are, sync or async.
+
+    True on a connection in no transaction yet and not autocommit: the verb's first statement
+    begins the caller's transaction, as the caller's own next statement would (a failure part
+    way aborts that transaction whole). False: inside a ``conn.transaction()`` block, which is
+    a transaction of the verb's own on an autocommit connection (the caller has none) and a
+    savepoint inside a begun one (a failure undoes the verb's rows only)."""
+    return not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
 def first_row(cur: psycopg.Cursor) -> tuple[Any, ...]:

@@ -25,6 +25,7 @@ from .base import (CallerConnection, Claim, ClaimAlone, ClaimedJob, Enqueued, Jo
                    Progress, TenantRoom)
 from .pg_database import PgDatabase, callers_connection, driver_errors, in_callers_transaction
 from .pg_listen import PgListener
+from .pg_plan import Plan, Rows, run_on
 from .records import ENQUEUE_CHUNK
 from .refusals import held, lease_lost
 
@@ -33,6 +34,51 @@ def _int_array(values: Iterable[int]) -> str:
     """A bigint[] literal: joining digits is far cheaper than binding an array per element
     (values are checked integers, so the literal cannot carry anything else)."""
     return "{" + ",".join(map(str, values)) + "}"
+
+
+def enqueue_params(db: PgDatabase, jobs: Sequence[NewJob]) -> dict[str, Any]:
+    return {**db.now(), "rows": orjson.dumps([j.document() for j in jobs]).decode()}
+
+
+def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = None) -> Plan[list[Enqueued]]:
+    """``job_enqueue``, then ``job_find_holder`` for the inputs whose key is held, until every
+    input is answered (``pg_plan``: run on a cursor, or awaited on an ``AsyncConnection``).
+    ``first``: what the first round's insert answered, when it was sent already."""
+    results: list[Enqueued | None] = [None] * len(jobs)
+    spaces = [job.namespace for job in jobs]
+    pending = list(range(len(jobs)))
+    for _round in range(4):
+        if first is not None:
+            answered, first = first, None
+        else:
+            answered = yield "job_enqueue", enqueue_params(db, [jobs[i] for i in pending])
+        inserted = {(r[1], r[2], r[3]): r[0] for r in answered}
+        # an input whose namespace went in answers that row; a second input with the
+        # same namespace (pop leaves nothing) is a duplicate of it, found below
+        missing = []
+        for i in pending:
+            job_id = inserted.pop(spaces[i], None)
+            if job_id is None:
+                missing.append(i)
+            else:
+                results[i] = Enqueued(job_id, False)
+        if not missing:
+            return [r for r in results if r is not None]   # every one is answered
+        wanted = sorted({spaces[i] for i in missing})
+        keys = orjson.dumps([{"n": n, "t": t, "k": k} for n, t, k in wanted]).decode()
+        holders = yield "job_find_holder", {**db.now(), "keys": keys}
+        live: dict[tuple[str, str, str], int] = {}
+        for r in holders:   # live holders come first: keep the first per namespace
+            live.setdefault((r[1], r[2], r[3]), r[0])
+        # rows inserted by this very call count as live holders too
+        live.update((spaces[i], r.id) for i, r in enumerate(results) if r is not None and not r.deduped)
+        pending = []
+        for i in missing:
+            if spaces[i] in live:
+                results[i] = Enqueued(live[spaces[i]], True)
+            else:  # the holder finished (or its window closed) between insert and lookup
+                pending.append(i)
+    raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
 
 
 class PgJobs(JobStore):
@@ -44,7 +90,7 @@ class PgJobs(JobStore):
         larger than ``ENQUEUE_CHUNK`` goes as ``job_enqueue_chunks`` does."""
         if len(jobs) <= ENQUEUE_CHUNK:
             with self._db.cursor(conn) as cur:
-                return self._enqueue(jobs, cur)
+                return run_on(cur, self._db.sql, enqueue_plan(self._db, jobs))
         return self.job_enqueue_chunks((jobs[start:start + ENQUEUE_CHUNK]
                                         for start in range(0, len(jobs), ENQUEUE_CHUNK)), conn)
 
@@ -69,58 +115,14 @@ class PgJobs(JobStore):
                 for jobs in chunks:
                     if jobs:
                         cur = stack.enter_context(own.cursor(row_factory=tuple_row))
-                        cur.execute(self._db.sql["job_enqueue"], self._enqueue_params(jobs), prepare=False)
+                        cur.execute(self._db.sql["job_enqueue"], enqueue_params(self._db, jobs), prepare=False)
                         sent.append((jobs, cur))
                 # each chunk's answer is read, and its held keys resolved, while the server
                 # still inserts the chunks after it
                 follow = stack.enter_context(own.cursor(row_factory=tuple_row))
                 for jobs, cur in sent:
-                    results += self._enqueue(jobs, follow, first=cur.fetchall())
+                    results += run_on(follow, self._db.sql, enqueue_plan(self._db, jobs, first=cur.fetchall()))
         return results
-
-    def _enqueue_params(self, jobs: Sequence[NewJob]) -> dict[str, Any]:
-        return {**self._db.now(), "rows": orjson.dumps([j.document() for j in jobs]).decode()}
-
-    def _enqueue(self, jobs: Sequence[NewJob], cur: psycopg.Cursor[Any],
-                 first: list[tuple[Any, ...]] | None = None) -> list[Enqueued]:
-        """``first``: what the first round's insert answered, when it was sent already."""
-        db = self._db
-        results: list[Enqueued | None] = [None] * len(jobs)
-        spaces = [job.namespace for job in jobs]
-        pending = list(range(len(jobs)))
-        for _round in range(4):
-            if first is not None:
-                answered, first = first, None
-            else:
-                cur.execute(db.sql["job_enqueue"], self._enqueue_params([jobs[i] for i in pending]))
-                answered = cur.fetchall()
-            inserted = {(r[1], r[2], r[3]): r[0] for r in answered}
-            # an input whose namespace went in answers that row; a second input with the
-            # same namespace (pop leaves nothing) is a duplicate of it, found below
-            missing = []
-            for i in pending:
-                job_id = inserted.pop(spaces[i], None)
-                if job_id is None:
-                    missing.append(i)
-                else:
-                    results[i] = Enqueued(job_id, False)
-            if not missing:
-                return [r for r in results if r is not None]   # every one is answered
-            wanted = sorted({spaces[i] for i in missing})
-            keys = orjson.dumps([{"n": n, "t": t, "k": k} for n, t, k in wanted]).decode()
-            cur.execute(db.sql["job_find_holder"], {**db.now(), "keys": keys})
-            live: dict[tuple[str, str, str], int] = {}
-            for r in cur.fetchall():   # live holders come first: keep the first per namespace
-                live.setdefault((r[1], r[2], r[3]), r[0])
-            # rows inserted by this very call count as live holders too
-            live.update((spaces[i], r.id) for i, r in enumerate(results) if r is not None and not r.deduped)
-            pending = []
-            for i in missing:
-                if spaces[i] in live:
-                    results[i] = Enqueued(live[spaces[i]], True)
-                else:  # the holder finished (or its window closed) between insert and lookup
-                    pending.append(i)
-        raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
 
     def job_claim(self, claim: Claim) -> list[ClaimedJob]:
         """``job_claim_one`` (the common case: one queue, nothing to filter),

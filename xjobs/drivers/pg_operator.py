@@ -9,7 +9,7 @@ it means, with the text every driver uses.
 
 from __future__ import annotations
 
-from typing import Any, Generator, Mapping, Sequence
+from typing import Any, Sequence
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -19,6 +19,7 @@ from ..errors import DuplicateJob
 from .base import (Batch, CallerConnection, DeadGroup, Introspection, JobView, ListFilter, Matching,
                    RunningJob, RunningPage)
 from .pg_database import PgDatabase, driver_error, first_row
+from .pg_plan import Plan, run_async, run_on
 from .pg_steps import record
 from .records import CANCEL_HOLDER_BYTES, CANCEL_NAMED, ERROR_GROUP_WIDTH, HistoryEntry
 from .records_steps import StepRecord
@@ -40,11 +41,9 @@ def _history(rows: Sequence[Sequence[Any]]) -> tuple[HistoryEntry, ...]:
     return tuple(HistoryEntry(at=h[0], attempt=h[1], outcome=h[2], error=h[3], traceback=h[4]) for h in rows)
 
 
-# A read as the statements it runs: it yields (statement name, parameters), is sent each
-# statement's rows, and returns what they make. A pooled cursor, the application's connection
+# A read as the statements it runs (``pg_plan``): a pooled cursor, the application's connection
 # and its AsyncConnection all run the one read, so what they answer cannot drift apart.
-Rows = list[tuple[Any, ...]]
-Reads = Generator[tuple[str, dict[str, Any]], Rows, JobView | None]
+Reads = Plan["JobView | None"]
 
 
 def job_reads(db: PgDatabase, job_id: int) -> Reads:
@@ -57,32 +56,6 @@ def job_reads(db: PgDatabase, job_id: int) -> Reads:
     row = found[0]
     return _view(row, payload=row[18], history=_history(history), traceparent=row[19],
                  steps=tuple(record(r[1:]) for r in steps if r[1] is not None))
-
-
-def read_on(cur: psycopg.Cursor[Any], sql: Mapping[str, str], reads: Reads) -> JobView | None:
-    request = next(reads)
-    while True:
-        name, params = request
-        cur.execute(sql[name], params)
-        try:
-            request = reads.send(cur.fetchall())
-        except StopIteration as done:
-            view: JobView | None = done.value
-            return view
-
-
-async def read_async(conn: psycopg.AsyncConnection[Any], sql: Mapping[str, str], reads: Reads) -> JobView | None:
-    # the application's connection may hand rows back as dicts; every read takes columns by position
-    async with conn.cursor(row_factory=tuple_row) as cur:
-        request = next(reads)
-        while True:
-            name, params = request
-            await cur.execute(sql[name], params)
-            try:
-                request = reads.send(await cur.fetchall())
-            except StopIteration as done:
-                view: JobView | None = done.value
-                return view
 
 
 def _filters(where: ListFilter) -> dict[str, Any]:
@@ -120,7 +93,7 @@ class PgOperator(Introspection):
         ``conn`` when given (in its transaction: a job it enqueued and has not committed yet is
         found), else on the verbs' pool."""
         with self._db.cursor(conn) as cur:
-            view = read_on(cur, self._db.sql, job_reads(self._db, job_id))
+            view = run_on(cur, self._db.sql, job_reads(self._db, job_id))
         if view is None:
             raise job_not_found(job_id)
         return view
@@ -128,7 +101,9 @@ class PgOperator(Introspection):
     async def job_get_async(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> JobView:
         """``job_get`` awaited on the application's ``AsyncConnection``: the same statements."""
         try:
-            view = await read_async(conn, self._db.sql, job_reads(self._db, job_id))
+            # the application's connection may hand rows back as dicts; a plan reads columns by position
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                view = await run_async(cur, self._db.sql, job_reads(self._db, job_id))
         except psycopg.Error as exc:
             raise driver_error(exc) from exc
         if view is None:

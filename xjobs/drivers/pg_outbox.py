@@ -17,6 +17,7 @@ from .base import CallerConnection, Enqueued, JobListener, NewJob, OutboxClaim, 
 from .pg_database import PgDatabase, first_row
 from .pg_jobs import PgJobs
 from .pg_listen import PgListener
+from .pg_plan import Plan, run_on
 
 
 class _Fenced(Exception):
@@ -25,6 +26,12 @@ class _Fenced(Exception):
 
 def _int_array(values: Sequence[int]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
+
+
+def stage_plan(db: PgDatabase, jobs: Sequence[NewJob]) -> Plan[list[int]]:
+    """``outbox_stage``: the batch in one statement (``pg_plan``); answers the rows' ids."""
+    staged = yield "outbox_stage", {**db.now(), "rows": orjson.dumps([job.document() for job in jobs]).decode()}
+    return [row[0] for row in staged]
 
 
 class PgOutbox(OutboxStore):
@@ -37,10 +44,8 @@ class PgOutbox(OutboxStore):
         return f"{self._db.channel}_outbox"
 
     def outbox_stage(self, jobs: Sequence[NewJob], conn: CallerConnection | None) -> list[int]:
-        rows = orjson.dumps([job.document() for job in jobs]).decode()
         with self._db.cursor(conn) as cur:
-            cur.execute(self._db.sql["outbox_stage"], {**self._db.now(), "rows": rows})
-            return [row[0] for row in cur.fetchall()]
+            return run_on(cur, self._db.sql, stage_plan(self._db, jobs))
 
     def outbox_listen(self) -> JobListener:
         return PgListener(self._db, self.channel)

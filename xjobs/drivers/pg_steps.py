@@ -26,6 +26,7 @@ from ..errors import InvalidOption
 from .base import (LATEST_MS, CallerConnection, EventStore, Lease, NewEvent, SentEvent, StepLog,
                    StepOutcome, StepRecord, StepResult, StepSleep, StepStore, StepWait)
 from .pg_database import PgDatabase, callers_connection, first_row, in_callers_transaction
+from .pg_plan import Plan, run_on
 from .refusals import step_kind_mismatch
 
 
@@ -35,6 +36,25 @@ def record(row: tuple[Any, ...]) -> StepRecord:
     return StepRecord(name=name, kind=kind, state=state, seq=seq, attempt=attempt, result=result,
                       started_at=started, finished_at=finished, wake_at=wake, event=event,
                       event_key=key, timed_out=timed_out)
+
+
+def send_plan(db: PgDatabase, event: NewEvent) -> Plan[SentEvent]:
+    """``event_lock``, then ``event_send`` (``pg_plan``): the stored event's id and how many
+    suspended jobs it woke."""
+    params = {**db.now(), "name": event.name, "key": event.key, "payload": event.payload.decode(),
+              "channel": db.channel}
+    yield "event_lock", params
+    sent = yield "event_send", params
+    return SentEvent(int(sent[0][0]), int(sent[0][1]))
+
+
+def check_send_isolation(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """A send joins a read committed transaction only: a snapshot taken earlier would not see
+    a waiter that suspended after the caller's transaction began, and leave it waiting."""
+    level = getattr(conn, "isolation_level", None)
+    if level is not None and level != psycopg.IsolationLevel.READ_COMMITTED:
+        raise InvalidOption("conn", f"send_event joins a read committed transaction only, "
+                                    f"got {level.name.lower().replace('_', ' ')}")
 
 
 class PgSteps(StepStore, EventStore):
@@ -119,27 +139,18 @@ class PgSteps(StepStore, EventStore):
     # -- events -------------------------------------------------------------------------------
 
     def event_send(self, event: NewEvent, conn: CallerConnection | None = None) -> SentEvent:
-        params = {**self._db.now(), "name": event.name, "key": event.key,
-                  "payload": event.payload.decode(), "channel": self._db.channel}
         if conn is None:
             with self._db.connection() as own:
-                return self._send(own, params)
+                return self._send(own, event)
         callers = callers_connection(conn)
-        level = getattr(callers, "isolation_level", None)
-        if level is not None and level != psycopg.IsolationLevel.READ_COMMITTED:
-            # its snapshot would not see a waiter that suspended after the transaction began
-            raise InvalidOption("conn", f"send_event joins a read committed transaction only, "
-                                        f"got {level.name.lower().replace('_', ' ')}")
-        return self._send(callers, params)
+        check_send_isolation(callers)
+        return self._send(callers, event)
 
-    def _send(self, conn: psycopg.Connection[Any], params: dict[str, Any]) -> SentEvent:
+    def _send(self, conn: psycopg.Connection[Any], event: NewEvent) -> SentEvent:
         # the lock is transaction-scoped: it must be held until the send's rows commit, with
         # the caller's transaction (or with one of the send's own on an autocommit connection)
         with in_callers_transaction(conn), self._db.cursor(conn) as cur:
-            cur.execute(self._db.sql["event_lock"], params)
-            cur.execute(self._db.sql["event_send"], params)
-            row = first_row(cur)
-        return SentEvent(int(row[0]), int(row[1]))
+            return run_on(cur, self._db.sql, send_plan(self._db, event))
 
     def event_prune(self, retention_ms: float, limit: int) -> int:
         with self._db.cursor() as cur:
