@@ -284,8 +284,15 @@ class Scheduler(RoleBase):
                 self._round_done.notify_all()
 
     def _round(self) -> RoundReport:
+        # counted once the round is over: a round counted while its election is still in flight
+        # would report the leadership of the round before it
+        try:
+            return self._elect_and_dispatch()
+        finally:
+            self.totals["rounds"] += 1
+
+    def _elect_and_dispatch(self) -> RoundReport:
         report = RoundReport()
-        self.totals["rounds"] += 1
         try:
             leader = self.driver.leader_elect(ELECTION, self.holder, self._lease_ms())
         except Exception as exc:
