@@ -13,8 +13,10 @@ import threading
 import pytest
 
 import xjobs
+from xjobs.config import Settings
 from xjobs.drivers.base import ListFilter
 from xjobs.errors import InvalidOption, WorkerStartFailed
+from xjobs.tick import run_tick
 from xjobs.workers.host import InProcessHost
 
 from .pacing import Pacer, declare, enqueue, make_worker
@@ -144,3 +146,21 @@ def test_hooks_are_refused_unless_callable_without_arguments_and_travel_with_the
     assert registry.worker_start == []
     registry.restore(saved)
     assert registry.worker_start == [start]
+
+
+def test_a_tick_runs_the_hooks_once_around_its_pass_and_a_refused_start_fails_it(memory_driver, registry):
+    calls: list[str] = []
+    xjobs.on_worker_start(lambda: calls.append("start"), registry=registry)
+    xjobs.on_worker_stop(lambda: calls.append("stop"), registry=registry)
+    handle = declare(registry, lambda ctx, i: calls.append("body"), name="ticked")
+    enqueue(handle, memory_driver, {"n": 1}, {"n": 2})
+    summary = run_tick(driver=memory_driver, registry=registry, settings=Settings(), deadline_s=30)
+    assert calls == ["start", "body", "body", "stop"] and summary.jobs["ticked"] == {"completed": 2}
+
+    def refused():
+        raise PermissionError("no key")
+    xjobs.on_worker_start(refused, registry=registry)
+    [job_id] = enqueue(handle, memory_driver, {"n": 3})
+    with pytest.raises(WorkerStartFailed, match="refused"):
+        run_tick(driver=memory_driver, registry=registry, settings=Settings(), deadline_s=30)
+    assert memory_driver.job_get(job_id).state == "ready"

@@ -1,0 +1,67 @@
+"""``on_worker_start``/``on_worker_stop`` through ``xjobsd run``: the client a start hook
+builds is the worker child's own and the bodies use it, the stop hook runs at the drain, and a
+start hook that raises stops its child with X_WORKER_START_FAILED, restarted with the
+crash-loop back-off (status and metrics say so) while the rest of the daemon goes on."""
+
+from __future__ import annotations
+
+import signal
+
+import orjson
+import pytest
+
+from tests.daemon_fixtures import wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
+
+HOOKS_APP = "tests.apps.hooks_app"
+
+
+def test_the_start_hook_builds_the_child_s_client_and_the_stop_hook_closes_it(daemon_env):
+    env = daemon_env
+    daemon = env.start("--app", HOOKS_APP, "--queue", "hooked=1x2")
+    daemon.ready()
+    [worker] = daemon.children("hooked")
+    ids = env.enqueue("uses_client", "hooked", [{"n": n} for n in range(5)], key=lambda i: f"hooked:{i['n']}")
+    wait_for(lambda: env.one("select count(*) from {schema}.jobs where id = any(%s) and state = 'completed'",
+                             ids) == 5, 30, "the five jobs to complete")
+    built_in = {pid for (pid,) in env.sql("select pid from {schema}.effects where name = 'body'")}
+    assert built_in == {worker["pid"]} and worker["pid"] != daemon.pid
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0
+    assert env.sql("select pid from {schema}.effects where name = 'stop hook'") == [(worker["pid"],)]
+
+
+def test_a_raising_start_hook_stops_its_child_which_is_restarted_with_the_back_off(daemon_env):
+    env = daemon_env
+    daemon = env.start("--app", HOOKS_APP, "--queue", "hooked=1x1", "--log-format", "json",
+                       HOOKS_APP_FAIL="1")
+    [job_id] = env.enqueue("uses_client", "hooked", [{"n": 1}], key=lambda i: f"hooked:{i['n']}")
+
+    def looping() -> dict | None:
+        answer = daemon.try_status()
+        hooked = [c for c in (answer or {}).get("children", ()) if c.get("queue") == "hooked"]
+        return hooked[0] if hooked and hooked[0]["crash_loop"] and hooked[0]["restarts"] >= 3 else None
+    child = wait_for(looping, 60, "the hooked worker to be in a crash loop")
+    assert child["state"] in ("crash-loop", "backoff", "starting"), child
+    wait_for(lambda: daemon.sample("xjobs_child_crash_loop", role="worker", queue="hooked") == 1, 30,
+             "/metrics to show the crash loop")
+    assert daemon.sample("xjobs_child_restarts", role="worker") >= 3
+    failed = [line for line in map(_json, daemon.output().splitlines())
+              if line.get("event") == "worker.start_hook.failed"]
+    assert len(failed) >= 3 and failed[0]["hook"] == "tests.apps.hooks_app.open_client", failed[:1]
+    assert "ConnectionError: the payments service refused our key" in failed[0]["error"]
+    assert any("X_WORKER_START_FAILED" in line.get("message", "") for line in map(_json, daemon.output().splitlines()))
+    assert env.job(job_id)["state"] == "ready"        # no child of this queue ever claimed it
+    others = [c for c in daemon.status()["children"] if c.get("queue") != "hooked"]
+    assert others and all(c["state"] == "ready" for c in others)   # the scheduler and the relay run on
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0
+
+
+def _json(line: str) -> dict:
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
