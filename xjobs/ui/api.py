@@ -55,7 +55,13 @@ def is_api(request: Request) -> bool:
 
 
 def answer(value: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(plain(value)), status=status, mimetype="application/json")
+    return as_is(plain(value), status)
+
+
+def as_is(value: Any, status: int = 200) -> Response:
+    """``value`` already as the command line prints it (``xjobsd status --json`` prints the
+    daemon's answer as it comes)."""
+    return Response(orjson.dumps(value), status=status, mimetype="application/json")
 
 
 def refusal(code: str | None, message: str, status: int) -> Response:
@@ -77,9 +83,11 @@ class JsonApi:
     def overview(self, request: Request) -> Response:
         data = pages.overview(self.driver, self.known_queues, self.control)
         rates = data["rates"]
-        return answer({"now": iso(data["now"]), "queues": data["queues"], "daemon": data["daemon"],
-                       "throughput": {"ended": rates.ended, "failed": rates.failed,
-                                      "minutes": rates.minutes, "per_queue": rates.per_queue}})
+        daemon = data["daemon"]
+        return as_is({**plain({"now": iso(data["now"]), "queues": data["queues"],
+                               "throughput": {"ended": rates.ended, "failed": rates.failed,
+                                              "minutes": rates.minutes, "per_queue": rates.per_queue}}),
+                      "daemon": None if daemon is None else {k: v for k, v in daemon.items() if k != "ok"}})
 
     def queues(self, request: Request) -> Response:
         return answer(admin.queues(self.driver, self.known_queues))
