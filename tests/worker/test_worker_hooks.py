@@ -134,9 +134,9 @@ def test_a_failing_or_hanging_stop_hook_is_logged_and_the_close_goes_on(driver, 
 
 def test_hooks_are_refused_unless_callable_without_arguments_and_travel_with_the_registry(registry):
     with pytest.raises(InvalidOption, match="on_worker_start.*no arguments"):
-        xjobs.on_worker_start(lambda pool: None, registry=registry)
+        xjobs.on_worker_start(lambda pool: None, registry=registry)   # type: ignore[type-var]
     with pytest.raises(InvalidOption, match="on_worker_stop"):
-        xjobs.on_worker_stop("close", registry=registry)   # type: ignore[arg-type]
+        xjobs.on_worker_stop("close", registry=registry)   # type: ignore[type-var]
 
     def start():
         pass
