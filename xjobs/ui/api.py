@@ -26,7 +26,7 @@ Read-only: GET only, with the reads' rules (no sign-in). A refusal is
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import orjson
 from werkzeug.routing import Rule
@@ -38,6 +38,9 @@ from ..errors import InvalidOption
 from ..views import iso, plain
 from . import pages
 from .params import job_id, raw_filters, start_time, where
+
+if TYPE_CHECKING:
+    from ..tasks import TaskHandle
 
 MOST = 1000     # the most rows one answer lists
 
@@ -54,11 +57,11 @@ def is_api(request: Request) -> bool:
     return request.path == "/api" or request.path.startswith("/api/")
 
 
-def answer(value: Any, status: int = 200) -> Response:
+def answer(value: object, status: int = 200) -> Response:
     return as_is(plain(value), status)
 
 
-def as_is(value: Any, status: int = 200) -> Response:
+def as_is(value: object, status: int = 200) -> Response:
     """``value`` already as the command line prints it (``xjobsd status --json`` prints the
     daemon's answer as it comes)."""
     return Response(orjson.dumps(value), status=status, mimetype="application/json")
@@ -73,7 +76,7 @@ def refusal(code: str | None, message: str, status: int) -> Response:
 class JsonApi:
     """The ``/api/`` endpoints of one dashboard: each reads what its page reads."""
 
-    def __init__(self, driver: JobDriver, *, tasks: Iterable[Any], known_queues: tuple[str, ...],
+    def __init__(self, driver: JobDriver, *, tasks: Iterable[TaskHandle], known_queues: tuple[str, ...],
                  control: str | None) -> None:
         self.driver = driver
         self.tasks = tuple(tasks)
@@ -133,7 +136,7 @@ class JsonApi:
                        "outbox": found["outbox"], "relay": found["relay"]})
 
 
-def _child(child: dict[str, Any] | None) -> dict[str, Any] | None:
+def _child(child: Mapping[str, object] | None) -> dict[str, object] | None:
     if child is None:
         return None
     return {key: child.get(key) for key in ("identity", "role", "queue", "pid", "state")}

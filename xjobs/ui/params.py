@@ -5,7 +5,7 @@ absent; what cannot be a value is refused here, before any statement runs."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Mapping
 
 from .. import admin
 from ..drivers.base import ListFilter
@@ -15,7 +15,7 @@ from ..drivers.refusals import is_bigint
 FILTERS = ("queue", "name", "state", "tenant", "since", "until", "error", "group")
 
 
-def raw_filters(source: Any) -> dict[str, str | None]:
+def raw_filters(source: Mapping[str, str]) -> dict[str, str | None]:
     """The filters a request gives: text trimmed, empty ones absent (None); a dead-letter group
     is taken exactly as given, the empty one (jobs that died with no error) included."""
     raw: dict[str, str | None] = {}
