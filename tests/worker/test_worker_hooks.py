@@ -13,6 +13,7 @@ import threading
 import pytest
 
 import xjobs
+from xjobs import testing
 from xjobs.config import Settings
 from xjobs.drivers.base import ListFilter
 from xjobs.errors import InvalidOption, WorkerStartFailed
@@ -164,3 +165,14 @@ def test_a_tick_runs_the_hooks_once_around_its_pass_and_a_refused_start_fails_it
     with pytest.raises(WorkerStartFailed, match="refused"):
         run_tick(driver=memory_driver, registry=registry, settings=Settings(), deadline_s=30)
     assert memory_driver.job_get(job_id).state == "ready"
+
+
+def test_run_until_idle_runs_the_hooks_around_each_call(memory_driver, registry):
+    calls: list[str] = []
+    xjobs.on_worker_start(lambda: calls.append("start"), registry=registry)
+    xjobs.on_worker_stop(lambda: calls.append("stop"), registry=registry)
+    handle = declare(registry, lambda ctx, i: calls.append("body"), name="tested")
+    enqueue(handle, memory_driver, {"n": 1})
+    testing.run_until_idle(driver=memory_driver, registry=registry)
+    testing.run_until_idle(driver=memory_driver, registry=registry)
+    assert calls == ["start", "body", "stop", "start", "stop"]
