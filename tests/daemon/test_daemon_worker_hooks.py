@@ -47,9 +47,12 @@ def test_a_raising_start_hook_stops_its_child_which_is_restarted_with_the_back_o
     wait_for(lambda: daemon.sample("xjobs_child_crash_loop", role="worker", queue="hooked") == 1, 30,
              "/metrics to show the crash loop")
     assert daemon.sample("xjobs_child_restarts", role="worker") >= 3
-    failed = [line for line in map(_json, daemon.output().splitlines())
-              if line.get("event") == "worker.start_hook.failed"]
-    assert len(failed) >= 3 and failed[0]["hook"] == "tests.apps.hooks_app.open_client", failed[:1]
+
+    def logged() -> list[dict]:   # each child writes its own lines: the last may land after the status
+        return [line for line in map(_json, daemon.output().splitlines())
+                if line.get("event") == "worker.start_hook.failed"]
+    failed = wait_for(lambda: len(logged()) >= 3 and logged(), 20, "three failed start hooks in the log")
+    assert failed[0]["hook"] == "tests.apps.hooks_app.open_client", failed[:1]
     assert "ConnectionError: the payments service refused our key" in failed[0]["error"]
     assert any("X_WORKER_START_FAILED" in line.get("message", "") for line in map(_json, daemon.output().splitlines()))
     assert env.job(job_id)["state"] == "ready"        # no child of this queue ever claimed it
