@@ -1,16 +1,19 @@
 """``on_worker_start``/``on_worker_stop`` through ``xjobsd run``: the client a start hook
 builds is the worker child's own and the bodies use it, the stop hook runs at the drain, and a
 start hook that raises stops its child with X_WORKER_START_FAILED, restarted with the
-crash-loop back-off (status and metrics say so) while the rest of the daemon goes on."""
+crash-loop back-off (status and metrics say so) while the rest of the daemon goes on; a tick
+runs them around its pass, and exits 1 with the code when a start hook refuses."""
 
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 
 import orjson
 import pytest
 
-from tests.daemon_fixtures import wait_for
+from tests.daemon_fixtures import ROOT, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 
@@ -68,3 +71,22 @@ def _json(line: str) -> dict:
     except orjson.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def test_a_tick_runs_the_hooks_and_a_refused_start_exits_1_with_its_code(daemon_env):
+    env = daemon_env
+    [job_id] = env.enqueue("uses_client", "hooked", [{"n": 7}], key=lambda i: f"hooked:{i['n']}")
+
+    def tick(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "xjobs.cli", "tick", "--app", HOOKS_APP, "--queue", "hooked"],
+                              cwd=ROOT, env={**env.process_env, **extra}, capture_output=True, text=True, timeout=60)
+    refused = tick(HOOKS_APP_FAIL="1")
+    assert refused.returncode == 1, (refused.stdout, refused.stderr)
+    assert "xjobsd: X_WORKER_START_FAILED: on_worker_start hook tests.apps.hooks_app.open_client raised " \
+           "ConnectionError: the payments service refused our key" in refused.stderr
+    assert env.job(job_id)["state"] == "ready"
+    ran = tick()
+    assert ran.returncode == 0, ran.stderr
+    assert env.job(job_id)["state"] == "completed"
+    pids = env.sql("select name, pid from {schema}.effects order by name")
+    assert [name for name, _ in pids] == ["body", "stop hook"] and len({pid for _, pid in pids}) == 1
