@@ -33,9 +33,8 @@ from ..drivers.base import LIVE_STATES, STATES, JobDriver, RunningPage
 from ..drivers.refusals import is_bigint
 from ..errors import DatabaseTimeout, DriverError, JobNotFound, XJobsError
 from ..formatting import age, child_state, either, queue_state
-from . import pages
+from . import pages, params
 from .api import JsonApi, api_rules, is_api, refusal
-from . import params
 from .params import FILTERS, raw_filters, start_time
 from .params import job_id as parse_job_id
 from .auth import SESSION_COOKIE, SESSION_SECONDS, Guard
@@ -321,7 +320,6 @@ class Dashboard:
                 return self.message(request, "Refused", str(exc), 400)
             return self.render(request, "confirm.html", verb=verb, raw=raw, count=counted.matched, back=back)
         return self.act(request, back, lambda by: run(self.driver, where, by=by).describe().capitalize() + ".")
-
 
 
 def _local(path: str | None) -> str:

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 from ..errors import WorkerStartFailed
 from ..logs import event
+from ..registry import Registry
 
 log = logging.getLogger("xjobs.worker")
 Hook = Callable[[], object]
@@ -46,6 +47,13 @@ class WorkerHooks:
         self._loop = loop
         self.stop_timeout_s = stop_timeout_ms / 1000.0
         self.started = False
+
+    @classmethod
+    def of(cls, registry: Registry, identity: str, loop: Callable[[], asyncio.AbstractEventLoop],
+           stop_timeout_ms: float) -> "WorkerHooks":
+        """The hooks ``registry`` declares, for the worker ``identity``."""
+        return cls(registry.worker_start, registry.worker_stop, identity=identity, loop=loop,
+                   stop_timeout_ms=stop_timeout_ms)
 
     def start(self) -> None:
         """Every start hook, in order; the first that raises stops the worker."""

@@ -134,9 +134,8 @@ class QueueWorker(RoleBase):
                              count=lambda name, n: self.stats_.bump(name, n) if name == "sweeps" else None,
                              outbox=False)
         self.rates = RateReporter(driver=driver, stats=self.stats_, queue_of=self._queue_of)
-        self.hooks = WorkerHooks(registry.worker_start, registry.worker_stop, identity=self.identity,
-                                 loop=self._executor.event_loop,
-                                 stop_timeout_ms=self.settings.worker_stop_timeout_ms)
+        self.hooks = WorkerHooks.of(registry, self.identity, self._executor.event_loop,
+                                    self.settings.worker_stop_timeout_ms)
         self._listener: JobListener | None = None
         self._handles: dict[str, JobHandle] = {}
         self._names: list[str] = []
