@@ -47,6 +47,7 @@ def test_a_raising_start_hook_stops_its_child_which_is_restarted_with_the_back_o
         return hooked[0] if hooked and hooked[0]["crash_loop"] and hooked[0]["restarts"] >= 3 else None
     child = wait_for(looping, 60, "the hooked worker to be in a crash loop")
     assert child["state"] in ("crash-loop", "backoff", "starting"), child
+    assert "X_WORKER_START_FAILED" in child["last_exit"] and "open_client" in child["last_exit"], child
     wait_for(lambda: daemon.sample("xjobs_child_crash_loop", role="worker", queue="hooked") == 1, 30,
              "/metrics to show the crash loop")
     assert daemon.sample("xjobs_child_restarts", role="worker") >= 3
