@@ -6,6 +6,7 @@ from .events import asend_event, send_event
 from .reads import Enqueued, aget, get, queues
 from .context import current
 from .registry import REGISTRY, JobHandle, Registry, job, run_context
+from .hooks import on_worker_start, on_worker_stop
 from .reporting import on_error
 from .scans import scan
 from .retry import DEFAULT_RETRY, Retry, retry_schedule
@@ -23,6 +24,6 @@ __all__ = ["DEFAULT_PURGE_CRON", "DEFAULT_RETRY", "Enqueued", "JobHandle", "Purg
            "Registry", "Retry", "RetryAfter", "Settings", "StepSuspension", "TaskHandle", "Terminal",
            "XJobsError", "aget", "asend_event", "backfill", "backfill_requires", "configure",
            "current", "current_driver", "export_rows", "get", "job", "load_settings", "on_error",
-           "purge", "queues", "retry_schedule", "run_context", "scan", "send_event", "task", "webhook",
-           "webhooks"]
+           "on_worker_start", "on_worker_stop", "purge", "queues", "retry_schedule", "run_context",
+           "scan", "send_event", "task", "webhook", "webhooks"]
 __version__ = "0.1.0"

@@ -21,6 +21,8 @@ from .options import duration_ms, finite_count, plain_name
 # what a job waits for and the queues' table are the API's projection too (``xjobs.get``,
 # ``xjobs.queues``): one copy, there
 from .views import WaitingFor as WaitingFor, queues as queues, waiting_for as waiting_for
+from .factories.backfill_report import by_job
+from .views import iso, plain, shown
 
 REQUEUABLE = ("dead", "cancelled")
 DEFAULT_BATCH = 1000
@@ -182,3 +184,33 @@ def schedules(driver: JobDriver, tasks: Iterable[Any]) -> dict[str, Any]:
     return {"now": now, "tasks": rows, "undeclared": undeclared, "leader": None if leader is None else {
         "holder": leader.holder, "live": leader.live, "expires_at": leader.expires_at,
         "elected_at": leader.elected_at}}
+
+
+# -- the JSON every surface answers: ``--json`` and the dashboard's ``/api/``, one projection each
+
+def jobs_json(driver: JobDriver, views: list[JobView]) -> list[dict[str, Any]]:
+    """Jobs as ``xjobsd jobs ls|dead --json`` print them and ``/api/jobs`` answers them: each
+    job ``plain``, a backfill's run with its ledger row."""
+    runs = by_job(driver) if views else {}
+    listed: list[dict[str, Any]] = plain([{**plain(v), "backfill": runs[v.id]} if v.id in runs else v
+                                          for v in views])
+    return listed
+
+
+def job_json(driver: JobDriver, view: JobView) -> dict[str, Any]:
+    """One job as ``xjobsd jobs show --json`` prints it and ``/api/jobs/ID`` answers it."""
+    backfill = by_job(driver).get(view.id)
+    data: dict[str, Any] = plain({**shown(view), "backfill": backfill} if backfill is not None else shown(view))
+    return data
+
+
+def tasks_json(driver: JobDriver, tasks: Iterable[Any]) -> dict[str, Any]:
+    """The cron tasks and the scheduler leader as ``xjobsd tasks ls --json`` prints them and
+    ``/api/schedules`` answers them (times as ISO-8601)."""
+    found = schedules(driver, tasks)
+    rows = [{**row, "next_fire": iso(row["next_fire"]), "watermark": iso(row["watermark"])}
+            for row in found["tasks"]]
+    leader = found["leader"]
+    if leader is not None:
+        leader = {**leader, "expires_at": iso(leader["expires_at"]), "elected_at": iso(leader["elected_at"])}
+    return {"leader": leader, "tasks": rows}

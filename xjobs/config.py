@@ -125,6 +125,9 @@ class Settings:
     drain_deadline_ms: float = setting(
         "drain_deadline", Duration(minimum_ms=0), 25_000.0, env="XJOBS_DRAIN_DEADLINE", flag="--drain-deadline",
         help="how long a drain waits for running jobs (25s)")
+    worker_stop_timeout_ms: float = setting(
+        "worker_stop_timeout", Duration(minimum_ms=0), 5_000.0, env="XJOBS_WORKER_STOP_TIMEOUT",
+        help="how long a worker's on_worker_stop hooks may take, all together, at its close (5s)")
     queues: Mapping[str, QueueSpec] = setting(
         "queues", Queues(), {}, env="XJOBS_QUEUES", flag="--queue", metavar="NAME=PROCSxCONC|NAME=N",
         help="a queue to serve: emails=2x16 (2 processes x 16 jobs), emails=64 (64 jobs at once, shape "

@@ -250,6 +250,13 @@ class AppInvalid(XJobsError):
     code = "X_APP_INVALID"
 
 
+class WorkerStartFailed(XJobsError):
+    """An ``on_worker_start`` hook raised: the worker process stops before its first claim
+    (under ``xjobsd`` the slot is restarted with the crash-loop back-off)."""
+
+    code = "X_WORKER_START_FAILED"
+
+
 class CrossTenantDenied(XJobsError):
     """``ctx.cross_tenant`` in a run whose job did not declare the capability."""
 

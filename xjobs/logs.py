@@ -34,6 +34,8 @@ on a name, never on wording::
     worker.claim.failed         warning  queue error
     worker.drain.signalled      info     reason interrupted runs worker
     worker.drain.abandoned      warning  count job_ids worker
+    worker.start_hook.failed    error    hook error worker (an on_worker_start hook raised: X_WORKER_START_FAILED)
+    worker.stop_hook.failed     warning  hook error worker (an on_worker_stop hook raised or outlasted its time)
     worker.slot.acquire.failed  warning  ... error        (the job is shed, never run unbounded)
     worker.slot.renew.failed    warning  job slot error worker
     worker.slot.release.failed  warning  job slot error worker   (retried with the renewals)

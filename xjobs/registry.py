@@ -169,6 +169,9 @@ class Registry:
         self.run_context: Callable[[Any], ContextManager[Any]] | None = None
         # called for every failed attempt (``xjobs.on_error``): (ctx, error, verdict)
         self.error_hooks: list[ErrorHook] = []
+        # what each worker runs after the fork and at its close (``xjobs.on_worker_start``/``_stop``)
+        self.worker_start: list[Callable[[], object]] = []
+        self.worker_stop: list[Callable[[], object]] = []
         self._jobs: dict[str, JobHandle] = {}
         self._tasks: dict[str, TaskHandle] = {}
         self._scans: dict[str, ScanHandle] = {}
@@ -250,6 +253,7 @@ class Registry:
         with self._lock:
             self._jobs, self._tasks, self._scans = dict(saved._jobs), dict(saved._tasks), dict(saved._scans)
             self.run_context, self.error_hooks = saved.run_context, list(saved.error_hooks)
+            self.worker_start, self.worker_stop = list(saved.worker_start), list(saved.worker_stop)
 
 
 BUILT = object()   # set by job(), task() and scan() on what they built: the registry's proof

@@ -139,7 +139,11 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
     lifecycle = Lifecycle(worker)
     relay.initialize()
     try:
-        lifecycle.initialize()
+        try:
+            lifecycle.initialize()
+        except BaseException:   # a start hook refused (X_WORKER_START_FAILED): let go of the worker
+            lifecycle.close(clock(), at_once=True)
+            raise
         worker.bound_runs(deadline)
         try:
             summary.reached_deadline = not _work(worker, relay, failures, deadline, clock, wait_for_work_s)

@@ -132,11 +132,9 @@ def _rows(views: list[JobView]) -> list[list[Any]]:
              iso(v.run_at), _short(v.last_error)] for v in views]
 
 
-def _print_views(views: list[JobView], as_json: bool, driver: JobDriver | None = None) -> None:
+def _print_views(views: list[JobView], as_json: bool, driver: JobDriver) -> None:
     if as_json:
-        # a backfill's run carries its ledger row, as the one projection shows it
-        runs = by_job(driver) if driver is not None and views else {}
-        print_json([{**plain(v), "backfill": runs[v.id]} if v.id in runs else v for v in views])
+        print_json(admin.jobs_json(driver, views))   # the dashboard's /api/jobs answers the same
         return
     print_table(_LIST_COLUMNS, _rows(views))
 
@@ -181,14 +179,16 @@ def _follow(driver: JobDriver, where: ListFilter, first: list[JobView], as_json:
 
 
 def dead_jobs(args: argparse.Namespace) -> int:
-    _print_views(_driver(args).job_dead(args.limit), args.json)
+    driver = _driver(args)
+    _print_views(driver.job_dead(args.limit), args.json, driver)
     return 0
 
 
-def _print_one(view: JobView, as_json: bool, backfill: dict[str, Any] | None = None) -> None:
+def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
     if as_json:
-        print_json({**shown(view), "backfill": backfill} if backfill is not None else shown(view))
+        print_json(admin.job_json(driver, view))   # the dashboard's /api/jobs/ID answers the same
         return
+    backfill = by_job(driver).get(view.id)
     data = shown(view)
     history = data.pop("history")
     progress = data.pop("progress")
@@ -230,7 +230,7 @@ def _print_one(view: JobView, as_json: bool, backfill: dict[str, Any] | None = N
 def show_job(args: argparse.Namespace) -> int:
     driver = _driver(args)
     view = driver.job_get(args.id)
-    _print_one(view, args.json, by_job(driver).get(view.id))
+    _print_one(view, args.json, driver)
     return 0
 
 

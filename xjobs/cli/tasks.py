@@ -17,7 +17,6 @@ import argparse
 from .. import admin
 from ..errors import InvalidOption
 from ..registry import REGISTRY
-from ..formatting import iso
 from .common import (add_database_flags, driver_from, found_apps, import_apps, print_json, print_table,
                      settings_from)
 
@@ -42,13 +41,8 @@ def list_tasks(args: argparse.Namespace) -> int:
         raise InvalidOption("app", "no app to list the tasks of: none was given, configured or found",
                             hint="pass --app MODULE, set XJOBS_APP, or run this where `xjobsd run` runs")
     import_apps(apps)
-    found = admin.schedules(driver_from(settings), REGISTRY.tasks())
-    rows = [{**row, "next_fire": iso(row["next_fire"]), "watermark": iso(row["watermark"])}
-            for row in found["tasks"]]
-    leader = found["leader"]
-    if leader is not None:
-        leader = {**leader, "expires_at": iso(leader["expires_at"]), "elected_at": iso(leader["elected_at"])}
-    answer = {"leader": leader, "tasks": rows}
+    answer = admin.tasks_json(driver_from(settings), REGISTRY.tasks())   # as /api/schedules answers
+    rows, leader = answer["tasks"], answer["leader"]
     if args.json:
         print_json(answer)
         return 0

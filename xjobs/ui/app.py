@@ -14,7 +14,6 @@ listing is bounded (``pages.PAGE_SIZE`` jobs, 100 dead-letter groups).
 from __future__ import annotations
 
 import logging
-import math
 import mimetypes
 import threading
 from dataclasses import replace
@@ -30,11 +29,14 @@ from werkzeug.utils import redirect
 from werkzeug.wrappers import Request, Response
 
 from .. import admin
-from ..drivers.base import LIVE_STATES, STATES, JobDriver, ListFilter, RunningPage
+from ..drivers.base import LIVE_STATES, STATES, JobDriver, RunningPage
 from ..drivers.refusals import is_bigint
 from ..errors import DatabaseTimeout, DriverError, JobNotFound, XJobsError
 from ..formatting import age, child_state, either, queue_state
-from . import pages
+from . import pages, params
+from .api import JsonApi, api_rules, is_api, refusal
+from .params import FILTERS, raw_filters, start_time
+from .params import job_id as parse_job_id
 from .auth import SESSION_COOKIE, SESSION_SECONDS, Guard
 from .charts import throughput_chart
 
@@ -45,8 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xjobs.ui")
 FLASH_COOKIE = "xjobs_ui_flash"
-# "group": a dead-letter group's error prefix, matched exactly (the dead letters page links it)
-FILTERS = ("queue", "name", "state", "tenant", "since", "until", "error", "group")
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
                                "script-src 'self'; frame-ancestors 'none'; form-action 'self'",
@@ -99,7 +99,9 @@ class Dashboard:
             Rule("/queues/<name>/resume", endpoint="resume", methods=["POST"]),
             Rule("/bulk", endpoint="bulk", methods=["POST"]),
             Rule("/static/<path:file>", endpoint="static", methods=["GET"]),
+            *api_rules(),
         ], strict_slashes=False)
+        self.api = JsonApi(driver, tasks=self.tasks, known_queues=known_queues, control=control)
 
     # -- WSGI ---------------------------------------------------------------------------------
 
@@ -118,24 +120,28 @@ class Dashboard:
             endpoint, values = adapter.match()
             if "job_id" in values and not is_bigint(values["job_id"]):
                 raise JobNotFound(f"no job {values['job_id']}")
-            handler: Callable[..., Response] = getattr(self, f"on_{endpoint}")
+            handler: Callable[..., Response] = (getattr(self.api, endpoint[4:]) if endpoint.startswith("api.")
+                                                else getattr(self, f"on_{endpoint}"))
             response = handler(request, **values)
         except NotFound:
             response = self.message(request, "Not found", "There is no such page.", 404)
         except HTTPException as exc:
-            response = exc.get_response(request.environ)
+            response = (refusal(None, exc.description or exc.name, exc.code or 400) if is_api(request)
+                        else exc.get_response(request.environ))
         except JobNotFound as exc:
-            response = self.message(request, "No such job", str(exc), 404)
-        except DatabaseTimeout:
+            response = self.message(request, "No such job", str(exc), 404, exc.code)
+        except DatabaseTimeout as exc:
             response = self.message(request, "Too slow", "The database gave up on this page (statement "
-                                    "timeout): narrow the filter with a state, a queue or a time range.", 503)
+                                    "timeout): narrow the filter with a state, a queue or a time range.", 503,
+                                    exc.code)
         except DriverError as exc:
             log.warning("dashboard: %s %s failed in the database: %s", request.method, request.path,
                         exc.__cause__ or exc)
             response = self.message(request, "Database unavailable",
-                                    "The database did not answer this page; the dashboard's log says why.", 503)
+                                    "The database did not answer this page; the dashboard's log says why.", 503,
+                                    exc.code)
         except XJobsError as exc:
-            response = self.message(request, "Refused", str(exc), 400)
+            response = self.message(request, "Refused", str(exc), 400, exc.code)
         for header, value in _HEADERS.items():
             response.headers.setdefault(header, value)
         self.guard.remember_csrf(request, response)
@@ -160,7 +166,9 @@ class Dashboard:
             response.delete_cookie(FLASH_COOKIE, path=request.script_root or "/")
         return response
 
-    def message(self, request: Request, title: str, text: str, status: int) -> Response:
+    def message(self, request: Request, title: str, text: str, status: int, code: str | None = None) -> Response:
+        if is_api(request):   # a tool asked: the refusal as JSON, its code when there is one
+            return refusal(code, text, status)
         return self.render(request, "message.html", status=status, title=title, text=text)
 
     def done(self, request: Request, to: str, text: str) -> Response:
@@ -176,11 +184,11 @@ class Dashboard:
         return self.render(request, "overview.html", chart=throughput_chart(data["rates"].minutes), **data)
 
     def on_jobs(self, request: Request) -> Response:
-        raw = _raw(request.args)
-        where = self.where(raw, limit=pages.PAGE_SIZE)
+        raw = raw_filters(request.args)
+        where = params.where(raw, limit=pages.PAGE_SIZE)
         before = request.args.get("before", "")
         if before:
-            if (before_id := _job_id(before)) is None:
+            if (before_id := parse_job_id(before)) is None:
                 return self.message(request, "Refused", "before must be a job id", 400)
             where = replace(where, before_id=before_id)
         return self.render(request, "jobs.html", raw=raw, **pages.job_page(self.driver, where))
@@ -190,7 +198,7 @@ class Dashboard:
         page = RunningPage(queue=queue, limit=pages.PAGE_SIZE)
         before, started = request.args.get("before", ""), request.args.get("started", "")
         if before or started:
-            before_id, started_ms = _job_id(before), _number(started)
+            before_id, started_ms = parse_job_id(before), start_time(started)
             if before_id is None or started_ms is None:
                 return self.message(request, "Refused", "before must be a job id and started its start time "
                                     "(the older link carries both)", 400)
@@ -297,10 +305,10 @@ class Dashboard:
         verb = request.form.get("verb")
         if verb not in ("retry", "cancel"):
             return self.message(request, "Refused", "verb must be retry or cancel", 400)
-        raw = _raw(request.form)
+        raw = raw_filters(request.form)
         if all(value is None for value in raw.values()):
             return self.message(request, "Refused", "a bulk action needs at least one filter", 400)
-        where = self.where(raw, limit=pages.PAGE_SIZE)
+        where = params.where(raw, limit=pages.PAGE_SIZE)
         run: Callable[..., admin.BulkResult] = admin.retry_jobs if verb == "retry" else admin.cancel_jobs
         back = self.url(request, "/jobs", **raw)
         if request.form.get("confirmed") != "yes":
@@ -313,27 +321,6 @@ class Dashboard:
             return self.render(request, "confirm.html", verb=verb, raw=raw, count=counted.matched, back=back)
         return self.act(request, back, lambda by: run(self.driver, where, by=by).describe().capitalize() + ".")
 
-    def where(self, raw: dict[str, str | None], limit: int) -> ListFilter:
-        since, since_ago = admin.when(raw["since"], "since")
-        until, until_ago = admin.when(raw["until"], "until")
-        return ListFilter(queue=raw["queue"], name=raw["name"], state=raw["state"], tenant=raw["tenant"],
-                          error=raw["error"], error_group=raw["group"], limit=limit,
-                          since_ms=since, since_ago_ms=since_ago, until_ms=until, until_ago_ms=until_ago)
-
-
-def _raw(source: Any) -> dict[str, str | None]:
-    """The filters a request gives: text trimmed, empty ones absent (None); a dead-letter group
-    is taken exactly as given, the empty one (jobs that died with no error) included."""
-    raw: dict[str, str | None] = {}
-    for key in FILTERS:
-        value = source.get(key)
-        if key == "group" and value is not None:
-            value = value.replace("\r\n", "\n")   # a form posts line breaks as CRLF
-        elif value is not None:
-            value = value.strip() or None
-        raw[key] = value
-    return raw
-
 
 def _local(path: str | None) -> str:
     """A redirect target that stays on this site (``/jobs/7``), never ``//evil.example``:
@@ -345,23 +332,6 @@ def _local(path: str | None) -> str:
     if parts.scheme or parts.netloc or not path.startswith("/") or path.startswith("//"):
         return "/"
     return path
-
-
-def _job_id(text: str) -> int | None:
-    """A job id from text: ASCII digits only (``str.isdigit`` takes "²"), within a bigint."""
-    if not (text.isascii() and text.isdigit() and len(text) <= 19):
-        return None
-    value = int(text)
-    return value if is_bigint(value) else None
-
-
-def _number(text: str) -> float | None:
-    """A start time from a cursor: a finite number of epoch milliseconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
 
 
 def _first_line(text: str | None) -> str:

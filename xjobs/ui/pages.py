@@ -91,11 +91,9 @@ def daemon_status(control: str | None) -> dict[str, Any] | None:
 def overview(driver: JobDriver, known_queues: tuple[str, ...], control: str | None) -> dict[str, Any]:
     now = driver.clock_now_ms()
     rates = throughput(driver.rate_series(CHART_MINUTES * 60_000.0), now)
-    queues = admin.queues(driver, known_queues)
-    for row in queues:
-        totals = rates.per_queue.get(row["name"], {"ended": 0, "failed": 0})
-        row["ended_hour"], row["failed_hour"] = totals["ended"], totals["failed"]
-    return {"now": now, "queues": queues, "rates": rates, "daemon": daemon_status(control)}
+    # the rows as ``xjobsd queues ls --json`` has them; the hour's figures are ``rates.per_queue``
+    return {"now": now, "queues": admin.queues(driver, known_queues), "rates": rates,
+            "daemon": daemon_status(control)}
 
 
 def job_page(driver: JobDriver, where: ListFilter) -> dict[str, Any]:

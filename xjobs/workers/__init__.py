@@ -16,6 +16,7 @@ The queue worker's collaborators: ``execute`` (the one execution path of a claim
 retrying those writes), ``leases`` (renewal, and deciding a lease is lost), ``admission`` and
 ``limiter`` (per-process limits and fleet-wide slots), ``quarantine`` (suspects of a crash run
 alone), ``failures`` (how a failure is written down), ``rates`` (per-minute outcome counts),
-``stats`` (its counters and its ``WorkerStats`` record). The scheduler's: ``upkeep``
+``stats`` (its counters and its ``WorkerStats`` record), ``process_hooks`` (the app's
+``on_worker_start``/``on_worker_stop`` hooks, run in the worker). The scheduler's: ``upkeep``
 (rescue, wake, prune) and ``scanning`` (due scans).
 """

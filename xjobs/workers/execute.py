@@ -303,6 +303,10 @@ class Executor:
         else:
             self._done(run, task.result())
 
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop async bodies run on, started on first use (async worker hooks run there too)."""
+        return self._loop or self._start_loop()
+
     def _start_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:

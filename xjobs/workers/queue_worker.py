@@ -58,6 +58,7 @@ from .execute import Executor, Results, Run, RunHook, UnknownJob
 from .leases import LeaseKeeper
 from .quarantine import Quarantine
 from .rates import RateReporter
+from .process_hooks import WorkerHooks
 from .role import RoleBase, RoleContext, RolePolicy, new_identity
 from .runs import RunTable
 from .settle import Settler
@@ -133,6 +134,8 @@ class QueueWorker(RoleBase):
                              count=lambda name, n: self.stats_.bump(name, n) if name == "sweeps" else None,
                              outbox=False)
         self.rates = RateReporter(driver=driver, stats=self.stats_, queue_of=self._queue_of)
+        self.hooks = WorkerHooks.of(registry, self.identity, self._executor.event_loop,
+                                    self.settings.worker_stop_timeout_ms)
         self._listener: JobListener | None = None
         self._handles: dict[str, JobHandle] = {}
         self._names: list[str] = []
@@ -167,6 +170,7 @@ class QueueWorker(RoleBase):
             raise ConcurrencyUnenforceable(
                 f"job(s) {', '.join(sorted(self._caps))} declare concurrency, and this driver "
                 f"({type(self.driver).__name__}) has no fleet-wide slot store to enforce it")
+        self.hooks.start()   # the app's clients, built in this process before anything is claimed
         self.admission = Admission(slots=slots, identity=self.identity, caps=self._caps,
                                    limits=self.settings.limits, lease_ms=self.settings.lease_ms,
                                    retry_ms=self.settings.poll_ms)
@@ -258,11 +262,10 @@ class QueueWorker(RoleBase):
             self._close_resources()
 
     def _close_resources(self) -> None:
-        """Every resource is let go of, even when one of them fails to close; the first
-        failure is raised after the rest are closed."""
+        """Let go of every resource, even one after a failed close; the first failure is raised last."""
         failure: BaseException | None = None
-        closers = [self.rates.flush, self.leases.stop, self.reporter.close, self._executor.shutdown,
-                   *([self._listener.close] if self._listener is not None else []),
+        closers = [self.rates.flush, self.leases.stop, self.reporter.close, self.hooks.stop,
+                   self._executor.shutdown, *([self._listener.close] if self._listener is not None else []),
                    self.results.close, self.driver.close]
         for close in closers:
             try:
