@@ -4,6 +4,7 @@ from .config import Settings, configure, current_driver, load_settings
 from .errors import RetryAfter, StepSuspension, Terminal, XJobsError
 from .events import asend_event, send_event
 from .reads import Enqueued, aget, get, queues
+from .results import aresult, result
 from .context import current
 from .registry import REGISTRY, JobHandle, Registry, job, run_context
 from .hooks import on_worker_start, on_worker_stop
@@ -22,8 +23,8 @@ from .factories.webhook import webhook
 
 __all__ = ["DEFAULT_PURGE_CRON", "DEFAULT_RETRY", "Enqueued", "JobHandle", "PurgeTarget", "REGISTRY",
            "Registry", "Retry", "RetryAfter", "Settings", "StepSuspension", "TaskHandle", "Terminal",
-           "XJobsError", "aget", "asend_event", "backfill", "backfill_requires", "configure",
+           "XJobsError", "aget", "aresult", "asend_event", "backfill", "backfill_requires", "configure",
            "current", "current_driver", "export_rows", "get", "job", "load_settings", "on_error",
-           "on_worker_start", "on_worker_stop", "purge", "queues", "retry_schedule", "run_context",
-           "scan", "send_event", "task", "webhook", "webhooks"]
+           "on_worker_start", "on_worker_stop", "purge", "queues", "result", "retry_schedule",
+           "run_context", "scan", "send_event", "task", "webhook", "webhooks"]
 __version__ = "0.1.0"

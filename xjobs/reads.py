@@ -20,7 +20,9 @@ from .config import current_driver
 from .drivers.base import CallerConnection, Introspection, QueueStore
 from .drivers.records import Enqueued as EnqueuedRecord
 from .errors import InvalidOption
+from .drivers.settlement import SettlementWaits
 from .registry import REGISTRY, Registry
+from .results import aresult, result
 from .views import plain, queues as queue_rows, shown
 
 if TYPE_CHECKING:
@@ -31,7 +33,8 @@ if TYPE_CHECKING:
 
 class Enqueued(EnqueuedRecord):
     """What ``enqueue`` answers: the job's ``id``, and ``deduped`` (a job already held its
-    idempotency key: ``id`` is that job's). ``get()`` and ``aget()`` read its state now."""
+    idempotency key: ``id`` is that job's). ``get()`` and ``aget()`` read its state now;
+    ``result()`` and ``aresult()`` wait for what its body returns (``results.py``)."""
 
     __slots__ = ()
 
@@ -54,13 +57,22 @@ class Enqueued(EnqueuedRecord):
         """``await xjobs.aget(self.id, ...)``."""
         return await aget(self.id, conn=conn, driver=driver)
 
+    def result(self, timeout: float | None = None, *, driver: SettlementWaits | None = None) -> Any:
+        """``xjobs.result(self.id, timeout)``: what the body returned, once it did."""
+        return result(self.id, timeout, driver=driver)
+
+    async def aresult(self, timeout: float | None = None, *, driver: SettlementWaits | None = None) -> Any:
+        """``await xjobs.aresult(self.id, timeout)``."""
+        return await aresult(self.id, timeout, driver=driver)
+
 
 def get(job_id: int, *, conn: CallerConnection | None = None,
         driver: Introspection | None = None) -> dict[str, Any]:
     """The job ``job_id`` as ``xjobsd jobs show --json`` prints it: ``state``, ``attempt`` of
     ``max_attempts``, ``progress``, ``last_error``, ``history`` (every attempt's outcome, with
-    its traceback), ``steps`` (without their results) and ``waiting_for`` (the sleep or event
-    a suspended job waits for), read now through the configured driver (or ``driver``).
+    its traceback), ``steps`` (without their results), ``waiting_for`` (the sleep or event
+    a suspended job waits for) and ``result`` (what a completed job's body returned; to wait
+    for it, ``xjobs.result``), read now through the configured driver (or ``driver``).
 
     With ``conn=`` (your psycopg connection) the read runs on it, in your transaction: a job
     you enqueued with ``conn=`` and have not committed yet is found. ``JobNotFound`` when no

@@ -46,7 +46,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence, cast
+from typing import Any, Callable, Iterable, Iterator, Sequence, cast
 
 import orjson
 import psycopg
@@ -94,8 +94,8 @@ class _InlineTransactions:
         self.conn = conn
 
     @contextlib.contextmanager
-    def job_transaction(self, lease: Lease, tenant: str | None = None,
-                        cross_tenant: bool = False) -> Iterator[psycopg.Connection[Any]]:
+    def job_transaction(self, lease: Lease, tenant: str | None = None, cross_tenant: bool = False,
+                        result: Callable[[], bytes | None] | None = None) -> Iterator[psycopg.Connection[Any]]:
         if self.conn is None:
             raise NoTransaction("run_inline has no job row for ctx.transaction() to complete; pass "
                                 "conn= (a psycopg connection) to run the body's writes in "
@@ -181,7 +181,8 @@ def run_until_idle(queue: str | Sequence[str] | None = None, *, driver: JobDrive
                             "with clock=ManualClock() (memory_queue() gives one)")
     stepped = clock if with_scheduled and isinstance(clock, ManualClock) else None
     # poll often (nothing else wakes a memory driver's worker); never prune what a test reads
-    settings = config.Settings(poll_ms=10.0, retention_completed_ms=_NEVER_MS, retention_finished_ms=_NEVER_MS)
+    settings = config.Settings(poll_ms=10.0, retention_completed_ms=_NEVER_MS, retention_finished_ms=_NEVER_MS,
+                               max_result_bytes=config.current_settings().max_result_bytes)
     worker = QueueWorker(driver=cast(JobDriver, Lent(driver)), registry=registry, queues={q: concurrency for q in queues},
                          settings=settings)
     advanced = 0.0

@@ -16,7 +16,7 @@ such job. The verbs made of others (``job_ack``, ``job_nack``, ``job_renew``,
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 from ..clock import Clock
 from ..errors import InvalidOption
@@ -28,12 +28,24 @@ from .base import (Batch, CallerConnection, Claim, ClaimAlone, ClaimedJob, DeadG
                    Released, RunningJob, RunningPage, ScheduleStore, SentEvent, Slot, SlotRequest, SlotStore, StepLog, StepOutcome,
                    StepResult, StepSleep, StepStore, StepWait, Storage, Watermark, WorkerExit)
 from .ledger import BackfillLedger, CheckedLedger
+from .settlement import Settlement, SettlementWaits
 from .base_async import AsyncCallerConnection, AsyncWrites
 from .refusals import (check_batch, check_claim, check_claim_alone, check_claim_token, check_dispatch,
                        check_filter, check_job_names, check_lease, check_name, check_nacks, check_new_event,
                        check_new_jobs, check_row_limit, check_running_page, check_slot, check_slot_request, check_step_name,
                        check_step_result, check_step_sleep, check_step_wait, check_worker_exit, held,
                        is_bigint, job_not_found, matchable)
+
+
+def check_result(result: bytes | None) -> bytes | None:
+    """A result is the JSON text the worker encoded (payload.encode_result), or None."""
+    if result is not None and not isinstance(result, bytes):
+        raise InvalidOption("result", f"must be encoded JSON (bytes) or None, got {type(result).__name__}")
+    return result
+
+
+def check_results(results: Mapping[int, bytes] | None) -> dict[int, bytes]:
+    return {job_id: value for job_id, r in (results or {}).items() if (value := check_result(r)) is not None}
 
 
 class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
@@ -44,8 +56,9 @@ class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
                  operator: Introspection, queues: QueueStore, leader: LeaderStore,
                  schedule: ScheduleStore, outbox: OutboxStore, slots: SlotStore, steps: StepStore,
                  events: EventStore, writes_async: AsyncWrites,
-                 backfills: BackfillLedger | None = None) -> None:
+                 backfills: BackfillLedger | None = None, waits: SettlementWaits | None = None) -> None:
         self._storage = storage
+        self._waits = waits
         # the optional backfill ledger (ledger.py), behind its own door; None: passes run unbooked
         self.backfills: BackfillLedger | None = None if backfills is None else CheckedLedger(backfills)
         self._jobs = jobs
@@ -112,9 +125,9 @@ class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
             return []
         return self._jobs.job_claim_alone(claim)
 
-    def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
+    def job_ack_many(self, leases: Sequence[Lease], results: Mapping[int, bytes] | None = None) -> set[int]:
         leases = matchable(leases)
-        return self._jobs.job_ack_many(leases) if leases else set()
+        return self._jobs.job_ack_many(leases, check_results(results)) if leases else set()
 
     def job_nack_many(self, nacks: Sequence[Nack]) -> set[int]:
         nacks = check_nacks(nacks)
@@ -130,11 +143,12 @@ class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
         return self._jobs.job_progress_many(reports) if reports else set()
 
     @contextlib.contextmanager
-    def job_transaction(self, lease: Lease, tenant: str | None = None,
-                        cross_tenant: bool = False) -> Iterator[Any]:
+    def job_transaction(self, lease: Lease, tenant: str | None = None, cross_tenant: bool = False,
+                        result: Callable[[], bytes | None] | None = None) -> Iterator[Any]:
         if tenant is not None and (not isinstance(tenant, str) or "\x00" in tenant):
             raise InvalidOption("tenant", "must be a string without NUL characters")
-        with self._jobs.job_transaction(lease, tenant, bool(cross_tenant)) as conn:
+        checked = None if result is None else (lambda: check_result(result()))
+        with self._jobs.job_transaction(lease, tenant, bool(cross_tenant), checked) as conn:
             yield conn
 
     def job_listen(self, holder: str | None = None) -> JobListener:
@@ -172,6 +186,22 @@ class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
         if not is_bigint(job_id):
             raise job_not_found(job_id)
         return self._operator.job_get(job_id)
+
+    def job_await(self, job_id: int, timeout_s: float | None = None) -> Settlement:
+        """The job once it settled, or as it is when ``timeout_s`` ran out (settlement.py)."""
+        return self._waits_for(job_id, timeout_s).job_await(job_id, timeout_s)
+
+    async def job_await_async(self, job_id: int, timeout_s: float | None = None) -> Settlement:
+        return await self._waits_for(job_id, timeout_s).job_await_async(job_id, timeout_s)
+
+    def _waits_for(self, job_id: int, timeout_s: float | None) -> SettlementWaits:
+        if not is_bigint(job_id):
+            raise job_not_found(job_id)
+        if timeout_s is not None:
+            finite_option(timeout_s, "timeout")
+        if self._waits is None:
+            raise InvalidOption("driver", f"{type(self).__name__} cannot wait for a job's result")
+        return self._waits
 
     def job_cancel(self, job_id: int, reason: str | None = None) -> JobView:
         if not is_bigint(job_id):
