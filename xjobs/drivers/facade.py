@@ -27,6 +27,7 @@ from .base import (Batch, CallerConnection, Claim, ClaimAlone, ClaimedJob, DeadG
                    OutboxStore, OutboxSummary, Progress, QueueControl, QueueStore, QueueSummary, RatePoint,
                    Released, RunningJob, RunningPage, ScheduleStore, SentEvent, Slot, SlotRequest, SlotStore, StepLog, StepOutcome,
                    StepResult, StepSleep, StepStore, StepWait, Storage, Watermark, WorkerExit)
+from .fanins import FanInStore
 from .ledger import BackfillLedger, CheckedLedger
 from .base_async import AsyncCallerConnection, AsyncWrites
 from .refusals import (check_batch, check_claim, check_claim_alone, check_claim_token, check_dispatch,
@@ -44,8 +45,10 @@ class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
                  operator: Introspection, queues: QueueStore, leader: LeaderStore,
                  schedule: ScheduleStore, outbox: OutboxStore, slots: SlotStore, steps: StepStore,
                  events: EventStore, writes_async: AsyncWrites,
-                 backfills: BackfillLedger | None = None) -> None:
+                 backfills: BackfillLedger | None = None, fanins: FanInStore | None = None) -> None:
         self._storage = storage
+        # the optional fan-ins of workflows (fanins.py): child jobs, map, batches
+        self.fanins: FanInStore | None = fanins
         # the optional backfill ledger (ledger.py), behind its own door; None: passes run unbooked
         self.backfills: BackfillLedger | None = None if backfills is None else CheckedLedger(backfills)
         self._jobs = jobs

@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from ..clock import Clock
 from ..errors import DuplicateJob
@@ -74,6 +74,10 @@ class Row:
     dedupe_window_ms: float | None = None
     progress: ProgressReport | None = None
     traceparent: str | None = None
+    parent_id: int | None = None       # workflows (memory_fanins.py): the parent and its step,
+    parent_step: str | None = None     # the fan-in this job counts towards and its index there
+    fanin_id: int | None = None
+    fanin_index: int | None = None
 
     @property
     def namespace(self) -> Namespace:
@@ -131,6 +135,8 @@ class MemoryTable(Storage):
         # the job listeners of holders: what job_cancel's NOTIFY reaches (a listener never closed
         # goes with its worker)
         self.hearers: weakref.WeakSet[CancelHearer] = weakref.WeakSet()
+        # what the trigger jobs_fanin_settle does, run by move() (memory_fanins.py installs it)
+        self.settle_hook: Callable[[Row, str], None] | None = None
         self._next_id = 1
         self._next_outbox_id = 1
         self._next_seq = 1
@@ -184,7 +190,10 @@ class MemoryTable(Storage):
             if holder is not None and holder != row.id:
                 raise DuplicateJob(f"jobs_idempotency_idx: job {holder} already holds the key of job {row.id}")
             self.live[row.namespace] = row.id
+        was = row.state
         row.state = state
+        if self.settle_hook is not None and was_live != live and (row.fanin_id is not None or state == "cancelled"):
+            self.settle_hook(row, was)
 
     def key_held(self, row: Row) -> bool:
         """Whether another live job holds ``row``'s namespace."""
