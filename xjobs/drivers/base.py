@@ -63,7 +63,7 @@ absolute ``run_at_ms``.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import (TYPE_CHECKING, Any, Collection, Iterable, Mapping, Protocol, Sequence, TypeAlias,
+from typing import (TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Protocol, Sequence, TypeAlias,
                     runtime_checkable)
 
 from ..clock import Clock
@@ -125,10 +125,10 @@ class Storage(Protocol):
 class JobTransactions(Protocol):
     """The one capability a run's ``Ctx`` needs: ``ctx.transaction()``."""
 
-    def job_transaction(self, lease: Lease, tenant: str | None = None,
-                        cross_tenant: bool = False) -> AbstractContextManager[Any]:
+    def job_transaction(self, lease: Lease, tenant: str | None = None, cross_tenant: bool = False,
+                        result: Callable[[], bytes | None] | None = None) -> AbstractContextManager[Any]:
         """A connection in a transaction that, on a clean exit, also completes the job fenced on
-        ``lease``; a lost lease rolls it all back with ``LeaseLost``. What it yields is the
+        ``lease`` (with ``result()``, read then); a lost lease rolls it all back. What it yields is the
         driver's connection (a psycopg one in production), for the body's own statements,
         with ``xjobs.tenant`` (and ``xjobs.cross_tenant``) set for the transaction."""
         ...
@@ -161,8 +161,8 @@ class JobStore(JobTransactions, Protocol):
         """Crash suspects, to run with nothing beside them (see ``ClaimAlone``)."""
         ...
 
-    def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
-        """Complete every job still held under its lease, in one statement."""
+    def job_ack_many(self, leases: Sequence[Lease], results: Mapping[int, bytes] | None = None) -> set[int]:
+        """Complete every job still held under its lease, in one statement; ``results``: JSON by job id."""
         ...
 
     def job_nack_many(self, nacks: Sequence[Nack]) -> set[int]:

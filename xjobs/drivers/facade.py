@@ -16,7 +16,7 @@ such job. The verbs made of others (``job_ack``, ``job_nack``, ``job_renew``,
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 from ..clock import Clock
 from ..errors import InvalidOption
@@ -35,6 +35,17 @@ from .refusals import (check_batch, check_claim, check_claim_alone, check_claim_
                        check_new_jobs, check_row_limit, check_running_page, check_slot, check_slot_request, check_step_name,
                        check_step_result, check_step_sleep, check_step_wait, check_worker_exit, held,
                        is_bigint, job_not_found, matchable)
+
+
+def check_result(result: bytes | None) -> bytes | None:
+    """A result is the JSON text the worker encoded (payload.encode_result), or None."""
+    if result is not None and not isinstance(result, bytes):
+        raise InvalidOption("result", f"must be encoded JSON (bytes) or None, got {type(result).__name__}")
+    return result
+
+
+def check_results(results: Mapping[int, bytes] | None) -> dict[int, bytes]:
+    return {job_id: value for job_id, r in (results or {}).items() if (value := check_result(r)) is not None}
 
 
 class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
@@ -115,9 +126,9 @@ class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
             return []
         return self._jobs.job_claim_alone(claim)
 
-    def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
+    def job_ack_many(self, leases: Sequence[Lease], results: Mapping[int, bytes] | None = None) -> set[int]:
         leases = matchable(leases)
-        return self._jobs.job_ack_many(leases) if leases else set()
+        return self._jobs.job_ack_many(leases, check_results(results)) if leases else set()
 
     def job_nack_many(self, nacks: Sequence[Nack]) -> set[int]:
         nacks = check_nacks(nacks)
@@ -133,11 +144,12 @@ class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
         return self._jobs.job_progress_many(reports) if reports else set()
 
     @contextlib.contextmanager
-    def job_transaction(self, lease: Lease, tenant: str | None = None,
-                        cross_tenant: bool = False) -> Iterator[Any]:
+    def job_transaction(self, lease: Lease, tenant: str | None = None, cross_tenant: bool = False,
+                        result: Callable[[], bytes | None] | None = None) -> Iterator[Any]:
         if tenant is not None and (not isinstance(tenant, str) or "\x00" in tenant):
             raise InvalidOption("tenant", "must be a string without NUL characters")
-        with self._jobs.job_transaction(lease, tenant, bool(cross_tenant)) as conn:
+        checked = None if result is None else (lambda: check_result(result()))
+        with self._jobs.job_transaction(lease, tenant, bool(cross_tenant), checked) as conn:
             yield conn
 
     def job_listen(self, holder: str | None = None) -> JobListener:

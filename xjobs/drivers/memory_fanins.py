@@ -194,6 +194,5 @@ def _row(job_id: int, job: NewJob, key: str, at: float, state: str) -> Row:
 
 
 def _result(row: Row) -> Any:
-    """A member's stored return value (None until job results are stored)."""
-    stored = getattr(row, "result", None)
-    return None if stored is None else orjson.loads(stored)
+    """A member's stored return value (None: it returned None, or did not complete)."""
+    return None if row.result is None else orjson.loads(row.result)

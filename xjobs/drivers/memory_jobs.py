@@ -20,7 +20,7 @@ import contextlib
 import heapq
 import secrets
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import orjson
 
@@ -210,16 +210,17 @@ class MemoryJobs(JobStore):
         return [ClaimedJob(r.id, r.name, r.queue, orjson.loads(r.payload), r.tenant, r.attempt,
                            r.max_attempts, r.priority, token, r.traceparent) for r in picked]
 
-    def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
-        """``job_ack_many``: complete every job still held under its token."""
-        table = self._table
+    def job_ack_many(self, leases: Sequence[Lease], results: Mapping[int, bytes] | None = None) -> set[int]:
+        """``job_ack_many``: complete every job still held under its token, with its result."""
+        table, found = self._table, results or {}
         with table.lock:
             at = table.now()
             done: set[int] = set()
             for lease in leases:
                 row = table.held(lease.job_id, lease.token)
                 if row is not None:
-                    table.complete(row, at)
+                    value = found.get(row.id)
+                    table.complete(row, at, None if value is None else as_stored(value))
                     done.add(row.id)
             return done
 
@@ -280,8 +281,8 @@ class MemoryJobs(JobStore):
             return written
 
     @contextlib.contextmanager
-    def job_transaction(self, lease: Lease, tenant: str | None = None,
-                        cross_tenant: bool = False) -> Iterator[MemoryTransaction]:
+    def job_transaction(self, lease: Lease, tenant: str | None = None, cross_tenant: bool = False,
+                        result: Callable[[], bytes | None] | None = None) -> Iterator[MemoryTransaction]:
         """``job_complete_fenced`` on a clean exit; ``LeaseLost`` if the lease is gone.
 
         Jobs enqueued with ``conn=`` the yielded object are deleted again on any failure, so
@@ -295,7 +296,8 @@ class MemoryJobs(JobStore):
                 row = table.held(lease.job_id, lease.token) if held(lease) else None
                 if row is None:
                     raise lease_lost(lease)
-                table.complete(row, table.now())
+                value = None if result is None else result()
+                table.complete(row, table.now(), None if value is None else as_stored(value))
         except BaseException:
             with table.lock:
                 for job_id in tx.inserted:

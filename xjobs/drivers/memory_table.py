@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from ..clock import Clock
 from ..errors import DuplicateJob
-from .base import LIVE_STATES, Storage
+from .base import FINISHED_STATES as SETTLED_STATES, LIVE_STATES, Storage
 from .records import CANCEL_HOLDER_BYTES, ProgressReport
 
 Namespace = tuple[str, str, str]        # (name, tenant or '', key): the idempotency namespace
@@ -74,6 +74,7 @@ class Row:
     dedupe_window_ms: float | None = None
     progress: ProgressReport | None = None
     traceparent: str | None = None
+    result: bytes | None = None        # the completed body's return value, encoded (None: none)
     parent_id: int | None = None       # workflows (memory_fanins.py): the parent and its step,
     parent_step: str | None = None     # the fan-in this job counts towards and its index there
     fanin_id: int | None = None
@@ -116,6 +117,7 @@ class MemoryTable(Storage):
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.lock = threading.Lock()
+        self.settled = threading.Condition()   # told when a job completes, dies or is cancelled
         self.rows: dict[int, Row] = {}
         self.history: dict[int, list[tuple[float, int, str, str | None, str | None]]] = {}
         self.live: dict[Namespace, int] = {}
@@ -194,6 +196,9 @@ class MemoryTable(Storage):
         row.state = state
         if self.settle_hook is not None and was_live != live and (row.fanin_id is not None or state == "cancelled"):
             self.settle_hook(row, was)
+        if state in SETTLED_STATES:
+            with self.settled:   # what job_ack_many's NOTIFY reaches: the waiters on results
+                self.settled.notify_all()
 
     def key_held(self, row: Row) -> bool:
         """Whether another live job holds ``row``'s namespace."""
@@ -211,7 +216,8 @@ class MemoryTable(Storage):
         """A row of ``job_history``."""
         self.history.setdefault(job_id, []).append((at, attempt, outcome, error, traceback))
 
-    def complete(self, row: Row, at: float) -> None:
+    def complete(self, row: Row, at: float, result: bytes | None = None) -> None:
+        row.result = result   # before the move, which wakes the waiters on it
         self.move(row, "completed")
         row.finished_at, row.lease_token, row.lease_expires_at = at, None, None
         row.last_error = None   # an earlier attempt's error stays in the history

@@ -45,7 +45,7 @@ from ..errors import DatabaseTimeout, DatabaseUnavailable, DriverError, InvalidO
 from ..options import finite_count, finite_option
 from .base import CallerConnection, Storage
 from .pg_install import install
-from .sql import cancel_channel, check_schema_name, notify_channel, statements
+from .sql import cancel_channel, check_schema_name, notify_channel, settled_channel, statements
 
 # Every connection the driver opens gives up on an unreachable server after connect_timeout
 # seconds, and TCP keepalives notice a peer that vanished (a failed-over primary, a dropped
@@ -139,6 +139,7 @@ class PgDatabase(Storage):
         self.clock: Clock = SYSTEM_CLOCK if clock is None else clock
         self.channel = notify_channel(self.schema)
         self.cancel_channel = cancel_channel(self.schema)
+        self.settled_channel = settled_channel(self.schema)
         self.application_name = application_name
         self.sql = statements(self.schema, self.server_clock)
         self._pool_size = finite_count(pool_size, "pool_size", minimum=1, maximum=1000)
@@ -239,6 +240,12 @@ class PgDatabase(Storage):
         queues = sorted({queue for _, queue, state in rows if state == "ready"})
         if queues:
             cur.execute(self.sql["queue_notify"], {"channel": self.channel, "queues": queues})
+
+    def settled(self, cur: psycopg.Cursor, ids: Sequence[int]) -> None:
+        """Tell waiters on results that ``ids`` settled (``job_settled``), 300 to a note."""
+        if ids:
+            notes = [",".join(map(str, ids[at:at + 300])) for at in range(0, len(ids), 300)]
+            cur.execute(self.sql["job_settled"], {"settled": self.settled_channel, "notes": notes})
 
     # -- lifecycle ------------------------------------------------------------------------------
 

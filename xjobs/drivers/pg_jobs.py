@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import orjson
 import psycopg
@@ -159,12 +159,15 @@ class PgJobs(JobStore):
         token = params["token"]
         return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token, r[8]) for r in rows]
 
-    def job_ack_many(self, leases: Sequence[Lease]) -> set[int]:
+    def job_ack_many(self, leases: Sequence[Lease], results: Mapping[int, bytes] | None = None) -> set[int]:
+        found = results or {}
         with self._db.cursor() as cur:
             # planned for this batch, never generic (see job_ack_many)
             cur.execute(self._db.sql["job_ack_many"], {
                 **self._db.now(), "ids": _int_array(l.job_id for l in leases),
-                "tokens": _int_array(l.token for l in leases)}, prepare=False)
+                "tokens": _int_array(l.token for l in leases), "settled": self._db.settled_channel,
+                "results": [None if (r := found.get(l.job_id)) is None else r.decode() for l in leases]},
+                prepare=False)
             return {r[0] for r in cur.fetchall()}
 
     def job_nack_many(self, nacks: Sequence[Nack]) -> set[int]:
@@ -180,6 +183,7 @@ class PgJobs(JobStore):
             # wake them to find the same job still held back
             self._db.notify(cur, [(job_id, queue, state) for job_id, queue, state, outcome, delay in settled
                                   if outcome == "interrupted" and delay == 0])
+            self._db.settled(cur, [job_id for job_id, _, state, _, _ in settled if state == "dead"])
             return {r[0] for r in settled}
 
     def job_renew_many(self, leases: Sequence[Lease], lease_ms: float) -> set[int]:
@@ -198,8 +202,8 @@ class PgJobs(JobStore):
             return {r[0] for r in cur.fetchall()}
 
     @contextlib.contextmanager
-    def job_transaction(self, lease: Lease, tenant: str | None = None,
-                        cross_tenant: bool = False) -> Iterator[psycopg.Connection]:
+    def job_transaction(self, lease: Lease, tenant: str | None = None, cross_tenant: bool = False,
+                        result: Callable[[], bytes | None] | None = None) -> Iterator[psycopg.Connection]:
         """A connection in a transaction that, on a clean exit, also completes the job.
 
         The completion (``job_complete_fenced``) is fenced like an ack: if the lease was lost
@@ -218,8 +222,11 @@ class PgJobs(JobStore):
             done = None
             if held(lease):
                 with driver_errors():
+                    value = None if result is None else result()
                     done = conn.execute(self._db.sql["job_complete_fenced"], {
-                        **self._db.now(), "id": lease.job_id, "token": lease.token}).fetchone()
+                        **self._db.now(), "id": lease.job_id, "token": lease.token,
+                        "settled": self._db.settled_channel,
+                        "result": None if value is None else value.decode()}).fetchone()
             if done is None:
                 raise lease_lost(lease)
 

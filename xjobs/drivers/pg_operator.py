@@ -28,13 +28,14 @@ from .refusals import Outcome, cancelled, job_not_found, reopened, requeued
 
 def _view(row: Sequence[Any], payload: Any = None, history: tuple[HistoryEntry, ...] = (),
           traceparent: str | None = None, steps: tuple[StepRecord, ...] = ()) -> JobView:
-    started_at = row[20] if len(row) > 20 else None   # job_get's row, not job_list's
+    started_at, result = (row[20], row[21]) if len(row) > 21 else (None, None)   # job_get's row, not job_list's
     return JobView(id=row[0], name=row[1], queue=row[2], state=row[3], attempt=row[4],
                    max_attempts=row[5], tenant=row[6], idempotency_key=row[7], priority=row[8],
                    run_at=row[9], last_error=row[10], created_at=row[11], finished_at=row[12],
                    enqueued_by=row[13], claimed_by=row[14], lease_expires_at=row[15],
                    crashes=row[16], progress=row[17], payload=payload, history=history,
-                   traceparent=traceparent, steps=steps, started_at=started_at)
+                   traceparent=traceparent, steps=steps, started_at=started_at,
+                   result=result)
 
 
 def _history(rows: Sequence[Sequence[Any]]) -> tuple[HistoryEntry, ...]:
@@ -126,6 +127,7 @@ class PgOperator(Introspection):
             cur.execute(self._db.sql["job_cancel"], {**self._db.now(), **self._told(), "id": job_id,
                                                      "reason": reason})
             done = cur.fetchone() is not None
+            self._db.settled(cur, [job_id] if done else [])
         return cancelled(job_id, Outcome(self._get(job_id), done))
 
     def job_requeue(self, job_id: int, reason: str | None = None) -> JobView:
@@ -172,7 +174,9 @@ class PgOperator(Introspection):
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_cancel_batch"], {**self._batch(batch), **self._told(),
                                                            "named": CANCEL_NAMED, "reason": reason})
-            return [r[0] for r in cur.fetchall()]
+            ids = [r[0] for r in cur.fetchall()]
+            self._db.settled(cur, ids)
+            return ids
 
     def job_dead_groups(self, limit: int = 50) -> list[DeadGroup]:
         """``job_dead_groups``: dead letters by queue, name and the start of their error."""

@@ -123,13 +123,23 @@ returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
 -- the fences of a batch: (id, token) pairs. Planned for the batch at hand (the driver does not
 -- prepare it): a generic plan guesses 10 pairs and joins them by a nested loop, 65,000 row
 -- comparisons for a batch of 256. "id = any(ids)" keeps the jobs side on the primary key, so
--- the running rows of the whole fleet are never scanned for one worker's batch
-update {schema}.jobs j
-set state = 'completed', finished_at = {now}, last_error = null,
-    lease_token = null, lease_expires_at = null
-from unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) as a(id, token)
-where j.id = any(%(ids)s::bigint[]) and j.id = a.id and j.lease_token = a.token and j.state = 'running'
-returning j.id
+-- the running rows of the whole fleet are never scanned for one worker's batch. results are the
+-- bodies' return values (JSON text, NULL for None), in the order of ids. Waiters on results are
+-- told on %(settled)s at commit: the completed ids, comma-separated, 300 to a note
+-- (under the 8000-byte payload limit), a few notes per batch rather than one per job
+with done as (
+    update {schema}.jobs j
+    set state = 'completed', finished_at = {now}, last_error = null,
+        lease_token = null, lease_expires_at = null, result = a.result::jsonb
+    from unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[]) as a(id, token, result)
+    where j.id = any(%(ids)s::bigint[]) and j.id = a.id and j.lease_token = a.token and j.state = 'running'
+    returning j.id
+), told as (
+    select pg_notify(%(settled)s, string_agg(id::text, ',')) from
+        (select id, (row_number() over (order by id) - 1) / 300 as chunk from done) as c
+    group by chunk
+)
+select done.id from done, (select count(*) from told) as t
 
 -- name: job_nack_many
 -- the settlements of a batch as ONE json document (rows of id, token, outcome, error, delay,
@@ -439,7 +449,7 @@ select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, p
        extract(epoch from run_at)::float8 * 1000, last_error,
        extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
        enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress, payload,
-       traceparent, extract(epoch from started_at)::float8 * 1000
+       traceparent, extract(epoch from started_at)::float8 * 1000, result
 from {schema}.jobs
 where id = %(id)s
 
@@ -612,12 +622,17 @@ group by queue
 
 -- name: job_complete_fenced
 -- last_error is the error a job stands in now: a completed job has none (an earlier attempt's
--- error stays in its history, as job_ack_many)
-update {schema}.jobs
-set state = 'completed', finished_at = {now}, last_error = null,
-    lease_token = null, lease_expires_at = null
-where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
-returning id
+-- error stays in its history, as job_ack_many); waiters on its result are told at commit
+with done as (
+    update {schema}.jobs
+    set state = 'completed', finished_at = {now}, last_error = null,
+        lease_token = null, lease_expires_at = null, result = %(result)s::jsonb
+    where id = %(id)s and lease_token = %(token)s::bigint and state = 'running'
+    returning id
+), told as (
+    select pg_notify(%(settled)s, id::text) from done
+)
+select done.id from done, (select count(*) from told) as t
 
 -- name: job_tenant
 -- the first statement of a body's transaction: its run's tenant ('' for a job without one)
@@ -625,6 +640,11 @@ returning id
 -- security policies (current_setting('xjobs.tenant', true))
 select set_config('xjobs.tenant', %(run_tenant)s, true),
        set_config('xjobs.cross_tenant', %(cross)s, true)
+
+-- name: job_settled
+-- waiters on results (results.py) are told of jobs that settled dead or cancelled, at commit:
+-- each note a comma-separated chunk of ids
+select pg_notify(%(settled)s, ids) from unnest(%(notes)s::text[]) as ids
 
 -- name: queue_notify
 -- wake idle workers of queues that got jobs back (release, rescue, requeue): the insert
@@ -1121,7 +1141,7 @@ where fanin_id = %(fanin)s
 order by fanin_index
 
 -- name: _member_result
-null::jsonb
+result
 
 -- name: batch_callback
 -- a batch's callback, inserted suspended with no wake-up time: only its fan-in reaching 0 wakes

@@ -240,6 +240,7 @@ class JobView:
     steps: tuple[StepRecord, ...] = ()    # what job_get adds: the recorded steps, in order
     traceparent: str | None = None          # what job_get adds: the enqueuing code's W3C trace context
     started_at: float | None = None         # what job_get adds: when its latest run began (by claimed_by)
+    result: Any = None                      # what job_get adds: the completed body's return value (JSON)
 
 
 @dataclass(frozen=True, slots=True)

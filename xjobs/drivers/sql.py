@@ -45,6 +45,11 @@ def cancel_channel(schema: str) -> str:
     return f"{notify_channel(schema)}_cancel"
 
 
+def settled_channel(schema: str) -> str:
+    """Where waiters on results hear of jobs that completed, died or were cancelled."""
+    return f"{notify_channel(schema)}_settled"
+
+
 def _parse(text: str) -> dict[str, str]:
     parts = _BLOCK.split(text)
     blocks: dict[str, str] = {}

@@ -97,6 +97,9 @@ begin
             select pg_notify('{channel}_cancel',
                              json_build_object('holder', claimed_by, 'ids', json_build_array(id))::text)
             from cancelled where was = 'running' and octet_length(claimed_by) <= 1000
+            union all
+            -- and the waiters on their results (job_settled's channel)
+            select pg_notify('{channel}_settled', cancelled.id::text) from cancelled
         ) as told;
     end if;
     return null;
