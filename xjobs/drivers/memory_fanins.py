@@ -42,6 +42,14 @@ class MemoryFanIns(FanInStore):
         self._children: dict[int, list[int]] = {}        # jobs_parent_idx
         self._next = 1
         table.settle_hook = self.settle
+        table.forget_hook = self.forget
+
+    def forget(self, job_id: int) -> None:
+        """``job_prune``: the fan-ins a pruned job would have been woken by go with it."""
+        for fan in [f for f in self._fanins.values() if f.waiter_id == job_id]:
+            del self._fanins[fan.id]
+            if fan.parent_id is not None and fan.step is not None:
+                self._by_step.pop((fan.parent_id, fan.step), None)
 
     # -- the trigger ----------------------------------------------------------------------------
 

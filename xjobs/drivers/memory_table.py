@@ -139,6 +139,7 @@ class MemoryTable(Storage):
         self.hearers: weakref.WeakSet[CancelHearer] = weakref.WeakSet()
         # what the trigger jobs_fanin_settle does, run by move() (memory_fanins.py installs it)
         self.settle_hook: Callable[[Row, str], None] | None = None
+        self.forget_hook: Callable[[int], None] | None = None     # and job_prune's fan-ins
         self._next_id = 1
         self._next_outbox_id = 1
         self._next_seq = 1
@@ -237,6 +238,8 @@ class MemoryTable(Storage):
     def forget(self, row: Row) -> None:
         """Delete a row and what indexes it (prune, a rolled-back transaction's insert)."""
         del self.rows[row.id]
+        if self.forget_hook is not None:
+            self.forget_hook(row.id)
         self.history.pop(row.id, None)
         self.steps.pop(row.id, None)
         if self.live.get(row.namespace) == row.id:

@@ -377,6 +377,9 @@ with doomed as (
     delete from {schema}.job_history h where h.job_id = any(array(select id from gone))
 ), steps as (
     delete from {schema}.job_steps s where s.job_id = any(array(select id from gone))
+), fanins as (
+    -- a fan-in goes with the job it would wake (a parent, or a batch's callback)
+    delete from {schema}.fanins f where f.waiter_id = any(array(select id from gone))
 ), forgotten as (
     delete from {schema}.crashed_workers w
     where w.at < {now} - %(finished_for)s * interval '1 millisecond'
