@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Iterable
 
+from .drivers.fanins import fanins_of
 from .drivers.base import LIVE_STATES, Batch, DeadGroup, JobDriver, JobView, ListFilter
 from .errors import InvalidOption, UnknownQueue
 from .options import duration_ms, finite_count, plain_name
@@ -182,3 +183,26 @@ def schedules(driver: JobDriver, tasks: Iterable[Any]) -> dict[str, Any]:
     return {"now": now, "tasks": rows, "undeclared": undeclared, "leader": None if leader is None else {
         "holder": leader.holder, "live": leader.live, "expires_at": leader.expires_at,
         "elected_at": leader.elected_at}}
+
+
+def family(driver: JobDriver, job_id: int, page: int = 20) -> dict[str, Any] | None:
+    """A job's parent and its children (counts by state, the first ``page`` by id), for
+    ``jobs show`` and the dashboard; None for a job with neither, or a driver without fan-ins."""
+    fanins = fanins_of(driver)
+    if fanins is None:
+        return None
+    parent = fanins.job_parent(job_id)
+    children = fanins.job_children(job_id, page)
+    if parent is None and not children.counts:
+        return None    # a job of no workflow reads as it always did
+    return {"parent": None if parent is None else {"id": parent[0], "step": parent[1]},
+            "children": children.as_json()}
+
+
+def live_children(driver: JobDriver, job_id: int) -> int:
+    """How many of a job's children are live: what a cancel of it takes along."""
+    fanins = fanins_of(driver)
+    if fanins is None:
+        return 0
+    counts = fanins.job_children(job_id, 0).counts
+    return sum(n for state, n in counts.items() if state in LIVE_STATES)

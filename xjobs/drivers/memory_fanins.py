@@ -182,6 +182,11 @@ class MemoryFanIns(FanInStore):
             return FanInView(f.id, f.parent_id, f.step, f.waiter_id, f.total, f.pending, f.counts["completed"],
                              f.counts["dead"], f.counts["cancelled"], f.woken, f.created_at, f.settled_at)
 
+    def job_parent(self, job_id: int) -> tuple[int, str | None] | None:
+        with self._table.lock:
+            row = self._table.rows.get(job_id)
+            return None if row is None or row.parent_id is None else (row.parent_id, row.parent_step)
+
     def job_children(self, job_id: int, limit: int) -> Children:
         table = self._table
         with table.lock:

@@ -115,6 +115,12 @@ class PgFanIns(FanInStore):
         return FanInView(int(fid), parent, step, waiter, total, pending, completed, dead, cancelled, woken,
                          created, settled)
 
+    def job_parent(self, job_id: int) -> tuple[int, str | None] | None:
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["job_parent"], {"id": job_id})
+            row = cur.fetchone()
+        return None if row is None else (int(row[0]), row[1])
+
     def job_children(self, job_id: int, limit: int) -> Children:
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["job_children"], {"id": job_id, "limit": limit})

@@ -402,6 +402,7 @@ select count(*) from gone
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
   and (%(error_group)s::text is null
        or left(coalesce(last_error, ''), %(width)s::int) = %(error_group)s::text)
+  and (%(parent)s::int8 is null or parent_id = %(parent)s::int8)
 
 -- name: job_list
 -- operator filters, newest first; the time range reads when a job finished, or was created
@@ -1171,6 +1172,9 @@ returning queue
 select id, parent_id, step, waiter_id, total, pending, completed, dead, cancelled, woken,
        extract(epoch from created_at)::float8 * 1000, extract(epoch from settled_at)::float8 * 1000
 from {schema}.fanins where id = %(fanin)s
+
+-- name: job_parent
+select parent_id, parent_step from {schema}.jobs where id = %(id)s and parent_id is not null
 
 -- name: job_children
 -- a job's children counted by state, and the first page of them by id (jobs show, the dashboard)
