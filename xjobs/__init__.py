@@ -2,6 +2,7 @@
 
 from .config import Settings, configure, current_driver, load_settings
 from .errors import RetryAfter, StepSuspension, Terminal, XJobsError
+from .children import batch
 from .events import asend_event, send_event
 from .reads import Enqueued, aget, get, queues
 from .context import current
@@ -21,7 +22,7 @@ from .factories.webhook import webhook
 
 __all__ = ["DEFAULT_PURGE_CRON", "DEFAULT_RETRY", "Enqueued", "JobHandle", "PurgeTarget", "REGISTRY",
            "Registry", "Retry", "RetryAfter", "Settings", "StepSuspension", "TaskHandle", "Terminal",
-           "XJobsError", "aget", "asend_event", "backfill", "backfill_requires", "configure",
+           "XJobsError", "aget", "asend_event", "backfill", "backfill_requires", "batch", "configure",
            "current", "current_driver", "export_rows", "get", "job", "load_settings", "on_error",
            "purge", "queues", "retry_schedule", "run_context", "scan", "send_event", "task", "webhook",
            "webhooks"]

@@ -1130,7 +1130,7 @@ returning id
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
                            priority, max_attempts, run_at, created_at, traceparent,
                            parent_id, parent_step, fanin_id, fanin_index)
-select u.n, u.q, 'ready', u.p, %(prefix)s::text || u.i::text, u.t, u.e, u.pr, u.m,
+select u.n, u.q, 'ready', u.p, %(prefix)s::text || coalesce(u.i, 0)::text, u.t, u.e, u.pr, u.m,
        coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now}, u.tp,
        %(parent)s::bigint, %(step)s::text, %(fanin)s::bigint, u.i
 from jsonb_to_recordset(%(rows)s::jsonb)
@@ -1181,5 +1181,5 @@ select parent_id, parent_step from {schema}.jobs where id = %(id)s and parent_id
 select null::bigint, state, count(*)::bigint, null::text, null::text
 from {schema}.jobs where parent_id = %(id)s group by state
 union all
-select * from (select id, state, 0::bigint, name, parent_step
+select page.id, page.state, page.n, page.name, page.parent_step from (select id, state, 0::bigint as n, name, parent_step
                from {schema}.jobs where parent_id = %(id)s order by id limit %(limit)s) as page

@@ -29,8 +29,10 @@ create table if not exists {schema}.fanins (
 );
 create unique index if not exists fanins_step_idx on {schema}.fanins (parent_id, step) where parent_id is not null;
 
-alter table {schema}.job_steps drop constraint if exists job_steps_kind_known;
-alter table {schema}.job_steps add constraint job_steps_kind_known check (kind in ('run', 'sleep', 'wait', 'map'));
+-- a parent's invoke or map is a step of kind map; the check is re-added wider in the same
+-- statement, so every kind the previous code writes still passes
+alter table {schema}.job_steps drop constraint if exists job_steps_kind_known,
+    add constraint job_steps_kind_known check (kind in ('run', 'sleep', 'wait', 'map'));
 
 -- Runs inside the statement that settles a member (ack, nack to dead, rescue, release, cancel)
 -- or re-opens one (requeue): one update of its fan-in row per member, and at 0 one wake.
