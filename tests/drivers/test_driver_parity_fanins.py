@@ -5,6 +5,8 @@ its callback once with the counts merged into its input."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from tests.drivers.parity import claim, enqueue, new_job, run, state
@@ -21,7 +23,7 @@ def children_of(driver, parent: int) -> list[int]:
     return [c.id for c in driver.fanins.job_children(parent, 100).first]
 
 
-_held: dict[int, object] = {}
+_held: dict[tuple[int, int], Any] = {}
 
 
 def take(driver, job_id: int):

@@ -8,7 +8,7 @@ import pytest
 
 import xjobs
 from xjobs.children import batch
-from xjobs.drivers.fanins import fanins_of
+from xjobs.children import store_of as fanins_of
 from xjobs.enqueue import enqueue_many
 from xjobs.errors import ChildFailed, InvalidOption, Terminal
 from xjobs.retry import Retry
