@@ -70,3 +70,12 @@ def nap(ctx, input):
     """Takes ``input["s"]`` seconds, or stops at its signal: crash recovery's workload."""
     if ctx.signal.wait(float(input["s"])):
         ctx.signal.raise_if_set()
+
+
+@job(queue="answer", idempotency_key=lambda i: str(i["n"]), tenant="none")
+def answer(ctx, input):
+    """Returns a small result after ``input["ms"]`` ms (so the waiter is listening by then), and
+    reports the monotonic clock just before it returns: completion-to-``result()``."""
+    time.sleep(input["ms"] / 1000.0)
+    _sock.sendto(f"{input['n']} {time.monotonic()!r}".encode(), os.environ["BENCH_PING_SOCKET"])
+    return {"n": input["n"], "ok": True}

@@ -5,6 +5,7 @@ from .errors import RetryAfter, StepSuspension, Terminal, XJobsError
 from .children import batch
 from .events import asend_event, send_event
 from .reads import Enqueued, aget, get, queues
+from .results import aresult, result
 from .context import current
 from .registry import REGISTRY, JobHandle, Registry, job, run_context
 from .reporting import on_error
@@ -22,8 +23,8 @@ from .factories.webhook import webhook
 
 __all__ = ["DEFAULT_PURGE_CRON", "DEFAULT_RETRY", "Enqueued", "JobHandle", "PurgeTarget", "REGISTRY",
            "Registry", "Retry", "RetryAfter", "Settings", "StepSuspension", "TaskHandle", "Terminal",
-           "XJobsError", "aget", "asend_event", "backfill", "backfill_requires", "batch", "configure",
+           "XJobsError", "aget", "aresult", "asend_event", "backfill", "backfill_requires", "batch", "configure",
            "current", "current_driver", "export_rows", "get", "job", "load_settings", "on_error",
-           "purge", "queues", "retry_schedule", "run_context", "scan", "send_event", "task", "webhook",
+           "purge", "queues", "result", "retry_schedule", "run_context", "scan", "send_event", "task", "webhook",
            "webhooks"]
 __version__ = "0.1.0"

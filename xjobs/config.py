@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, Mapping, TypeVar
 
 from .drivers.sql import check_schema_name
 from .errors import InvalidOption, NotConfigured
-from .payload import DEFAULT_MAX_PAYLOAD_BYTES
+from .payload import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES
 from .setting_kinds import (MAX_PROCESSES, Count, Duration, Kind, Maybe, Names, PerProcessLimits, Queues,
                             QueueSpec, Switch, Text)
 from .limits import Limits
@@ -104,6 +104,10 @@ class Settings:
         "max_payload_bytes", Count(minimum=64, maximum=256 * 1024 * 1024, unit="bytes"),
         DEFAULT_MAX_PAYLOAD_BYTES, env="XJOBS_MAX_PAYLOAD_BYTES",
         help="the largest job input enqueue accepts, encoded")
+    max_result_bytes: int = setting(
+        "max_result_bytes", Count(minimum=64, maximum=64 * 1024 * 1024, unit="bytes"),
+        DEFAULT_MAX_RESULT_BYTES, env="XJOBS_MAX_RESULT_BYTES",
+        help="the largest return value a job stores, encoded; a larger one fails the run")
     lease_ms: float = setting(
         "lease", Duration(minimum_ms=100), 30_000.0, env="XJOBS_LEASE",
         help="how long a claim holds a job without a heartbeat")

@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
 from .errors import Aborted, CrossTenantDenied, InvalidOption, LeaseLost, NotConfigured
+from .payload import DEFAULT_MAX_RESULT_BYTES, encode_result
 from .options import finite_option
 
 if TYPE_CHECKING:
@@ -147,12 +148,14 @@ class Ctx:
 
     __slots__ = ("job_id", "attempt", "queue", "tenant", "name", "signal", "_driver", "_lease",
                  "_log", "_progress", "_written", "fence",
-                 "_step_options", "_steps", "deadline", "_cross_tenant", "traceparent", "_may_cross")
+                 "_step_options", "_steps", "deadline", "_cross_tenant", "traceparent", "_may_cross",
+                 "result_limit", "result_set")
 
     def __init__(self, *, job_id: int, attempt: int, queue: str, tenant: str | None, name: str,
                  signal: RunSignal, driver: "RunStore", lease: "Lease",
                  steps: "StepOptions | None" = None, deadline: float | None = None,
-                 traceparent: str | None = None, cross_tenant: bool = False) -> None:
+                 traceparent: str | None = None, cross_tenant: bool = False,
+                 result_limit: int = DEFAULT_MAX_RESULT_BYTES) -> None:
         self.job_id = job_id
         self.attempt = attempt
         self.queue = queue
@@ -174,6 +177,16 @@ class Ctx:
         # granted by the job's declaration to this run alone: it dies with the ctx, never the worker's
         self._may_cross = cross_tenant
         self.traceparent = traceparent    # the enqueuing code's trace context (tracing.py)
+        self.result_limit = result_limit
+        self.result_set: bytes | None = None   # set_result's value, encoded
+
+    def set_result(self, value: object) -> None:
+        """The job's result, given ahead of its completion: what a body that completes its job
+        in ``ctx.transaction()`` calls inside the block, so the result commits with the job
+        (a value returned after that block is too late: the job is already completed).
+        Encoded now, so a value JSON cannot carry, or one over ``max_result_bytes``, is refused
+        here (``X_RESULT_INVALID``, ``X_RESULT_TOO_LARGE``); None clears it."""
+        self.result_set = encode_result(value, self.result_limit)
 
     @property
     def completed_in_transaction(self) -> bool:
@@ -294,7 +307,8 @@ class Ctx:
         self.fence.check()
         try:
             with self._driver.job_transaction(self._lease, tenant=self.tenant,
-                                              cross_tenant=self._cross_tenant is not None) as conn:
+                                              cross_tenant=self._cross_tenant is not None,
+                                              result=lambda: self.result_set) as conn:
                 yield conn
                 self.fence.committing = True
         except LeaseLost:

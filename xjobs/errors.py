@@ -104,6 +104,33 @@ class PayloadTooLarge(XJobsError):
     code = "X_PAYLOAD_TOO_LARGE"
 
 
+class JobFailed(XJobsError):
+    """``xjobs.result()`` of a job that died: ``last_error`` is its last attempt's error."""
+
+    code = "X_JOB_FAILED"
+
+    def __init__(self, job_id: int, last_error: str | None) -> None:
+        super().__init__(f"job {job_id} is dead: {last_error}", job_id=job_id, last_error=last_error)
+        self.job_id, self.last_error = job_id, last_error
+
+
+class JobCancelled(XJobsError):
+    """``xjobs.result()`` of a job that was cancelled: ``reason`` is what the cancel said."""
+
+    code = "X_JOB_CANCELLED"
+
+    def __init__(self, job_id: int, reason: str | None) -> None:
+        super().__init__(f"job {job_id} was cancelled" + (f": {reason}" if reason else ""),
+                         job_id=job_id, reason=reason)
+        self.job_id, self.reason = job_id, reason
+
+
+class ResultTimeout(XJobsError, TimeoutError):
+    """``xjobs.result(timeout=)`` ran out before the job settled; the job is left as it is."""
+
+    code = "X_TIMEOUT"
+
+
 class ConcurrencyUnenforceable(XJobsError):
     """A job declares ``concurrency=N`` and the worker's driver cannot hold fleet-wide slots."""
 
@@ -283,6 +310,18 @@ class CrossTenantDenied(XJobsError):
 
 class Terminal(Exception):
     """Raise from a job body to dead-letter the job now, whatever attempts remain."""
+
+
+class ResultInvalid(XJobsError, Terminal):
+    """A body returned what JSON cannot carry (payload.encode_result): the run fails terminally."""
+
+    code = "X_RESULT_INVALID"
+
+
+class ResultTooLarge(XJobsError, Terminal):
+    """A body's encoded result is over ``max_result_bytes``: the run fails terminally."""
+
+    code = "X_RESULT_TOO_LARGE"
 
 
 class RetryAfter(Exception):

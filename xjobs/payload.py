@@ -12,9 +12,10 @@ import math
 
 import orjson
 
-from .errors import PayloadInvalid, PayloadTooLarge
+from .errors import PayloadInvalid, PayloadTooLarge, ResultInvalid, ResultTooLarge
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024   # a result is read back whole by every waiter
 _MAX_DEPTH = 200
 _SCALARS = (int, bool, type(None))
 
@@ -61,3 +62,17 @@ def encode_payload(value: object, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) ->
     if len(encoded) > max_bytes:
         raise PayloadTooLarge(f"payload is {len(encoded)} bytes, over the limit of {max_bytes}")
     return encoded
+
+
+def encode_result(value: object, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> bytes | None:
+    """A body's return value as it is stored with its job: the checks of a payload, with codes
+    of its own (the failure is the run's, not an enqueuer's), and None for None (no result)."""
+    if value is None:
+        return None
+    try:
+        return encode_payload(value, max_bytes)
+    except PayloadInvalid as exc:
+        raise ResultInvalid(str(exc.args[0]).replace("payload", "the result", 1)) from None
+    except PayloadTooLarge as exc:
+        raise ResultTooLarge(str(exc.args[0]).replace("payload", "the result", 1)
+                             + " (max_result_bytes)") from None

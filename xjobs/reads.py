@@ -20,7 +20,9 @@ from .config import current_driver
 from .drivers.base import CallerConnection, Introspection, QueueStore
 from .drivers.records import Enqueued as EnqueuedRecord
 from .errors import InvalidOption
+from .drivers.settlement import SettlementWaits
 from .registry import REGISTRY, Registry
+from .results import aresult, result
 from .views import plain, queues as queue_rows, shown
 
 if TYPE_CHECKING:
@@ -31,7 +33,8 @@ if TYPE_CHECKING:
 
 class Enqueued(EnqueuedRecord):
     """What ``enqueue`` answers: the job's ``id``, and ``deduped`` (a job already held its
-    idempotency key: ``id`` is that job's). ``get()`` and ``aget()`` read its state now."""
+    idempotency key: ``id`` is that job's). ``get()`` and ``aget()`` read its state now;
+    ``result()`` and ``aresult()`` wait for what its body returns (``results.py``)."""
 
     __slots__ = ()
 
@@ -53,6 +56,14 @@ class Enqueued(EnqueuedRecord):
                    driver: Introspection | None = None) -> dict[str, Any]:
         """``await xjobs.aget(self.id, ...)``."""
         return await aget(self.id, conn=conn, driver=driver)
+
+    def result(self, timeout: float | None = None, *, driver: SettlementWaits | None = None) -> Any:
+        """``xjobs.result(self.id, timeout)``: what the body returned, once it did."""
+        return result(self.id, timeout, driver=driver)
+
+    async def aresult(self, timeout: float | None = None, *, driver: SettlementWaits | None = None) -> Any:
+        """``await xjobs.aresult(self.id, timeout)``."""
+        return await aresult(self.id, timeout, driver=driver)
 
 
 def get(job_id: int, *, conn: CallerConnection | None = None,

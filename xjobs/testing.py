@@ -181,7 +181,8 @@ def run_until_idle(queue: str | Sequence[str] | None = None, *, driver: JobDrive
                             "with clock=ManualClock() (memory_queue() gives one)")
     stepped = clock if with_scheduled and isinstance(clock, ManualClock) else None
     # poll often (nothing else wakes a memory driver's worker); never prune what a test reads
-    settings = config.Settings(poll_ms=10.0, retention_completed_ms=_NEVER_MS, retention_finished_ms=_NEVER_MS)
+    settings = config.Settings(poll_ms=10.0, retention_completed_ms=_NEVER_MS, retention_finished_ms=_NEVER_MS,
+                               max_result_bytes=config.current_settings().max_result_bytes)
     worker = QueueWorker(driver=cast(JobDriver, Lent(driver)), registry=registry, queues={q: concurrency for q in queues},
                          settings=settings)
     advanced = 0.0

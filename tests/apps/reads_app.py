@@ -17,3 +17,8 @@ def suspends(ctx, input):
 @job(queue="reads", idempotency_key=lambda i: f"dies:{i['n']}", tenant="none")
 def dies(ctx, input):
     raise Terminal("no such customer")
+
+
+@job(queue="reads", idempotency_key=lambda i: f"answers:{i['n']}", tenant="none")
+def answers(ctx, input):
+    return {"n": input["n"], "words": ["x" * 50] * input.get("long", 0), "html": "<b>bold</b>"}

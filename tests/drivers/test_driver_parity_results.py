@@ -7,12 +7,19 @@ Every test runs against the memory and the Postgres driver on the shared ManualC
 
 from __future__ import annotations
 
+import asyncio
+import math
+import threading
+
 import orjson
 import pytest
 
+import xjobs
+
 from tests.drivers.parity import enqueue, run
 from xjobs.drivers.base import Lease, ListFilter, Nack
-from xjobs.errors import InvalidOption, JobNotFound, LeaseLost
+from xjobs.errors import (InvalidOption, JobCancelled, JobFailed, JobNotFound, LeaseLost, ResultTimeout,
+                          XJobsError)
 
 
 def encoded(value: object) -> bytes:
@@ -88,3 +95,99 @@ def test_the_result_is_pruned_with_its_job(driver, clock):
         driver.job_get(job_id)
     keep = enqueue(driver, "kept")
     assert driver.job_get(keep).result is None
+
+
+# -- job_await and xjobs.result ---------------------------------------------------------------------
+
+
+def _waiting(driver, job_id: int, timeout_s: float = 30.0):
+    """``xjobs.result`` on a thread of its own: (the thread, what it answered or raised)."""
+    answered: list[object] = []
+
+    def wait() -> None:
+        try:
+            answered.append(("value", xjobs.result(job_id, timeout_s, driver=driver)))
+        except XJobsError as exc:
+            answered.append(("error", exc))
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread, answered
+
+
+def test_result_wakes_a_waiter_when_the_batch_completes_its_job(driver):
+    job_id, lease = run(driver)
+    other, other_lease = run(driver, "other")
+    thread, answered = _waiting(driver, job_id)
+    assert driver.job_ack_many([other_lease, lease], {job_id: encoded({"n": 1}), other: encoded(2)}) == {job_id, other}
+    thread.join(30)
+    assert answered == [("value", {"n": 1})]
+    assert xjobs.result(other, driver=driver) == 2            # settled already: read at once
+    assert driver.job_await(other, 0).result == 2
+
+
+def test_result_raises_the_dead_jobs_error_and_the_cancel(driver):
+    job_id, lease = run(driver, max_attempts=1)
+    thread, answered = _waiting(driver, job_id)
+    driver.job_nack_many([Nack(job_id, lease.token, "dead", "ValueError: no such card -- dead")])
+    thread.join(30)
+    [(kind, error)] = answered
+    assert kind == "error" and isinstance(error, JobFailed) and error.code == "X_JOB_FAILED"
+    assert error.last_error == "ValueError: no such card -- dead" and "no such card" in str(error)
+    ready = enqueue(driver, "ready")
+    thread, answered = _waiting(driver, ready)
+    driver.job_cancel(ready, "not needed")
+    thread.join(30)
+    [(kind, error)] = answered
+    assert isinstance(error, JobCancelled) and error.code == "X_JOB_CANCELLED" and error.reason == "not needed"
+
+
+def test_result_times_out_and_leaves_the_job_as_it_is(driver):
+    job_id, lease = run(driver)
+    with pytest.raises(ResultTimeout) as err:
+        xjobs.result(job_id, 0.05, driver=driver)
+    assert err.value.code == "X_TIMEOUT" and isinstance(err.value, TimeoutError)
+    assert driver.job_await(job_id, 0).state == "running"
+    assert driver.job_ack_many([lease]) == {job_id}
+    assert xjobs.result(job_id, 0, driver=driver) is None     # a body that returned None
+
+
+def test_result_of_a_job_completed_in_its_transaction(driver):
+    job_id, lease = run(driver)
+    thread, answered = _waiting(driver, job_id)
+    with driver.job_transaction(lease, result=lambda: encoded(["a", "b"])):
+        pass
+    thread.join(30)
+    assert answered == [("value", ["a", "b"])]
+
+
+@pytest.mark.parametrize("call", [
+    lambda d: xjobs.result(10**30, driver=d), lambda d: d.job_await(999_999, 0), lambda d: d.job_await(True, 0),
+], ids=["huge-id", "unknown-id", "bool-id"])
+def test_result_of_an_unknown_job_is_refused(driver, call):
+    with pytest.raises(JobNotFound):
+        call(driver)
+
+
+@pytest.mark.parametrize("timeout", [math.nan, math.inf, -1, True, "5"])
+def test_a_bad_timeout_is_refused(driver, timeout):
+    job_id, _ = run(driver)
+    with pytest.raises(InvalidOption) as err:
+        xjobs.result(job_id, timeout, driver=driver)
+    assert err.value.option == "timeout"
+
+
+def test_aresult_awaits_the_same_answers(driver):
+    async def scenario() -> None:
+        job_id, lease = run(driver)
+        waiting = asyncio.ensure_future(xjobs.aresult(job_id, 30, driver=driver))
+        await asyncio.sleep(0)                                 # let the waiter begin
+        await asyncio.to_thread(driver.job_ack_many, [lease], {job_id: encoded({"async": True})})
+        assert await waiting == {"async": True}
+        dead, dead_lease = run(driver, "dead", max_attempts=1)
+        driver.job_nack_many([Nack(dead, dead_lease.token, "dead", "boom")])
+        with pytest.raises(JobFailed):
+            await xjobs.aresult(dead, driver=driver)
+        live, _ = run(driver, "live")
+        with pytest.raises(ResultTimeout):
+            await xjobs.aresult(live, 0.05, driver=driver)
+    asyncio.run(scenario())

@@ -190,11 +190,17 @@ class DriverPair(RuleBasedStateMachine):
         job_id, mem_token, pg_token = lease
         assert self.memory.job_ack(job_id, mem_token) == self.pg.job_ack(job_id, pg_token)
 
-    @rule(batch=st.lists(leases, min_size=1, max_size=3))
-    def ack_many(self, batch):
-        mem = self.memory.job_ack_many([Lease(i, m) for i, m, _ in batch])
-        pg = self.pg.job_ack_many([Lease(i, p) for i, _, p in batch])
+    @rule(batch=st.lists(leases, min_size=1, max_size=3), values=st.lists(st.sampled_from(VALUES), min_size=3, max_size=3))
+    def ack_many(self, batch, values):
+        results = {i: orjson.dumps(v) for (i, _, _), v in zip(batch, values) if v is not None}   # a body's returns
+        mem = self.memory.job_ack_many([Lease(i, m) for i, m, _ in batch], results)
+        pg = self.pg.job_ack_many([Lease(i, p) for i, _, p in batch], results)
         assert mem == pg
+
+    @rule(data=st.data())
+    def await_settled(self, data):   # what xjobs.result reads: without waiting, the same answer
+        job_id = data.draw(st.integers(1, self.enqueued + 1), label="job_id")
+        self.both(lambda d: d.job_await(job_id, 0))
 
     @rule(lease=leases, outcome=st.sampled_from(["retried", "dead", "suspended", "interrupted", "shed"]),
           delay=st.sampled_from([0, 300, 1500]), error=st.sampled_from([None, "boom"]))
@@ -442,7 +448,7 @@ class DriverPair(RuleBasedStateMachine):
         """Histories are compared once per example: they only grow, so the end shows all."""
         for view in self.memory.job_list(ListFilter(limit=1000)):
             mem, pg = self.memory.job_get(view.id), self.pg.job_get(view.id)
-            assert mem.payload == pg.payload
+            assert (mem.payload, mem.result) == (pg.payload, pg.result)
             assert _steps(mem.steps) == _steps(pg.steps)
             assert [(_time(h["at"]), h["attempt"], h["outcome"], h["error"]) for h in mem.history] == \
                 [(_time(h["at"]), h["attempt"], h["outcome"], h["error"]) for h in pg.history]

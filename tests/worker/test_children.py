@@ -53,7 +53,7 @@ def test_map_parks_the_parent_once_and_answers_the_results_in_input_order(driver
     pacer.until(lambda: driver.job_get(job.id).state == "completed", advance_ms=50)
     assert sorted(ran) == [*range(7), 10]                  # every body once
     results = got[-2:]
-    assert results == [[x * x for x in range(7)], 100] or results == [[None] * 7, None]
+    assert results == [[x * x for x in range(7)], 100]
     view = driver.job_get(job.id)
     assert view.attempt == 1                               # parking spent no attempt
     # one suspension per fan-in, one wake each: never a wake per child
@@ -98,7 +98,7 @@ def test_a_dead_child_fails_the_step_with_its_error_and_return_exceptions_keeps_
     pacer.until(lambda: driver.job_get(second.id).state == "completed", advance_ms=50)
     [values] = seen
     assert isinstance(values[2], ChildFailed) and values[2].failures[0][0] == 2
-    assert [v for i, v in enumerate(values) if i != 2] in ([0, 1, 3], [None, None, None])
+    assert [v for i, v in enumerate(values) if i != 2] == [0, 1, 3]
 
 
 def test_a_batch_runs_its_callback_once_with_the_counts(driver, registry):

@@ -199,7 +199,10 @@ def _print_one(view: JobView, as_json: bool, backfill: dict[str, Any] | None = N
     progress = data.pop("progress")
     steps = data.pop("steps")
     waits = data.pop("waiting_for")
+    result = data.pop("result")
     data["payload"] = orjson.dumps(data["payload"]).decode()   # as JSON, the way it was given
+    if view.state == "completed":   # null is a result too (a body that returned None)
+        data["result"] = _clipped(orjson.dumps(result).decode())
     width = max(len(k) for k in data)
     for key, value in data.items():
         print(f"{key.ljust(width)}  {'' if value is None else value}")
@@ -236,6 +239,11 @@ def _print_one(view: JobView, as_json: bool, backfill: dict[str, Any] | None = N
         if entry.get("traceback"):
             print(f"\ntraceback of attempt {entry['attempt']} ({entry['outcome']} at {entry['at']}):")
             print(entry["traceback"].rstrip("\n"))
+
+
+def _clipped(text: str, most: int = 2000) -> str:
+    """A long result in a terminal: its start and its size; ``--json`` prints it whole."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters; --json shows all)"
 
 
 def show_job(args: argparse.Namespace) -> int:

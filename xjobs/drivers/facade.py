@@ -29,6 +29,7 @@ from .base import (Batch, CallerConnection, Claim, ClaimAlone, ClaimedJob, DeadG
                    StepResult, StepSleep, StepStore, StepWait, Storage, Watermark, WorkerExit)
 from .fanins import FanInStore
 from .ledger import BackfillLedger, CheckedLedger
+from .settlement import Settlement, SettlementWaits
 from .base_async import AsyncCallerConnection, AsyncWrites
 from .refusals import (check_batch, check_claim, check_claim_alone, check_claim_token, check_dispatch,
                        check_filter, check_job_names, check_lease, check_name, check_nacks, check_new_event,
@@ -56,8 +57,10 @@ class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
                  operator: Introspection, queues: QueueStore, leader: LeaderStore,
                  schedule: ScheduleStore, outbox: OutboxStore, slots: SlotStore, steps: StepStore,
                  events: EventStore, writes_async: AsyncWrites,
-                 backfills: BackfillLedger | None = None, fanins: FanInStore | None = None) -> None:
+                 backfills: BackfillLedger | None = None, waits: SettlementWaits | None = None,
+                 fanins: FanInStore | None = None) -> None:
         self._storage = storage
+        self._waits = waits
         # the optional fan-ins of workflows (fanins.py): child jobs, map, batches
         self.fanins: FanInStore | None = fanins
         # the optional backfill ledger (ledger.py), behind its own door; None: passes run unbooked
@@ -187,6 +190,22 @@ class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
         if not is_bigint(job_id):
             raise job_not_found(job_id)
         return self._operator.job_get(job_id)
+
+    def job_await(self, job_id: int, timeout_s: float | None = None) -> Settlement:
+        """The job once it settled, or as it is when ``timeout_s`` ran out (settlement.py)."""
+        return self._waits_for(job_id, timeout_s).job_await(job_id, timeout_s)
+
+    async def job_await_async(self, job_id: int, timeout_s: float | None = None) -> Settlement:
+        return await self._waits_for(job_id, timeout_s).job_await_async(job_id, timeout_s)
+
+    def _waits_for(self, job_id: int, timeout_s: float | None) -> SettlementWaits:
+        if not is_bigint(job_id):
+            raise job_not_found(job_id)
+        if timeout_s is not None:
+            finite_option(timeout_s, "timeout")
+        if self._waits is None:
+            raise InvalidOption("driver", f"{type(self).__name__} cannot wait for a job's result")
+        return self._waits
 
     def job_cancel(self, job_id: int, reason: str | None = None) -> JobView:
         if not is_bigint(job_id):

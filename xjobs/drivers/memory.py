@@ -32,6 +32,7 @@ from .memory_coordination import MemoryOutbox, MemorySchedule, MemorySlots
 from .memory_fanins import MemoryFanIns
 from .memory_jobs import MemoryJobs, MemoryTransaction
 from .memory_ledger import MemoryLedger
+from .memory_settlement import MemorySettlement
 from .memory_maintenance import MemoryMaintenance
 from .memory_operator import MemoryOperator
 from .memory_queues import MemoryQueues
@@ -55,4 +56,5 @@ class MemoryDriver(CheckedDriver):
                          leader=schedule, schedule=schedule, outbox=outbox,
                          slots=MemorySlots(table), steps=steps, events=steps,
                          writes_async=MemoryAsyncWrites(table, jobs, outbox, steps),
-                         backfills=MemoryLedger(table), fanins=MemoryFanIns(table))
+                         backfills=MemoryLedger(table), waits=MemorySettlement(table),
+                         fanins=MemoryFanIns(table))

@@ -169,6 +169,10 @@ class PgDatabase(Storage):
             options["options"] = f"-c statement_timeout={self._statement_timeout_ms}"
         return options
 
+    def listen_options(self) -> dict[str, Any]:
+        """What ``connect`` opens a connection with, for an ``AsyncConnection`` of its own."""
+        return self._options()
+
     def connect(self, **extra: Any) -> psycopg.Connection:
         """A fresh dedicated connection (LISTEN, migrations), configured like the pool's; what
         it raises is psycopg's."""

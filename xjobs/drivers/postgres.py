@@ -41,6 +41,7 @@ from .pg_database import PgDatabase
 from .pg_fanins import PgFanIns
 from .pg_jobs import PgJobs
 from .pg_ledger import PgLedger
+from .pg_settlement import PgSettlement
 from .pg_maintenance import PgMaintenance
 from .pg_operator import PgOperator
 from .pg_outbox import PgOutbox
@@ -71,7 +72,7 @@ class PostgresDriver(CheckedDriver):
         super().__init__(storage=db, jobs=jobs, maintenance=PgMaintenance(db), operator=operator,
                          queues=PgQueues(db), leader=schedule, schedule=schedule, outbox=PgOutbox(db, jobs),
                          slots=PgSlots(db), steps=steps, events=steps,
-                         writes_async=PgAsyncWrites(db), backfills=PgLedger(db),
+                         writes_async=PgAsyncWrites(db), backfills=PgLedger(db), waits=PgSettlement(db),
                          fanins=PgFanIns(db))
 
     @property

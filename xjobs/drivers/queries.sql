@@ -645,6 +645,12 @@ select done.id from done, (select count(*) from told) as t
 select set_config('xjobs.tenant', %(run_tenant)s, true),
        set_config('xjobs.cross_tenant', %(cross)s, true)
 
+-- name: job_settlement
+-- what a waiter on a result reads (settlement.py): the result only of a completed job
+select state, last_error, case when state = 'completed' then result end
+from {schema}.jobs
+where id = %(id)s
+
 -- name: job_settled
 -- waiters on results (results.py) are told of jobs that settled dead or cancelled, at commit:
 -- each note a comma-separated chunk of ids

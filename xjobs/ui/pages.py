@@ -124,10 +124,16 @@ def pretty_payload(view: JobView) -> tuple[str, bool]:
     return text[:PAYLOAD_SHOWN_BYTES], True
 
 
+def pretty_result(view: JobView) -> str | None:
+    """A completed job's result as indented JSON (a result is bounded by max_result_bytes)."""
+    return orjson.dumps(view.result, option=orjson.OPT_INDENT_2).decode() if view.state == "completed" else None
+
+
 def one_job(driver: JobDriver, job_id: int) -> dict[str, Any]:
     view = driver.job_get(job_id)
     payload, cut = pretty_payload(view)
     return {"job": replace(view, history=life(view)), "payload": payload, "payload_cut": cut, "waiting_for": admin.waiting_for(view),
+            "result": pretty_result(view),
             "steps": [step.as_json() for step in view.steps],
             "backfill": by_job(driver).get(view.id),     # a backfill run's ledger row, as every surface shows it
             "trace_id": view.traceparent.split("-")[1] if view.traceparent else None}

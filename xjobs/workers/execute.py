@@ -38,6 +38,7 @@ from ..context import CANCELLED, DRAINED, LEASE_LOST, SLOT_LOST, Ctx, RunSignal,
 from ..drivers.base import ClaimedJob, Lease, Nack, RunStore
 from ..errors import JobTimeout, StepSuspension
 from ..retry import ErrorTypes, Retry, RetryVerdict, decide
+from ..payload import DEFAULT_MAX_RESULT_BYTES, encode_result
 from ..tracing import mark_suspended, run_span
 from .failures import describe, full_traceback
 from ..steps import StepOptions
@@ -88,11 +89,11 @@ class Run:
 
     __slots__ = ("job", "handle", "lease", "signal", "ctx", "started_ms", "deadline_ms",
                  "settled", "future", "renewed_ms", "code_at_return", "step_deadline_ms",
-                 "_clock", "_poke", "hook")
+                 "_clock", "_poke", "hook", "result")
 
     def __init__(self, job: ClaimedJob, handle: Handle, driver: RunStore, now_ms: float, *,
                  clock: Callable[[], float], poke: Callable[[], None] | None = None,
-                 hook: RunHook | None = None) -> None:
+                 hook: RunHook | None = None, result_limit: int = DEFAULT_MAX_RESULT_BYTES) -> None:
         self.job = job
         self.handle = handle
         self.lease = Lease(job.id, job.token)
@@ -108,7 +109,9 @@ class Run:
         self.ctx = Ctx(job_id=job.id, attempt=job.attempt, queue=job.queue, tenant=job.tenant,
                        name=job.name, signal=self.signal, driver=driver, lease=self.lease, steps=steps,
                        deadline=None if timeout_ms is None else time.time() + timeout_ms / 1000.0,
-                       traceparent=job.traceparent, cross_tenant=handle.cross_tenant)
+                       traceparent=job.traceparent, cross_tenant=handle.cross_tenant,
+                       result_limit=result_limit)
+        self.result: bytes | None = None   # what the body returned, encoded once in its thread
         self.started_ms = now_ms
         self.renewed_ms = now_ms
         self.deadline_ms: float | None = None if timeout_ms is None else now_ms + timeout_ms
@@ -155,6 +158,9 @@ def settlement_for(run: Run, error: BaseException | None, timed_out: bool = Fals
         if error is not None:
             log.warning("job %s#%s raised after its transaction committed; it stays completed: %s",
                         run.job.name, run.job.id, describe(error))
+        elif run.result is not None and run.result != run.ctx.result_set:
+            log.warning("job %s#%s returned a value after ctx.transaction() completed it; the job keeps "
+                        "what ctx.set_result() gave inside the block", run.job.name, run.job.id)
         return Settlement("completed")
     code = run.signal.code if timed_out else run.code_at_return
     if code in (LEASE_LOST, CANCELLED):
@@ -196,7 +202,7 @@ def _call_sync(run: Run) -> BaseException | None:
     try:
         with running(run.ctx), run_span(run.ctx) as span, _around(run):
             try:
-                run.handle.fn(run.ctx, run.job.payload)
+                run.result = encode_result(run.handle.fn(run.ctx, run.job.payload), run.ctx.result_limit)
             except StepSuspension as suspension:
                 mark_suspended(span, suspension.step, suspension.wake_at)
                 return suspension
@@ -210,7 +216,7 @@ async def _call_async(run: Run) -> BaseException | None:
     try:
         with running(run.ctx), run_span(run.ctx) as span, _around(run):
             try:
-                await run.handle.fn(run.ctx, run.job.payload)
+                run.result = encode_result(await run.handle.fn(run.ctx, run.job.payload), run.ctx.result_limit)
             except StepSuspension as suspension:
                 mark_suspended(span, suspension.step, suspension.wake_at)
                 return suspension

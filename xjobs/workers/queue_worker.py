@@ -382,7 +382,7 @@ class QueueWorker(RoleBase):
             self.settler.shed(job, admitted.delay_ms, admitted.why, now_ms)
             return None
         run = Run(job, handle, self.driver, now_ms, clock=self.clock, poke=self.results.poke,
-                  hook=self._hook)
+                  hook=self._hook, result_limit=self.settings.max_result_bytes)
         if self._bound_at is not None:
             run.ctx.bound(self._bound_at)
         if log.isEnabledFor(logging.DEBUG):

@@ -255,7 +255,8 @@ class Settler:
 
     def _write_acks(self, acks: list[Run], now_ms: float) -> None:
         def attempt() -> None:
-            self._acked(acks, self._driver.job_ack_many([run.lease for run in acks]), now_ms)
+            results = {run.job.id: value for run in acks if (value := run.result or run.ctx.result_set)}
+            self._acked(acks, self._driver.job_ack_many([run.lease for run in acks], results), now_ms)
         self.retries.write(acks, attempt, f"settling {len(acks)} completed job(s)", now_ms)
 
     def _acked(self, acks: list[Run], acked: set[int], now_ms: float) -> None:

@@ -1,0 +1,29 @@
+"""The dashboard's job page shows a completed job's result: escaped, and folded in a
+``<details>`` when long; a job that did not complete shows none."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+pytest.importorskip("werkzeug", reason="the dashboard needs the ui extra")
+
+from tests.drivers.parity import run  # noqa: E402
+from tests.ui.clients import client  # noqa: E402
+
+XSS = "<script>alert(1)</script>"
+
+
+def test_the_job_page_shows_the_result_escaped_and_folds_a_long_one(driver):
+    short, lease = run(driver, "short")
+    long, long_lease = run(driver, "long")
+    running, _ = run(driver, "running")
+    driver.job_ack_many([lease, long_lease], {short: orjson.dumps({"note": XSS}),
+                                              long: orjson.dumps(["row %d" % n for n in range(100)])})
+    c = client(driver)
+    page = c.get(f"/jobs/{short}").get_data(as_text=True)
+    assert XSS not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert 'data-testid="result"' in page and 'data-testid="result-long"' not in page
+    folded = c.get(f"/jobs/{long}").get_data(as_text=True)
+    assert 'data-testid="result-long"' in folded and "row 99" in folded
+    assert 'data-testid="result"' not in c.get(f"/jobs/{running}").get_data(as_text=True)
