@@ -131,3 +131,19 @@ def test_a_requeued_dead_child_counts_again(driver, clock):
     assert fanin is not None
     driver.job_requeue(kid)
     assert driver.fanins.job_children(parent, 10).counts == {"ready": 1}
+
+
+def test_a_retry_from_the_map_step_finds_the_same_children_and_their_results(driver, clock):
+    parent, lease = run(driver, "parent", name="parent")
+    driver.fanins.fanin_open(lease, fan("thumbs", 3))
+    kids = children_of(driver, parent)
+    settle(driver, kids)
+    job = take(driver, parent)
+    members = driver.fanins.fanin_open(Lease(job.id, job.token), fan("thumbs", 3)).members
+    assert driver.fanins.fanin_complete(Lease(job.id, job.token), "thumbs", 1, orjson.dumps({"r": 1}))
+    assert driver.job_ack(job.id, job.token)
+    driver.step_reopen(parent, "thumbs")
+    again = take(driver, parent)
+    replayed = driver.fanins.fanin_open(Lease(again.id, again.token), fan("thumbs", 3))
+    assert not replayed.suspended and replayed.members == members
+    assert children_of(driver, parent) == kids

@@ -171,6 +171,7 @@ class MemoryFanIns(FanInStore):
             fan = self._open(None, None, callback.id, batch.total, at)
             ids = self._insert(batch.chunks, fan, batch_key_prefix(fan.id), at)
             if not ids:
+                fan.settled_at = at
                 self._wake(fan, callback, at)
             return BatchOpened(fan.id, callback.id, tuple(ids))
 

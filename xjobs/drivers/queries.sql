@@ -1168,11 +1168,17 @@ update {schema}.fanins set waiter_id = %(waiter)s::bigint where id = %(fanin)s r
 
 -- name: fanin_wake_empty
 -- a fan-in of no members is settled as it is opened: its waiter is woken at once
-update {schema}.jobs set state = 'ready', run_at = {now},
-    payload = payload || jsonb_build_object('batch_id', %(fanin)s::bigint, 'completed', 0, 'dead', 0,
-        'cancelled', 0, 'completed_ids', '[]'::jsonb, 'dead_ids', '[]'::jsonb, 'cancelled_ids', '[]'::jsonb)
-where id = %(waiter)s and state = 'suspended'
-returning queue
+with woken as (
+    update {schema}.jobs set state = 'ready', run_at = {now},
+        payload = payload || jsonb_build_object('batch_id', %(fanin)s::bigint, 'completed', 0, 'dead', 0,
+            'cancelled', 0, 'completed_ids', '[]'::jsonb, 'dead_ids', '[]'::jsonb, 'cancelled_ids', '[]'::jsonb)
+    where id = %(waiter)s and state = 'suspended'
+    returning queue
+), counted as (
+    update {schema}.fanins set woken = woken + 1, settled_at = {now}
+    where id = %(fanin)s and exists (select 1 from woken)
+)
+select queue from woken
 
 -- name: fanin_get
 select id, parent_id, step, waiter_id, total, pending, completed, dead, cancelled, woken,
