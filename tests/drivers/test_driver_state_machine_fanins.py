@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, Phase, settings, strategies as st
 from hypothesis.stateful import invariant, rule, run_state_machine_as_test
 
 from tests.drivers.test_driver_state_machine import EXAMPLE_TABLES, DriverPair, _time
+from xjobs.children import store_of
 from xjobs.drivers.base import NewJob
 from xjobs.drivers.fanins import FanOut, NewBatch
 from xjobs.payload import encode_payload
@@ -50,7 +51,7 @@ class FanInPair(DriverPair):
     @invariant()
     def same_fanins(self):
         for fanin_id in range(1, 12):
-            mem, pg = self.memory.fanins.fanin_get(fanin_id), self.pg.fanins.fanin_get(fanin_id)
+            mem, pg = store_of(self.memory).fanin_get(fanin_id), store_of(self.pg).fanin_get(fanin_id)
             shape = lambda v: v and (v.parent_id, v.step, v.waiter_id, v.total, v.pending, v.completed,
                                      v.dead, v.cancelled, v.woken, _time(v.created_at), _time(v.settled_at))
             assert shape(mem) == shape(pg)
