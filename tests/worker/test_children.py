@@ -144,3 +144,39 @@ def test_cancelling_the_root_cancels_every_live_descendant(driver, registry):
     mids = [m.id for m in fanins.job_children(job.id, 10).first]
     tree = mids + [c.id for m in mids for c in fanins.job_children(m, 10).first]
     assert len(tree) == 8 and {driver.job_get(j).state for j in tree} == {"cancelled"}
+
+
+def test_an_async_parent_awaits_its_children(driver, registry):
+    got: list = []
+
+    async def double(ctx, i):
+        return i["x"] * 2
+    child = declare(registry, double, name="double", idempotency_key=lambda i: str(i["x"]))
+
+    async def parent(ctx, i):
+        got.append(await ctx.step.map("doubles", child, [{"x": x} for x in range(3)]))
+        got.append(await ctx.step.invoke("one", child, {"x": 5}, priority=1))
+    [job] = enqueue_many(declare(registry, parent, name="async_parent"), [{"n": 1}], driver=driver)
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: driver.job_get(job.id).state == "completed", advance_ms=50)
+    assert got[-2:] == [[0, 2, 4], 10]
+
+
+def test_bad_arguments_are_refused_before_anything_is_written(driver, registry):
+    seen: list = []
+    child = declare(registry, lambda ctx, i: None, name="kid")
+
+    def parent(ctx, i):
+        for call in (lambda: ctx.step.map("a", "not a job", [{}]),
+                     lambda: ctx.step.map("b", child, {"n": 1}),
+                     lambda: ctx.step.map("c", child, [{"n": 1}], return_exceptions=1),
+                     lambda: ctx.step.invoke("d", child, {"n": 1}, tenant="other")):
+            try:
+                call()
+            except InvalidOption as exc:
+                seen.append(exc.code)
+    [job] = enqueue_many(declare(registry, parent, name="refusing"), [{"n": 1}], driver=driver)
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: driver.job_get(job.id).state == "completed", advance_ms=50)
+    assert seen == ["X_INVALID_OPTION"] * 4
+    assert fanins_of(driver).job_children(job.id, 10).counts == {}
