@@ -206,3 +206,34 @@ def live_children(driver: JobDriver, job_id: int) -> int:
         return 0
     counts = fanins.job_children(job_id, 0).counts
     return sum(n for state, n in counts.items() if state in LIVE_STATES)
+
+
+TREE_NODES = 200     # the most nodes the dashboard draws of one workflow
+TREE_FANOUT = 50     # the most children drawn under one node (the rest are counted)
+
+
+def workflow_tree(driver: JobDriver, job_id: int) -> dict[str, Any] | None:
+    """The workflow ``job_id`` belongs to, from its root down: each node's id, name, state and
+    the step that made it, its first children, and how many more it has. Bounded (``TREE_NODES``
+    in all, ``TREE_FANOUT`` under one node), so a map of 10,000 draws as 50 and a count."""
+    fanins = fanins_of(driver)
+    if fanins is None:
+        return None
+    root, step, seen = job_id, None, {job_id}
+    while (up := fanins.job_parent(root)) is not None and up[0] not in seen and len(seen) < 64:
+        root, step = up
+        seen.add(root)
+    view = driver.job_get(root)
+    tree: dict[str, Any] = {"id": root, "name": view.name, "state": view.state, "step": None,
+                            "current": root == job_id}
+    queue, drawn = [tree], 1
+    while queue:
+        node = queue.pop(0)
+        kids = fanins.job_children(node["id"], TREE_FANOUT)
+        room = max(0, TREE_NODES - drawn)
+        node["children"] = [{"id": c.id, "name": c.name, "state": c.state, "step": c.step,
+                             "current": c.id == job_id} for c in kids.first[:room]]
+        node["more"] = sum(kids.counts.values()) - len(node["children"])
+        drawn += len(node["children"])
+        queue.extend(node["children"])
+    return tree

@@ -32,7 +32,7 @@ from werkzeug.wrappers import Request, Response
 from .. import admin
 from ..drivers.base import LIVE_STATES, STATES, JobDriver, ListFilter, RunningPage
 from ..drivers.refusals import is_bigint
-from ..errors import DatabaseTimeout, DriverError, JobNotFound, XJobsError
+from ..errors import DatabaseTimeout, DriverError, InvalidOption, JobNotFound, XJobsError
 from ..formatting import age, child_state, either, queue_state
 from . import pages
 from .auth import SESSION_COOKIE, SESSION_SECONDS, Guard
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("xjobs.ui")
 FLASH_COOKIE = "xjobs_ui_flash"
 # "group": a dead-letter group's error prefix, matched exactly (the dead letters page links it)
-FILTERS = ("queue", "name", "state", "tenant", "since", "until", "error", "group")
+FILTERS = ("queue", "name", "state", "tenant", "since", "until", "error", "group", "parent")
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
                                "script-src 'self'; frame-ancestors 'none'; form-action 'self'",
@@ -316,8 +316,11 @@ class Dashboard:
     def where(self, raw: dict[str, str | None], limit: int) -> ListFilter:
         since, since_ago = admin.when(raw["since"], "since")
         until, until_ago = admin.when(raw["until"], "until")
+        parent = None if raw["parent"] is None else _job_id(raw["parent"])
+        if raw["parent"] is not None and parent is None:
+            raise InvalidOption("parent", f"must be a job id, got {raw['parent']!r}")
         return ListFilter(queue=raw["queue"], name=raw["name"], state=raw["state"], tenant=raw["tenant"],
-                          error=raw["error"], error_group=raw["group"], limit=limit,
+                          error=raw["error"], error_group=raw["group"], limit=limit, parent_id=parent,
                           since_ms=since, since_ago_ms=since_ago, until_ms=until, until_ago_ms=until_ago)
 
 
