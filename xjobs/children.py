@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Generator, Sequence
 import orjson
 
 from .config import current_driver, current_settings
-from .drivers.base import JobDriver, NewJob
+from .drivers.base import JobDriver
 from .drivers.fanins import BatchOpened, FanInOutcome, FanInStore, FanOut, Member, NewBatch, fanins_of
-from .enqueue import build_chunks
+from .enqueue import build_callback, build_chunks
 from .errors import ChildFailed, FanInUnavailable, InvalidOption, StepSuspension
 from .payload import encode_payload
 
@@ -126,12 +126,8 @@ def batch(job: object, inputs: Sequence[Any], *, on_complete: object,
     driver = driver if driver is not None else current_driver()
     store = store_of(driver)
     limit = current_settings().max_payload_bytes
-    # the callback's tenant is its own tenant() of what the caller gave it, not of the envelope
-    made = NewJob(name=callback.name, queue=callback.queue,
-                  payload=encode_payload({"input": on_complete_input}, limit),
-                  idempotency_key=f"batch-callback:{uuid.uuid4().hex}",
-                  tenant=callback.tenant_for(on_complete_input), priority=callback.priority,
-                  max_attempts=callback.retry.attempts)
+    made = build_callback(callback, on_complete_input, key=f"batch-callback:{uuid.uuid4().hex}",
+                          max_payload_bytes=limit)
     chunks = build_chunks(handle, inputs, max_payload_bytes=limit)
     return store.batch_open(NewBatch(total=len(inputs), chunks=chunks, callback=made))
 

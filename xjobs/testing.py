@@ -46,7 +46,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence, cast
+from typing import Any, Callable, Iterable, Iterator, Sequence, cast
 
 import orjson
 import psycopg
@@ -94,8 +94,8 @@ class _InlineTransactions:
         self.conn = conn
 
     @contextlib.contextmanager
-    def job_transaction(self, lease: Lease, tenant: str | None = None,
-                        cross_tenant: bool = False) -> Iterator[psycopg.Connection[Any]]:
+    def job_transaction(self, lease: Lease, tenant: str | None = None, cross_tenant: bool = False,
+                        result: Callable[[], bytes | None] | None = None) -> Iterator[psycopg.Connection[Any]]:
         if self.conn is None:
             raise NoTransaction("run_inline has no job row for ctx.transaction() to complete; pass "
                                 "conn= (a psycopg connection) to run the body's writes in "

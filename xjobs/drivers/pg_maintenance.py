@@ -38,6 +38,7 @@ class PgMaintenance(Maintenance):
                 cur.execute(self._db.sql[name], params)
                 moved += cur.fetchall()
             self._db.notify(cur, moved)
+            self._db.settled(cur, [row[0] for row in moved if row[2] == "dead"])   # a rescue spent the last attempt
         return len(moved)
 
     def job_release_worker(self, worker: WorkerExit) -> list[Released]:
@@ -48,6 +49,7 @@ class PgMaintenance(Maintenance):
                 "charge": worker.charge})
             released = [Released(*row) for row in cur.fetchall()]
             self._db.notify(cur, [(r.id, r.queue, r.state) for r in released])
+            self._db.settled(cur, [r.id for r in released if r.state == "dead"])
             return released
 
     def job_prune(self, completed_for_ms: float, finished_for_ms: float, limit: int = 1000) -> int:

@@ -15,8 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from .records import FINISHED_STATES
 
-# A job settled by a path that tells nobody (a rescue of a lapsed lease that spends its last
-# attempt, a crashed process's jobs) is still found: the waiter reads the row again this often
+# Every settling path notifies; a note lost anyway (a server restart between commit and
+# delivery) costs a waiter at most this long: it reads the row again this often
 RECHECK_S = 5.0
 
 
