@@ -39,6 +39,7 @@ class MemoryFanIns(FanInStore):
         self._table = table
         self._fanins: dict[int, FanInRow] = {}
         self._by_step: dict[tuple[int, str], int] = {}
+        self._by_waiter: dict[int, list[int]] = {}       # what job_prune deletes with a job
         self._children: dict[int, list[int]] = {}        # jobs_parent_idx
         self._next = 1
         table.settle_hook = self.settle
@@ -46,8 +47,8 @@ class MemoryFanIns(FanInStore):
 
     def forget(self, job_id: int) -> None:
         """``job_prune``: the fan-ins a pruned job would have been woken by go with it."""
-        for fan in [f for f in self._fanins.values() if f.waiter_id == job_id]:
-            del self._fanins[fan.id]
+        for fanin_id in self._by_waiter.pop(job_id, ()):
+            fan = self._fanins.pop(fanin_id)
             if fan.parent_id is not None and fan.step is not None:
                 self._by_step.pop((fan.parent_id, fan.step), None)
 
@@ -127,6 +128,8 @@ class MemoryFanIns(FanInStore):
         fan = FanInRow(self._next, parent, step, waiter, total, total, at)
         self._next += 1
         self._fanins[fan.id] = fan
+        if waiter is not None:
+            self._by_waiter.setdefault(waiter, []).append(fan.id)
         if parent is not None and step is not None:
             self._by_step[(parent, step)] = fan.id
         return fan
