@@ -147,3 +147,15 @@ def test_a_retry_from_the_map_step_finds_the_same_children_and_their_results(dri
     replayed = driver.fanins.fanin_open(Lease(again.id, again.token), fan("thumbs", 3))
     assert not replayed.suspended and replayed.members == members
     assert children_of(driver, parent) == kids
+
+
+def test_a_fan_in_is_pruned_with_the_job_it_wakes(driver, clock):
+    parent, lease = run(driver, "parent", name="parent")
+    opened = driver.fanins.fanin_open(lease, fan("thumbs", 1))
+    settle(driver, children_of(driver, parent))
+    job = take(driver, parent)
+    assert driver.job_ack(job.id, job.token)
+    clock.advance(10_000)
+    assert driver.job_prune(1000, 1000, 100) == 2
+    assert driver.fanins.fanin_get(opened.fanin_id) is None
+    assert driver.fanins.job_parent(parent) is None
