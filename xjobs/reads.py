@@ -70,8 +70,9 @@ def get(job_id: int, *, conn: CallerConnection | None = None,
         driver: Introspection | None = None) -> dict[str, Any]:
     """The job ``job_id`` as ``xjobsd jobs show --json`` prints it: ``state``, ``attempt`` of
     ``max_attempts``, ``progress``, ``last_error``, ``history`` (every attempt's outcome, with
-    its traceback), ``steps`` (without their results) and ``waiting_for`` (the sleep or event
-    a suspended job waits for), read now through the configured driver (or ``driver``).
+    its traceback), ``steps`` (without their results), ``waiting_for`` (the sleep or event
+    a suspended job waits for) and ``result`` (what a completed job's body returned; to wait
+    for it, ``xjobs.result``), read now through the configured driver (or ``driver``).
 
     With ``conn=`` (your psycopg connection) the read runs on it, in your transaction: a job
     you enqueued with ``conn=`` and have not committed yet is found. ``JobNotFound`` when no

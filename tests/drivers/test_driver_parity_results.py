@@ -12,6 +12,7 @@ import math
 import threading
 
 import orjson
+import psycopg
 import pytest
 
 import xjobs
@@ -191,3 +192,16 @@ def test_aresult_awaits_the_same_answers(driver):
         with pytest.raises(ResultTimeout):
             await xjobs.aresult(live, 0.05, driver=driver)
     asyncio.run(scenario())
+
+
+@pytest.mark.postgres
+def test_a_batch_of_completions_is_told_in_notes_of_at_most_300_ids(pg_driver, pg_dsn):
+    from tests.drivers.parity import claim, new_job
+    pg_driver.job_enqueue([new_job(f"k{n}") for n in range(700)])
+    leases = [Lease(job.id, job.token) for job in claim(pg_driver, limit=700)]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'listen "{pg_driver.database.settled_channel}"')
+        assert len(pg_driver.job_ack_many(leases)) == 700
+        notes = [note.payload for note in conn.notifies(timeout=2.0, stop_after=3)]
+    assert len(notes) == 3 and all(len(note.encode()) < 8000 for note in notes)
+    assert sorted(int(i) for note in notes for i in note.split(",")) == sorted(l.job_id for l in leases)

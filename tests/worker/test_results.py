@@ -62,11 +62,13 @@ def test_a_result_that_cannot_be_stored_fails_the_run_terminally(driver, registr
     assert err.value.code == "X_JOB_FAILED" and code in (err.value.last_error or "")
 
 
-def test_the_limit_is_a_setting(registry):
+@pytest.mark.parametrize("bad", [-1, 10, True, 1.5, float("nan"), "64KiB"])
+def test_the_limit_is_a_setting_and_a_bad_one_is_refused(bad):
     assert config.Settings().max_result_bytes == 64 * 1024
+    assert config.Settings(max_result_bytes=1 << 20).max_result_bytes == 1 << 20
     with pytest.raises(xjobs.XJobsError) as err:
-        config.Settings(max_result_bytes=-1)
-    assert err.value.code == "X_INVALID_OPTION"
+        config.Settings(max_result_bytes=bad)
+    assert err.value.code == "X_INVALID_OPTION" and "max_result_bytes" in str(err.value)
 
 
 def test_a_job_completed_in_its_transaction_keeps_what_set_result_gave_inside(driver, registry, caplog):
@@ -92,3 +94,15 @@ def test_a_job_completed_in_its_transaction_keeps_what_set_result_gave_inside(dr
     assert job.result(driver=driver) == {"charged": 5}
     assert other.result(driver=driver) is None
     assert any("ctx.set_result()" in r.getMessage() for r in caplog.records)
+
+
+def test_a_job_of_steps_stores_what_its_last_attempt_returned(driver, registry, clock):
+    def body(ctx, i):
+        fetched = ctx.step.run("fetch", lambda: {"rows": i["n"]})
+        ctx.step.sleep("cool off", 1000)        # suspends the job; the run after the sleep replays
+        return {"rows": fetched["rows"], "attempt": ctx.attempt}
+    stepped = declare(registry, body, name="stepped")
+    [job] = enqueue_many(stepped, [{"n": 3}], driver=driver)
+    assert testing.run_until_idle(driver=driver, registry=registry, with_scheduled=True).jobs == \
+        {"stepped": {"suspended": 1, "completed": 1}}
+    assert job.result(0, driver=driver) == {"rows": 3, "attempt": 1}   # a sleep spends no attempt

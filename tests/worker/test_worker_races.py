@@ -218,8 +218,8 @@ def test_a_renewal_that_finds_the_job_just_completed_by_its_transaction_loses_no
     real = memory_driver.job_transaction
 
     @contextlib.contextmanager
-    def slow_to_return(lease, tenant=None, cross_tenant=False):
-        with real(lease, tenant=tenant, cross_tenant=cross_tenant) as conn:
+    def slow_to_return(lease, tenant=None, cross_tenant=False, result=None):
+        with real(lease, tenant=tenant, cross_tenant=cross_tenant, result=result) as conn:
             yield conn
         committed.set()            # the completion has landed; the body's thread is not back yet
         resume.wait(10)
