@@ -3,10 +3,10 @@
 The rules, and why each holds:
 
 - **One child per (parent, step, index).** The children of a step are inserted in the same
-  transaction that records the step and parks the parent, the first time the step is reached;
+  transaction that records the step and suspends the parent, the first time the step is reached;
   a replay finds the step's fan-in and inserts nothing. A parent killed before that
   transaction commits wrote nothing, children included, so its next attempt starts clean.
-- **Parked, not polling.** The parent is suspended with no wake-up time (no slot, no attempt
+- **Suspended, not polling.** The parent is suspended with no wake-up time (no slot, no attempt
   spent), and the settlement of its last child wakes it, in that settlement's transaction
   (the fan-in counter, ``drivers/fanins.py``): one wake per fan-in however many children.
 - **A completed step never re-runs.** Once every child completed, their results are recorded
@@ -74,11 +74,11 @@ def fan_plan(runner: "StepRunner", name: str, handle: "JobHandle", inputs: Seque
     chunks = build_chunks(handle, inputs, enqueued_by=f"job:{lease.job_id}",
                           max_payload_bytes=current_settings().max_payload_bytes, **options)
     fan = FanOut(name=name, attempt=runner.attempt, total=len(inputs), chunks=chunks)
-    outcome: FanInOutcome = yield runner.io(lambda: runner.fenced_park(name, lambda: store.fanin_open(lease, fan)))
+    outcome: FanInOutcome = yield runner.io(lambda: runner.fenced_suspend(name, lambda: store.fanin_open(lease, fan)))
     if outcome.completed:
         return _unpack(name, outcome.value, return_exceptions)
     if outcome.suspended:
-        runner.parked()
+        runner.suspended()
         raise StepSuspension(name, None)
     members = outcome.members or ()
     failed = [m for m in members if m.state != "completed"]

@@ -146,7 +146,7 @@ class StepRunner:
         return self._drive(self._wait(self._claim(name), event, stored_key, timeout_ms))
 
     def invoke(self, name: str, job: Any, input: Any, **enqueue_options: Any) -> Any:
-        """Enqueue one child job of ``job`` as this step and park until it settles; answers
+        """Enqueue one child job of ``job`` as this step and suspend the job until it settles; answers
         its result, or raises ``X_CHILD_FAILED`` (``children.py``). ``delay``, ``run_at`` and
         ``priority`` are the child's enqueue options."""
         from .children import check_handle, check_options, fan_plan
@@ -162,7 +162,7 @@ class StepRunner:
 
     def map(self, name: str, job: Any, inputs: Any, *, return_exceptions: bool = False,
             **enqueue_options: Any) -> Any:
-        """A child job of ``job`` per input, enqueued in one bulk insert; the parent parks ONCE
+        """A child job of ``job`` per input, enqueued in one bulk insert; the parent is suspended ONCE
         and is woken when the last child settles. Answers the results in input order, or
         raises ``X_CHILD_FAILED`` naming the failed indices (``return_exceptions=True``: each
         failure in its place instead)."""
@@ -202,7 +202,7 @@ class StepRunner:
     def lookup(self, name: str, kind: str) -> Generator[_Need, Any, StepRecord | None]:
         return self._lookup(name, kind)
 
-    def fenced_park(self, name: str, write: Callable[[], Any]) -> Any:
+    def fenced_suspend(self, name: str, write: Callable[[], Any]) -> Any:
         """A fan-out's one transaction, through the fence, as a sleep's is (``_suspend``)."""
         self._fence.check()
         self._fence.suspending = True
@@ -211,7 +211,7 @@ class StepRunner:
             self._fence.suspending = False
         return outcome
 
-    def parked(self) -> None:
+    def suspended(self) -> None:
         self._fence.suspend()
 
     def remember_map(self, name: str, result: Any) -> None:

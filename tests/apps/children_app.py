@@ -1,5 +1,5 @@
 """Workflows for the daemon tests: a parent that maps over many children, a three-level tree
-that parks at its leaves, and a batch with failing members. Each child body records every
+that suspends at its leaves, and a batch with failing members. Each child body records every
 EXECUTION in ``<schema>.effects`` (``record``), so "every child body ran at least once" and
 "one child row per input" are questions for SQL."""
 

@@ -61,7 +61,7 @@ def test_a_three_level_tree_cancelled_at_its_root_leaves_nothing_running(daemon_
     daemon.ready()
     [root] = env.enqueue("tree_root", "parents", [{}], key=lambda i: "root")
     wait_for(lambda: env.one("select count(*) from {schema}.jobs where state = 'suspended' "
-                             "and name = 'tree_leaf'") == 9, 60, "nine leaves parked")
+                             "and name = 'tree_leaf'") == 9, 60, "nine leaves suspended")
     env.driver.job_cancel(root, "operator")
     descendants = "with recursive tree(id) as (select id from {schema}.jobs where parent_id = %s " \
                   "union all select j.id from {schema}.jobs j join tree t on j.parent_id = t.id) "

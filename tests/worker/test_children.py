@@ -1,5 +1,5 @@
 """Child jobs through a real QueueWorker on both drivers: ``ctx.step.invoke`` and
-``ctx.step.map`` park their parent once and resume it with the children's outcome;
+``ctx.step.map`` suspend their parent once and resume it with the children's outcome;
 ``xjobs.batch`` runs its callback once; a cancel of the root takes the tree down."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def history_outcomes(driver, job_id):
     return [h["outcome"] for h in driver.job_get(job_id).history]
 
 
-def test_map_parks_the_parent_once_and_answers_the_results_in_input_order(driver, registry):
+def test_map_suspends_the_parent_once_and_answers_the_results_in_input_order(driver, registry):
     ran: list[int] = []
     got: list = []
 
@@ -55,7 +55,7 @@ def test_map_parks_the_parent_once_and_answers_the_results_in_input_order(driver
     results = got[-2:]
     assert results == [[x * x for x in range(7)], 100]
     view = driver.job_get(job.id)
-    assert view.attempt == 1                               # parking spent no attempt
+    assert view.attempt == 1                               # suspending spent no attempt
     # one suspension per fan-in, one wake each: never a wake per child
     assert history_outcomes(driver, job.id).count("suspended") == 2
     children = fanins_of(driver).job_children(job.id, 100)
@@ -136,10 +136,10 @@ def test_cancelling_the_root_cancels_every_live_descendant(driver, registry):
     fanins = fanins_of(driver)
     pacer = Pacer(make_worker(driver, registry))
 
-    def tree_parked() -> bool:
+    def tree_suspended() -> bool:
         mids = fanins.job_children(job.id, 10).first
         return len(mids) == 2 and all(fanins.job_children(m.id, 10).counts.get("suspended") == 3 for m in mids)
-    pacer.until(tree_parked, advance_ms=50)
+    pacer.until(tree_suspended, advance_ms=50)
     driver.job_cancel(job.id, "operator")
     mids = [m.id for m in fanins.job_children(job.id, 10).first]
     tree = mids + [c.id for m in mids for c in fanins.job_children(m, 10).first]

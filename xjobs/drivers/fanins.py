@@ -4,7 +4,7 @@ A fan-in is one row that counts the members of a group of jobs not settled yet. 
 ``ctx.step.invoke``/``ctx.step.map`` opens one per step; ``xjobs.batch`` opens one with no
 parent. The settlement of each member (completed, dead or cancelled, by whatever verb) takes
 one off in the statement that settles it, and the one that takes it to 0 wakes the fan-in's
-waiter in the same transaction: the parent, parked as a wait is, or the batch's callback,
+waiter in the same transaction: the parent, suspended as a wait suspends it, or the batch's callback,
 inserted suspended with no wake-up time. Never a poll, never a wake per member.
 
 * ``fanin_open(lease, FanOut)``: in ONE transaction fenced on the parent's claim: the step

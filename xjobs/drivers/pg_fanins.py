@@ -5,7 +5,7 @@ runs inside whichever statement settles a member, so no settling verb needed to 
 A parent's fan-out is one transaction on the bodies' pool: ``step_own`` (the parent's row
 locked, the claim checked), ``step_begin``, then the fan-in and its children the first time;
 its children become visible with the parent's suspension, at commit, so none can settle
-before the parent is parked to be woken.
+before the parent is suspended to be woken.
 """
 
 from __future__ import annotations
