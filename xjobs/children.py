@@ -30,8 +30,9 @@ from .config import current_driver, current_settings
 from .drivers.base import JobDriver
 from .drivers.fanins import BatchOpened, FanInOutcome, FanInStore, FanOut, Member, NewBatch, fanins_of
 from .enqueue import build_callback, build_chunks
-from .errors import ChildFailed, FanInUnavailable, InvalidOption, StepSuspension
+from .errors import ChildFailed, FanInUnavailable, InvalidOption, PayloadTooLarge, StepResultInvalid, StepSuspension
 from .payload import encode_payload
+from .steps import MAX_RESULT_BYTES
 
 if TYPE_CHECKING:
     from .registry import JobHandle
@@ -86,7 +87,11 @@ def fan_plan(runner: "StepRunner", name: str, handle: "JobHandle", inputs: Seque
         raise _failure(name, failed)
     recorded_value = {"results": [m.result for m in members],
                       "failed": [[m.index, m.id, m.state, m.error] for m in failed]}
-    encoded = encode_payload(recorded_value, 256 * 1024 * 1024)
+    try:
+        encoded = encode_payload(recorded_value, MAX_RESULT_BYTES)
+    except PayloadTooLarge as exc:   # the children's results together, over a step's bound
+        raise StepResultInvalid(f"step {name!r}: the results of its {len(members)} children cannot be "
+                                f"recorded as one step result: {exc.args[0]}; nothing was recorded") from None
     yield runner.io(lambda: runner.fence.write(
         f"step {name!r}", lambda: store.fanin_complete(lease, name, runner.attempt, encoded)))
     stored = orjson.loads(encoded)

@@ -1,6 +1,7 @@
 """Workflows through the real daemon: a parent maps over 1,000 children while worker
-processes of the children's queue (and now and then the parent's) are SIGKILLed at random; a three-level tree is cancelled at
-its root; a batch of 500 with 10 failing members runs its callback once."""
+processes of the children's queue (and now and then the parent's) are SIGKILLed at random; a
+three-level tree is cancelled at its root; a batch of 500 with 10 failing members runs its
+callback once."""
 
 from __future__ import annotations
 

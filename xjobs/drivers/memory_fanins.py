@@ -161,7 +161,8 @@ class MemoryFanIns(FanInStore):
             step = table.steps.get(lease.job_id, {}).get(name)
             if step is None:
                 return False
-            step.state, step.result, step.finished_at, step.attempt = "completed", as_stored(result), table.now(), attempt
+            step.state, step.result, step.attempt = "completed", as_stored(result), attempt
+            step.finished_at = table.now()
             return True
 
     def batch_open(self, batch: NewBatch) -> BatchOpened:
@@ -198,7 +199,8 @@ class MemoryFanIns(FanInStore):
             counts: dict[str, int] = {}
             for r in rows:
                 counts[r.state] = counts.get(r.state, 0) + 1
-            first = tuple(ChildRow(r.id, r.name, r.state, r.parent_step) for r in sorted(rows, key=lambda r: r.id)[:limit])
+            rows.sort(key=lambda r: r.id)
+            first = tuple(ChildRow(r.id, r.name, r.state, r.parent_step) for r in rows[:limit])
             return Children(counts, first)
 
 
