@@ -79,3 +79,9 @@ def answer(ctx, input):
     time.sleep(input["ms"] / 1000.0)
     _sock.sendto(f"{input['n']} {time.monotonic()!r}".encode(), os.environ["BENCH_PING_SOCKET"])
     return {"n": input["n"], "ok": True}
+
+
+@job(queue="fan", idempotency_key=lambda i: f"fan:{i['round']}", tenant="none")
+def fan_out(ctx, input):
+    """A parent of ``input["n"]`` no-op children (``bench/children.py``): one map, one wake."""
+    return len(ctx.step.map("children", noop, [input["round"] * 1_000_000 + k for k in range(input["n"])]))

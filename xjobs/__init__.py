@@ -2,6 +2,7 @@
 
 from .config import Settings, configure, current_driver, load_settings
 from .errors import RetryAfter, StepSuspension, Terminal, XJobsError
+from .children import batch
 from .events import asend_event, send_event
 from .reads import Enqueued, aget, get, queues
 from .results import aresult, result
@@ -23,7 +24,7 @@ from .factories.webhook import webhook
 
 __all__ = ["DEFAULT_PURGE_CRON", "DEFAULT_RETRY", "Enqueued", "JobHandle", "PurgeTarget", "REGISTRY",
            "Registry", "Retry", "RetryAfter", "Settings", "StepSuspension", "TaskHandle", "Terminal",
-           "XJobsError", "aget", "aresult", "asend_event", "backfill", "backfill_requires", "configure",
+           "XJobsError", "aget", "aresult", "asend_event", "backfill", "backfill_requires", "batch", "configure",
            "current", "current_driver", "export_rows", "get", "job", "load_settings", "on_error",
            "on_worker_start", "on_worker_stop", "purge", "queues", "result", "retry_schedule",
            "run_context", "scan", "send_event", "task", "webhook", "webhooks"]

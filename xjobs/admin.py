@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Iterable
 
+from .drivers.fanins import fanins_of
 from .drivers.base import LIVE_STATES, Batch, DeadGroup, JobDriver, JobView, ListFilter
 from .errors import InvalidOption, UnknownQueue
 from .options import duration_ms, finite_count, plain_name
@@ -198,9 +199,11 @@ def jobs_json(driver: JobDriver, views: list[JobView]) -> list[dict[str, Any]]:
 
 
 def job_json(driver: JobDriver, view: JobView) -> dict[str, Any]:
-    """One job as ``xjobsd jobs show --json`` prints it and ``/api/jobs/ID`` answers it."""
+    """One job as ``xjobsd jobs show --json`` prints it and ``/api/jobs/ID`` answers it: a
+    backfill's run with its ledger row, a job of a workflow with its parent and children."""
     backfill = by_job(driver).get(view.id)
-    data: dict[str, Any] = plain({**shown(view), "backfill": backfill} if backfill is not None else shown(view))
+    extra = {**({"backfill": backfill} if backfill is not None else {}), **(family(driver, view.id) or {})}
+    data: dict[str, Any] = plain({**shown(view), **extra})
     return data
 
 
@@ -214,3 +217,57 @@ def tasks_json(driver: JobDriver, tasks: Iterable[Any]) -> dict[str, Any]:
     if leader is not None:
         leader = {**leader, "expires_at": iso(leader["expires_at"]), "elected_at": iso(leader["elected_at"])}
     return {"leader": leader, "tasks": rows}
+
+
+def family(driver: JobDriver, job_id: int, page: int = 20) -> dict[str, Any] | None:
+    """A job's parent and its children (counts by state, the first ``page`` by id), for
+    ``jobs show`` and the dashboard; None for a job with neither, or a driver without fan-ins."""
+    fanins = fanins_of(driver)
+    if fanins is None:
+        return None
+    parent = fanins.job_parent(job_id)
+    children = fanins.job_children(job_id, page)
+    if parent is None and not children.counts:
+        return None    # a job of no workflow reads as it always did
+    return {"parent": None if parent is None else {"id": parent[0], "step": parent[1]},
+            "children": children.as_json()}
+
+
+def live_children(driver: JobDriver, job_id: int) -> int:
+    """How many of a job's children are live: what a cancel of it takes along."""
+    fanins = fanins_of(driver)
+    if fanins is None:
+        return 0
+    counts = fanins.job_children(job_id, 0).counts
+    return sum(n for state, n in counts.items() if state in LIVE_STATES)
+
+
+TREE_NODES = 200     # the most nodes the dashboard draws of one workflow
+TREE_FANOUT = 50     # the most children drawn under one node (the rest are counted)
+
+
+def workflow_tree(driver: JobDriver, job_id: int) -> dict[str, Any] | None:
+    """The workflow ``job_id`` belongs to, from its root down: each node's id, name, state and
+    the step that made it, its first children, and how many more it has. Bounded (``TREE_NODES``
+    in all, ``TREE_FANOUT`` under one node), so a map of 10,000 draws as 50 and a count."""
+    fanins = fanins_of(driver)
+    if fanins is None:
+        return None
+    root, step, seen = job_id, None, {job_id}
+    while (up := fanins.job_parent(root)) is not None and up[0] not in seen and len(seen) < 64:
+        root, step = up
+        seen.add(root)
+    view = driver.job_get(root)
+    tree: dict[str, Any] = {"id": root, "name": view.name, "state": view.state, "step": None,
+                            "current": root == job_id}
+    queue, drawn = [tree], 1
+    while queue:
+        node = queue.pop(0)
+        kids = fanins.job_children(node["id"], TREE_FANOUT)
+        room = max(0, TREE_NODES - drawn)
+        node["children"] = [{"id": c.id, "name": c.name, "state": c.state, "step": c.step,
+                             "current": c.id == job_id} for c in kids.first[:room]]
+        node["more"] = sum(kids.counts.values()) - len(node["children"])
+        drawn += len(node["children"])
+        queue.extend(node["children"])
+    return tree

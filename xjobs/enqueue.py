@@ -120,6 +120,16 @@ def _planned(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_a
     return make, len(checked)
 
 
+def build_callback(handle: "JobHandle", given: Any, *, key: str, max_payload_bytes: int) -> NewJob:
+    """A batch's callback (``children.py``): its input is the envelope ``{"input": given}`` the
+    members' counts are merged into when it wakes, so it is not validated as an input of the
+    job; its tenant is the job's ``tenant()`` of what the caller gave, not of the envelope."""
+    return NewJob(name=handle.name, queue=handle.queue,
+                  payload=encode_payload({"input": given}, max_payload_bytes), idempotency_key=key,
+                  tenant=handle.tenant_for(given), priority=handle.priority,
+                  max_attempts=handle.retry.attempts, traceparent=current_traceparent())
+
+
 def _check_bytes(total: int) -> None:
     if total > MAX_BATCH_BYTES:
         raise PayloadTooLarge(f"one call carries {total} payload bytes, over {MAX_BATCH_BYTES}; "

@@ -157,6 +157,28 @@ class StepDuplicate(XJobsError):
     code = "X_STEP_DUPLICATE"
 
 
+class ChildFailed(XJobsError):
+    """A child job of a step (``ctx.step.invoke``/``map``) did not complete: it died or was
+    cancelled. ``failures`` holds ``(index, child_id, state, error)`` per failed child."""
+
+    code = "X_CHILD_FAILED"
+
+    def __init__(self, message: str, failures: tuple[tuple[int, int, str, str | None], ...] = ()) -> None:
+        super().__init__(message)
+        self.failures = failures
+
+    @property
+    def cause(self) -> str | None:
+        """The first failed child's state: ``dead`` or ``cancelled``."""
+        return self.failures[0][2] if self.failures else None
+
+
+class FanInUnavailable(XJobsError):
+    """The driver has no fan-ins (``driver.fanins``): child jobs and batches need one."""
+
+    code = "X_FANIN_UNAVAILABLE"
+
+
 class StepNotFound(XJobsError):
     code = "X_STEP_NOT_FOUND"
 

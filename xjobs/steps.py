@@ -145,6 +145,79 @@ class StepRunner:
         timeout_ms = None if timeout is None else duration_ms(timeout, "wait_for_event.timeout")
         return self._drive(self._wait(self._claim(name), event, stored_key, timeout_ms))
 
+    def invoke(self, name: str, job: Any, input: Any, **enqueue_options: Any) -> Any:
+        """Enqueue one child job of ``job`` as this step and suspend the job until it settles; answers
+        its result, or raises ``X_CHILD_FAILED`` (``children.py``). ``delay``, ``run_at`` and
+        ``priority`` are the child's enqueue options."""
+        from .children import check_handle, check_options, fan_plan
+        handle = check_handle(job, "step.invoke")
+        check_options(enqueue_options)
+        name = self._claim(name)
+
+        def one() -> _Plan:
+            results = yield from fan_plan(self, name, handle, [input], return_exceptions=False,
+                                          options=enqueue_options)
+            return results[0]
+        return self._drive(one())
+
+    def map(self, name: str, job: Any, inputs: Any, *, return_exceptions: bool = False,
+            **enqueue_options: Any) -> Any:
+        """A child job of ``job`` per input, enqueued in one bulk insert; the parent is suspended ONCE
+        and is woken when the last child settles. Answers the results in input order, or
+        raises ``X_CHILD_FAILED`` naming the failed indices (``return_exceptions=True``: each
+        failure in its place instead)."""
+        from .children import check_handle, check_options, fan_plan
+        handle = check_handle(job, "step.map")
+        check_options(enqueue_options)
+        if isinstance(inputs, (str, bytes, dict)) or not hasattr(inputs, "__len__"):
+            raise InvalidOption("step.map", "inputs must be a list of inputs")
+        if not isinstance(return_exceptions, bool):
+            raise InvalidOption("step.map", "return_exceptions must be True or False")
+        name = self._claim(name)
+        return self._drive(fan_plan(self, name, handle, list(inputs), return_exceptions=return_exceptions,
+                                    options=enqueue_options))
+
+    # -- what children.py's plan uses of this run ------------------------------------------------
+
+    @property
+    def store(self) -> StepStore:
+        return self._store
+
+    @property
+    def lease(self) -> Lease:
+        return self._lease
+
+    @property
+    def attempt(self) -> int:
+        return self._attempt
+
+    @property
+    def fence(self) -> "Fence":
+        return self._fence
+
+    @staticmethod
+    def io(call: Callable[[], Any]) -> _Io:
+        return _Io(call)
+
+    def lookup(self, name: str, kind: str) -> Generator[_Need, Any, StepRecord | None]:
+        return self._lookup(name, kind)
+
+    def fenced_suspend(self, name: str, write: Callable[[], Any]) -> Any:
+        """A fan-out's one transaction, through the fence, as a sleep's is (``_suspend``)."""
+        self._fence.check()
+        self._fence.suspending = True
+        outcome = self._fence.write(f"step {name!r}", write, lambda outcome: not outcome.fenced)
+        if not outcome.suspended:
+            self._fence.suspending = False
+        return outcome
+
+    def suspended(self) -> None:
+        self._fence.suspend()
+
+    def remember_map(self, name: str, result: Any) -> None:
+        self._remember(StepRecord(name=name, kind="map", state="completed", seq=0, attempt=self._attempt,
+                                  result=result, started_at=0.0, finished_at=0.0))
+
     # -- the plans: one implementation for def and async def bodies --------------------------------
 
     def _run(self, name: str, fn: Callable[[], Any]) -> _Plan:

@@ -221,6 +221,7 @@ _ALLOWED = {
                                                             "release since could use",
     ("0009_drift_and_suspect_groups", "drop constraint"): "the same key re-added in the same statement; an "
                                               "on conflict target matches its columns in any order",
+    ("0012_workflows", "drop constraint"): "the step kinds' check re-added wider in the same statement",
 }
 
 
@@ -300,22 +301,23 @@ def test_migrate_status_lists_applied_and_pending_then_migrate_says_what_it_appl
     assert lines["0009_drift_and_suspect_groups"].split()[2:] == ["pending"]
     assert lines["0010_backfills"].split()[2:] == ["pending"]
     assert lines["0011_job_results"].split()[2:] == ["pending"]
-    assert "4 pending" in text
+    assert lines["0012_workflows"].split()[2:] == ["pending"]
+    assert "5 pending" in text
     status = orjson.loads(xjobsd("migrate", "--status", "--json").out)
-    assert (status["version"], status["compatible_from"], status["pending"]) == (7, None, 4)
+    assert (status["version"], status["compatible_from"], status["pending"]) == (7, None, 5)
     assert [(m["version"], m["state"]) for m in status["migrations"]] == (
-        [(v, "applied") for v in range(1, 8)] + [(8, "pending"), (9, "pending"), (10, "pending"), (11, "pending")])
+        [(v, "applied") for v in range(1, 8)] + [(8, "pending"), (9, "pending"), (10, "pending"), (11, "pending"), (12, "pending")])
 
     assert xjobsd("migrate").out.splitlines() == [
         "applied 0008_job_rates", "applied 0009_drift_and_suspect_groups", "applied 0010_backfills",
-        "applied 0011_job_results", f"xjobs: schema {schema!r} is up to date (version 11)"]
-    assert xjobsd("migrate").out.splitlines() == [f"xjobs: schema {schema!r} is up to date (version 11)"]
+        "applied 0011_job_results", "applied 0012_workflows", f"xjobs: schema {schema!r} is up to date (version 12)"]
+    assert xjobsd("migrate").out.splitlines() == [f"xjobs: schema {schema!r} is up to date (version 12)"]
     status = orjson.loads(xjobsd("migrate", "--status", "--json").out)
-    assert (status["version"], status["compatible_from"], status["pending"]) == (11, 1, 0)
+    assert (status["version"], status["compatible_from"], status["pending"]) == (12, 1, 0)
     by_version = {m["version"]: m for m in status["migrations"]}
     assert by_version[7]["checksum"] is None and by_version[7]["applied_at"] is None
-    assert by_version[11]["checksum"] == by_version[11]["file_checksum"] == migrations()[10].checksum
-    assert by_version[11]["applied_at"] is not None and not by_version[11]["edited"]
+    assert by_version[12]["checksum"] == by_version[12]["file_checksum"] == migrations()[11].checksum
+    assert by_version[12]["applied_at"] is not None and not by_version[12]["edited"]
 
 
 def test_migrate_dry_run_prints_exactly_what_migrate_would_run_and_applies_nothing(xjobsd, pg_dsn, schema,
@@ -325,8 +327,8 @@ def test_migrate_dry_run_prints_exactly_what_migrate_would_run_and_applies_nothi
         before = catalog(conn, schema)
         script = xjobsd("migrate", "--dry-run").out
         assert catalog(conn, schema) == before                  # nothing applied
-        assert [int(v) for v in re.findall(r"^-- migration (\d{4})_", script, re.MULTILINE)] == [5, 6, 7, 8, 9, 10, 11]
-        assert script.count("begin;") == 7 and script.count("commit;") == 7
+        assert [int(v) for v in re.findall(r"^-- migration (\d{4})_", script, re.MULTILINE)] == [5, 6, 7, 8, 9, 10, 11, 12]
+        assert script.count("begin;") == 8 and script.count("commit;") == 8
         assert f"create index events_lookup_idx on {schema}.events (name, key, sent_at, id);" in script
         # the printed script, run as it is, leaves what a migrate leaves: a fresh install
         conn.execute(script)

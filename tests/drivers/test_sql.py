@@ -119,6 +119,12 @@ PARAMS: dict[str, tuple[str, object]] = {
     "payload": ("text", "{}"),
     "width": ("int4", 200),
     "error_group": ("text", None),
+    "total": ("int4", 3),
+    "waiter": ("int8", 1),
+    "prefix": ("text", "child:1:fan:"),
+    "parent": ("int8", None),
+    "fanin": ("int8", 1),
+    "step": ("text", "fan"),
     "rates": ("text", '[{"q": "default", "o": "completed", "c": 3}]'),
 }
 
@@ -241,7 +247,7 @@ def test_two_installers_at_once_both_succeed(pg_dsn):
         with psycopg.connect(pg_dsn) as conn:
             columns, indexes, triggers = _catalog(conn, schema)
         assert {"jobs", "job_history", "meta"} <= {c[0] for c in columns}
-        assert triggers == [("jobs_notify_ready",), ("outbox_notify",)]
+        assert triggers == [("jobs_fanin_settle",), ("jobs_notify_ready",), ("outbox_notify",)]
     finally:
         drop_schema(pg_dsn, schema)
 

@@ -59,6 +59,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     cancel.add_argument("id", type=int, nargs="?", help="the job to cancel (or select many with the filters)")
     _filters(cancel, LIVE_STATES)
     _bulk_flags(cancel)
+    cancel.add_argument("--with-children", action="store_true", default=True,
+                        help="the default, always: a cancelled parent cancels its live children, and theirs")
     cancel.add_argument("--reason", default=None, help="why: kept in the job's last_error as \"cancelled by WHO: REASON\"")
     cancel.set_defaults(handler=cancel_jobs)
 
@@ -91,6 +93,7 @@ def _filters(parser: argparse.ArgumentParser, states: tuple[str, ...]) -> None:
     parser.add_argument("--since", metavar="WHEN", help="ISO-8601 time or an age like 15m")
     parser.add_argument("--until", metavar="WHEN", help="ISO-8601 time or an age like 15m")
     parser.add_argument("--error-contains", metavar="TEXT", help="case-insensitive text of last_error")
+    parser.add_argument("--parent", type=int, metavar="ID", help="only the child jobs of this job")
 
 
 def _bulk_flags(parser: argparse.ArgumentParser) -> None:
@@ -104,12 +107,12 @@ def _where(args: argparse.Namespace, limit: int = 50) -> ListFilter:
     until, until_ago = admin.when(args.until, "until")
     return ListFilter(queue=args.queue, name=args.name, state=args.state, tenant=args.tenant,
                       since_ms=since, until_ms=until, since_ago_ms=since_ago, until_ago_ms=until_ago,
-                      error=args.error_contains, limit=limit)
+                      error=args.error_contains, limit=limit, parent_id=args.parent)
 
 
 def _has_filter(args: argparse.Namespace) -> bool:
     return any(getattr(args, f) is not None
-               for f in ("queue", "name", "state", "tenant", "since", "until", "error_contains"))
+               for f in ("queue", "name", "state", "tenant", "since", "until", "error_contains", "parent"))
 
 
 def _driver(args: argparse.Namespace) -> JobDriver:
@@ -188,7 +191,7 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
     if as_json:
         print_json(admin.job_json(driver, view))   # the dashboard's /api/jobs/ID answers the same
         return
-    backfill = by_job(driver).get(view.id)
+    backfill, family = by_job(driver).get(view.id), admin.family(driver, view.id)
     data = shown(view)
     history = data.pop("history")
     progress = data.pop("progress")
@@ -204,6 +207,12 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
     if backfill is not None:
         print(f"{'backfill'.ljust(width)}  {backfill['state']}, {backfill['rows']} rows swept, started "
               f"{backfill['started_at']}" + (f", finished {backfill['completed_at']}" if backfill["completed_at"] else ""))
+    if family and family["parent"] is not None:
+        print(f"{'parent'.ljust(width)}  job {family['parent']['id']} (step {family['parent']['step']!r})")
+    if family and family["children"]["total"]:
+        kids = family["children"]
+        counts = ", ".join(f"{n} {state}" for state, n in kids["counts"].items())
+        print(f"{'children'.ljust(width)}  {kids['total']}: {counts} (`xjobsd jobs ls --parent {view.id}` lists them)")
     if progress:
         total = progress.get("total")
         done = f"{progress['done']:g}" + (f"/{total:g}" if total is not None else "")
@@ -281,6 +290,12 @@ def _changed(args: argparse.Namespace, verb: Callable[[JobDriver], JobView], how
 
 
 def cancel_jobs(args: argparse.Namespace) -> int:
+    if args.id is not None and not args.json and not _has_filter(args) and not args.all:
+        live = admin.live_children(_driver(args), args.id)
+        if live:
+            _changed(args, lambda d: admin.cancel_job(d, args.id, by=_by(), reason=args.reason),
+                     f"with children: its {live} live child job(s) and their descendants are cancelled too")
+            return 0
     return _bulk(args, lambda d, job_id: admin.cancel_job(d, job_id, by=_by(), reason=args.reason),
                  lambda d, where: admin.cancel_jobs(d, where, by=_by(), reason=args.reason,
                                                     dry_run=args.dry_run, batch=args.batch))

@@ -14,6 +14,7 @@ mirrors its statements, verb by verb:
       MemoryOutbox, MemorySlots              leader row and watermarks, the outbox, job slots
     memory_steps.MemorySteps               StepStore, EventStore: durable steps and stored events
     memory_ledger.MemoryLedger             BackfillLedger (optional, ``driver.backfills``)
+    memory_fanins.MemoryFanIns             FanInStore (optional, ``driver.fanins``): workflows
     memory_async.MemoryAsyncWrites         AsyncWrites: the same verbs, answered without I/O
 
 The conformance suite runs the same tests against this driver and ``PostgresDriver``, so any
@@ -28,6 +29,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from .facade import CheckedDriver
 from .memory_async import MemoryAsyncWrites
 from .memory_coordination import MemoryOutbox, MemorySchedule, MemorySlots
+from .memory_fanins import MemoryFanIns
 from .memory_jobs import MemoryJobs, MemoryTransaction
 from .memory_ledger import MemoryLedger
 from .memory_settlement import MemorySettlement
@@ -54,4 +56,5 @@ class MemoryDriver(CheckedDriver):
                          leader=schedule, schedule=schedule, outbox=outbox,
                          slots=MemorySlots(table), steps=steps, events=steps,
                          writes_async=MemoryAsyncWrites(table, jobs, outbox, steps),
-                         backfills=MemoryLedger(table), waits=MemorySettlement(table))
+                         backfills=MemoryLedger(table), waits=MemorySettlement(table),
+                         fanins=MemoryFanIns(table))

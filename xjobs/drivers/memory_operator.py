@@ -47,6 +47,8 @@ def _matches(row: Row, where: ListFilter, at: float) -> bool:
     if where.error is not None and (row.last_error is None
                                     or where.error.lower() not in row.last_error.lower()):
         return False
+    if where.parent_id is not None and row.parent_id != where.parent_id:
+        return False
     if where.error_group is not None and (row.last_error or "")[:ERROR_GROUP_WIDTH] != where.error_group:
         return False
     return True

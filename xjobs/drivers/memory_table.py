@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from ..clock import Clock
 from ..errors import DuplicateJob
@@ -75,6 +75,10 @@ class Row:
     progress: ProgressReport | None = None
     traceparent: str | None = None
     result: bytes | None = None        # the completed body's return value, encoded (None: none)
+    parent_id: int | None = None       # workflows (memory_fanins.py): the parent and its step,
+    parent_step: str | None = None     # the fan-in this job counts towards and its index there
+    fanin_id: int | None = None
+    fanin_index: int | None = None
 
     @property
     def namespace(self) -> Namespace:
@@ -133,6 +137,9 @@ class MemoryTable(Storage):
         # the job listeners of holders: what job_cancel's NOTIFY reaches (a listener never closed
         # goes with its worker)
         self.hearers: weakref.WeakSet[CancelHearer] = weakref.WeakSet()
+        # what the trigger jobs_fanin_settle does, run by move() (memory_fanins.py installs it)
+        self.settle_hook: Callable[[Row, str], None] | None = None
+        self.forget_hook: Callable[[int], None] | None = None     # and job_prune's fan-ins
         self._next_id = 1
         self._next_outbox_id = 1
         self._next_seq = 1
@@ -186,7 +193,10 @@ class MemoryTable(Storage):
             if holder is not None and holder != row.id:
                 raise DuplicateJob(f"jobs_idempotency_idx: job {holder} already holds the key of job {row.id}")
             self.live[row.namespace] = row.id
+        was = row.state
         row.state = state
+        if self.settle_hook is not None and was_live != live and (row.fanin_id is not None or state == "cancelled"):
+            self.settle_hook(row, was)
         if state in SETTLED_STATES:
             with self.settled:   # what job_ack_many's NOTIFY reaches: the waiters on results
                 self.settled.notify_all()
@@ -228,6 +238,8 @@ class MemoryTable(Storage):
     def forget(self, row: Row) -> None:
         """Delete a row and what indexes it (prune, a rolled-back transaction's insert)."""
         del self.rows[row.id]
+        if self.forget_hook is not None:
+            self.forget_hook(row.id)
         self.history.pop(row.id, None)
         self.steps.pop(row.id, None)
         if self.live.get(row.namespace) == row.id:

@@ -63,7 +63,7 @@ def _filters(where: ListFilter) -> dict[str, Any]:
     return {"queue": where.queue, "name": where.name, "state": where.state, "tenant": where.tenant,
             "since": where.since_ms, "until": where.until_ms, "error": where.error,
             "since_ago": where.since_ago_ms, "until_ago": where.until_ago_ms,
-            "error_group": where.error_group, "width": ERROR_GROUP_WIDTH}
+            "error_group": where.error_group, "width": ERROR_GROUP_WIDTH, "parent": where.parent_id}
 
 
 class PgOperator(Introspection):

@@ -14,6 +14,7 @@ then calls the method of the same name on one of the objects below) built over o
     pg_slots.PgSlots               SlotStore: fleet-wide job slots: acquire, renew, release
     pg_steps.PgSteps               StepStore, EventStore: durable steps and stored events
     pg_ledger.PgLedger             BackfillLedger (optional, ``driver.backfills``): the backfill runs
+    pg_fanins.PgFanIns             FanInStore (optional, ``driver.fanins``): child jobs, map, batches
     pg_async.PgAsyncWrites         AsyncWrites: enqueue, stage, send awaited on an AsyncConnection
 
 Time: a driver built without ``clock=`` takes "now" in every statement from the server, so
@@ -37,6 +38,7 @@ from .base import CallerConnection, JobView
 from .facade import CheckedDriver
 from .pg_async import PgAsyncWrites
 from .pg_database import PgDatabase
+from .pg_fanins import PgFanIns
 from .pg_jobs import PgJobs
 from .pg_ledger import PgLedger
 from .pg_settlement import PgSettlement
@@ -70,7 +72,8 @@ class PostgresDriver(CheckedDriver):
         super().__init__(storage=db, jobs=jobs, maintenance=PgMaintenance(db), operator=operator,
                          queues=PgQueues(db), leader=schedule, schedule=schedule, outbox=PgOutbox(db, jobs),
                          slots=PgSlots(db), steps=steps, events=steps,
-                         writes_async=PgAsyncWrites(db), backfills=PgLedger(db), waits=PgSettlement(db))
+                         writes_async=PgAsyncWrites(db), backfills=PgLedger(db), waits=PgSettlement(db),
+                         fanins=PgFanIns(db))
 
     @property
     def dsn(self) -> str:

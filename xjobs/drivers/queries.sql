@@ -377,6 +377,9 @@ with doomed as (
     delete from {schema}.job_history h where h.job_id = any(array(select id from gone))
 ), steps as (
     delete from {schema}.job_steps s where s.job_id = any(array(select id from gone))
+), fanins as (
+    -- a fan-in goes with the job it would wake (a parent, or a batch's callback)
+    delete from {schema}.fanins f where f.waiter_id = any(array(select id from gone))
 ), forgotten as (
     delete from {schema}.crashed_workers w
     where w.at < {now} - %(finished_for)s * interval '1 millisecond'
@@ -399,6 +402,7 @@ select count(*) from gone
   and (%(error)s::text is null or strpos(lower(last_error), lower(%(error)s::text)) > 0)
   and (%(error_group)s::text is null
        or left(coalesce(last_error, ''), %(width)s::int) = %(error_group)s::text)
+  and (%(parent)s::int8 is null or parent_id = %(parent)s::int8)
 
 -- name: job_list
 -- operator filters, newest first; the time range reads when a job finished, or was created
@@ -1113,3 +1117,81 @@ limit %(limit)s
 -- name: _backfill_columns
 job_id, name, state, rows_swept, extract(epoch from started_at)::float8 * 1000,
 extract(epoch from completed_at)::float8 * 1000, checksum, environment, error
+
+-- name: fanin_find
+-- the fan-in a parent's step opened on an earlier attempt, if any: its children exist already
+select id, pending from {schema}.fanins where parent_id = %(id)s and step = %(name)s
+
+-- name: fanin_create
+-- a parent's step (parent_id, step, waiter = the parent) or a batch (no parent; the waiter is
+-- its callback, set by fanin_wait_on); pending starts at the member count and each member's
+-- settlement takes one off (jobs_fanin_settle)
+insert into {schema}.fanins (parent_id, step, waiter_id, total, pending, created_at)
+values (%(parent)s::bigint, %(name)s::text, %(parent)s::bigint, %(total)s, %(total)s, {now})
+returning id
+
+-- name: fanin_enqueue
+-- one chunk of a fan-out, its rows as ONE json document like job_enqueue; each child's key is
+-- the fan-in's prefix and its index, so a child is one per (parent, step, index)
+insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
+                           priority, max_attempts, run_at, created_at, traceparent,
+                           parent_id, parent_step, fanin_id, fanin_index)
+select u.n, u.q, 'ready', u.p, %(prefix)s::text || coalesce(u.i, 0)::text, u.t, u.e, u.pr, u.m,
+       coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now}, u.tp,
+       %(parent)s::bigint, %(step)s::text, %(fanin)s::bigint, u.i
+from jsonb_to_recordset(%(rows)s::jsonb)
+     as u(n text, q text, p jsonb, t text, e text, pr int, m int, r float8, d float8, tp text, i int)
+returning id
+
+-- name: fanin_members
+-- every member of a fan-in in input order: what the parent's step returns, or raises
+select fanin_index, id, state, last_error, {_member_result}
+from {schema}.jobs
+where fanin_id = %(fanin)s
+order by fanin_index
+
+-- name: _member_result
+result
+
+-- name: batch_callback
+-- a batch's callback, inserted suspended with no wake-up time: only its fan-in reaching 0 wakes
+-- it (jobs_fanin_settle), with the counts merged into its input
+insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
+                           priority, max_attempts, run_at, created_at, traceparent)
+select u.n, u.q, 'suspended', u.p, u.k, u.t, u.e, u.pr, u.m, to_timestamp(%(wake)s / 1000.0), {now}, u.tp
+from jsonb_to_recordset(%(rows)s::jsonb)
+     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, tp text)
+returning id
+
+-- name: fanin_wait_on
+update {schema}.fanins set waiter_id = %(waiter)s::bigint where id = %(fanin)s returning id
+
+-- name: fanin_wake_empty
+-- a fan-in of no members is settled as it is opened: its waiter is woken at once
+with woken as (
+    update {schema}.jobs set state = 'ready', run_at = {now},
+        payload = payload || jsonb_build_object('batch_id', %(fanin)s::bigint, 'completed', 0, 'dead', 0,
+            'cancelled', 0, 'completed_ids', '[]'::jsonb, 'dead_ids', '[]'::jsonb, 'cancelled_ids', '[]'::jsonb)
+    where id = %(waiter)s and state = 'suspended'
+    returning queue
+), counted as (
+    update {schema}.fanins set woken = woken + 1, settled_at = {now}
+    where id = %(fanin)s and exists (select 1 from woken)
+)
+select queue from woken
+
+-- name: fanin_get
+select id, parent_id, step, waiter_id, total, pending, completed, dead, cancelled, woken,
+       extract(epoch from created_at)::float8 * 1000, extract(epoch from settled_at)::float8 * 1000
+from {schema}.fanins where id = %(fanin)s
+
+-- name: job_parent
+select parent_id, parent_step from {schema}.jobs where id = %(id)s and parent_id is not null
+
+-- name: job_children
+-- a job's children counted by state, and the first page of them by id (jobs show, the dashboard)
+select null::bigint, state, count(*)::bigint, null::text, null::text
+from {schema}.jobs where parent_id = %(id)s group by state
+union all
+select page.id, page.state, page.n, page.name, page.parent_step from (select id, state, 0::bigint as n, name, parent_step
+               from {schema}.jobs where parent_id = %(id)s order by id limit %(limit)s) as page

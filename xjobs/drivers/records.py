@@ -265,6 +265,7 @@ class ListFilter:
     since_ago_ms: float | None = None
     until_ago_ms: float | None = None
     error_group: str | None = None   # exactly these first ERROR_GROUP_WIDTH characters of last_error
+    parent_id: int | None = None     # only the children of this job (ctx.step.invoke/map)
 
 
 @dataclass(frozen=True, slots=True)

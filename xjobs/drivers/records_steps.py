@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-STEP_KINDS = ("run", "sleep", "wait")
+STEP_KINDS = ("run", "sleep", "wait", "map")
 STEP_STATES = ("completed", "sleeping", "waiting")
 
 

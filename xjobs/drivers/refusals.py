@@ -160,7 +160,7 @@ def check_filter(where: ListFilter) -> ListFilter:
         raise InvalidOption("since", "give a time or an age, not both")
     if until is not None and until_ago is not None:
         raise InvalidOption("until", "give a time or an age, not both")
-    for option, value in (("before", where.before_id), ("after", where.after_id)):
+    for option, value in (("before", where.before_id), ("after", where.after_id), ("parent", where.parent_id)):
         if value is not None and not is_bigint(value):
             raise InvalidOption(option, f"must be a job id, got {value!r}")
     if where.before_id is not None and where.after_id is not None:

@@ -134,6 +134,8 @@ def one_job(driver: JobDriver, job_id: int) -> dict[str, Any]:
             "result": pretty_result(view),
             "steps": [step.as_json() for step in view.steps],
             "backfill": by_job(driver).get(view.id),     # a backfill run's ledger row, as every surface shows it
+            "family": (family := admin.family(driver, view.id)),
+            "tree": admin.workflow_tree(driver, view.id) if family else None,
             "trace_id": view.traceparent.split("-")[1] if view.traceparent else None}
 
 

@@ -10,9 +10,10 @@ from typing import Mapping
 from .. import admin
 from ..drivers.base import ListFilter
 from ..drivers.refusals import is_bigint
+from ..errors import InvalidOption
 
 # "group": a dead-letter group's error prefix, matched exactly (the dead letters page links it)
-FILTERS = ("queue", "name", "state", "tenant", "since", "until", "error", "group")
+FILTERS = ("queue", "name", "state", "tenant", "since", "until", "error", "group", "parent")
 
 
 def raw_filters(source: Mapping[str, str]) -> dict[str, str | None]:
@@ -33,8 +34,11 @@ def where(raw: dict[str, str | None], limit: int) -> ListFilter:
     """The filters as the driver's listing takes them (times and ages checked by ``admin.when``)."""
     since, since_ago = admin.when(raw["since"], "since")
     until, until_ago = admin.when(raw["until"], "until")
+    parent = None if raw["parent"] is None else job_id(raw["parent"])
+    if raw["parent"] is not None and parent is None:
+        raise InvalidOption("parent", f"must be a job id, got {raw['parent']!r}")
     return ListFilter(queue=raw["queue"], name=raw["name"], state=raw["state"], tenant=raw["tenant"],
-                      error=raw["error"], error_group=raw["group"], limit=limit,
+                      error=raw["error"], error_group=raw["group"], limit=limit, parent_id=parent,
                       since_ms=since, since_ago_ms=since_ago, until_ms=until, until_ago_ms=until_ago)
 
 
