@@ -10,7 +10,7 @@ import xjobs
 from xjobs.children import batch
 from xjobs.children import store_of as fanins_of
 from xjobs.enqueue import enqueue_many
-from xjobs.errors import ChildFailed, InvalidOption, Terminal
+from xjobs.errors import ChildFailed, CrossTenantDenied, InvalidOption, Terminal
 from xjobs.retry import Retry
 
 from .pacing import Pacer, make_worker
@@ -180,3 +180,32 @@ def test_bad_arguments_are_refused_before_anything_is_written(driver, registry):
     pacer.until(lambda: driver.job_get(job.id).state == "completed", advance_ms=50)
     assert seen == ["X_INVALID_OPTION"] * 4
     assert fanins_of(driver).job_children(job.id, 10).counts == {}
+
+
+def test_a_child_takes_its_own_tenant_and_none_of_its_parents_cross_tenant_grant(driver, registry):
+    seen: dict = {}
+
+    def org_child(ctx, i):
+        seen["child tenant"] = ctx.tenant
+        try:
+            with ctx.cross_tenant("a sweep the child never declared"):
+                seen["child crossed"] = True
+        except CrossTenantDenied:
+            seen["child crossed"] = False
+        return i["org"]
+    child = declare(registry, org_child, name="org_child", tenant=lambda i: i["org"],
+                    idempotency_key=lambda i: i["org"])
+
+    def parent(ctx, i):
+        with ctx.cross_tenant("fanning out over the orgs"):    # the parent's own, declared grant
+            seen["parent crossed"] = True
+        return ctx.step.invoke("org b", child, {"org": "b"})
+    handle = declare(registry, parent, name="org_parent", tenant=lambda i: i["org"], cross_tenant=True,
+                     idempotency_key=lambda i: i["org"])
+    [job] = enqueue_many(handle, [{"org": "a"}], driver=driver)
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: driver.job_get(job.id).state == "completed", advance_ms=50)
+    [kid] = fanins_of(driver).job_children(job.id, 10).first
+    assert (driver.job_get(job.id).tenant, driver.job_get(kid.id).tenant) == ("a", "b")
+    assert seen == {"parent crossed": True, "child tenant": "b", "child crossed": False}
+    assert driver.job_get(job.id).result == "b"
