@@ -28,4 +28,4 @@ __all__ = ["DEFAULT_PURGE_CRON", "DEFAULT_RETRY", "Enqueued", "JobHandle", "Purg
            "current", "current_driver", "export_rows", "get", "job", "load_settings", "on_error",
            "on_worker_start", "on_worker_stop", "purge", "queues", "result", "retry_schedule",
            "run_context", "scan", "send_event", "task", "webhook", "webhooks"]
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
