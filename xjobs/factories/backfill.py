@@ -53,6 +53,7 @@ from ..errors import InvalidOption
 from ..options import finite_count, plain_name
 from ..registry import NO_TENANT, REGISTRY, JobHandle, Registry, job
 from ..retry import Retry
+from .declarations import one_declaration
 from .pacer import Pacer
 from .paging import MAX_LIMIT, Source
 from .refusals import BackfillRefused, BackfillStalled
@@ -168,8 +169,8 @@ def backfill(*, name: str, source: Source, handle: Handle, tenant: Any, batch: i
 
     def body(ctx: Any, input: Any) -> object:
         return run_pass(ctx, spec, force=bool(input.get("force", False)))
-    # two declarations are one when their handle is the same function (a module imported twice)
-    body.__wrapped__ = handle      # type: ignore[attr-defined]
+    # two declarations are one when the app's functions are the same (a module imported twice)
+    one_declaration(registry if registry is not None else REGISTRY, name, body, "backfill", source, handle)
     declared_handle = job(name=name, queue=queue, idempotency_key=lambda i: f"backfill:{name}",
                           tenant=tenant, retry=retry, input=_input, cross_tenant=spec.tenant_none,
                           terminal_on=(BackfillRefused, BackfillStalled), registry=registry)(body)

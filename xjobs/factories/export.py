@@ -54,9 +54,10 @@ import orjson
 
 from ..errors import CrossTenantDenied, InvalidOption
 from ..options import finite_count, plain_name
-from ..registry import JobHandle, Registry, job
+from ..registry import REGISTRY, JobHandle, Registry, job
 from ..retry import Retry
 from .csv_parts import check_columns, encode_part
+from .declarations import one_declaration
 from .paging import MAX_LIMIT, Json, PageProgress, Rows, in_pages
 from .part_store import resolver
 from .refusals import ExportPartTooLarge, ExportRowInvalid, ExportStorageMissing, PageSourceInvalid
@@ -138,9 +139,8 @@ def export_rows(*, name: str, source: ExportSource, columns: Sequence[str], to: 
         result = in_pages(ctx, read, write, limit=limit, prefix=PAGE_STEP, on_page=progress)
         return {"parts": result.tally, "rows": result.rows, "pages": result.pages}
 
-    # the registry tells two declarations apart by where their body is written; every export's
-    # body is this one function, so it is named and located by the app's source instead
-    export.__wrapped__ = source  # type: ignore[attr-defined]
+    # every export's body is this one function: two declarations are one when the app's source is
+    one_declaration(registry if registry is not None else REGISTRY, name, export, "export_rows", source)
     export.__qualname__ = f"export_rows[{name}]"
     export.__doc__ = f"export_rows(name={name!r}): {', '.join(names)} in pages of {limit} to parts"
     handle = job(queue=queue, name=name, idempotency_key=key, tenant=tenant, retry=retry,
