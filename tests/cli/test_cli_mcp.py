@@ -9,10 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any, Awaitable, Callable
+from typing import Any
 
-import anyio
-import orjson
 import pytest
 
 from tests.cli.commands import ROOT, as_json
@@ -25,7 +23,9 @@ from xjobs.workers.scheduler import ELECTION
 
 pytest.importorskip("mcp", reason="xjobsd mcp needs the mcp extra")
 
-from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp import Client  # noqa: E402
+
+from tests.cli.mcp_client import answered, refusal, with_server  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 TASKS_APP = "tests.apps.tick_app"     # declares the task every_minute, on queue default
@@ -46,37 +46,8 @@ def dead_job(driver, key: str, error: str) -> int:
     return job_id
 
 
-def with_server(pg_dsn: str, pg_schema: str, args: list[str],
-                talk: Callable[[Client], Awaitable[Any]]) -> Any:
-    """Start ``xjobsd mcp *args`` on the test's schema, run ``talk`` against it, stop it."""
-    env = {"XJOBS_DATABASE_URL": pg_dsn, "XJOBS_SCHEMA": pg_schema,
-           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    server = StdioServerParameters(command=sys.executable, args=["-m", "xjobs.cli", "mcp", *args],
-                                   env=env, cwd=ROOT)
-
-    async def session() -> Any:
-        with anyio.fail_after(60):
-            async with Client(server, read_timeout_seconds=30) as client:
-                return await talk(client)
-    return anyio.run(session)
-
-
-def answered(result) -> Any:
-    """A tool's answer: its text and its structured content say the same JSON."""
-    assert not result.is_error, result.content
-    [text] = result.content
-    data = orjson.loads(text.text)
-    structured = result.structured_content
-    assert (structured if isinstance(data, dict) else next(iter(structured.values()))) == data
-    return data
-
-
-def refusal(result) -> tuple[str, str, str | None]:
-    assert result.is_error
-    [text] = result.content
-    error = result.structured_content["error"]
-    assert text.text == f"{error['code']}: {error['message']}"
-    return error["code"], error["message"], error["hint"]
+def server_env(pg_dsn: str, pg_schema: str) -> dict[str, str]:
+    return {"XJOBS_DATABASE_URL": pg_dsn, "XJOBS_SCHEMA": pg_schema}
 
 
 def test_every_read_tool_answers_what_the_command_line_s_json_prints(xjobsd, driver, pg_dsn, pg_schema, tmp_path):
@@ -118,7 +89,7 @@ def test_every_read_tool_answers_what_the_command_line_s_json_prints(xjobsd, dri
             "writes": {name: refusal(await call(name, {"id": dead[0], "name": "default"})) for name in WRITES},
         }
 
-    got = with_server(pg_dsn, pg_schema, [*app, "--control", str(tmp_path / "none.sock")], talk)
+    got = with_server(server_env(pg_dsn, pg_schema), [*app, "--control", str(tmp_path / "none.sock")], talk)
     assert sorted(got.pop("tools")) == sorted(READS)          # the writes are not even offered
     assert set(READS) - {"status"} == {key.split()[0] for key in printed}
     tasks, shown = got.pop("tasks_list"), printed.pop("tasks_list")
@@ -164,7 +135,7 @@ def test_with_allow_writes_the_four_writes_act_through_the_operator_s_verbs(xjob
             "forced": answered(await call("queues_pause", {"name": "nowhere", "force": True})),
         }
 
-    got = with_server(pg_dsn, pg_schema, ["--allow-writes"], talk)
+    got = with_server(server_env(pg_dsn, pg_schema), ["--allow-writes"], talk)
     assert got["tools"] == sorted(READS + WRITES)
     assert {name for name, read_only in got["read only"].items() if not read_only} == set(WRITES)
     # each answers the job as `xjobsd jobs show --json` prints it now (nothing changed it since)
