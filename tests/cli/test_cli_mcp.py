@@ -125,7 +125,7 @@ def test_with_allow_writes_the_four_writes_act_through_the_operator_s_verbs(xjob
         call = client.call_tool
         return {
             "tools": sorted(tool.name for tool in listed.tools),
-            "read only": {tool.name: tool.annotations.read_only_hint for tool in listed.tools},
+            "read only": {tool.name: tool.annotations and tool.annotations.read_only_hint for tool in listed.tools},
             "misspelt": refusal(await call("queues_pause", {"name": "mial"})),
             "paused": answered(await call("queues_pause", {"name": "mail"})),
             "resumed": answered(await call("queues_resume", {"name": "mail"})),
