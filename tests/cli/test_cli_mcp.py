@@ -63,6 +63,7 @@ def test_every_read_tool_answers_what_the_command_line_s_json_prints(xjobsd, dri
         "jobs_list dead": as_json(xjobsd("jobs", "ls", "--state", "dead", "--queue", "default", "--limit", "2",
                                          "--error-contains", "BOOM", "--json")),
         "jobs_show": {job_id: as_json(xjobsd("jobs", "show", str(job_id), "--json")) for job_id in (*dead, running)},
+        "jobs_list older": as_json(xjobsd("jobs", "ls", "--before", str(dead[2]), "--limit", "1", "--json")),
         "jobs_dead": as_json(xjobsd("jobs", "dead", "--limit", "2", "--json")),
         "jobs_stats": as_json(xjobsd("jobs", "stats", "--json")),
         "tasks_list": as_json(xjobsd("tasks", "ls", *app, "--json")),
@@ -78,6 +79,7 @@ def test_every_read_tool_answers_what_the_command_line_s_json_prints(xjobsd, dri
             "jobs_list dead": answered(await call("jobs_list", {"state": "dead", "queue": "default", "limit": 2,
                                                                 "error_contains": "BOOM"})),
             "jobs_show": {job_id: answered(await call("jobs_show", {"id": job_id})) for job_id in (*dead, running)},
+            "jobs_list older": answered(await call("jobs_list", {"before": dead[2], "limit": 1})),
             "jobs_dead": answered(await call("jobs_dead", {"limit": 2})),
             "jobs_stats": answered(await call("jobs_stats")),
             "tasks_list": answered(await call("tasks_list")),
@@ -102,6 +104,7 @@ def test_every_read_tool_answers_what_the_command_line_s_json_prints(xjobsd, dri
         assert got[key] == value, key
     # what the comparison covered
     assert [j["id"] for j in got["jobs_list dead"]] == dead[:0:-1] and got["jobs_stats"]["reports"]["running"] == 1
+    assert [j["id"] for j in got["jobs_list older"]] == [dead[1]]
     assert got["jobs_show"][dead[0]]["history"][0]["outcome"] == "enqueued"
 
     code, message, hint = got["status"]
@@ -150,6 +153,19 @@ def test_with_allow_writes_the_four_writes_act_through_the_operator_s_verbs(xjob
     assert got["resumed"]["paused"] is False
     assert got["forced"]["name"] == "nowhere" and got["forced"]["paused"] is True
     assert [row["name"] for row in as_json(xjobsd("queues", "ls", "--json")) if row["paused"]] == ["nowhere"]
+
+
+def test_the_database_is_opened_at_the_first_tool_that_reads_it_and_its_failure_is_a_tool_error(tmp_path):
+    async def talk(client: Client) -> dict[str, Any]:
+        return {"stats": refusal(await client.call_tool("jobs_stats")),
+                "again": refusal(await client.call_tool("jobs_show", {"id": 1})),
+                "status": refusal(await client.call_tool("status"))}
+
+    # nothing listens on port 1: the server starts all the same, and each read says why it cannot
+    got = with_server({"XJOBS_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"},
+                      ["--control", str(tmp_path / "none.sock")], talk)
+    assert got["stats"][0] == got["again"][0] == "X_DATABASE_UNAVAILABLE"
+    assert got["status"][0] == "X_DAEMON_UNAVAILABLE"
 
 
 def test_without_the_sdk_the_command_is_refused_naming_the_extra(pg_dsn, pg_schema):

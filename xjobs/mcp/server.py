@@ -27,7 +27,7 @@ from .tools import LISTED_UNDER, READS, WRITES, Tools
 try:
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
-    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+    from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
     from pydantic import ValidationError
 except ImportError as exc:      # the SDK is an extra: say which, not a traceback
     missing = (exc.name or "mcp").split(".")[0]
@@ -89,7 +89,7 @@ class XJobsServer(MCPServer[Any]):
                           structured_output=False)
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
-                        context: Context[Any, Any] | None = None) -> Any:
+                        context: Context[Any, Any] | None = None) -> CallToolResult | InputRequiredResult:
         if name in WRITES and not self.allow_writes:
             return refusal(ReadOnly(_NO_WRITES.format(what=name.replace("_", " ")),
                                     hint="xjobsd mcp --allow-writes"))
