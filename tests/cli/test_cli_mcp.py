@@ -88,6 +88,8 @@ def test_every_read_tool_answers_what_the_command_line_s_json_prints(xjobsd, dri
             "bad state": refusal(await call("jobs_list", {"state": "bogus"})),
             "bad age": refusal(await call("jobs_list", {"since": "soon"})),
             "too many": refusal(await call("jobs_dead", {"limit": 1001})),
+            "no id": refusal(await call("jobs_show", {})),
+            "no such tool": refusal(await call("jobs_purge", {})),
             "writes": {name: refusal(await call(name, {"id": dead[0], "name": "default"})) for name in WRITES},
         }
 
@@ -113,8 +115,11 @@ def test_every_read_tool_answers_what_the_command_line_s_json_prints(xjobsd, dri
     assert got["bad state"][:2] == ("X_INVALID_OPTION", got["bad state"][1]) and got["bad state"][1].startswith("state:")
     assert got["bad age"][0] == "X_INVALID_OPTION" and got["bad age"][1].startswith("since:")
     assert got["too many"][0] == "X_INVALID_OPTION" and got["too many"][1].startswith("limit:")
+    assert got["no id"][:2] == ("X_INVALID_OPTION", "id: Field required")
+    assert got["no such tool"][0] == "X_USAGE" and "jobs_stats" in got["no such tool"][1]
     for name, (code, message, hint) in got["writes"].items():
-        assert code == "X_READ_ONLY" and "--allow-writes" in message and hint == "xjobsd mcp --allow-writes", name
+        assert (code, message) == ("X_READ_ONLY", f"{name} changes the fleet, and this server only reads"), name
+        assert hint == "start it as `xjobsd mcp --allow-writes`"
     assert driver.job_get(dead[0]).state == "dead"
     assert not any(row["paused"] for row in as_json(xjobsd("queues", "ls", "--json")))
 

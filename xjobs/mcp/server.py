@@ -5,7 +5,8 @@ as structured content, the same JSON (a list under a key, since older protocol v
 only an object there: ``{"jobs": [...]}``, ``{"queues": [...]}``). A refusal is a tool error,
 so the model reads it and can correct itself: its text is ``X_CODE: message`` (what
 ``str(err)`` is everywhere), its structured content ``{"error": {"code", "message", "hint"}}``.
-Arguments the tool's schema refuses come back alike, as ``X_INVALID_OPTION`` naming the field.
+Arguments the tool's schema refuses come back alike, as ``X_INVALID_OPTION`` naming the field,
+and a tool that does not exist as ``X_USAGE``.
 
 Importing this module without the SDK installed raises ``ExtraMissing`` (``X_EXTRA_MISSING``,
 naming the ``mcp`` extra), so ``xjobsd mcp`` says what to install in one line.
@@ -20,7 +21,7 @@ from typing import Any, Callable
 import orjson
 
 from .. import __version__
-from ..errors import ExtraMissing, InvalidOption, ReadOnly, XJobsError
+from ..errors import ExtraMissing, InvalidOption, ReadOnly, UsageInvalid, XJobsError
 from ..views import plain
 from .tools import LISTED_UNDER, READS, WRITES, Tools
 
@@ -41,7 +42,6 @@ INSTRUCTIONS = (
     "read its queues, jobs, dead letters, cron tasks and the running daemon; every answer is the JSON "
     "`xjobsd ... --json` prints, with times as ISO-8601 in UTC. A refusal is a tool error whose text "
     "starts with a stable X_... code.")
-_NO_WRITES = "this server only reads: start it with `xjobsd mcp --allow-writes` to {what}"
 
 
 def answer(value: Any, key: str | None = None) -> CallToolResult:
@@ -68,22 +68,28 @@ def _tool(method: Callable[..., Any], key: str | None) -> Callable[..., CallTool
             return refusal(exc)
     signature = inspect.signature(method, eval_str=True)
     setattr(call, "__signature__", signature.replace(return_annotation=CallToolResult))
-    call.__doc__ = inspect.getdoc(method)
+    call.__doc__ = described(method)
     return call
 
 
+def described(method: Callable[..., Any]) -> str:
+    """A method's docstring as a tool's description: one paragraph, as a client shows it."""
+    return " ".join((inspect.getdoc(method) or "").split())
+
+
 class XJobsServer(MCPServer[Any]):
-    """The SDK's server with two refusals in the house style: a write tool asked of a server
-    that only reads (it is not listed there, but a client may still call it by name), and
-    arguments the tool's schema refuses."""
+    """The SDK's server with its refusals in the house style: a write tool asked of a server
+    that only reads (it is not listed there, but a client may still call it by name), a tool
+    that does not exist, and arguments the tool's schema refuses."""
 
     def __init__(self, tools: Tools, *, allow_writes: bool) -> None:
         super().__init__(name="xjobs", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
         self.allow_writes = allow_writes
-        for name in READS + (WRITES if allow_writes else ()):
+        self.offered = READS + (WRITES if allow_writes else ())
+        for name in self.offered:
             writes = name in WRITES
             self.add_tool(_tool(getattr(tools, name), LISTED_UNDER.get(name)), name=name,
-                          description=inspect.getdoc(getattr(tools, name)),
+                          description=described(getattr(tools, name)),
                           annotations=ToolAnnotations(read_only_hint=not writes, destructive_hint=writes,
                                                       idempotent_hint=not writes, open_world_hint=False),
                           structured_output=False)
@@ -91,8 +97,10 @@ class XJobsServer(MCPServer[Any]):
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None) -> CallToolResult | InputRequiredResult:
         if name in WRITES and not self.allow_writes:
-            return refusal(ReadOnly(_NO_WRITES.format(what=name.replace("_", " ")),
-                                    hint="xjobsd mcp --allow-writes"))
+            return refusal(ReadOnly(f"{name} changes the fleet, and this server only reads",
+                                    hint="start it as `xjobsd mcp --allow-writes`"))
+        if name not in self.offered:
+            return refusal(UsageInvalid(f"no tool {name!r}: the tools are {', '.join(self.offered)}"))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
