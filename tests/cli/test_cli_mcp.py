@@ -11,6 +11,7 @@ import subprocess
 import sys
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.cli.commands import ROOT, as_json
@@ -46,6 +47,17 @@ def dead_job(driver, key: str, error: str) -> int:
     return job_id
 
 
+def dashboard_s(driver, path: str) -> Any:
+    """What the dashboard's JSON answers at ``path`` (skipped without the ui extra)."""
+    pytest.importorskip("werkzeug", reason="the dashboard needs the ui extra")
+    from xjobs.ui.app import Dashboard
+    from xjobs.ui.auth import Guard
+    from werkzeug.test import Client as WebClient
+    answer = WebClient(Dashboard(driver, guard=Guard())).get(path, environ_base={"REMOTE_ADDR": "127.0.0.1"})
+    assert answer.status_code == 200
+    return orjson.loads(answer.get_data())
+
+
 def server_env(pg_dsn: str, pg_schema: str) -> dict[str, str]:
     return {"XJOBS_DATABASE_URL": pg_dsn, "XJOBS_SCHEMA": pg_schema}
 
@@ -56,6 +68,7 @@ def test_every_read_tool_answers_what_the_command_line_s_json_prints(xjobsd, dri
     enqueue(driver, "run", queue="reports", tenant="globex")
     running = claim_one(driver, "reports").id
     driver.leader_elect(ELECTION, "daemon-a", 60_000.0)
+    driver.rate_add({"default": {"completed": 40, "retried": 8, "dead": 2}, "reports": {"completed": 1}})
     app = ["--app", TASKS_APP]
     printed = {
         "queues_list": as_json(xjobsd("queues", "ls", *app, "--json")),
@@ -67,6 +80,7 @@ def test_every_read_tool_answers_what_the_command_line_s_json_prints(xjobsd, dri
         "jobs_dead": as_json(xjobsd("jobs", "dead", "--limit", "2", "--json")),
         "jobs_stats": as_json(xjobsd("jobs", "stats", "--json")),
         "tasks_list": as_json(xjobsd("tasks", "ls", *app, "--json")),
+        "throughput": dashboard_s(driver, "/api/overview")["throughput"],
     }
 
     async def talk(client: Client) -> dict[str, Any]:
@@ -83,6 +97,7 @@ def test_every_read_tool_answers_what_the_command_line_s_json_prints(xjobsd, dri
             "jobs_dead": answered(await call("jobs_dead", {"limit": 2})),
             "jobs_stats": answered(await call("jobs_stats")),
             "tasks_list": answered(await call("tasks_list")),
+            "throughput": answered(await call("throughput")),
             "status": refusal(await call("status")),
             "missing": refusal(await call("jobs_show", {"id": 999_999})),
             "bad state": refusal(await call("jobs_list", {"state": "bogus"})),
@@ -102,6 +117,11 @@ def test_every_read_tool_answers_what_the_command_line_s_json_prints(xjobsd, dri
     def steady(rows):   # the next fire is read from each read's own now: a minute apart at most
         return [{k: v for k, v in row.items() if not k.startswith("next_fire")} for row in rows]
     assert steady(tasks["tasks"]) == steady(shown["tasks"]) and len(shown["tasks"]) == 1
+    rates, charted = got.pop("throughput"), printed.pop("throughput")
+    # the minutes are those up to each read's own now, a moment apart: the same counts in them
+    assert len(rates.pop("minutes")) == len(charted.pop("minutes")) == 60
+    assert rates == charted == {"ended": 51, "failed": 10, "per_queue": {"default": {"ended": 50, "failed": 10},
+                                                                          "reports": {"ended": 1, "failed": 0}}}
     for key, value in printed.items():
         assert got[key] == value, key
     # what the comparison covered

@@ -29,7 +29,7 @@ MAY_IMPORT = {
 }
 FOUNDATION = {"errors", "options", "clock", "payload", "logs"}
 HOSTS = {"tick", "testing", "host"}
-OPERATOR = {"admin", "control_client", "formatting"}
+OPERATOR = {"admin", "control_client", "formatting", "throughput"}
 PACKAGES = {"drivers", "workers", "factories", "supervisor", "cli", "ui", "mcp"}
 
 

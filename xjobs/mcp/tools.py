@@ -12,6 +12,7 @@ tool                   what it answers                                    as the
 ``jobs_show``          one job with its steps, history and family         ``xjobsd jobs show``
 ``jobs_dead``          dead letters, newest first                         ``xjobsd jobs dead``
 ``jobs_stats``         per queue, how many jobs are in each state         ``xjobsd jobs stats``
+``throughput``         the last hour's ended and failed runs, per minute  ``/api/overview``
 ``tasks_list``         cron tasks, next fire, watermark, leader           ``xjobsd tasks ls``
 ``jobs_cancel``        cancel one live job (and its live children)        ``xjobsd jobs cancel``
 ``jobs_retry``         one dead or cancelled job back to ready            ``xjobsd jobs retry``
@@ -19,10 +20,11 @@ tool                   what it answers                                    as the
 ``queues_resume``      workers claim from the queue again                 ``xjobsd queues resume``
 =====================  ================================================  ===================
 
-The last four change the fleet: ``WRITES`` names them, and the server offers them only when
-started with ``--allow-writes``. Each acts on one job or one queue, never on a filter: a bulk
-verb stays with the command line, where ``--dry-run`` shows what it would touch.
-"""
+``throughput`` answers what the dashboard's ``/api/overview`` does under that key (the command
+line has no such read). The last four change the fleet: ``WRITES`` names them, and the server
+offers them only when started with ``--allow-writes``. Each acts on one job or one queue,
+never on a filter: a bulk verb stays with the command line, where ``--dry-run`` shows what it
+would touch."""
 
 from __future__ import annotations
 
@@ -35,12 +37,14 @@ from ..control_client import request
 from ..drivers.base import JobDriver
 from ..errors import InvalidOption, XJobsError
 from ..options import finite_count
+from ..throughput import last_hour
 from ..views import shown
 
 if TYPE_CHECKING:
     from ..tasks import TaskHandle
 
-READS = ("status", "queues_list", "jobs_list", "jobs_show", "jobs_dead", "jobs_stats", "tasks_list")
+READS = ("status", "queues_list", "jobs_list", "jobs_show", "jobs_dead", "jobs_stats", "throughput",
+         "tasks_list")
 WRITES = ("jobs_cancel", "jobs_retry", "queues_pause", "queues_resume")
 # a list answer's key in the structured content, which older protocol versions take only as an object
 LISTED_UNDER = {"queues_list": "queues", "jobs_list": "jobs", "jobs_dead": "jobs"}
@@ -135,6 +139,11 @@ class Tools:
         """Per queue, how many jobs are in each state (ready, running, suspended, completed,
         dead, cancelled): the fleet's figures at a glance."""
         return dict(self.reach.driver().job_stats())
+
+    def throughput(self) -> dict[str, Any]:
+        """The last hour's runs that ended and those that failed (retried or dead), fleet-wide,
+        per queue and per minute (empty minutes included): the dashboard's chart, as numbers."""
+        return last_hour(self.reach.driver()).as_json()
 
     def tasks_list(self) -> dict[str, Any]:
         """The app's cron tasks (schedule, time zone, job, next fire, watermark, dispatched)
