@@ -16,15 +16,17 @@ from tests.cli.commands import ROOT
 
 
 def with_server(env: dict[str, str], args: list[str], talk: Callable[[Client], Awaitable[Any]],
-                cwd: str | Path = ROOT) -> Any:
+                cwd: str | Path = ROOT, mode: str = "auto") -> Any:
     """Start ``xjobsd mcp *args`` with ``env`` (over the SDK's few default variables, and this
-    interpreter's ``PYTHONPATH``) in ``cwd``, run ``talk`` against it, and stop it."""
+    interpreter's ``PYTHONPATH``) in ``cwd``, run ``talk`` against it, and stop it. ``mode``:
+    the client's ``auto`` (the newest protocol the server speaks), or ``legacy``, the
+    initialize handshake of the clients before it (structured content only as an object)."""
     server = StdioServerParameters(command=sys.executable, args=["-m", "xjobs.cli", "mcp", *args],
                                    env={"PYTHONPATH": os.environ.get("PYTHONPATH", ""), **env}, cwd=cwd)
 
     async def session() -> Any:
         with anyio.fail_after(60):
-            async with Client(server, read_timeout_seconds=30) as client:
+            async with Client(server, read_timeout_seconds=30, mode=mode) as client:
                 return await talk(client)
     return anyio.run(session)
 
