@@ -15,7 +15,6 @@ naming the ``mcp`` extra), so ``xjobsd mcp`` says what to install in one line.
 from __future__ import annotations
 
 import inspect
-import logging
 from typing import Any, Callable
 
 import orjson
@@ -34,8 +33,6 @@ except ImportError as exc:      # the SDK is an extra: say which, not a tracebac
     missing = (exc.name or "mcp").split(".")[0]
     raise ExtraMissing(f"xjobsd mcp needs the mcp extra, the MCP SDK ({missing} is not installed)",
                        hint="pip install 'xjobsd[mcp]'") from None
-
-log = logging.getLogger("xjobs.mcp")
 
 INSTRUCTIONS = (
     "xjobs is a durable background-job system on PostgreSQL, run by the xjobsd daemon. These tools "
