@@ -65,6 +65,19 @@ def when(text: str | None, option: str) -> tuple[float | None, float | None]:
     return moment.timestamp() * 1000.0, None
 
 
+def job_filter(*, queue: str | None = None, name: str | None = None, state: str | None = None,
+               tenant: str | None = None, since: str | None = None, until: str | None = None,
+               error_contains: str | None = None, parent: int | None = None, limit: int = 50) -> ListFilter:
+    """The jobs an operator's filters select, as every surface spells them: ``since`` and
+    ``until`` an ISO-8601 time or an age (``when``), ``error_contains`` a case-insensitive
+    piece of ``last_error``, ``parent`` the job whose children to take."""
+    since_ms, since_ago = when(since, "since")
+    until_ms, until_ago = when(until, "until")
+    return ListFilter(queue=queue, name=name, state=state, tenant=tenant, since_ms=since_ms, until_ms=until_ms,
+                      since_ago_ms=since_ago, until_ago_ms=until_ago, error=error_contains, limit=limit,
+                      parent_id=parent)
+
+
 def retry_job(driver: JobDriver, job_id: int, *, by: str) -> JobView:
     """Put one dead or cancelled job back to ready, attempt 0; its history says who asked."""
     return driver.job_requeue(job_id, f"retried by {by}")
@@ -159,6 +172,11 @@ def pause_queue(driver: JobDriver, queue: str, *, by: str) -> None:
 
 def resume_queue(driver: JobDriver, queue: str, *, by: str) -> None:
     driver.queue_pause(plain_name(queue, "queue"), False, by)
+
+
+def queue_row(driver: JobDriver, queue: str) -> dict[str, Any]:
+    """One queue's row of ``queues``, as ``xjobsd queues pause|resume --json`` prints it."""
+    return next(row for row in queues(driver, (queue,)) if row["name"] == queue)
 
 
 def schedules(driver: JobDriver, tasks: Iterable[Any]) -> dict[str, Any]:

@@ -391,3 +391,10 @@ class ExtraMissing(XJobsError):
     'xjobsd[EXTRA]'``, named in the message)."""
 
     code = "X_EXTRA_MISSING"
+
+
+class ReadOnly(XJobsError):
+    """A verb that changes jobs or queues, asked of a surface started to only read:
+    ``xjobsd mcp`` without ``--allow-writes``."""
+
+    code = "X_READ_ONLY"

@@ -69,7 +69,7 @@ def test_every_read_on_a_missing_schema_prints_the_one_coded_line(xjobsd, pg_sch
     (["jobs", "ls", "--limit", "-1"], "X_INVALID_OPTION", "limit: must be at least 0"),
     (["jobs"], "X_USAGE", "jobs: give a verb: ls, show, cancel, retry, dead, stats"),
     (["jbos"], "X_USAGE", "no command 'jbos' (did you mean jobs?); the commands are run, status, drain, "
-                          "reload, scale, migrate, enqueue, jobs, queues, tasks, manifest, tick, ui, backfill"),
+                          "reload, scale, migrate, enqueue, jobs, queues, tasks, manifest, tick, ui, backfill, mcp"),
     (["enqueue", "greet", "--app", APP], "X_USAGE", "enqueue: missing --input"),
     (["migrate", "--status", "--dry-run"], "X_USAGE", "migrate: --dry-run: not allowed with argument --status"),
 ])

@@ -22,14 +22,15 @@ MAY_IMPORT = {
     "supervisor": {"foundation", "drivers", "api", "workers"},    # the parent of xjobsd
     "operator": {"foundation", "drivers", "api", "workers", "factories"},   # both surfaces share
     "ui": {"foundation", "drivers", "api", "workers", "factories", "operator"},   # the dashboard
+    "mcp": {"foundation", "drivers", "api", "workers", "factories", "operator"},  # tools for assistants
     # the composition root: `xjobsd run` builds the supervisor, `xjobsd tick` a host
     "cli": {"foundation", "drivers", "api", "workers", "factories", "hosts", "supervisor",
-            "operator", "ui"},
+            "operator", "ui", "mcp"},
 }
 FOUNDATION = {"errors", "options", "clock", "payload", "logs"}
 HOSTS = {"tick", "testing", "host"}
-OPERATOR = {"admin", "control_client", "formatting"}
-PACKAGES = {"drivers", "workers", "factories", "supervisor", "cli", "ui"}
+OPERATOR = {"admin", "control_client", "formatting", "throughput"}
+PACKAGES = {"drivers", "workers", "factories", "supervisor", "cli", "ui", "mcp"}
 
 
 def room(module: str) -> str:
@@ -94,9 +95,10 @@ def test_every_room_imports_only_the_rooms_beneath_it():
 
 
 def test_the_dashboard_reaches_the_daemon_only_through_the_control_client():
-    reached = {target for source, target in edges() if room(source) == "ui"}
-    assert not {t for t in reached if room(t) in ("supervisor", "cli")}
-    assert "xjobs.control_client" in reached
+    for surface in ("ui", "mcp"):     # and so do the tools for assistants
+        reached = {target for source, target in edges() if room(source) == surface}
+        assert not {t for t in reached if room(t) in {"supervisor", "cli", "ui", "mcp"} - {surface}}, surface
+        assert "xjobs.control_client" in reached, surface
 
 
 def test_outside_the_supervisor_only_the_command_line_imports_it():

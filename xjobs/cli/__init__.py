@@ -22,7 +22,7 @@ from .usage import Parser, parse
 # subcommand(s) with a handler(args) -> exit code; ``control`` registers the verbs that change
 # what a running daemon does (drain, reload, scale)
 SUBCOMMAND_MODULES = ("run", "status", "control", "migrate", "enqueue", "jobs", "queues", "tasks",
-                      "manifest", "tick", "ui", "backfill")
+                      "manifest", "tick", "ui", "backfill", "mcp")
 
 # what a shell reports for a process that SIGPIPE ended (128 + 13)
 _EXIT_PIPE_CLOSED = 141

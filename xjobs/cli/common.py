@@ -13,7 +13,7 @@ import orjson
 
 from ..config import Settings, find_setting, load_settings
 from ..formatting import plain
-from ..errors import (AppInvalid, DaemonRunning, IdempotencyKeyRequired, InvalidOption, PayloadInvalid,
+from ..errors import (AppInvalid, DaemonRunning, ExtraMissing, IdempotencyKeyRequired, InvalidOption, PayloadInvalid,
                       PayloadTooLarge, SchemaMissing, TenantRequired, UnknownJob, UnknownQueue, UsageInvalid,
                       XJobsError)
 from . import setting_flags
@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from ..drivers.base import JobDriver
 
 # refusals of what the user typed, configured or deployed: exit 2, like a refused start. A
-# missing schema among them: a restart cannot mend it, and most often the schema is misspelt
+# missing schema among them: a restart cannot mend it, and most often the schema is misspelt;
+# a missing extra too: installing it mends it, a restart does not
 USAGE_ERRORS = (InvalidOption, UsageInvalid, UnknownJob, UnknownQueue, PayloadInvalid, PayloadTooLarge,
-                TenantRequired, IdempotencyKeyRequired, AppInvalid, DaemonRunning, SchemaMissing)
+                TenantRequired, IdempotencyKeyRequired, AppInvalid, DaemonRunning, SchemaMissing, ExtraMissing)
 _USAGE_CODES = frozenset(cls.code for cls in USAGE_ERRORS)
 _INSTALL_HINT = "`xjobsd migrate` installs it; `xjobsd run` does too, at start"
 

@@ -103,11 +103,9 @@ def _bulk_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _where(args: argparse.Namespace, limit: int = 50) -> ListFilter:
-    since, since_ago = admin.when(args.since, "since")
-    until, until_ago = admin.when(args.until, "until")
-    return ListFilter(queue=args.queue, name=args.name, state=args.state, tenant=args.tenant,
-                      since_ms=since, until_ms=until, since_ago_ms=since_ago, until_ago_ms=until_ago,
-                      error=args.error_contains, limit=limit, parent_id=args.parent)
+    return admin.job_filter(queue=args.queue, name=args.name, state=args.state, tenant=args.tenant,
+                            since=args.since, until=args.until, error_contains=args.error_contains,
+                            parent=args.parent, limit=limit)
 
 
 def _has_filter(args: argparse.Namespace) -> bool:

@@ -84,7 +84,7 @@ def _switch(args: argparse.Namespace, *, paused: bool) -> int:
             raise
     by = f"cli:{getpass.getuser()}"
     (admin.pause_queue if paused else admin.resume_queue)(driver, args.name, by=by)
-    row = next(r for r in admin.queues(driver, (args.name,)) if r["name"] == args.name)
+    row = admin.queue_row(driver, args.name)
     if args.json:
         print_json(row)
     elif paused:

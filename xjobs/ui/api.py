@@ -88,8 +88,7 @@ class JsonApi:
         rates = data["rates"]
         daemon = data["daemon"]
         return as_is({**plain({"now": iso(data["now"]), "queues": data["queues"],
-                               "throughput": {"ended": rates.ended, "failed": rates.failed,
-                                              "minutes": rates.minutes, "per_queue": rates.per_queue}}),
+                               "throughput": rates.as_json()}),
                       "daemon": None if daemon is None else {k: v for k, v in daemon.items() if k != "ok"}})
 
     def queues(self, request: Request) -> Response:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from .pages import Minute
+from ..throughput import Minute
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 720, 180, 64, 20, 10
 

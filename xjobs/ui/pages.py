@@ -12,67 +12,22 @@ finished rows).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Iterable
 
 import orjson
 
 from .. import admin
 from ..views import life
-from ..drivers.base import JobDriver, JobView, ListFilter, RatePoint, RunningPage
+from ..drivers.base import JobDriver, JobView, ListFilter, RunningPage
 from ..factories.backfill_report import by_job
+# the hour's throughput is every surface's (``xjobsd mcp``'s throughput tool too): one copy, there
+from ..throughput import CHART_MINUTES as CHART_MINUTES, Minute as Minute, Throughput as Throughput
+from ..throughput import throughput as throughput
 from ..workers.outbox_relay import relay_row
-from ..workers.rates import RATED as ENDED
 
 PAGE_SIZE = 50
-CHART_MINUTES = 60
 PAYLOAD_SHOWN_BYTES = 64 * 1024
-FAILED = ("retried", "dead")   # of the outcomes workers report (ENDED), those that failed
-
-
-@dataclass
-class Minute:
-    at: float
-    ended: int = 0
-    failed: int = 0
-
-    @property
-    def failure_rate(self) -> float:
-        return self.failed / self.ended if self.ended else 0.0
-
-
-@dataclass
-class Throughput:
-    """The last ``CHART_MINUTES`` minutes, fleet-wide and per queue."""
-    minutes: list[Minute]
-    per_queue: dict[str, dict[str, int]] = field(default_factory=dict)   # queue -> ended, failed
-
-    @property
-    def ended(self) -> int:
-        return sum(m.ended for m in self.minutes)
-
-    @property
-    def failed(self) -> int:
-        return sum(m.failed for m in self.minutes)
-
-
-def throughput(points: Iterable[RatePoint], now_ms: float, minutes: int = CHART_MINUTES) -> Throughput:
-    """Outcome counts folded into one row per minute (the empty minutes included)."""
-    last = now_ms - now_ms % 60_000.0
-    chart = [Minute(last - (minutes - 1 - i) * 60_000.0) for i in range(minutes)]
-    first = chart[0].at
-    per_queue: dict[str, dict[str, int]] = {}
-    for point in points:
-        if point.outcome not in ENDED or point.minute < first:
-            continue
-        index = min(int((point.minute - first) // 60_000.0), minutes - 1)
-        failed = point.count if point.outcome in FAILED else 0
-        chart[index].ended += point.count
-        chart[index].failed += failed
-        totals = per_queue.setdefault(point.queue, {"ended": 0, "failed": 0})
-        totals["ended"] += point.count
-        totals["failed"] += failed
-    return Throughput(chart, per_queue)
 
 
 def daemon_status(control: str | None) -> dict[str, Any] | None:
