@@ -215,11 +215,11 @@ def test_a_read_on_a_session_of_the_wrong_kind_names_the_other_form(pg_dsn, pg_d
 
     async def aget_on_a_session() -> None:
         with Session(engine) as session:
-            await xjobs.aget(1, conn=session)
+            await xjobs.aget(1, conn=session)  # type: ignore[arg-type]
 
     try:
         with pytest.raises(InvalidOption, match="no transaction"):
-            xjobs.get(1, conn=engine)
+            xjobs.get(1, conn=engine)  # type: ignore[arg-type]
         with pytest.raises(InvalidOption, match=r"get\(\.\.\., conn=\)"):
             asyncio.run(aget_on_a_session())
     finally:
