@@ -224,3 +224,35 @@ def test_a_read_on_a_session_of_the_wrong_kind_names_the_other_form(pg_dsn, pg_d
             asyncio.run(aget_on_a_session())
     finally:
         engine.dispose()
+
+
+def test_every_write_on_a_session_is_in_its_transaction(pg_dsn, pg_driver, app):
+    """Each verb that takes ``conn=`` (``enqueue``, ``enqueue_many``, ``send_event``,
+    ``outbox.stage``, ``outbox.stage_many``) writes nothing a rollback of the ``Session``
+    leaves, and what its commit keeps."""
+    schema = pg_driver.schema
+    engine = create_engine(_url(pg_dsn))
+    writes = [lambda s: app.enqueue({"n": 1}, conn=s),
+              lambda s: app.enqueue_many([{"n": 2}, {"n": 3}], conn=s),
+              lambda s: xjobs.send_event("paid", key="o1", conn=s),
+              lambda s: outbox.stage(s, app, {"n": 4}),
+              lambda s: outbox.stage_many(s, app, [{"n": 5}, {"n": 6}])]
+
+    def counts() -> tuple[int, ...]:
+        with psycopg.connect(pg_dsn) as conn:
+            return tuple(conn.execute(f"select count(*) from {schema}.{table}").fetchone()[0]  # type: ignore[index]
+                         for table in ("jobs", "events", "outbox"))
+    try:
+        for write in writes:
+            with Session(engine) as session:
+                write(session)                      # the session's first statement
+                session.rollback()
+        assert counts() == (0, 0, 0)
+        with Session(engine) as session:
+            for write in writes:
+                write(session)
+            assert counts() == (0, 0, 0), "visible before the session committed"
+            session.commit()
+    finally:
+        engine.dispose()
+    assert counts() == (3, 1, 3)
