@@ -181,8 +181,8 @@ async def abuild_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: obje
     """``build_jobs`` for an awaited call, on the loop, ``BUILD_ON_LOOP`` jobs at a time with
     a turn for the loop's other tasks between two slices. Not on a worker thread: building is
     pure Python, so the thread would hold the GIL throughout, and the loop, woken by its own
-    I/O, waits up to the interpreter's switch interval (5 ms) each time to take it back: a
-    thousand jobs built on a thread stalled the loop 5 ms, sliced on it under 2."""
+    I/O, waits up to the interpreter's switch interval (5 ms) each time to take it back: with
+    a thousand jobs built on a thread, a heartbeat's p99 lag was 5 ms; sliced, 1 to 2 ms."""
     make, count = _planned(handle, inputs, delay=delay, run_at=run_at, priority=priority,
                            enqueued_by=enqueued_by, keys=None,
                            max_payload_bytes=current_settings().max_payload_bytes)
