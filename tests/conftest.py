@@ -3,7 +3,8 @@
 The tests are in tiers, each a folder: ``unit`` (declarations, refusals, pure functions),
 ``drivers`` (the seam, its SQL and migrations, on both drivers), ``worker`` (the child roles in
 this process), ``factories`` (the ready-made jobs: backfill and its paging), ``supervisor`` (the arbiter forking fake roles), ``daemon`` (``xjobsd`` as a
-subprocess), ``cli`` and ``ui`` (the operator surfaces). Shared fixtures are plugins loaded
+subprocess), ``cli`` and ``ui`` (the operator surfaces), ``integrations`` (the examples
+under their frameworks, their jobs under ``xjobsd``). Shared fixtures are plugins loaded
 here: ``tests/fixtures.py`` (drivers and schemas) and ``tests/daemon_fixtures.py``
 (``daemon_env``); a tier's own are in its ``conftest.py``.
 

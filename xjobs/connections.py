@@ -51,7 +51,7 @@ def joined(conn: Joinable | None, verb: str) -> CallerConnection | None:
     if conn is None:
         return None
     if isinstance(conn, psycopg.AsyncConnection):
-        raise InvalidOption("conn", f"{verb} writes on a synchronous connection; an AsyncConnection "
+        raise InvalidOption("conn", f"{verb} runs on a synchronous connection; an AsyncConnection "
                                     f"is awaited with a{verb}(..., conn=)")
     kind, given = _sqlalchemy_kind(conn), cast(Any, conn)   # SQLAlchemy's, taken by duck typing
     if kind is None:
@@ -74,13 +74,13 @@ async def ajoined(conn: AsyncJoinable, verb: str) -> AsyncCallerConnection:
     """The connection an async verb awaits on, in ``conn``'s transaction."""
     if isinstance(conn, psycopg.Connection):
         raise InvalidOption("conn", f"{verb} awaits on a psycopg AsyncConnection; a synchronous "
-                                    f"connection is written with {verb[1:]}(..., conn=)")
+                                    f"connection is passed to {verb[1:]}(..., conn=)")
     kind, given = _sqlalchemy_kind(conn), cast(Any, conn)
     if kind is None:
         return cast(AsyncCallerConnection, conn)
     if kind in ("Session", "Connection"):
         raise InvalidOption("conn", f"{verb} takes an AsyncSession or AsyncConnection; a {kind} "
-                                    f"is written with {verb[1:]}(..., conn=)")
+                                    f"is passed to {verb[1:]}(..., conn=)")
     if kind == "AsyncSession":
         bound = await given.connection()
     elif kind == "AsyncConnection":

@@ -4,7 +4,8 @@
     job = send_receipt.enqueue({"order": 42})
     job.get()["state"]                   # 'ready', then 'running', 'completed', ...
     xjobs.get(job.id)["attempt"]
-    await xjobs.aget(job.id, conn=aconn)   # awaited on your psycopg AsyncConnection
+    xjobs.get(job.id, conn=session)      # in your transaction: a SQLAlchemy Session, or psycopg's
+    await xjobs.aget(job.id, conn=aconn)   # awaited on your AsyncConnection (or AsyncSession)
 
 What they answer is what ``xjobsd jobs show --json`` and ``xjobsd queues ls --json`` print,
 projected once (``views.py``): plain JSON with ISO-8601 times in UTC. An unknown id is
@@ -16,8 +17,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+
 from .config import current_driver
-from .drivers.base import CallerConnection, Introspection, QueueStore
+from .connections import AsyncJoinable, Joinable, ajoined, joined
+from .drivers.base import Introspection, QueueStore
 from .drivers.records import Enqueued as EnqueuedRecord
 from .errors import InvalidOption
 from .drivers.settlement import SettlementWaits
@@ -26,8 +30,6 @@ from .results import aresult, result
 from .views import plain, queues as queue_rows, shown
 
 if TYPE_CHECKING:
-    import psycopg
-
     from .drivers.postgres import PostgresDriver
 
 
@@ -47,12 +49,12 @@ class Enqueued(EnqueuedRecord):
     def __hash__(self) -> int:
         return hash((self.id, self.deduped))   # as the record's own (a frozen dataclass) hashes
 
-    def get(self, *, conn: CallerConnection | None = None,
+    def get(self, *, conn: Joinable | None = None,
             driver: Introspection | None = None) -> dict[str, Any]:
         """``xjobs.get(self.id, ...)``."""
         return get(self.id, conn=conn, driver=driver)
 
-    async def aget(self, *, conn: psycopg.AsyncConnection[Any] | None = None,
+    async def aget(self, *, conn: AsyncJoinable | None = None,
                    driver: Introspection | None = None) -> dict[str, Any]:
         """``await xjobs.aget(self.id, ...)``."""
         return await aget(self.id, conn=conn, driver=driver)
@@ -66,7 +68,7 @@ class Enqueued(EnqueuedRecord):
         return await aresult(self.id, timeout, driver=driver)
 
 
-def get(job_id: int, *, conn: CallerConnection | None = None,
+def get(job_id: int, *, conn: Joinable | None = None,
         driver: Introspection | None = None) -> dict[str, Any]:
     """The job ``job_id`` as ``xjobsd jobs show --json`` prints it: ``state``, ``attempt`` of
     ``max_attempts``, ``progress``, ``last_error``, ``history`` (every attempt's outcome, with
@@ -74,22 +76,22 @@ def get(job_id: int, *, conn: CallerConnection | None = None,
     a suspended job waits for) and ``result`` (what a completed job's body returned; to wait
     for it, ``xjobs.result``), read now through the configured driver (or ``driver``).
 
-    With ``conn=`` (your psycopg connection) the read runs on it, in your transaction: a job
-    you enqueued with ``conn=`` and have not committed yet is found. ``JobNotFound`` when no
-    job has that id (it never existed, or retention pruned it)."""
+    With ``conn=`` (your psycopg connection, or a SQLAlchemy ``Session`` or ``Connection`` on a
+    psycopg engine: ``connections.py``) the read runs on it, in your transaction: a job you
+    enqueued with ``conn=`` and have not committed yet is found. ``JobNotFound`` when no job
+    has that id (it never existed, or retention pruned it)."""
     store = driver if driver is not None else current_driver()
-    if conn is None:
+    callers = joined(conn, "get")
+    if callers is None:
         return shown(store.job_get(job_id))
-    import psycopg
-    if isinstance(conn, psycopg.AsyncConnection):
-        raise InvalidOption("conn", "an AsyncConnection is read with `await xjobs.aget(..., conn=)`")
-    return shown(_postgres(store, "get").job_get(job_id, conn))
+    return shown(_postgres(store, "get").job_get(job_id, callers))
 
 
-async def aget(job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None,
+async def aget(job_id: int, *, conn: AsyncJoinable | None = None,
                driver: Introspection | None = None) -> dict[str, Any]:
     """``get``, awaited. With ``conn=`` (your psycopg ``AsyncConnection``, say from your
-    framework's pool) the same statements are awaited on it, in your transaction.
+    framework's pool, or a SQLAlchemy ``AsyncSession`` or ``AsyncConnection``) the same
+    statements are awaited on it, in your transaction.
 
     Without one the read is ``get`` on a worker thread (``asyncio.to_thread``), through the
     driver's pool: its pooled connections are synchronous, and a pool of async ones belongs
@@ -98,11 +100,11 @@ async def aget(job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None,
     store = driver if driver is not None else current_driver()
     if conn is None:
         return await asyncio.to_thread(get, job_id, driver=store)
-    import psycopg
-    if not isinstance(conn, psycopg.AsyncConnection):
+    callers = await ajoined(conn, "aget")
+    if not isinstance(callers, psycopg.AsyncConnection):
         raise InvalidOption("conn", f"aget reads on a psycopg AsyncConnection, got {type(conn).__name__}; "
                                     "xjobs.get takes a synchronous one")
-    return shown(await _postgres(store, "aget").job_get_async(job_id, conn))
+    return shown(await _postgres(store, "aget").job_get_async(job_id, callers))
 
 
 def queues(*, driver: QueueStore | None = None, registry: Registry | None = None) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 import xjobs
 from xjobs import outbox
 from xjobs.config import swap_driver
-from xjobs.errors import InvalidOption
+from xjobs.errors import InvalidOption, JobNotFound
 
 pytestmark = pytest.mark.postgres
 
@@ -167,3 +167,92 @@ def test_a_session_on_another_driver_than_psycopg_is_refused():
     from xjobs.connections import joined
     with pytest.raises(InvalidOption, match="psycopg 3 connections only"):
         joined(Connection(), "enqueue")  # type: ignore[arg-type]
+
+
+def test_get_and_aget_read_in_the_sessions_transaction(pg_dsn, pg_driver, app):
+    """A job enqueued on a session and not committed yet is found by a read on that session
+    (``xjobs.get``, ``Enqueued.get``, and their awaited forms on an ``AsyncSession`` or
+    ``AsyncConnection``), and by no other connection."""
+    engine = create_engine(_url(pg_dsn))
+    try:
+        with Session(engine) as session:
+            made = app.enqueue({"n": 1}, conn=session)
+            assert xjobs.get(made.id, conn=session)["state"] == "ready"
+            assert made.get(conn=session)["id"] == made.id
+            with pytest.raises(JobNotFound):
+                xjobs.get(made.id)                  # the driver's pool: not committed yet
+            session.rollback()
+        with engine.connect() as conn:              # an engine Connection, no begin of its own
+            made = app.enqueue({"n": 2}, conn=conn)
+            assert xjobs.get(made.id, conn=conn)["state"] == "ready"
+            conn.commit()
+    finally:
+        engine.dispose()
+
+    async def go() -> list[str]:
+        async_engine = create_async_engine(_url(pg_dsn))
+        try:
+            async with AsyncSession(async_engine) as session:
+                pending = await app.aenqueue({"n": 3}, conn=session)
+                states = [(await xjobs.aget(pending.id, conn=session))["state"],
+                          (await pending.aget(conn=session))["state"]]
+                try:
+                    await xjobs.aget(pending.id)
+                except JobNotFound:
+                    states.append("unseen outside")
+                await session.rollback()
+            async with async_engine.connect() as aconn:
+                states.append((await xjobs.aget(made.id, conn=aconn))["state"])
+            return states
+        finally:
+            await async_engine.dispose()
+    assert asyncio.run(go()) == ["ready", "ready", "unseen outside", "ready"]
+    assert _rows(pg_dsn, pg_driver.schema) == ([], [2])
+
+
+def test_a_read_on_a_session_of_the_wrong_kind_names_the_other_form(pg_dsn, pg_driver, app):
+    engine = create_engine(_url(pg_dsn))
+
+    async def aget_on_a_session() -> None:
+        with Session(engine) as session:
+            await xjobs.aget(1, conn=session)  # type: ignore[arg-type]
+
+    try:
+        with pytest.raises(InvalidOption, match="no transaction"):
+            xjobs.get(1, conn=engine)  # type: ignore[arg-type]
+        with pytest.raises(InvalidOption, match=r"get\(\.\.\., conn=\)"):
+            asyncio.run(aget_on_a_session())
+    finally:
+        engine.dispose()
+
+
+def test_every_write_on_a_session_is_in_its_transaction(pg_dsn, pg_driver, app):
+    """Each verb that takes ``conn=`` (``enqueue``, ``enqueue_many``, ``send_event``,
+    ``outbox.stage``, ``outbox.stage_many``) writes nothing a rollback of the ``Session``
+    leaves, and what its commit keeps."""
+    schema = pg_driver.schema
+    engine = create_engine(_url(pg_dsn))
+    writes = [lambda s: app.enqueue({"n": 1}, conn=s),
+              lambda s: app.enqueue_many([{"n": 2}, {"n": 3}], conn=s),
+              lambda s: xjobs.send_event("paid", key="o1", conn=s),
+              lambda s: outbox.stage(s, app, {"n": 4}),
+              lambda s: outbox.stage_many(s, app, [{"n": 5}, {"n": 6}])]
+
+    def counts() -> tuple[int, ...]:
+        with psycopg.connect(pg_dsn) as conn:
+            return tuple(conn.execute(f"select count(*) from {schema}.{table}").fetchone()[0]  # type: ignore[index]
+                         for table in ("jobs", "events", "outbox"))
+    try:
+        for write in writes:
+            with Session(engine) as session:
+                write(session)                      # the session's first statement
+                session.rollback()
+        assert counts() == (0, 0, 0)
+        with Session(engine) as session:
+            for write in writes:
+                write(session)
+            assert counts() == (0, 0, 0), "visible before the session committed"
+            session.commit()
+    finally:
+        engine.dispose()
+    assert counts() == (3, 1, 3)
