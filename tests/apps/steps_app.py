@@ -55,4 +55,7 @@ async def waiter(ctx, input):
 def three_steps(ctx, input):
     """Three steps that only take time: every session this job costs is the worker's own."""
     for i in range(1, 4):
-        assert ctx.step.run(f"s{i}", lambda i=i: time.sleep(0.04) or i) == i
+        def step(i: int = i) -> int:
+            time.sleep(0.04)
+            return i
+        assert ctx.step.run(f"s{i}", step) == i

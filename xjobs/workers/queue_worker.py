@@ -67,7 +67,6 @@ from .upkeep import Upkeep
 
 log = logging.getLogger("xjobs.worker")
 _REPORTED_RUNS = 20
-VERB_CONNECTIONS, STEP_CONNECTIONS = 2, 2   # with LISTEN, 5 a process whatever its slots
 
 
 class QueueWorker(RoleBase):
@@ -82,8 +81,7 @@ class QueueWorker(RoleBase):
         one connection while it is open (``docs/production/database.md``). The fleet's
         maintenance (rescue, prune) is the scheduler leader's, never a worker's, and the child
         exits right after its close, so what still runs at its deadline is handed back at once."""
-        driver = context.connect(pool_size=VERB_CONNECTIONS, step_pool_size=STEP_CONNECTIONS,
-                                 transaction_pool_size=context.concurrency)
+        driver = context.connect(pool_size=2, step_pool_size=2, transaction_pool_size=context.concurrency)
         return cls(driver=driver, registry=context.registry, queue=context.queue,
                    concurrency=context.concurrency, settings=context.settings,
                    identity=context.identity, maintain=False, exits_after_close=True)
