@@ -18,9 +18,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 APP = "tests.apps.steps_app"
 PROCESSES, SLOTS, JOBS = 2, 128, 1024
 # the stated budget: a worker process's 2 verbs + 2 steps + 1 LISTEN, and the daemon's whole
-# (its workers, the scheduler's 1 + LISTEN, the relay's 2 + LISTEN, the supervisor's 1)
+# (its workers, the scheduler's 1, the relay's 2 + LISTEN, the supervisor's 1)
 PER_WORKER = 5
-PER_DAEMON = PROCESSES * PER_WORKER + 2 + 3 + 1
+PER_DAEMON = PROCESSES * PER_WORKER + 1 + 3 + 1
 
 
 def _socket_ports() -> dict[int, int]:
@@ -65,11 +65,9 @@ def _sessions(env: DaemonEnv, pids: set[int]) -> Counter[int]:
     return Counter(owners[port] for (port,) in clients if port in owners)
 
 
-def _pids(daemon: Daemon) -> tuple[set[int], set[int]]:
-    """(the daemon's pids, its worker children's pids), as its status names them now."""
-    children = daemon.status()["children"]
-    workers = {c["pid"] for c in children if c["role"] == "worker" and c["pid"]}
-    return {daemon.pid, *(c["pid"] for c in children if c["pid"])}, workers
+def _roles(daemon: Daemon) -> dict[int, str]:
+    """pid -> role of every process of the daemon, as its status names them now."""
+    return {daemon.pid: "supervisor", **{c["pid"]: c["role"] for c in daemon.status()["children"] if c["pid"]}}
 
 
 def test_a_worker_process_holds_a_fixed_few_sessions_whatever_its_slots_steps_included(daemon_env):
@@ -78,24 +76,29 @@ def test_a_worker_process_holds_a_fixed_few_sessions_whatever_its_slots_steps_in
         pytest.skip("sessions reach the server over a Unix socket: they cannot be told apart by port")
     daemon = env.start("--app", APP, "--queue", f"steps={PROCESSES}x{SLOTS}")
     daemon.ready()
-    pids, workers = _pids(daemon)
+    roles = _roles(daemon)
+    workers = {pid for pid, role in roles.items() if role == "worker"}
     env.enqueue("three_steps", "steps", [{"n": n} for n in range(JOBS)], key=lambda i: f"three:{i['n']}")
-    peak_daemon, peak_worker, peak_in_flight = 0, 0, 0
+    peak_daemon, peak_in_flight, peaks = 0, 0, Counter[int]()
 
     def sample() -> bool:
-        nonlocal peak_daemon, peak_worker, peak_in_flight
-        held = _sessions(env, pids)
+        nonlocal peak_daemon, peak_in_flight
+        held = _sessions(env, set(roles))
         peak_daemon = max(peak_daemon, sum(held.values()))
-        peak_worker = max([peak_worker, *(held[pid] for pid in workers)])
+        for pid, n in held.items():
+            peaks[pid] = max(peaks[pid], n)
         peak_in_flight = max(peak_in_flight, sum(c["in_flight"] for c in daemon.children("steps")))
         return env.one("select count(*) from {schema}.jobs where state = 'completed'") == JOBS
 
     wait_for(sample, 120, "every step job to complete", every=0.02)
+    peak_worker = max(peaks[pid] for pid in workers)
     print(f"\n{PROCESSES}x{SLOTS} step jobs: peak {peak_in_flight} in flight, sessions at most "
-          f"{peak_worker} per worker process and {peak_daemon} for the whole daemon")
+          f"{peak_daemon} for the whole daemon; per process: "
+          + ", ".join(f"{roles[pid]} {n}" for pid, n in sorted(peaks.items(), key=lambda p: roles[p[0]])))
     assert peak_in_flight >= SLOTS, "the slots never filled: the budget was not put under load"
     assert 0 < peak_worker <= PER_WORKER
     assert peak_daemon <= PER_DAEMON
+    assert all(c["restarts"] == 0 for c in daemon.status()["children"]), "a process escaped the count"
     assert env.one("select count(*) from {schema}.job_steps where state = 'completed'") == 3 * JOBS
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0

@@ -86,3 +86,19 @@ def test_a_batch_the_server_refuses_is_written_again_one_result_at_a_time(pg_dri
     assert writes.batches[0] >= 1
     assert [s.name for s in pg_driver.step_list(mine.job_id).steps] == ["s1"]
     assert pg_driver.step_list(theirs.job_id).steps == ()
+
+
+def test_steps_never_wait_on_a_body_holding_its_transaction(pg_dsn, pg_schema, clock):
+    """A body in ``ctx.transaction()`` holds its connection for its whole run; the other runs'
+    steps go on over their own pool, whose size the slots do not set."""
+    driver = PostgresDriver(pg_dsn, schema=pg_schema, clock=clock, pool_size=1, step_pool_size=1,
+                            transaction_pool_size=1, pool_timeout=2.0)
+    try:
+        driver.migrate()
+        held, other = _leases(driver, 2)
+        with driver.job_transaction(held):
+            assert driver.step_put(other, _step("s1")) is True
+            assert [s.name for s in driver.step_list(other.job_id).steps] == ["s1"]
+        assert driver.job_stats() == {"q": {"completed": 1, "running": 1}}
+    finally:
+        driver.close()
