@@ -356,7 +356,8 @@ def main() -> int:
           f"   (vs enqueue_many)")
     per_step = (step_calls["step_list"] + step_calls["step_put"]) / (3 * args.step_jobs)
     print(f"\n3-step job: {step_calls['step_list'] / args.step_jobs:.2f} step read(s) and "
-          f"{step_calls['step_put'] / args.step_jobs:.2f} step write(s) per job, {per_step:.2f} round trips per step")
+          f"{step_calls['step_put'] / args.step_jobs:.2f} step write(s) per job, {per_step:.2f} driver calls per step "
+          f"(the writes of concurrent runs go out together, fewer statements than calls)")
 
     print(f"\n{'pickup: enqueue() to body start (ms)':<44} {'p50':>9} {'p99':>8}")
     for name, samples in ((f"xjobsd idle (idle=1x4)", idle),
