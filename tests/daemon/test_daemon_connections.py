@@ -16,7 +16,7 @@ from tests.daemon_fixtures import Daemon, DaemonEnv, wait_for
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 
 APP = "tests.apps.steps_app"
-PROCESSES, SLOTS, JOBS = 2, 128, 1024
+PROCESSES, SLOTS, JOBS = 2, 128, 1536   # six rounds of every slot: the stats see them full
 # the stated budget: a worker process's 2 verbs + 2 steps + 1 LISTEN, and the daemon's whole
 # (its workers, the scheduler's 1, the relay's 2 + LISTEN, the supervisor's 1)
 PER_WORKER = 5
