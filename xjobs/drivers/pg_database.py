@@ -11,8 +11,9 @@ Every noun of ``PostgresDriver`` (``pg_jobs``, ``pg_maintenance``, ``pg_operator
   ``verbs`` (``pool_size``)        the driver's own statements: claim, ack, renewal, sweeps
   ``steps`` (``step_pool_size``)   a run's step statements: every run of the process shares
                                    these few, each statement a short autocommit round trip
-                                   (or one short transaction), so 128 runs recording steps
-                                   wait their turn for a connection, not for a server slot
+                                   (or one short transaction), and ``step.run`` results go out
+                                   together (``pg_step_writes``), so 128 runs recording steps
+                                   share one write, not 128 server sessions
   ``transactions``                 ``ctx.transaction()``: a body holds its connection for as
   (``transaction_pool_size``)      long as it runs, so one each, opened on demand and let go
                                    of when idle (``TRANSACTION_IDLE_S``): a worker whose bodies
