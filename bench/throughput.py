@@ -12,6 +12,9 @@ Drain: N no-op jobs are enqueued, then drained
   on the same table; "vs bare": over the least a queue table can be);
 * by ``xjobsd run`` as a subprocess (``bench/daemon.py``), timed on the server's clock from
   the first start to the last finish, for each ``--queue`` shape;
+* by PgQueuer, the fastest Python peer, through its own CLI (``bench/pgqueuer_drain.py``: 2
+  processes, batches of 500, an ``async def`` no-op), timed on the server's clock from its own
+  log; needs the ``bench`` extra (``pip install 'xjobsd[bench]'``), else the row says so;
 * by a ``QueueWorker`` in this process (def, async def, and a job of three ``ctx.step.run``).
 
 stmts/job: statements the server ran per job (``pg_stat_statements`` calls when the
@@ -48,6 +51,7 @@ import xjobs
 from daemon import Daemon, ServerWork, daemon_drain, drop_schema, enqueue_noops, fresh_schema, percentile
 from enqueue_bench import enqueue_bulk, enqueue_single
 from pickup import daemon_pickup
+from pgqueuer_drain import PGQUEUER_BATCH, PGQUEUER_PROCESSES, pgqueuer_drain, pgqueuer_missing
 from xjobs.config import QueueSpec
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
@@ -284,6 +288,8 @@ def main() -> int:
             statements.setdefault(name, []).append(per_job)
 
     raw_statements = 2 / RAW_BATCH
+    missing = pgqueuer_missing()
+    peer = f"PgQueuer ({PGQUEUER_PROCESSES} processes, batches of {PGQUEUER_BATCH})"
     enqueue: list[float] = []
     staged: list[float] = []
     relayed: list[float] = []
@@ -292,6 +298,8 @@ def main() -> int:
     for _ in range(args.rounds):
         record("raw loop, bare table", *raw_loop(dsn, jobs, on_jobs_table=False), raw_statements)
         record("raw loop, xjobs jobs table", *raw_loop(dsn, jobs, on_jobs_table=True), raw_statements)
+        if not missing:
+            record(peer, *pgqueuer_drain(dsn, jobs))
         for shape in shapes:
             spec = QueueSpec.parse(shape)[1]
             drain = daemon_drain(dsn, jobs, [shape])
@@ -321,14 +329,18 @@ def main() -> int:
     med = statistics.median
     print(f"\nDrain of {jobs:,} no-op jobs, median of {args.rounds} rounds; raw loop: {RAW_CONNECTIONS} "
           f"sessions, batches of {RAW_BATCH}; {os.cpu_count()} cores, server and workers on one machine")
-    print(f"{'drain':<44} {'jobs/s':>9} {'vs bare':>8} {'vs table':>9} {'stmts/job':>10} {'WAL B/job':>10} "
-          f"{'WAL vs table':>13}")
+    print(f"{'drain':<44} {'jobs/s':>9} {'vs bare':>8} {'vs table':>9} {'vs PgQueuer':>12} {'stmts/job':>10} "
+          f"{'WAL B/job':>10} {'WAL vs table':>13}")
     table_wal = med(wal["raw loop, xjobs jobs table"])
+    pgq = med(drains[peer]) if peer in drains else None
     for name, rates in drains.items():
         rate, per_job = med(rates), med(wal[name])
         stmts = f"{med(statements[name]):.4f}" if name in statements else "-"
-        print(f"{name:<44} {rate:>9,.0f} {rate / bare:>8.2f} {rate / table:>9.2f} {stmts:>10} "
+        vs_peer = f"{rate / pgq:.2f}" if pgq else "-"
+        print(f"{name:<44} {rate:>9,.0f} {rate / bare:>8.2f} {rate / table:>9.2f} {vs_peer:>12} {stmts:>10} "
               f"{per_job:>10,.0f} {per_job / table_wal:>13.2f}")
+    if missing:
+        print(f"({peer}: not run, {missing})")
     print(f"(xjobsd rows: statements from {source}, server-wide; per round: "
           + "; ".join(f"{name.split(' (')[0]} {', '.join(f'{r:,.0f}' for r in rates)}"
                       for name, rates in drains.items() if name.startswith("xjobsd")) + ")")
@@ -344,7 +356,8 @@ def main() -> int:
           f"   (vs enqueue_many)")
     per_step = (step_calls["step_list"] + step_calls["step_put"]) / (3 * args.step_jobs)
     print(f"\n3-step job: {step_calls['step_list'] / args.step_jobs:.2f} step read(s) and "
-          f"{step_calls['step_put'] / args.step_jobs:.2f} step write(s) per job, {per_step:.2f} round trips per step")
+          f"{step_calls['step_put'] / args.step_jobs:.2f} step write(s) per job, {per_step:.2f} driver calls per step "
+          f"(the writes of concurrent runs go out together, fewer statements than calls)")
 
     print(f"\n{'pickup: enqueue() to body start (ms)':<44} {'p50':>9} {'p99':>8}")
     for name, samples in ((f"xjobsd idle (idle=1x4)", idle),

@@ -344,7 +344,7 @@ def _drive_sync(plan: _Plan) -> Any:
             error = exc
 
 
-_IO_THREADS = 16      # as many as a driver's bodies' pool holds connections by default
+_IO_THREADS = 16      # async bodies waiting on step statements at once; the driver bounds the connections
 _io_pool: concurrent.futures.ThreadPoolExecutor | None = None
 _io_pool_lock = threading.Lock()
 

@@ -49,3 +49,13 @@ def quick(ctx, input):
 async def waiter(ctx, input):
     paid = await ctx.step.wait_for_event("paid", "order.paid", key=input["key"])
     record(ctx, f"paid:{input['key']}:{paid['amount']}")
+
+
+@job(queue="steps", idempotency_key=lambda i: f"three:{i['n']}", tenant="none")
+def three_steps(ctx, input):
+    """Three steps that only take time: every session this job costs is the worker's own."""
+    for i in range(1, 4):
+        def step(i: int = i) -> int:
+            time.sleep(0.04)
+            return i
+        assert ctx.step.run(f"s{i}", step) == i

@@ -404,7 +404,8 @@ def test_a_verb_waits_for_a_pooled_connection_at_most_pool_timeout(pg_dsn, pg_sc
 
 @pytest.mark.parametrize("option, value", [
     ("pool_size", 0), ("pool_size", 2.5), ("pool_size", math.nan), ("pool_size", True),
-    ("pool_size", "4"), ("transaction_pool_size", 0), ("transaction_pool_size", 1.5),
+    ("pool_size", "4"), ("step_pool_size", 0), ("step_pool_size", 1.5), ("step_pool_size", math.nan),
+    ("transaction_pool_size", 0), ("transaction_pool_size", 1.5),
     ("transaction_pool_size", math.inf), ("pool_timeout", 0), ("pool_timeout", -1.0), ("pool_timeout", math.nan),
     ("pool_timeout", math.inf), ("pool_timeout", "30")])
 def test_the_postgres_driver_refuses_bad_pool_options(option, value):

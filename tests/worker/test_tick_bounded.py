@@ -16,6 +16,7 @@ import xjobs
 from xjobs.config import Settings
 from xjobs.context import Ctx
 from xjobs.drivers.memory import MemoryDriver
+from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
 from xjobs.errors import InvalidOption
 from xjobs.outbox import stage_many
@@ -133,3 +134,29 @@ def test_a_tick_refuses_a_knob_that_can_never_be_right_before_it_touches_the_dat
     with pytest.raises(InvalidOption) as refused:
         run_tick(driver=driver, registry=registry, settings=SETTINGS, **{knob: value})
     assert refused.value.code == "X_INVALID_OPTION" and driver.leader_elect(ELECTION, "nobody-else", 1000)
+
+
+@pytest.mark.postgres
+def test_ticks_in_one_process_keep_the_callers_pools_open_between_them(pg_dsn, pg_schema, clock, brisk):
+    """A tick's roles borrow the caller's driver: none of them closes its pools, so the next
+    tick runs on the sessions the last one opened (only each role's LISTEN is its own)."""
+    name = f"tick-pools-{pg_schema}"[:63]
+    driver = PostgresDriver(pg_dsn, schema=pg_schema, clock=clock, application_name=name)
+    registry, handle = registry_for_ticks()
+
+    def sessions() -> set[int]:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            return {int(pid) for (pid,) in conn.execute(
+                "select pid from pg_stat_activity where application_name = %s", (name,))}
+    try:
+        driver.migrate()
+        seen: list[set[int]] = []
+        for n in range(3):
+            enqueue_many(handle, [{"n": n}], driver=driver)
+            summary = run_tick(driver=driver, registry=registry, settings=SETTINGS, clock=fast_clock(),
+                               identity=f"tick-{n}")
+            assert summary.jobs == {"work": {"completed": 1}}, summary.as_json()
+            seen.append(sessions())
+        assert seen[0] and seen[0] <= seen[1] <= seen[2], seen
+    finally:
+        driver.close()

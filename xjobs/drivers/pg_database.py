@@ -4,11 +4,25 @@ Every noun of ``PostgresDriver`` (``pg_jobs``, ``pg_maintenance``, ``pg_operator
 ``pg_queues``, ``pg_schedule``, ``pg_outbox``, ``pg_slots``, ``pg_steps``) works through one
 ``PgDatabase``, which is also the driver's ``Storage`` (migrate, ping, close). It owns:
 
-- two small connection pools, opened lazily on first use, so a supervisor that builds a
-  driver before forking holds no connection across the fork. The verbs share one; bodies
-  (``job_transaction``) draw from their own, because a body holds its connection for as long
-  as it runs, and bodies holding the verbs' pool would starve the claim, ack and renewal
-  that keep their own leases alive;
+- three connection pools, each opened lazily on first use, so a supervisor that builds a
+  driver before forking holds no connection across the fork, and each bounded by a size that
+  does not grow with a worker's slots unless the application asks for it:
+
+  ``verbs`` (``pool_size``)        the driver's own statements: claim, ack, renewal, sweeps
+  ``steps`` (``step_pool_size``)   a run's step statements: every run of the process shares
+                                   these few, each statement a short autocommit round trip
+                                   (or one short transaction), and ``step.run`` results go out
+                                   together (``pg_step_writes``), so 128 runs recording steps
+                                   share one write, not 128 server sessions
+  ``transactions``                 ``ctx.transaction()``: a body holds its connection for as
+  (``transaction_pool_size``)      long as it runs, so one each, opened on demand and let go
+                                   of when idle (``TRANSACTION_IDLE_S``): a worker whose bodies
+                                   never open one holds none
+
+  Steps and transactions are kept off the verbs' pool because the claim, ack and renewal
+  that keep every run's lease alive must never queue behind a body; transactions are kept off
+  the steps' pool because a body holding one for its whole run would starve the other runs'
+  step writes;
 - the statements of ``queries.sql``, rendered for this schema and this notion of now;
 - ``now()``: the ``now`` parameter of a statement. A database built without ``clock=`` takes
   now in every statement from the server (``statement_timestamp()``), so a worker whose wall
@@ -52,6 +66,12 @@ from .sql import cancel_channel, check_schema_name, notify_channel, settled_chan
 # NAT entry) within about idle + interval * count = 25 s instead of the kernel's two hours.
 CONNECT_OPTIONS = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10,
                    "keepalives_interval": 5, "keepalives_count": 3}
+
+# How long an idle connection of the transactions' pool stays open. The pool keeps none open
+# of its own accord (min_size 0), and psycopg_pool lets go of one idle connection per period
+# of this length, so a burst of bodies in ctx.transaction() leaves its connections behind for
+# a few periods at most, not for the pool's default ten minutes.
+TRANSACTION_IDLE_S = 10.0
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -127,8 +147,8 @@ def first_row(cur: psycopg.Cursor) -> tuple[Any, ...]:
 
 class PgDatabase(Storage):
     def __init__(self, dsn: str, *, schema: str, clock: Clock | None, pool_size: int,
-                 transaction_pool_size: int, pool_timeout: float, application_name: str,
-                 statement_timeout_ms: int | None) -> None:
+                 step_pool_size: int, transaction_pool_size: int, pool_timeout: float,
+                 application_name: str, statement_timeout_ms: int | None) -> None:
         try:
             conninfo_to_dict(dsn)
         except psycopg.ProgrammingError as exc:   # a DSN that cannot be parsed is never right
@@ -143,6 +163,7 @@ class PgDatabase(Storage):
         self.application_name = application_name
         self.sql = statements(self.schema, self.server_clock)
         self._pool_size = finite_count(pool_size, "pool_size", minimum=1, maximum=1000)
+        self._step_pool_size = finite_count(step_pool_size, "step_pool_size", minimum=1, maximum=1000)
         self._transaction_pool_size = finite_count(transaction_pool_size, "transaction_pool_size",
                                                    minimum=1, maximum=1000)
         self._pool_timeout = finite_option(pool_timeout, "pool_timeout", maximum=3600.0,
@@ -186,15 +207,21 @@ class PgDatabase(Storage):
             with self._pool_lock:
                 pool = self._pools.get(label)
                 if pool is None:
-                    # the verbs' statements are capped by statement_timeout; a body's are the app's
-                    verbs = label == "verbs"
-                    pool = ConnectionPool(
-                        self.dsn, min_size=1, open=True, timeout=self._pool_timeout,
-                        max_size=self._pool_size if verbs else self._transaction_pool_size,
-                        kwargs=self._options(capped=verbs), configure=_configure,
-                        name=f"xjobs-{label}-{self.application_name}")
+                    pool = self._open_pool(label)
                     self._pools[label] = pool
         return pool
+
+    def _open_pool(self, label: str) -> ConnectionPool:
+        # the verbs' statements are capped by statement_timeout; a step's and a body's are
+        # made on behalf of the application's code, whose waits are its own
+        kwargs, name = self._options(capped=label == "verbs"), f"xjobs-{label}-{self.application_name}"
+        if label == "transactions":
+            return ConnectionPool(self.dsn, min_size=0, max_size=self._transaction_pool_size,
+                                  max_idle=TRANSACTION_IDLE_S, open=True, timeout=self._pool_timeout,
+                                  kwargs=kwargs, configure=_configure, name=name)
+        size = self._pool_size if label == "verbs" else self._step_pool_size
+        return ConnectionPool(self.dsn, min_size=1, max_size=size, open=True, timeout=self._pool_timeout,
+                              kwargs=kwargs, configure=_configure, name=name)
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
@@ -203,15 +230,15 @@ class PgDatabase(Storage):
             yield conn
 
     @contextlib.contextmanager
-    def body_connection(self) -> Iterator[psycopg.Connection]:
-        """A connection of the bodies' pool (a run's steps), never capped."""
-        with driver_errors(), self.body_session() as conn:
+    def step_connection(self) -> Iterator[psycopg.Connection]:
+        """A connection of the steps' pool (a run's step statements), never capped."""
+        with driver_errors(), self._pool("steps").connection() as conn:
             yield conn
 
     def body_session(self) -> contextlib.AbstractContextManager[psycopg.Connection]:
-        """A connection of the bodies' pool as the pool gives it, psycopg's errors and all:
-        what ``job_transaction`` yields to a body, whose statements are the application's."""
-        return self._pool("bodies").connection()
+        """A connection of the transactions' pool as the pool gives it, psycopg's errors and
+        all: what ``job_transaction`` yields to a body, whose statements are the application's."""
+        return self._pool("transactions").connection()
 
     def cursor(self, conn: CallerConnection | None = None
                ) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
@@ -219,11 +246,9 @@ class PgDatabase(Storage):
         verbs' pool."""
         return self._cursor(conn, self.connection)
 
-    def body_cursor(self, conn: CallerConnection | None = None
-                    ) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
-        """A cursor on the application's ``conn`` when given, else on a connection of the
-        bodies' pool (a run's step statements)."""
-        return self._cursor(conn, self.body_connection)
+    def step_cursor(self) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
+        """A cursor on a connection of the steps' pool (a run's step statements)."""
+        return self._cursor(None, self.step_connection)
 
     @staticmethod
     @contextlib.contextmanager

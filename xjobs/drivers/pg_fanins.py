@@ -2,7 +2,7 @@
 ``queries.sql``; the settlement side is the trigger ``jobs_fanin_settle`` of migration 12, which
 runs inside whichever statement settles a member, so no settling verb needed to change.
 
-A parent's fan-out is one transaction on the bodies' pool: ``step_own`` (the parent's row
+A parent's fan-out is one transaction on the steps' pool: ``step_own`` (the parent's row
 locked, the claim checked), ``step_begin``, then the fan-in and its children the first time;
 its children become visible with the parent's suspension, at commit, so none can settle
 before the parent is suspended to be woken.
@@ -28,7 +28,7 @@ class PgFanIns(FanInStore):
 
     def fanin_open(self, lease: Lease, fan: FanOut) -> FanInOutcome:
         sql, now = self._db.sql, self._db.now()
-        with self._db.body_connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._db.step_connection() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute(sql["step_own"], {"id": lease.job_id, "token": lease.token})
             if cur.fetchone() is None:
                 return FanInOutcome(None, fenced=True)
@@ -80,7 +80,7 @@ class PgFanIns(FanInStore):
                      for i, job_id, state, error, result in cur.fetchall())
 
     def fanin_complete(self, lease: Lease, name: str, attempt: int, result: bytes) -> bool:
-        with self._db.body_connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._db.step_connection() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute(self._db.sql["step_own"], {"id": lease.job_id, "token": lease.token})
             if cur.fetchone() is None:
                 return False

@@ -6,9 +6,11 @@ on its claim: ``step_put`` locks the job row ``for share`` in the statement that
 a sleep's or a wait's transaction starts with ``step_own`` (``for update``), so no write of a
 run lands after a cancel, a rescue or a hand-back took its job away.
 
-Step statements run on the bodies' pool (``PgDatabase.body_connection``), never on the pool
-of the claim, ack and renewal: a thousand bodies recording steps at once must not starve
-the renewals that keep their own leases alive.
+Step statements run on the steps' pool (``PgDatabase.step_connection``): a few connections
+every run of the process shares, whatever its slot count, and never the pool of the claim,
+ack and renewal: a thousand bodies recording steps at once must not starve the renewals that
+keep their own leases alive. A ``step.run``'s result is written with the others that arrive
+while the last batch is being written (``pg_step_writes``), one connection for them all.
 
 A wait and a send of one (event, key) take turns on a transaction-scoped advisory lock
 (``event_lock``), always before any job row is locked: either the wait sees the event and
@@ -27,6 +29,7 @@ from .base import (LATEST_MS, CallerConnection, EventStore, Lease, NewEvent, Sen
                    StepOutcome, StepRecord, StepResult, StepSleep, StepStore, StepWait)
 from .pg_database import PgDatabase, callers_connection, first_row, in_callers_transaction
 from .pg_plan import Plan, run_on
+from .pg_step_writes import PgStepWrites
 from .refusals import step_kind_mismatch
 
 
@@ -60,23 +63,21 @@ def check_send_isolation(conn: psycopg.Connection[Any] | psycopg.AsyncConnection
 class PgSteps(StepStore, EventStore):
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
+        self._writes = PgStepWrites(db)
 
     def step_list(self, job_id: int, for_run: bool = True) -> StepLog:
-        """A run's read goes to the bodies' pool; an operator's (``job_get``) to the verbs'."""
-        with (self._db.body_cursor() if for_run else self._db.cursor()) as cur:
+        """A run's read goes to the steps' pool; an operator's (``job_get``) to the verbs'."""
+        with (self._db.step_cursor() if for_run else self._db.cursor()) as cur:
             cur.execute(self._db.sql["step_list"], {**self._db.now(), "id": job_id})
             rows = cur.fetchall()
         return StepLog(now_ms=rows[0][0], steps=tuple(record(r[1:]) for r in rows if r[1] is not None))
 
     def step_put(self, lease: Lease, step: StepResult) -> bool:
-        with self._db.body_cursor() as cur:
-            cur.execute(self._db.sql["step_put"], {
-                **self._db.now(), "id": lease.job_id, "token": lease.token, "name": step.name,
-                "attempt": step.attempt, "result": step.result.decode(), "duration": step.duration_ms})
-            return cur.fetchone() is not None
+        """Coalesced with the other runs' results of this process (``pg_step_writes``)."""
+        return self._writes.put(lease, step)
 
     def step_sleep(self, lease: Lease, sleep: StepSleep) -> StepOutcome:
-        with self._db.body_connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._db.step_connection() as conn, conn.transaction(), conn.cursor() as cur:
             if not self._own(cur, lease):
                 return StepOutcome(False, fenced=True)
             state = self._begin(cur, lease, sleep.name, "sleep", "sleeping", sleep.attempt,
@@ -90,7 +91,7 @@ class PgSteps(StepStore, EventStore):
             return self._suspend(cur, lease, state[3])
 
     def step_wait(self, lease: Lease, wait: StepWait) -> StepOutcome:
-        with self._db.body_connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._db.step_connection() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute(self._db.sql["event_lock"], {"name": wait.event, "key": wait.key})
             if not self._own(cur, lease):
                 return StepOutcome(False, fenced=True)

@@ -1,4 +1,4 @@
-"""The production driver: psycopg 3, two small connection pools, server-side prepared statements.
+"""The production driver: psycopg 3, three small connection pools, server-side prepared statements.
 
 ``PostgresDriver`` is a ``CheckedDriver`` (``facade.py``: every verb checks its arguments,
 then calls the method of the same name on one of the objects below) built over one
@@ -54,15 +54,19 @@ from .refusals import is_bigint, job_not_found
 
 class PostgresDriver(CheckedDriver):
     def __init__(self, dsn: str, *, schema: str = "xjobs", clock: Clock | None = None,
-                 pool_size: int = 4, transaction_pool_size: int = 16, pool_timeout: float = 30.0,
-                 application_name: str = "xjobs", statement_timeout_ms: int | None = None) -> None:
-        """``pool_timeout``: seconds a verb waits for a free pooled connection (or for the
+                 pool_size: int = 4, step_pool_size: int = 2, transaction_pool_size: int = 16,
+                 pool_timeout: float = 30.0, application_name: str = "xjobs",
+                 statement_timeout_ms: int | None = None) -> None:
+        """The pools (``pg_database``): ``pool_size`` connections for the driver's own verbs,
+        ``step_pool_size`` for the step statements of every run, and up to
+        ``transaction_pool_size`` for bodies in ``ctx.transaction()``, one each while open.
+        ``pool_timeout``: seconds a verb waits for a free pooled connection (or for the
         server to answer at all) before ``DatabaseUnavailable``; a CLI can ask for less.
         ``statement_timeout_ms``: a server-side cap on every statement of the driver's own
         verbs (a worker loop must not hang on a locked table longer than its supervisor
         waits for it); never applied to ``job_transaction``, whose statements are the app's."""
         self.database = PgDatabase(
-            dsn, schema=schema, clock=clock, pool_size=pool_size,
+            dsn, schema=schema, clock=clock, pool_size=pool_size, step_pool_size=step_pool_size,
             transaction_pool_size=transaction_pool_size, pool_timeout=pool_timeout,
             application_name=application_name, statement_timeout_ms=statement_timeout_ms)
         db = self.database

@@ -897,6 +897,30 @@ from owner
 on conflict (job_id, name) do nothing
 returning s.job_id
 
+-- name: step_put_many
+-- the step_put of many runs at once (pg_step_writes: the results that arrived while the last
+-- batch was being written), one commit for all. rows: a JSON array of (id, token, name,
+-- attempt, result as JSON text, duration). Each run's fence is its own: a row whose job is not
+-- running under its token writes nothing and the others still land. The rows are locked for
+-- share in id order, the order every batch takes them in. Planned per batch, like job_ack_many
+with given as (
+    select id, token, name, attempt, result, duration
+    from jsonb_to_recordset(%(rows)s::jsonb)
+         as r(id bigint, token bigint, name text, attempt integer, result text, duration float8)
+), owner as (
+    select j.id, j.lease_token from {schema}.jobs j
+    where j.id = any(%(ids)s::bigint[]) and j.state = 'running'
+      and (j.id, j.lease_token) in (select id, token from given)
+    order by j.id
+    for share
+)
+insert into {schema}.job_steps as s (job_id, name, kind, state, attempt, result, started_at, finished_at)
+select g.id, g.name, 'run', 'completed', g.attempt, g.result::jsonb,
+       {now} - g.duration * interval '1 millisecond', {now}
+from given g join owner o on o.id = g.id and o.lease_token = g.token
+on conflict (job_id, name) do nothing
+returning s.job_id, s.name
+
 -- name: step_own
 -- the first statement of a sleep's or a wait's transaction: the run still owns its job, and
 -- holds its row until the transaction ends

@@ -76,11 +76,12 @@ class QueueWorker(RoleBase):
 
     @classmethod
     def build(cls, context: RoleContext) -> "QueueWorker":
-        """A daemon's child: the loop's pool serves claim, ack, renewal and slots; bodies using
-        ``ctx.transaction()`` draw from their own pool, one connection each at most. The fleet's
+        """A daemon's child: the loop's pool serves claim, ack, renewal and slots, every run's
+        steps share a small pool whatever the slots, and a body in ``ctx.transaction()`` holds
+        one connection while it is open (``docs/production/database.md``). The fleet's
         maintenance (rescue, prune) is the scheduler leader's, never a worker's, and the child
         exits right after its close, so what still runs at its deadline is handed back at once."""
-        driver = context.connect(pool_size=2, transaction_pool_size=context.concurrency)
+        driver = context.connect(pool_size=2, step_pool_size=2, transaction_pool_size=context.concurrency)
         return cls(driver=driver, registry=context.registry, queue=context.queue,
                    concurrency=context.concurrency, settings=context.settings,
                    identity=context.identity, maintain=False, exits_after_close=True)

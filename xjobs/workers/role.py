@@ -144,6 +144,7 @@ class Role(Protocol):
 class PoolOptions(TypedDict, total=False):
     """The sizes of a role's connection pools (the driver's defaults for those not given)."""
     pool_size: int                  # the driver's own verbs: claim, ack, renewal, sweeps
+    step_pool_size: int             # every run's step statements, shared
     transaction_pool_size: int      # bodies' ``ctx.transaction()``, one connection each at most
 
 
