@@ -18,18 +18,20 @@ MAY_IMPORT = {
     "workers": {"foundation", "drivers", "api"},                  # the roles a child runs
     # backfill, purge, export_rows, webhook: jobs declared over the api, nothing a worker knows
     "factories": {"foundation", "drivers", "api"},
+    # framework integrations (Django's Tasks backend): adapters over the api, nothing a worker knows
+    "contrib": {"foundation", "drivers", "api"},
     "hosts": {"foundation", "drivers", "api", "workers"},         # tick.py, testing.py, host.py
     "supervisor": {"foundation", "drivers", "api", "workers"},    # the parent of xjobsd
     "operator": {"foundation", "drivers", "api", "workers", "factories"},   # both surfaces share
     "ui": {"foundation", "drivers", "api", "workers", "factories", "operator"},   # the dashboard
     # the composition root: `xjobsd run` builds the supervisor, `xjobsd tick` a host
-    "cli": {"foundation", "drivers", "api", "workers", "factories", "hosts", "supervisor",
+    "cli": {"foundation", "drivers", "api", "workers", "factories", "contrib", "hosts", "supervisor",
             "operator", "ui"},
 }
 FOUNDATION = {"errors", "options", "clock", "payload", "logs"}
 HOSTS = {"tick", "testing", "host"}
 OPERATOR = {"admin", "control_client", "formatting"}
-PACKAGES = {"drivers", "workers", "factories", "supervisor", "cli", "ui"}
+PACKAGES = {"drivers", "workers", "factories", "contrib", "supervisor", "cli", "ui"}
 
 
 def room(module: str) -> str:

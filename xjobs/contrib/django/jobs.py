@@ -31,11 +31,11 @@ from ...registry import REGISTRY, JobHandle, job
 from ...retry import Retry
 from .compat import InvalidTask, Task, TaskContext, TaskError, TaskResult, TaskResultStatus
 
-# job state -> Django's status: a suspended job has started and will go on; Django has no
-# word for cancelled, and a cancelled task did not succeed
-STATUS = {"ready": TaskResultStatus.READY, "running": TaskResultStatus.RUNNING,
-          "suspended": TaskResultStatus.RUNNING, "completed": TaskResultStatus.SUCCESSFUL,
-          "dead": TaskResultStatus.FAILED, "cancelled": TaskResultStatus.FAILED}
+# job state -> Django's status (a TextChoices, untyped without Django's stubs): a suspended job
+# has started and will go on; Django has no word for cancelled, and a cancelled task did not succeed
+STATUS: dict[str, Any] = {"ready": TaskResultStatus.READY, "running": TaskResultStatus.RUNNING,
+                          "suspended": TaskResultStatus.RUNNING, "completed": TaskResultStatus.SUCCESSFUL,
+                          "dead": TaskResultStatus.FAILED, "cancelled": TaskResultStatus.FAILED}
 _NOT_FAILURES = ("enqueued", "started", "completed")
 _FALLBACK_ERROR = "xjobs.errors.XJobsError"   # a failure that left no traceback (a lost lease)
 
@@ -152,10 +152,11 @@ def run(ctx: Ctx, payload: Mapping[str, Any]) -> Any:
 
 
 def result_for(task: Task[Any, Any], result_id: str, args: list[Any], kwargs: dict[str, Any], *,
-               status: TaskResultStatus = TaskResultStatus.READY, enqueued: datetime | None = None, started: datetime | None = None,
+               status: Any = TaskResultStatus.READY, enqueued: datetime | None = None, started: datetime | None = None,
                finished: datetime | None = None, errors: list[TaskError] | None = None,
                worker_ids: list[str] | None = None) -> TaskResult[Any]:
-    """A ``TaskResult`` of ``task``; it normalises ``args`` and ``kwargs`` to JSON, or refuses them."""
+    """A ``TaskResult`` of ``task``; it normalises ``args`` and ``kwargs`` to JSON, or refuses them.
+    (``status`` is a ``TaskResultStatus``: a Django ``TextChoices``, which no stub types here.)"""
     return TaskResult(task=task, id=result_id, status=status, enqueued_at=enqueued, started_at=started,
                       finished_at=finished, last_attempted_at=started, args=args, kwargs=kwargs,
                       backend=task.backend, errors=errors or [], worker_ids=worker_ids or [])
