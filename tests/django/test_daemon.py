@@ -1,0 +1,80 @@
+"""The Django project's tasks under ``xjobsd run --django tests.django.settings``, as a user
+runs it: a subprocess that sets Django up, finds the tasks modules of the installed apps, takes
+its database from the project's backend (no ``--dsn``, no ``XJOBS_DATABASE_URL``), and runs the
+jobs a committed view and plain ``enqueue()`` calls wrote, in forked workers that use the ORM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_fixtures import CLI, ROOT, free_port
+from tests.django.conftest import SETTINGS, Project
+from tests.waiting import wait_for
+from xjobs.control_client import ControlUnavailable, request
+
+pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
+
+
+def start(project: Project, tmp: Path) -> tuple[subprocess.Popen, str, Path]:
+    control, log_path = str(tmp / "control.sock"), tmp / "daemon.log"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("XJOBS_")
+           or key.startswith("XJOBS_TEST_DJANGO_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               XDG_RUNTIME_DIR=str(tmp))
+    env.pop("DJANGO_SETTINGS_MODULE", None)   # the flag says it
+    env.pop("NOTIFY_SOCKET", None)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(CLI + ["run", "--django", SETTINGS, "--control", control,
+                                       "--metrics", f"127.0.0.1:{free_port()}", "--queue", "default=1x4",
+                                       "--queue", "emails=1x2"],
+                                cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return proc, control, log_path
+
+
+def ready(proc: subprocess.Popen, control: str, log_path: Path) -> dict:
+    def check() -> dict | None:
+        if proc.poll() is not None:
+            raise AssertionError(f"xjobsd exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            answer = request(control, "status", timeout_s=5.0)
+        except (ControlUnavailable, OSError):
+            return None
+        children = answer.get("children") or []
+        return answer if children and all(c["state"] == "ready" for c in children) else None
+    return wait_for(check, 30.0, "every child of xjobsd --django to be ready")
+
+
+def test_a_committed_views_job_and_enqueued_tasks_run_under_xjobsd_run_django(project, tmp_path):
+    from django.test import Client
+
+    from tests.django.shop.tasks import add, decline, mark_sent
+    from xjobs.contrib.django.compat import TaskResultStatus
+    order = mark_sent.get_result(Client().get("/orders/21").json()["id"])
+    summed, declined = add.enqueue(20, 22), decline.enqueue("card expired")
+    proc, control, log_path = start(project, tmp_path)
+    try:
+        status = ready(proc, control, log_path)
+        assert sorted(c["queue"] for c in status["children"] if c["role"] == "worker") == ["default", "emails"]
+
+        def finished() -> bool:
+            for result in (order, summed, declined):
+                result.refresh()
+            return all(result.is_finished for result in (order, summed, declined))
+        wait_for(finished, 30.0, "the three tasks to finish")
+        assert (order.status, order.return_value) == (TaskResultStatus.SUCCESSFUL, 21)
+        assert project.sql("select note from {schema}.shop_order where number = 21") == [("sent",)]
+        assert (summed.status, summed.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+        assert declined.status == TaskResultStatus.FAILED
+        assert declined.errors[0].exception_class_path == "tests.django.shop.tasks.Declined"
+        assert "card expired" in declined.errors[0].traceback
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log_path.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
