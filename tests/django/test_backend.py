@@ -104,6 +104,18 @@ def test_a_job_enqueued_in_an_open_transaction_is_read_in_it_and_rolls_back_with
         add.get_result(result.id)
 
 
+def test_enqueue_in_a_transaction_it_cannot_join_is_refused(project, monkeypatch):
+    from django.db import connections, transaction
+
+    from tests.django.shop.tasks import add
+    from xjobs.contrib.django.backend import TransactionUnjoinable
+    monkeypatch.setattr(connections["default"], "vendor", "sqlite")
+    with pytest.raises(TransactionUnjoinable) as refused, transaction.atomic():
+        add.enqueue(1, 2)
+    assert refused.value.code == "X_DJANGO_TRANSACTION_UNJOINABLE" and "sqlite" in str(refused.value)
+    assert project.sql("select count(*) from {schema}.jobs") == [(0,)]
+
+
 def test_aenqueue_and_aget_result(project):
     from tests.django.shop.tasks import add
 

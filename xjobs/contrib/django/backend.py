@@ -66,6 +66,12 @@ def django_dsn(alias: str) -> str:
                                     if k in _CONNINFO_KEYS and v not in (None, "")}))
 
 
+class TransactionUnjoinable(XJobsError):
+    """``enqueue()`` inside ``atomic()`` on a Django database the job cannot join."""
+
+    code = "X_DJANGO_TRANSACTION_UNJOINABLE"
+
+
 class XJobsBackend(BaseTaskBackend):
     """A Django Tasks backend whose tasks run as xjobs jobs, under ``xjobsd run --django``."""
 
@@ -141,17 +147,25 @@ class XJobsBackend(BaseTaskBackend):
         return result
 
     def _joined(self) -> Any:
-        """Django's connection, when a transaction is open on it: the job joins it."""
+        """Django's connection, when a transaction is open on it: the job joins it. A database
+        the job cannot join (not PostgreSQL, or not through psycopg 3) is refused rather than
+        written beside the transaction: a rollback would leave the job behind."""
         from django.db import connections
         connection = connections[self.database]
         if not connection.in_atomic_block:
             return None
-        connection.ensure_connection()
-        raw = connection.connection
         import psycopg
+        raw = None
+        if connection.vendor == "postgresql":
+            connection.ensure_connection()
+            raw = connection.connection
         if not isinstance(raw, psycopg.Connection):
-            raise XJobsError(f"enqueue inside atomic() joins the Django database {self.database!r}, which "
-                             "is not on psycopg 3", code="X_DJANGO_DATABASE")
+            raise TransactionUnjoinable(
+                f"enqueue() inside atomic() joins the transaction of the Django database {self.database!r}, "
+                f"which is {connection.vendor} {'through psycopg2' if raw is not None else ''}".rstrip()
+                + "; the job can join only a PostgreSQL transaction on psycopg 3",
+                hint="enqueue after the transaction (transaction.on_commit), or point OPTIONS['database'] "
+                     "at the PostgreSQL database the queue lives in")
         return raw
 
     def get_result(self, result_id: str) -> TaskResult[Any]:
@@ -173,4 +187,4 @@ class XJobsBackend(BaseTaskBackend):
         return jobs.read_back(view, task)
 
 
-__all__ = ["DEFAULT_RETRY", "XJobsBackend", "django_dsn"]
+__all__ = ["DEFAULT_RETRY", "TransactionUnjoinable", "XJobsBackend", "django_dsn"]
