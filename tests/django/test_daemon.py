@@ -5,6 +5,7 @@ jobs a committed view and plain ``enqueue()`` calls wrote, in forked workers tha
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 def start(project: Project, tmp: Path) -> tuple[subprocess.Popen, str, Path]:
     control, log_path = str(tmp / "control.sock"), tmp / "daemon.log"
     env = {key: value for key, value in os.environ.items() if not key.startswith("XJOBS_")
-           or key.startswith("XJOBS_TEST_DJANGO_")}
+           or key.startswith("XJOBS_TEST_DJANGO_")}   # the database is the project's backend's
     env.update(PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                XDG_RUNTIME_DIR=str(tmp))
     env.pop("DJANGO_SETTINGS_MODULE", None)   # the flag says it
@@ -72,6 +73,14 @@ def test_a_committed_views_job_and_enqueued_tasks_run_under_xjobsd_run_django(pr
         assert declined.status == TaskResultStatus.FAILED
         assert declined.errors[0].exception_class_path == "tests.django.shop.tasks.Declined"
         assert "card expired" in declined.errors[0].traceback
+        # a command run beside it imports the same app, the project found from the daemon's record
+        env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"
+               and (not k.startswith("XJOBS_") or k.startswith("XJOBS_TEST_DJANGO_"))}
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+        listed = subprocess.run(CLI + ["queues", "ls", "--json", "--dsn", project.dsn, "--schema", project.schema],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        assert {"default", "emails"} <= {q["name"] for q in json.loads(listed.stdout)}
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, log_path.read_text()[-4000:]
     finally:

@@ -15,16 +15,32 @@ import importlib
 import importlib.util
 import os
 
+from ...config import current_settings
+from ...daemon_record import recorded_daemon
 from ...errors import InvalidOption
 
 MODULE = __name__
 SETTINGS_VARIABLE = "DJANGO_SETTINGS_MODULE"
 
 
+def settings_module() -> str | None:
+    """The Django settings module: ``DJANGO_SETTINGS_MODULE``, else xjobs' ``django`` setting
+    (``XJOBS_DJANGO``, ``xjobs.toml``), else the one the daemon running from this directory was
+    started with (a command run beside it, like ``xjobsd enqueue``, imports the same app)."""
+    found = os.environ.get(SETTINGS_VARIABLE) or current_settings().django
+    if not found:
+        recorded = recorded_daemon()
+        value = recorded.get("django") if recorded is not None else None
+        found = value if isinstance(value, str) and value else None
+    return found
+
+
 def set_up() -> tuple[str, ...]:
     """Django set up, the installed apps' tasks modules imported; answers their names."""
-    if not os.environ.get(SETTINGS_VARIABLE):
+    project = settings_module()
+    if project is None:
         raise InvalidOption("django", f"{SETTINGS_VARIABLE} is not set: pass --django mysite.settings")
+    os.environ[SETTINGS_VARIABLE] = project
     import django
     from django.apps import apps
     from django.db import connections
@@ -62,4 +78,4 @@ def app_modules() -> tuple[str, ...]:
     return (MODULE, *TASK_MODULES)
 
 
-__all__ = ["MODULE", "TASK_MODULES", "app_modules", "queue_location", "set_up"]
+__all__ = ["MODULE", "TASK_MODULES", "app_modules", "queue_location", "set_up", "settings_module"]
