@@ -29,4 +29,7 @@ TASKS = {"default": {
     "BACKEND": "xjobs.contrib.django.XJobsBackend",
     "QUEUES": ["default", "emails"],
     "OPTIONS": {"schema": _SCHEMA, "retry": {"attempts": 1}},
+}, "retrying": {
+    "BACKEND": "xjobs.contrib.django.XJobsBackend",
+    "OPTIONS": {"schema": _SCHEMA, "retry": {"attempts": 2, "delay": "1h", "max_delay": "1h", "jitter": False}, "timeout": "30s"},
 }}

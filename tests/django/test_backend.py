@@ -76,6 +76,27 @@ def test_get_result_reports_failure_with_the_exception_and_its_traceback(project
         result.return_value
 
 
+def test_a_failed_attempt_that_will_be_retried_is_ready_with_its_error(project):
+    from tests.django.shop.tasks import flaky
+    result = flaky.enqueue("try again")
+    [(max_attempts,)] = project.sql("select max_attempts from {schema}.jobs where id = %s", int(result.id))
+    assert max_attempts == 2                      # the "retrying" backend's policy
+    assert run_queue(project) == {"tests.django.shop.tasks.flaky": {"retried": 1}}
+    result.refresh()
+    assert result.status == "READY" and not result.is_finished and result.attempts == 1
+    assert [e.exception_class_path for e in result.errors] == ["tests.django.shop.tasks.Declined"]
+
+
+def test_a_cancelled_task_failed_and_says_why(project):
+    from tests.django.shop.tasks import add
+    from xjobs.admin import cancel_job
+    result = add.enqueue(1, 2)
+    cancel_job(project.backend().driver(), int(result.id), by="test", reason="not needed")
+    result.refresh()
+    assert result.status == "FAILED" and result.attempts == 0
+    assert len(result.errors) == 1 and "not needed" in result.errors[0].traceback
+
+
 def test_run_after_defers_the_job_to_that_time(project):
     from tests.django.shop.tasks import add
     later = datetime.now(timezone.utc) + timedelta(hours=1)
@@ -188,11 +209,13 @@ def test_a_naive_run_after_is_refused_with_use_tz(project):
         add.using(run_after=datetime(2030, 1, 1))
 
 
-def test_using_cannot_move_a_task_to_another_queue(project):
+def test_using_cannot_move_a_task_to_another_queue_or_backend(project):
     from tests.django.shop.tasks import add
     from xjobs.contrib.django.compat import InvalidTask
     with pytest.raises(InvalidTask, match="runs on queue 'default'"):
         add.using(queue_name="emails")
+    with pytest.raises(InvalidTask, match="backend 'default'"):
+        add.using(backend="retrying")
 
 
 def test_unknown_options_and_bad_retries_are_refused_when_the_backend_is_built(project):

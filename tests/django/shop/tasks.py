@@ -39,3 +39,9 @@ def mark_sent(number: int) -> int:
 @task()
 async def double(x: int) -> int:
     return 2 * x
+
+
+@task(backend="retrying")
+def flaky(reason: str) -> None:
+    """On a backend whose jobs retry: a failure leaves it READY for its next attempt."""
+    raise Declined(reason)

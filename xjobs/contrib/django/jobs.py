@@ -36,7 +36,10 @@ from .compat import InvalidTask, Task, TaskContext, TaskError, TaskResult, TaskR
 STATUS: dict[str, Any] = {"ready": TaskResultStatus.READY, "running": TaskResultStatus.RUNNING,
                           "suspended": TaskResultStatus.RUNNING, "completed": TaskResultStatus.SUCCESSFUL,
                           "dead": TaskResultStatus.FAILED, "cancelled": TaskResultStatus.FAILED}
-_NOT_FAILURES = ("enqueued", "started", "completed")
+# the history's outcomes that are an error of the task (a cancel is one: the task did not
+# succeed and this says why), and those of them that spent an attempt on a worker
+_ERRORS = ("retried", "dead", "cancelled")
+_ATTEMPTS = ("retried", "dead")
 _FALLBACK_ERROR = "xjobs.errors.XJobsError"   # a failure that left no traceback (a lost lease)
 
 _lock = threading.Lock()
@@ -52,6 +55,9 @@ def declare(task: Task[Any, Any], *, retry: Retry, timeout: object) -> JobHandle
     name = job_name(task)
     with _lock:
         known = _tasks.get(name)
+        if known is not None and known.backend != task.backend:
+            raise InvalidTask(f"task {name!r} runs on the backend {known.backend!r} it is declared with; "
+                              f"using(backend={task.backend!r}) would give one job two retry policies")
         if known is not None and known.queue_name != task.queue_name:
             raise InvalidTask(f"task {name!r} runs on queue {known.queue_name!r}, the queue it is declared "
                               f"with; xjobs cannot move it to {task.queue_name!r} with using(): declare a "
@@ -141,6 +147,7 @@ def run(ctx: Ctx, payload: Mapping[str, Any]) -> Any:
         else:
             value = task.call(*args, **kwargs)
         object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(result, "_return_value", value)
         return value
     except BaseException:
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
@@ -171,10 +178,10 @@ def read_back(view: JobView, task: Task[Any, Any]) -> TaskResult[Any]:
     attempts (the exception's class and traceback each), the workers that ran it, and what
     the body returned once it completed."""
     payload = view.payload if isinstance(view.payload, Mapping) else {}
-    failures = [entry for entry in view.history if entry.get("error") and entry["outcome"] not in _NOT_FAILURES]
     errors = [TaskError(exception_class_path=exception_path(e.get("traceback"), e.get("error")),
-                        traceback=e.get("traceback") or str(e.get("error"))) for e in failures]
-    workers = [str(e.get("by") or view.claimed_by or "") for e in failures]
+                        traceback=e.get("traceback") or str(e.get("error")))
+              for e in view.history if e["outcome"] in _ERRORS and e.get("error")]
+    workers = [str(e.get("by") or view.claimed_by or "") for e in view.history if e["outcome"] in _ATTEMPTS]
     if view.state in ("running", "suspended", "completed") and view.claimed_by:
         workers.append(view.claimed_by)
     result = result_for(_as_task(task, payload), str(view.id), list(payload.get("args", ())),
