@@ -233,3 +233,25 @@ def test_the_exception_path_of_a_traceback():
     builtin = "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n    g()\nValueError: bad\nvalue\n"
     assert exception_path(builtin, "ValueError: bad") == "builtins.ValueError"
     assert exception_path(None, "lease lost") == "xjobs.errors.XJobsError"
+
+
+def test_a_forked_worker_lets_go_of_an_inherited_connection_without_closing_it(project, monkeypatch):
+    from django.db import connection
+
+    from tests.django.shop import tasks  # noqa: F401  (declaring the first task declares the hooks)
+    from tests.django.shop.models import Order
+    from xjobs.contrib.django import jobs
+    from xjobs.registry import REGISTRY
+    assert jobs._worker_started in REGISTRY.worker_start and jobs._worker_stopped in REGISTRY.worker_stop
+    connection.ensure_connection()
+    inherited = connection.connection
+    jobs._worker_started()           # in the process that declared the tasks: its own connection stays
+    assert connection.connection is inherited
+    monkeypatch.setattr(jobs, "_IMPORTED_IN", -1)   # as in a child forked from it
+    jobs._worker_started()
+    assert connection.connection is None and inherited in jobs._inherited
+    assert not inherited.closed                     # the parent's session is untouched
+    assert Order.objects.count() == 0               # the child opens its own
+    assert connection.connection is not inherited
+    jobs._inherited.remove(inherited)
+    inherited.close()

@@ -87,3 +87,15 @@ def test_a_committed_views_job_and_enqueued_tasks_run_under_xjobsd_run_django(pr
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_a_django_project_that_does_not_set_up_is_refused_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    refused = subprocess.run(CLI + ["run", "--django", "no_such_project.settings", "--control",
+                                    str(tmp_path / "control.sock"), "--metrics", "off"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("xjobsd: X_INVALID_OPTION: app: cannot import 'xjobs.contrib.django.worker'")
+    assert "no_such_project" in line

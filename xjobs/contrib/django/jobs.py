@@ -211,15 +211,20 @@ def exception_path(traceback: str | None, error: str | None) -> str:
 # -- in each worker process ------------------------------------------------------------------
 
 _inherited: list[object] = []   # connections opened before the fork: kept, never finalised here
+_IMPORTED_IN = os.getpid()       # a worker in another process was forked from this one
 
 
 def _worker_started() -> None:
     """After the fork: Django is set up (a no-op when the parent did it), and a database
     connection the parent held is let go of WITHOUT closing it: closing would end the session
-    the parent (or a sibling) still uses over the same socket. The child opens its own."""
+    the parent (or a sibling) still uses over the same socket. The child opens its own. A
+    worker in the process that declared the tasks (an in-process host, a test) inherited
+    nothing: its connections are its own."""
     import django
     from django.db import connections
     django.setup()
+    if os.getpid() == _IMPORTED_IN:
+        return
     for conn in connections.all(initialized_only=True):
         if conn.connection is not None:
             _inherited.append(conn.connection)
