@@ -73,6 +73,9 @@ def test_a_committed_views_job_and_enqueued_tasks_run_under_xjobsd_run_django(pr
         assert declined.status == TaskResultStatus.FAILED
         assert declined.errors[0].exception_class_path == "tests.django.shop.tasks.Declined"
         assert "card expired" in declined.errors[0].traceback
+        # a reload re-reads the configuration; the Django project is not imported twice
+        reloaded = request(control, "reload", timeout_s=30.0)
+        assert reloaded.get("ok") is True, reloaded
         # a command run beside it imports the same app, the project found from the daemon's record
         env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"
                and (not k.startswith("XJOBS_") or k.startswith("XJOBS_TEST_DJANGO_"))}

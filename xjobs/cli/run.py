@@ -144,8 +144,10 @@ def run(args: argparse.Namespace) -> int:
 
         # the app's modules are imported again by a reload that finds them changed (after a
         # fresh process has validated them), and the groups built from what it registered
+        # a Django project is not imported again: Django populates its apps once per process, so
+        # a reload re-reads the configuration only, and new Django code takes a restart
         configuration = Configuration(read=read, groups=lambda fresh: role_specs(fresh, REGISTRY, roles),
-                                      app=app, strict=args.strict)
+                                      app=None if settings.django else app, strict=args.strict)
         def make_probe(settings: Callable[[], Settings], **options: Any) -> DatabaseProbe:
             return DatabaseProbe(lambda: default_driver_factory(settings())(), names=lambda: app.job_names,
                                  **options)
