@@ -226,6 +226,12 @@ def test_unknown_options_and_bad_retries_are_refused_when_the_backend_is_built(p
         XJobsBackend("x", {"OPTIONS": {"retry": "often"}})
     with pytest.raises(InvalidOption, match="timeout"):
         XJobsBackend("x", {"OPTIONS": {"timeout": "-1s"}})
+    with pytest.raises(InvalidOption, match="schema"):
+        XJobsBackend("x", {"OPTIONS": {"schema": "Robert'); drop table jobs"}})
+    with pytest.raises(InvalidOption, match="database_url"):
+        XJobsBackend("x", {"OPTIONS": {"database_url": 5432}})
+    with pytest.raises(InvalidOption, match="queues"):
+        XJobsBackend("x", {"QUEUES": [" padded "]})
 
 
 def test_the_exception_path_of_a_traceback():

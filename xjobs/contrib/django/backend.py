@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 
 from ...config import current_driver, current_settings
 from ...drivers.base import JobDriver
+from ...drivers.sql import check_schema_name
 from ...enqueue import enqueue_many
 from ...errors import InvalidOption, JobNotFound, XJobsError
 from ...options import duration_ms, plain_name
@@ -92,6 +93,11 @@ class XJobsBackend(BaseTaskBackend):
         self.timeout = None if timeout is None else duration_ms(timeout, "django.timeout", exclusive_minimum=True)
         for queue in self.queues:
             plain_name(queue, "django.queues")
+        if self.options.get("schema") is not None:
+            check_schema_name(self.options["schema"])
+        url = self.options.get("database_url")
+        if url is not None and not (isinstance(url, str) and url):
+            raise InvalidOption("django.database_url", f"must be a PostgreSQL URL, got {url!r}")
         self._driver: JobDriver | None = None
         self._lock = threading.Lock()
 

@@ -68,7 +68,7 @@ def declare(task: Task[Any, Any], *, retry: Retry, timeout: object) -> JobHandle
             except UnknownJob:   # the registry was emptied (a reload imports the app again)
                 pass
         _tasks[name] = task
-    # the body's module is the task's: a reload imports that module again, and the job with it
+    # named as the task's function wherever xjobs names a job's body (the app's modules, logs)
     body = _body()
     body.__module__ = task.func.__module__
     body.__qualname__ = task.func.__qualname__
