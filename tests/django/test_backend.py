@@ -261,3 +261,26 @@ def test_a_forked_worker_lets_go_of_an_inherited_connection_without_closing_it(p
     assert connection.connection is not inherited
     jobs._inherited.remove(inherited)
     inherited.close()
+
+
+def test_the_framework_signals_are_sent_for_an_enqueue_a_start_and_a_finish(project):
+    from tests.django.shop.tasks import add
+    from xjobs.contrib.django.compat import task_enqueued, task_finished, task_started
+    seen: list[tuple[str, str, str]] = []
+
+    def record(name):
+        def receiver(sender, task_result, **kwargs):
+            seen.append((name, task_result.id, str(task_result.status)))
+        return receiver
+    receivers = {signal: record(name) for signal, name in
+                 ((task_enqueued, "enqueued"), (task_started, "started"), (task_finished, "finished"))}
+    for signal, receiver in receivers.items():
+        signal.connect(receiver)
+    try:
+        result = add.enqueue(3, 4)
+        run_queue(project)
+    finally:
+        for signal, receiver in receivers.items():
+            signal.disconnect(receiver)
+    assert seen == [("enqueued", result.id, "READY"), ("started", result.id, "RUNNING"),
+                    ("finished", result.id, "SUCCESSFUL")]
