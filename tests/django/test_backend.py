@@ -284,3 +284,19 @@ def test_the_framework_signals_are_sent_for_an_enqueue_a_start_and_a_finish(proj
             signal.disconnect(receiver)
     assert seen == [("enqueued", result.id, "READY"), ("started", result.id, "RUNNING"),
                     ("finished", result.id, "SUCCESSFUL")]
+
+
+def test_a_job_that_is_no_task_has_no_result_and_its_name_is_never_imported(project):
+    import sys
+
+    from xjobs import job
+    from xjobs.contrib.django.compat import TaskResultDoesNotExist
+    from xjobs.enqueue import enqueue_many
+    from xjobs.registry import Registry
+    assert "this" not in sys.modules      # importing it prints; a job's name is a row anybody may write
+    plain = job(name="this.s", idempotency_key=lambda i: "k", tenant="none", registry=Registry())(
+        lambda ctx, i: None)
+    [enqueued] = enqueue_many(plain, [{}], driver=project.backend().driver())
+    with pytest.raises(TaskResultDoesNotExist):
+        project.backend().get_result(str(enqueued.id))
+    assert "this" not in sys.modules

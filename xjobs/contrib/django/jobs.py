@@ -80,12 +80,17 @@ def declare(task: Task[Any, Any], *, retry: Retry, timeout: object) -> JobHandle
 
 
 def task_of(name: str) -> Task[Any, Any] | None:
-    """The task a job of ``name`` runs, importing its module if this process has not yet."""
+    """The task a job of ``name`` runs, importing its module if this process has not yet: only
+    a module of an installed app, since the name comes from a row anybody may have written."""
     with _lock:
         found = _tasks.get(name)
     if found is not None:
         return found
+    from django.apps import apps
     from django.utils.module_loading import import_string
+    module = name.rpartition(".")[0]
+    if not module or apps.get_containing_app_config(module) is None:
+        return None
     try:
         candidate = import_string(name)
     except ImportError:
