@@ -102,3 +102,17 @@ def test_a_django_project_that_does_not_set_up_is_refused_in_one_line(tmp_path):
     [line] = refused.stderr.strip().splitlines()
     assert line.startswith("xjobsd: X_INVALID_OPTION: app: cannot import 'xjobs.contrib.django.worker'")
     assert "no_such_project" in line
+
+
+def test_xjobsd_tick_django_runs_the_projects_tasks_in_one_bounded_pass(project, tmp_path):
+    from tests.django.shop.tasks import add
+    result = add.enqueue(1, 41)
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"
+           and (not k.startswith("XJOBS_") or k.startswith("XJOBS_TEST_DJANGO_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    ticked = subprocess.run(CLI + ["tick", "--django", SETTINGS, "--deadline", "20s", "--json"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert ticked.returncode == 0, ticked.stdout + ticked.stderr
+    assert json.loads(ticked.stdout)["jobs"]["tests.django.shop.tasks.add"] == {"completed": 1}
+    result.refresh()
+    assert result.return_value == 42
