@@ -116,3 +116,22 @@ def test_xjobsd_tick_django_runs_the_projects_tasks_in_one_bounded_pass(project,
     assert json.loads(ticked.stdout)["jobs"]["tests.django.shop.tasks.add"] == {"completed": 1}
     result.refresh()
     assert result.return_value == 42
+
+
+def test_xjobsd_enqueue_calls_a_task_with_the_args_of_its_input(project, tmp_path):
+    from tests.django.shop.tasks import add
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"
+           and (not k.startswith("XJOBS_") or k.startswith("XJOBS_TEST_DJANGO_"))}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), XJOBS_DJANGO=SETTINGS)
+
+    def enqueue(payload: str) -> subprocess.CompletedProcess:
+        return subprocess.run(CLI + ["enqueue", "tests.django.shop.tasks.add", "--input", payload, "--json",
+                                     "--dsn", project.dsn, "--schema", project.schema],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    done = enqueue('{"args": [2], "kwargs": {"b": 3}}')
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = add.get_result(str(json.loads(done.stdout)["id"]))
+    assert (result.status, result.args, result.kwargs) == ("READY", [2], {"b": 3})
+    refused = enqueue('{"args": 5}')
+    assert refused.returncode != 0 and "X_JOB_INPUT_INVALID" in refused.stderr
+    assert "args must be a list" in refused.stderr

@@ -73,7 +73,7 @@ def declare(task: Task[Any, Any], *, retry: Retry, timeout: object) -> JobHandle
     body.__module__ = task.func.__module__
     body.__qualname__ = task.func.__qualname__
     handle = job(name=name, queue=task.queue_name, idempotency_key=_key, tenant="none", retry=retry,
-                 timeout=timeout, priority=-task.priority)(body)
+                 timeout=timeout, priority=-task.priority, input=check_envelope)(body)
     on_worker_start(_worker_started)   # once per worker however many tasks: the same hook is one
     on_worker_stop(_worker_stopped)
     return handle
@@ -102,7 +102,21 @@ def task_of(name: str) -> Task[Any, Any] | None:
 
 
 def _key(payload: Mapping[str, Any]) -> str:
-    return str(payload["key"])
+    # every enqueue is a run of its own: an envelope written elsewhere (``xjobsd enqueue``)
+    # without a key gets one of its own
+    return str(payload.get("key") or uuid.uuid4().hex)
+
+
+def check_envelope(payload: object) -> None:
+    """A run's input, refused at enqueue (``X_JOB_INPUT_INVALID``) unless it is the envelope:
+    ``args`` a list and ``kwargs`` an object, each optional (``xjobsd enqueue NAME --input
+    '{"args": [1]}'`` is a call of the task with 1)."""
+    if not isinstance(payload, Mapping):
+        raise ValueError(f"a task's input is an object with args and kwargs, got {type(payload).__name__}")
+    if not isinstance(payload.get("args", []), list):
+        raise ValueError("args must be a list")
+    if not isinstance(payload.get("kwargs", {}), Mapping):
+        raise ValueError("kwargs must be an object")
 
 
 def envelope(task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -241,5 +255,5 @@ def _worker_stopped() -> None:
     connections.close_all()
 
 
-__all__ = ["STATUS", "declare", "envelope", "exception_path", "job_name", "read_back", "result_for", "run",
+__all__ = ["STATUS", "check_envelope", "declare", "envelope", "exception_path", "job_name", "read_back", "result_for", "run",
            "task_of", "when"]
