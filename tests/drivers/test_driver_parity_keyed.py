@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from tests.drivers.parity import LEASE, claim, new_job
-from xjobs.drivers.base import LATEST_MS, Batch, Lease, ListFilter, Nack, NewJob
+from xjobs.drivers.base import LATEST_MS, Batch, Lease, ListFilter, Nack, NackOutcome, NewJob
 
 
 def member(key: str, account: str = "a", *, cap: int = 2, hold: bool = False, name: str = "sync",
@@ -30,7 +30,7 @@ def states(driver, ids: list[int]) -> list[str]:
     return [driver.job_get(i).state for i in ids]
 
 
-def nack(driver, lease: Lease, outcome: str, delay_ms: float = 0.0) -> None:
+def nack(driver, lease: Lease, outcome: NackOutcome, delay_ms: float = 0.0) -> None:
     assert driver.job_nack_many([Nack(lease.job_id, lease.token, outcome, "boom", delay_ms)]) == {lease.job_id}
 
 
