@@ -12,6 +12,7 @@ import pytest
 
 import xjobs
 from xjobs import admin
+from xjobs.drivers.base import ListFilter
 from xjobs.errors import ConcurrencyKeyInvalid, InvalidOption
 from xjobs.manifest import describe
 from xjobs.views import shown
@@ -119,7 +120,7 @@ def test_a_bad_key_is_refused_at_enqueue_before_anything_is_written(memory_drive
     with pytest.raises(ConcurrencyKeyInvalid) as err:
         enqueue(handle, memory_driver, {"n": 1}, {"n": 2})
     assert err.value.code == "X_JOB_CONCURRENCY_KEY_INVALID"
-    assert memory_driver.job_list(xjobs.drivers.base.ListFilter()) == []
+    assert memory_driver.job_list(ListFilter()) == []
 
 
 def test_the_manifest_and_jobs_show_say_what_a_key_does(memory_driver, registry):
