@@ -197,7 +197,7 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
     progress = data.pop("progress")
     steps = data.pop("steps")
     waits = data.pop("waiting_for")
-    key, waiting = data.pop("key"), data.pop("waiting")
+    place, waiting = data.pop("key"), data.pop("waiting")
     result = data.pop("result")
     data["payload"] = orjson.dumps(data["payload"]).decode()   # as JSON, the way it was given
     if view.state == "completed":   # null is a result too (a body that returned None)
@@ -219,9 +219,9 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
         done = f"{progress['done']:g}" + (f"/{total:g}" if total is not None else "")
         note = f"  {progress['note']}" if progress.get("note") else ""
         print(f"{'progress'.ljust(width)}  {done}{note}  (at {progress.get('at')})")   # plain() made it ISO
-    if key:
-        print(f"{'concurrency key'.ljust(width)}  {key['key']!r}, {key['cap']} at once"
-              + (", a dead member keeps its place" if key["hold"] else ""))
+    if place:
+        print(f"{'concurrency key'.ljust(width)}  {place['key']!r}, {place['cap']} at once"
+              + (", a dead member keeps its place" if place["hold"] else ""))
     if waiting:
         print(f"{'waiting'.ljust(width)}  {waiting}")
     if waits:
