@@ -138,3 +138,8 @@ def test_a_keyed_job_lapsed_and_rescued_keeps_its_place(driver, clock):
     clock.advance(LEASE + 1)
     driver.job_rescue()
     assert states(driver, a) == ["ready", "suspended"]
+
+
+def test_a_member_staged_in_the_outbox_keeps_its_key():
+    staged = member("o1", cap=1, hold=True)
+    assert NewJob.from_document(staged.document() | {"p": {"key": "o1"}}) == staged
