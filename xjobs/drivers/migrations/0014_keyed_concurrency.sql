@@ -35,9 +35,14 @@ declare
     taken integer;
 begin
     perform pg_advisory_xact_lock(hashtextextended('{schema}.key:' || job_name || chr(31) || job_key, 0));
+    -- The key is compared as a range, not by "=": ordered by (concurrency_key, id), only
+    -- jobs_key_waiting_idx gives the order, and the first waiter is its first entry. With "=",
+    -- the planner drops the constant from the order and may walk the primary key instead,
+    -- over every older row (finished members and all) until a waiter turns up
     select w.key_cap into head from {schema}.jobs w
-    where w.name = job_name and w.concurrency_key = job_key and w.state = 'suspended' and w.key_run_at is not null
-    order by w.id limit 1;
+    where w.name = job_name and w.concurrency_key between job_key and job_key
+      and w.state = 'suspended' and w.key_run_at is not null
+    order by w.concurrency_key, w.id limit 1;
     if not found then
         return;   -- nobody waits
     end if;
@@ -51,9 +56,9 @@ begin
     -- over (order is the point); one that the cancel took away is skipped by the recheck
     with let_in as (
         select w.id from {schema}.jobs w
-        where w.name = job_name and w.concurrency_key = job_key and w.state = 'suspended'
-          and w.key_run_at is not null
-        order by w.id
+        where w.name = job_name and w.concurrency_key between job_key and job_key
+          and w.state = 'suspended' and w.key_run_at is not null
+        order by w.concurrency_key, w.id
         limit head.key_cap - taken
         for update
     ), admitted as (
