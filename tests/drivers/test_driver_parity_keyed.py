@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.drivers.parity import LEASE, claim, new_job
+from tests.drivers.parity import LEASE, claim, new_job, send, wait
 from xjobs.drivers.base import LATEST_MS, Batch, Lease, ListFilter, Nack, NackOutcome, NewJob
 
 
@@ -143,3 +143,16 @@ def test_a_keyed_job_lapsed_and_rescued_keeps_its_place(driver, clock):
 def test_a_member_staged_in_the_outbox_keeps_its_key():
     staged = member("o1", cap=1, hold=True)
     assert NewJob.from_document(staged.document() | {"p": {"key": "o1"}}) == staged
+
+
+def test_only_its_key_lets_a_waiting_member_in_whatever_else_would_wake_it(driver):
+    a = enqueue(driver, *(member(f"a{i}", cap=1) for i in range(2)))
+    lease = claimed(driver)[a[0]]
+    assert wait(driver, lease, "paid", "paid", "o1").done is False        # suspended in a wait: still a holder
+    assert driver.job_cancel(a[0], "stop").state == "cancelled"           # lets the next one in
+    assert driver.job_requeue(a[0], "again").state == "suspended"         # and waits behind it
+    send(driver, "paid", "o1", {"ok": True})                              # its old wait's event
+    assert driver.job_get(a[0]).state == "suspended" and driver.job_get(a[0]).run_at == LATEST_MS
+    assert driver.job_get(a[0]).key.waiting
+    assert driver.job_ack(a[1], claimed(driver)[a[1]].token)
+    assert states(driver, a) == ["ready", "completed"]

@@ -58,10 +58,15 @@ class MemoryKeys(KeyGate):
         self.admit(row.name, row.concurrency_key)
 
     def moved(self, row: Row, was: str) -> None:
-        """``jobs_key_wait_update`` for a row back from the dead, and ``key_settle`` for a place
-        let go (a waiter let in changes nothing here: ``admit`` counted it)."""
+        """``jobs_key_keep_waiting`` for a waiter woken by anything but its key,
+        ``jobs_key_wait_update`` for a row back from the dead, and ``key_settle`` for a place let
+        go (a waiter let in changes nothing here: ``admit`` counted it). Callers set the row's
+        other fields before they move it, as one update sets them all."""
         assert row.concurrency_key is not None
-        if row.state == "ready" and was in _FINISHED and not (was == "dead" and row.key_hold):
+        if row.state == "ready" and was == "suspended" and row.key_run_at is not None:
+            row.run_at = LATEST_MS   # jobs_key_keep_waiting: only its key lets a waiter in
+            self._table.move(row, "suspended")
+        elif row.state == "ready" and was in _FINISHED and not (was == "dead" and row.key_hold):
             row.key_run_at, row.run_at = row.run_at, LATEST_MS
             self._table.move(row, "suspended")
             self.admit(row.name, row.concurrency_key)

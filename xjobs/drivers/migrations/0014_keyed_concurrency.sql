@@ -95,6 +95,25 @@ create trigger jobs_key_wait_update before update of state on {schema}.jobs
           and old.state in ('completed', 'dead', 'cancelled') and not (old.state = 'dead' and old.key_hold))
     execute function {schema}.key_wait();
 
+-- A waiting member goes to ready only when its key lets it in (key_admit clears key_run_at in
+-- the same update). Anything else that would wake it (an event sent to a wait it was suspended
+-- in before it was cancelled and retried) leaves it waiting: what it was woken for is recorded
+-- in its steps, and it finds it when its turn comes.
+create or replace function {schema}.key_keep_waiting() returns trigger language plpgsql as $fn$
+begin
+    new.state := 'suspended';
+    new.run_at := old.run_at;
+    return new;
+end
+$fn$;
+
+drop trigger if exists jobs_key_keep_waiting on {schema}.jobs;
+create trigger jobs_key_keep_waiting before update of state on {schema}.jobs
+    for each row
+    when (old.state = 'suspended' and old.key_run_at is not null and new.state = 'ready'
+          and new.key_run_at is not null)
+    execute function {schema}.key_keep_waiting();
+
 -- After a statement: the keys whose rows it inserted waiting, or whose places it let go
 -- (a holder completed, died without keeping its place, was cancelled or pruned), or whose
 -- rows it put back waiting; each key is looked at once, in (name, key) order.
