@@ -10,8 +10,8 @@ Four queues of one schema, each claimed and completed one job at a time ``--clai
   each key are ready, the rest wait; each ack lets the key's next member in, in its statement;
 * ``sequence``: one key of ``--sequence`` members of a sequence (``concurrency=1``): one member
   ready, every other waiting; each ack lets the next in;
-* ``untriggered``: the plain queue again once the keys' statement triggers are dropped (in this
-  throwaway schema): what they cost the claims and acks of jobs that have no key.
+* ``untriggered``: the plain queue on a second schema whose keys' statement triggers are dropped,
+  claimed in rounds alternating with ``plain``: what the triggers cost jobs that have no key.
 
 The waiting members are suspended until 9999-12-31, outside every index a claim reads, so the
 keyed claim should cost what the plain one does however long a sequence grows; the ack pays
@@ -110,17 +110,32 @@ def main() -> None:
             waiting = dict(conn.execute(f"select queue, count(*) from {schema}.jobs where state = 'suspended' "
                                         f"group by queue").fetchall())
         through_driver(driver, "plain", 50)   # warm the prepared statements and the pool
-        results = {"raw": raw(args.dsn, schema, args.claims)}
-        for queue in ("plain", "keyed", "sequence"):
+        results: dict[str, tuple[list[float], list[float]]] = {"raw": raw(args.dsn, schema, args.claims)}
+        for queue in ("keyed", "sequence"):
             results[queue] = through_driver(driver, queue, min(args.claims, args.sequence - 1)
                                             if queue == "sequence" else args.claims)
-        # what the keys' triggers cost a claim and an ack of unkeyed jobs: the plain queue again
-        # without them (dropped in this throwaway schema only)
-        with psycopg.connect(args.dsn, autocommit=True) as conn:
-            for trigger in ("jobs_key_settle_update", "jobs_key_settle_insert", "jobs_key_settle_delete"):
-                conn.execute(f"drop trigger {trigger} on {schema}.jobs")
-        results["untriggered"] = through_driver(driver, "plain", args.claims)
-        filled["untriggered"], waiting["untriggered"] = 0.0, 0
+        # what the keys' triggers cost the claims and acks of jobs that have no key: the plain
+        # queue here and on a second schema whose statement triggers are dropped, in alternating
+        # rounds, so the machine's drift falls on both alike
+        bare = fresh_schema(args.dsn)
+        bare_driver = PostgresDriver(args.dsn, schema=bare)
+        try:
+            with psycopg.connect(args.dsn, autocommit=True) as conn:
+                for trigger in ("jobs_key_settle_update", "jobs_key_settle_insert", "jobs_key_settle_delete"):
+                    conn.execute(f"drop trigger {trigger} on {bare}.jobs")
+            filled["untriggered"], waiting["untriggered"] = fill(bare_driver, jobs("plain", args.rows)), 0
+            with psycopg.connect(args.dsn, autocommit=True) as conn:
+                conn.execute(f"analyze {bare}.jobs")
+            through_driver(bare_driver, "plain", 50)
+            results["plain"], results["untriggered"] = ([], []), ([], [])
+            for _ in range(10):
+                for name, on in (("plain", driver), ("untriggered", bare_driver)):
+                    claim_ms, ack_ms = through_driver(on, "plain", args.claims // 10)
+                    results[name][0].extend(claim_ms)
+                    results[name][1].extend(ack_ms)
+        finally:
+            bare_driver.close()
+            drop_schema(args.dsn, bare)
     finally:
         driver.close()
         drop_schema(args.dsn, schema)
@@ -131,8 +146,9 @@ def main() -> None:
           f"a sequence of {args.sequence:,}\n")
     print(f"{'queue':<10} {'rows':>8} {'waiting':>8} {'enqueue s':>10} {'claim p50':>10} {'claim p99':>10} "
           f"{'ack p50':>8} {'ack p99':>8} {'vs plain':>9} {'vs raw':>7}")
-    for queue, (claim_ms, ack_ms) in results.items():
-        rows = args.sequence if queue == "sequence" else args.rows - args.claims - 50 if queue == "untriggered" else args.rows
+    for queue in ("raw", "plain", "untriggered", "keyed", "sequence"):
+        claim_ms, ack_ms = results[queue]
+        rows = args.sequence if queue == "sequence" else args.rows
         p50 = percentile(claim_ms, 0.5)
         print(f"{queue:<10} {rows:>8,} {waiting.get(queue, 0):>8,} {filled[queue]:>10.2f} {p50:>8.3f}ms "
               f"{percentile(claim_ms, 0.99):>8.3f}ms {percentile(ack_ms, 0.5):>6.3f}ms "
