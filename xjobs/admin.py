@@ -84,9 +84,10 @@ def retry_job(driver: JobDriver, job_id: int, *, by: str) -> JobView:
 
 
 def cancel_job(driver: JobDriver, job_id: int, *, by: str, reason: str | None = None) -> JobView:
-    """Cancel one ready, running or suspended job (a running one's worker is told in the same
-    transaction, and its next lease renewal tells it if that was not heard); its history and
-    last error say who asked, and why."""
+    """Cancel one ready, running or suspended job, or a dead one holding its key's sequence
+    (``job(ordered=True, on_failure="hold")``: that lets the next member in). A running one's
+    worker is told in the same transaction (and its next lease renewal tells it if that was not
+    heard); its history and last error say who asked, and why."""
     return driver.job_cancel(job_id, f"cancelled by {by}" + (f": {reason}" if reason else ""))
 
 

@@ -107,6 +107,8 @@ def _planned(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_a
         raise InvalidOption("keys", "one key per input")
     checked = [handle.validate(item) for item in inputs]   # every one, before anything is written
     traceparent = current_traceparent()   # stamped here, where the enqueuing code's span is
+    keyed = handle.keyed
+    places = None if keyed is None else [keyed.key_for(handle.name, item) for item in checked]
 
     def make(start: int, stop: int) -> list[NewJob]:
         return [NewJob(name=handle.name, queue=handle.queue,
@@ -114,7 +116,9 @@ def _planned(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_a
                        idempotency_key=handle.key_for(checked[i]) if keys is None else keys[i],
                        tenant=handle.tenant_for(checked[i]),
                        enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at,
-                       delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent)
+                       delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent,
+                       concurrency_key=None if places is None else places[i],
+                       key_cap=None if keyed is None else keyed.cap, key_hold=keyed is not None and keyed.hold)
                 for i in range(start, stop)]
     return make, len(checked)
 

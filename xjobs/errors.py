@@ -137,6 +137,12 @@ class ConcurrencyUnenforceable(XJobsError):
     code = "X_JOB_CONCURRENCY_UNENFORCEABLE"
 
 
+class ConcurrencyKeyInvalid(XJobsError):
+    """``concurrency_key(input)`` raised, or returned something other than a short string."""
+
+    code = "X_JOB_CONCURRENCY_KEY_INVALID"
+
+
 class LeaseLost(XJobsError):
     code = "X_JOB_LEASE_LOST"
 

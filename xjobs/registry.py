@@ -19,6 +19,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, TypeVar
 
+from . import keyed as keyed_options
 from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, InvalidOption, PayloadInvalid,
                      TenantRequired, UnknownJob)
 from .options import duration_ms, finite_count, plain_name
@@ -46,7 +47,8 @@ class JobHandle:
                  timeout_ms: float | None, concurrency: int | None, priority: int,
                  dedupe_window_ms: float | None = None, step_timeout_ms: float | None = None,
                  event_poll_ms: float | None = None, retry_on: ErrorTypes = (),
-                 terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False) -> None:
+                 terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False,
+                 keyed: keyed_options.KeyedConcurrency | None = None) -> None:
         self.fn = fn
         self._built: object = None    # job()'s proof, for the registry
         self.name = name
@@ -56,7 +58,8 @@ class JobHandle:
         self._tenant = tenant
         self.retry = retry
         self.timeout_ms = timeout_ms
-        self.concurrency = concurrency
+        self.concurrency = concurrency            # the fleet-wide cap of the job's runs (slots)
+        self.keyed = keyed                        # concurrency by key instead (keyed.py)
         self.priority = priority
         self.dedupe_window_ms = dedupe_window_ms
         self.step_timeout_ms = step_timeout_ms    # the ceiling of each ctx.step.run call
@@ -310,6 +313,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         concurrency: int | None = None, priority: int = 0, dedupe_window: object = None,
         step_timeout: object = None, event_poll: object = None, retry_on: object = (),
         terminal_on: object = (), input: Any = None, cross_tenant: bool = False,
+        concurrency_key: Any = None, ordered: object = False, on_failure: object = None,
         registry: Registry | None = None) -> Callable[[Body], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
@@ -320,7 +324,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     and finite when given. ``retry_on``/``terminal_on``: exception classes that decide retry or
     dead letter for errors you did not write (see ``retry.decide``). ``cross_tenant=True``
     declares that the job's runs may open ``ctx.cross_tenant(reason)``; a run of any other job
-    is refused there (``X_TENANCY_CROSS_DENIED``)."""
+    is refused there (``X_TENANCY_CROSS_DENIED``). ``concurrency_key``, ``ordered``,
+    ``on_failure``: at most ``concurrency`` runs per key, or a sequence (``keyed.py``)."""
     queue = plain_name(queue, "queue")
     if not isinstance(cross_tenant, bool):
         raise InvalidOption("cross_tenant", f"must be True or False, got {cross_tenant!r}")
@@ -337,8 +342,11 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     elif not isinstance(retry, Retry):
         raise InvalidOption("retry", "must be a Retry(...)")
     timeout_ms = None if timeout is None else duration_ms(timeout, "timeout", exclusive_minimum=True)
-    if concurrency is not None:
+    keyed = keyed_options.declare(concurrency, concurrency_key, ordered, on_failure)
+    if concurrency is not None and keyed is None:
         concurrency = finite_count(concurrency, "concurrency", minimum=1, maximum=1_000_000)
+    elif keyed is not None:
+        concurrency = None   # the cap is per key (keyed.py), not the job's slots
     priority = finite_count(priority, "priority", minimum=-32768, maximum=32767)
     dedupe_window_ms = (None if dedupe_window is None else
                         duration_ms(dedupe_window, "dedupe_window", exclusive_minimum=True))
@@ -362,7 +370,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
                            concurrency=concurrency, priority=priority,
                            dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
                            event_poll_ms=event_poll_ms, retry_on=retry_types,
-                           terminal_on=terminal_types, input=input, cross_tenant=cross_tenant)
+                           terminal_on=terminal_types, input=input, cross_tenant=cross_tenant, keyed=keyed)
         handle._built = BUILT
         return target._add(handle)
 

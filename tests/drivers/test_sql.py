@@ -247,7 +247,10 @@ def test_two_installers_at_once_both_succeed(pg_dsn):
         with psycopg.connect(pg_dsn) as conn:
             columns, indexes, triggers = _catalog(conn, schema)
         assert {"jobs", "job_history", "meta"} <= {c[0] for c in columns}
-        assert triggers == [("jobs_fanin_settle",), ("jobs_notify_ready",), ("outbox_notify",)]
+        assert triggers == [("jobs_fanin_settle",), ("jobs_key_keep_waiting",), ("jobs_key_settle_delete",),
+                            ("jobs_key_settle_insert",), ("jobs_key_settle_update",), ("jobs_key_wait_insert",),
+                            ("jobs_key_wait_update",),
+                            ("jobs_notify_ready",), ("outbox_notify",)]
     finally:
         drop_schema(pg_dsn, schema)
 

@@ -195,6 +195,7 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
     progress = data.pop("progress")
     steps = data.pop("steps")
     waits = data.pop("waiting_for")
+    place, waiting = data.pop("key"), data.pop("waiting")
     result = data.pop("result")
     data["payload"] = orjson.dumps(data["payload"]).decode()   # as JSON, the way it was given
     if view.state == "completed":   # null is a result too (a body that returned None)
@@ -216,6 +217,11 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
         done = f"{progress['done']:g}" + (f"/{total:g}" if total is not None else "")
         note = f"  {progress['note']}" if progress.get("note") else ""
         print(f"{'progress'.ljust(width)}  {done}{note}  (at {progress.get('at')})")   # plain() made it ISO
+    if place:
+        print(f"{'concurrency key'.ljust(width)}  {place['key']!r}, {place['cap']} at once"
+              + (", a dead member keeps its place" if place["hold"] else ""))
+    if waiting:
+        print(f"{'waiting'.ljust(width)}  {waiting}")
     if waits:
         what = (f"sleep until {waits['until']}" if waits.get("sleep") else
                 f"event {waits['event']!r}" + (f" key {waits['key']!r}" if waits["key"] else "")

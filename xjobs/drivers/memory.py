@@ -37,6 +37,7 @@ from .memory_maintenance import MemoryMaintenance
 from .memory_operator import MemoryOperator
 from .memory_queues import MemoryQueues
 from .memory_steps import MemorySteps
+from .memory_keyed import MemoryKeys
 from .memory_table import MemoryTable
 from .sql import check_schema_name
 
@@ -49,6 +50,7 @@ class MemoryDriver(CheckedDriver):
         self.schema = check_schema_name(schema)
         self.table = MemoryTable(clock)
         table = self.table
+        MemoryKeys(table)   # the triggers of keyed rows, installed on the table
         jobs, steps = MemoryJobs(table), MemorySteps(table)
         schedule, outbox = MemorySchedule(table, jobs), MemoryOutbox(table, jobs)
         super().__init__(storage=table, jobs=jobs, maintenance=MemoryMaintenance(table),

@@ -138,7 +138,8 @@ class MemoryJobs(JobStore):
                 tenant=job.tenant, enqueued_by=job.enqueued_by, idempotency_key=job.idempotency_key,
                 priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at,
                 dedupe_window_ms=(None if job.dedupe_window_ms is None else ts(job.dedupe_window_ms)),
-                traceparent=job.traceparent))
+                traceparent=job.traceparent, concurrency_key=job.concurrency_key, key_cap=job.key_cap,
+                key_hold=job.key_hold))
             if conn is not None:
                 conn.inserted.append(job_id)
             results.append(Enqueued(job_id, False))

@@ -79,6 +79,10 @@ class Row:
     parent_step: str | None = None     # the fan-in this job counts towards and its index there
     fanin_id: int | None = None
     fanin_index: int | None = None
+    concurrency_key: str | None = None   # concurrency by key (memory_keyed.py): the member's key,
+    key_cap: int | None = None           # its job's concurrency there, whether a dead member keeps
+    key_hold: bool = False               # its place, and the run_at it takes when let in (None:
+    key_run_at: float | None = None      # it is not waiting)
 
     @property
     def namespace(self) -> Namespace:
@@ -111,6 +115,16 @@ class CancelHearer(Protocol):
     def hear(self, ids: Sequence[int]) -> None: ...
 
 
+class KeyGate(Protocol):
+    """What migration 14's triggers do to keyed rows (``memory_keyed.MemoryKeys``)."""
+
+    def entered(self, row: Row) -> None: ...
+
+    def moved(self, row: Row, was: str) -> None: ...
+
+    def forgotten(self, row: Row) -> None: ...
+
+
 class MemoryTable(Storage):
     server_clock = False   # no server: the injected clock is now in every verb
 
@@ -140,6 +154,7 @@ class MemoryTable(Storage):
         # what the trigger jobs_fanin_settle does, run by move() (memory_fanins.py installs it)
         self.settle_hook: Callable[[Row, str], None] | None = None
         self.forget_hook: Callable[[int], None] | None = None     # and job_prune's fan-ins
+        self.keys: KeyGate | None = None    # the triggers of keyed rows (memory_keyed.py installs them)
         self._next_id = 1
         self._next_outbox_id = 1
         self._next_seq = 1
@@ -178,9 +193,12 @@ class MemoryTable(Storage):
         return sum(1 for (name, _), (_, expires) in self.slots.items() if name == job and expires > at)
 
     def insert(self, row: Row) -> None:
-        """A new ready row; its namespace is free (the caller looked)."""
+        """A new ready row; its namespace is free (the caller looked). A keyed one goes in
+        waiting for its key, as the insert's triggers put it."""
         self.rows[row.id] = row
         self.live[row.namespace] = row.id
+        if self.keys is not None and row.concurrency_key is not None:
+            self.keys.entered(row)
 
     def move(self, row: Row, state: str) -> None:
         """Change a row's state, keeping the live-namespace index in step; like the unique
@@ -197,6 +215,8 @@ class MemoryTable(Storage):
         row.state = state
         if self.settle_hook is not None and was_live != live and (row.fanin_id is not None or state == "cancelled"):
             self.settle_hook(row, was)
+        if self.keys is not None and row.concurrency_key is not None and was != state:
+            self.keys.moved(row, was)
         if state in SETTLED_STATES:
             with self.settled:   # what job_ack_many's NOTIFY reaches: the waiters on results
                 self.settled.notify_all()
@@ -249,6 +269,8 @@ class MemoryTable(Storage):
             windowed.remove(row.id)
             if not windowed:
                 del self.windowed[row.namespace]
+        if self.keys is not None and row.concurrency_key is not None:
+            self.keys.forgotten(row)
 
     def first_event(self, name: str, key: str, since: float) -> bytes | None:
         """``event_first``: the payload of the first event of (name, key) sent at or after

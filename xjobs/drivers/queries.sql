@@ -14,14 +14,16 @@
 -- declares a dedupe window (w, ms) is not inserted while a completed job of its namespace is
 -- inside that job's window: one lookup in jobs_dedupe_idx, made only for such jobs
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
-                           priority, max_attempts, run_at, created_at, dedupe_window, traceparent)
--- run_at: the absolute time r when one is given, else now plus the delay d
+                           priority, max_attempts, run_at, created_at, dedupe_window, traceparent,
+                           concurrency_key, key_cap, key_hold)
+-- run_at: the absolute time r when one is given, else now plus the delay d. A keyed row (ck)
+-- goes in waiting for its key, and is let in by the statement's trigger (migration 14)
 select u.n, u.q, 'ready', u.p, u.k, u.t, u.e, u.pr, u.m,
        coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now},
-       u.w * interval '1 millisecond', u.tp
+       u.w * interval '1 millisecond', u.tp, u.ck, u.kc, u.kh
 from jsonb_to_recordset(%(rows)s::jsonb)
      as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, r float8, d float8, w float8,
-          tp text)
+          tp text, ck text, kc int, kh boolean)
 where u.w is null or not exists (
     select 1 from {schema}.jobs c
     where c.state = 'completed' and c.dedupe_window is not null
@@ -453,8 +455,15 @@ select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, p
        extract(epoch from run_at)::float8 * 1000, last_error,
        extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
        enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress, payload,
-       traceparent, extract(epoch from started_at)::float8 * 1000, result
-from {schema}.jobs
+       traceparent, extract(epoch from started_at)::float8 * 1000, result,
+       concurrency_key, key_cap, key_hold, state = 'suspended' and key_run_at is not null,
+       -- the holders of its key's places (jobs_key_holders_idx: at most key_cap rows)
+       array(select h.id from {schema}.jobs h
+             where j.concurrency_key is not null and h.name = j.name and h.concurrency_key = j.concurrency_key
+               and h.key_run_at is null
+               and (h.state in ('ready', 'running', 'suspended') or (h.state = 'dead' and h.key_hold))
+             order by h.id)
+from {schema}.jobs j
 where id = %(id)s
 
 -- name: job_history
@@ -465,10 +474,11 @@ order by at, seq
 
 -- name: job_cancel
 -- a running job's worker is told on the cancel channel %(channel)s, at commit: the holder and
--- the job ({"holder": ..., "ids": [id]}, pg_listen.py); its next renewal is the safety net
+-- the job ({"holder": ..., "ids": [id]}, pg_listen.py); its next renewal is the safety net.
+-- A dead member that keeps its key's place (key_hold) can be cancelled too: that lets it go
 with target as (
     select id, state, claimed_by from {schema}.jobs
-    where id = %(id)s and state in ('ready', 'running', 'suspended')
+    where id = %(id)s and (state in ('ready', 'running', 'suspended') or (state = 'dead' and key_hold))
     for update
 ), cancelled as (
     update {schema}.jobs j
@@ -1159,12 +1169,13 @@ returning id
 -- the fan-in's prefix and its index, so a child is one per (parent, step, index)
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
                            priority, max_attempts, run_at, created_at, traceparent,
-                           parent_id, parent_step, fanin_id, fanin_index)
+                           parent_id, parent_step, fanin_id, fanin_index, concurrency_key, key_cap, key_hold)
 select u.n, u.q, 'ready', u.p, %(prefix)s::text || coalesce(u.i, 0)::text, u.t, u.e, u.pr, u.m,
        coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now}, u.tp,
-       %(parent)s::bigint, %(step)s::text, %(fanin)s::bigint, u.i
+       %(parent)s::bigint, %(step)s::text, %(fanin)s::bigint, u.i, u.ck, u.kc, u.kh
 from jsonb_to_recordset(%(rows)s::jsonb)
-     as u(n text, q text, p jsonb, t text, e text, pr int, m int, r float8, d float8, tp text, i int)
+     as u(n text, q text, p jsonb, t text, e text, pr int, m int, r float8, d float8, tp text, i int,
+          ck text, kc int, kh boolean)
 returning id
 
 -- name: fanin_members

@@ -18,6 +18,8 @@ from typing import Any, Collection, Literal, Mapping, NotRequired, Sequence, Typ
 import orjson
 
 from ..payload import compact
+from .records_operator import DeadGroup as DeadGroup, QueueSummary as QueueSummary  # re-exported
+from .records_operator import RatePoint as RatePoint, RunningPage as RunningPage  # re-exported
 from .records_steps import StepRecord
 
 STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
@@ -51,6 +53,11 @@ class NewJob:
     delay_ms: float = 0.0            # added to the driver's now (the server's, in production)
     dedupe_window_ms: float | None = None   # keep the key this long after completion
     traceparent: str | None = None   # the W3C trace context of the enqueuing code
+    # job(concurrency_key=...): the member's key, its job's concurrency there, and whether it
+    # keeps its place when it dies (an ordered job's on_failure="hold"); None: not keyed
+    concurrency_key: str | None = None
+    key_cap: int | None = None
+    key_hold: bool = False
 
     @property
     def namespace(self) -> tuple[str, str, str]:
@@ -63,7 +70,8 @@ class NewJob:
         return {"n": self.name, "q": self.queue, "p": orjson.Fragment(self.payload),
                 "k": self.idempotency_key, "t": self.tenant, "e": self.enqueued_by,
                 "pr": self.priority, "m": self.max_attempts, "r": self.run_at_ms, "d": self.delay_ms,
-                "w": self.dedupe_window_ms, "tp": self.traceparent}
+                "w": self.dedupe_window_ms, "tp": self.traceparent,
+                "ck": self.concurrency_key, "kc": self.key_cap, "kh": self.key_hold}
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> "NewJob":
@@ -71,7 +79,8 @@ class NewJob:
         return cls(name=doc["n"], queue=doc["q"], payload=compact(orjson.dumps(doc["p"])), idempotency_key=doc["k"],
                    tenant=doc.get("t"), enqueued_by=doc.get("e"), priority=doc.get("pr", 0),
                    max_attempts=doc.get("m", 5), run_at_ms=doc.get("r"), delay_ms=doc.get("d") or 0.0,
-                   dedupe_window_ms=doc.get("w"), traceparent=doc.get("tp"))
+                   dedupe_window_ms=doc.get("w"), traceparent=doc.get("tp"), concurrency_key=doc.get("ck"),
+                   key_cap=doc.get("kc"), key_hold=bool(doc.get("kh")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +223,19 @@ class ProgressReport(TypedDict):
 
 
 @dataclass(frozen=True, slots=True)
+class KeyPlace:
+    """What ``job_get`` adds for a keyed job (``job(concurrency_key=...)``): its key, its job's
+    concurrency there, whether a dead member keeps its place, and whether it waits for a
+    place; ``holders``: the members holding the key's places now, in id order."""
+
+    key: str
+    cap: int
+    hold: bool
+    waiting: bool
+    holders: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class JobView:
     """A job as operators see it (``xjobsd jobs ls|show --json``)."""
 
@@ -241,6 +263,7 @@ class JobView:
     traceparent: str | None = None          # what job_get adds: the enqueuing code's W3C trace context
     started_at: float | None = None         # what job_get adds: when its latest run began (by claimed_by)
     result: Any = None                      # what job_get adds: the completed body's return value (JSON)
+    key: KeyPlace | None = None             # what job_get adds: its concurrency key (None: not keyed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,49 +358,6 @@ class Progress:
 
     def as_json(self) -> ProgressReport:
         return {"done": self.done, "total": self.total, "note": self.note, "at": self.at}
-
-
-@dataclass(frozen=True, slots=True)
-class QueueSummary:
-    """Ready-now depth and the age of the oldest ready-now job, per queue."""
-
-    depth: int
-    oldest_ready_ms: float
-
-
-@dataclass(frozen=True, slots=True)
-class RatePoint:
-    """How many runs of ``queue`` ended in ``outcome`` during the minute starting at
-    ``minute`` (epoch ms), fleet-wide, as workers reported them."""
-
-    queue: str
-    minute: float
-    outcome: str
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeadGroup:
-    """Dead letters of one job name in one queue whose errors start alike (``error``: the
-    first characters every one of them shares), with how many and the newest."""
-
-    queue: str
-    name: str
-    error: str
-    count: int
-    newest_id: int
-    newest_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class RunningPage:
-    """Which running jobs ``job_running`` answers: those of ``queue`` (None: every queue),
-    newest started first, at most ``limit``; ``before`` (a row's ``started_at`` and ``id``)
-    pages on to the ones started before it (keyset: ties on the time go by id)."""
-
-    queue: str | None = None
-    limit: int = 50
-    before: tuple[float, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,2 @@
+-- placeholder
+-- compatible-with-previous: yes (nothing: it holds the number of a migration made beside this one)
