@@ -137,6 +137,13 @@ class ConcurrencyUnenforceable(XJobsError):
     code = "X_JOB_CONCURRENCY_UNENFORCEABLE"
 
 
+class FairnessMixed(XJobsError, ValueError):
+    """Two jobs of one queue disagree on ``job(fairness=...)`` (one fair, one not) or on the
+    weight of a key: a queue claims one way. Raised at the second one's declaration."""
+
+    code = "X_JOB_FAIRNESS_MIXED"
+
+
 class LeaseLost(XJobsError):
     code = "X_JOB_LEASE_LOST"
 

@@ -79,6 +79,7 @@ class Row:
     parent_step: str | None = None     # the fan-in this job counts towards and its index there
     fanin_id: int | None = None
     fanin_index: int | None = None
+    fair_key: str | None = None        # job(fairness=): the key of its turns (memory_fair.py)
 
     @property
     def namespace(self) -> Namespace:
@@ -140,6 +141,8 @@ class MemoryTable(Storage):
         # what the trigger jobs_fanin_settle does, run by move() (memory_fanins.py installs it)
         self.settle_hook: Callable[[Row, str], None] | None = None
         self.forget_hook: Callable[[int], None] | None = None     # and job_prune's fan-ins
+        # what the trigger fair_ready does when a fair row becomes ready (memory_fair.py)
+        self.ready_hook: Callable[[Row], None] | None = None
         self._next_id = 1
         self._next_outbox_id = 1
         self._next_seq = 1
@@ -181,6 +184,8 @@ class MemoryTable(Storage):
         """A new ready row; its namespace is free (the caller looked)."""
         self.rows[row.id] = row
         self.live[row.namespace] = row.id
+        if self.ready_hook is not None and row.fair_key is not None and row.state == "ready":
+            self.ready_hook(row)
 
     def move(self, row: Row, state: str) -> None:
         """Change a row's state, keeping the live-namespace index in step; like the unique
@@ -195,6 +200,8 @@ class MemoryTable(Storage):
             self.live[row.namespace] = row.id
         was = row.state
         row.state = state
+        if self.ready_hook is not None and row.fair_key is not None and state == "ready" != was:
+            self.ready_hook(row)
         if self.settle_hook is not None and was_live != live and (row.fanin_id is not None or state == "cancelled"):
             self.settle_hook(row, was)
         if state in SETTLED_STATES:

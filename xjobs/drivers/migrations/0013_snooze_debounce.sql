@@ -1,0 +1,5 @@
+-- placeholder
+-- Version 13: reserved.
+-- compatible-with-previous: yes (it changes nothing)
+
+select 1;
