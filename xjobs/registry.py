@@ -23,7 +23,7 @@ from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, Invalid
 from . import fairness
 from .fairness import Fairness, declare as fairness_of
 from .options import duration_ms, finite_count, plain_name
-from .sites import declaration_site, same_body, written_at
+from .sites import same_body, written_at
 from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
 
 if TYPE_CHECKING:
