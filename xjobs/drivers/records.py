@@ -242,6 +242,7 @@ class JobView:
     traceparent: str | None = None          # what job_get adds: the enqueuing code's W3C trace context
     started_at: float | None = None         # what job_get adds: when its latest run began (by claimed_by)
     result: Any = None                      # what job_get adds: the completed body's return value (JSON)
+    fair_key: str | None = None             # what job_get adds: the key of its fair claims (job(fairness=))
 
 
 @dataclass(frozen=True, slots=True)
