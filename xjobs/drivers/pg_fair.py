@@ -43,10 +43,10 @@ class PgFair(FairClaims):
 
     def _forget(self, queue: str, keys: list[str]) -> None:
         with self._db.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            cur.execute(self._db.sql["fair_forget_lock"], {"queue": queue, "keys": keys})
+            cur.execute(self._db.sql["fair_forget_lock"], {"queue": queue, "idle": keys})
             free = [r[0] for r in cur.fetchall()]
             if free:
-                cur.execute(self._db.sql["fair_forget"], {"queue": queue, "keys": free})
+                cur.execute(self._db.sql["fair_forget"], {"queue": queue, "idle": free})
 
     def fair_turns(self, queue: str, limit: int = 100) -> list[tuple[str, float]]:
         with self._db.cursor() as cur:

@@ -1271,15 +1271,16 @@ where not exists (select 1 from heads where heads.fair_key = turns.fair_key)
 -- the buckets of the idle keys nobody is making ready work in (fair_ready holds its bucket to
 -- the end of its transaction): taken first, in a statement of their own, so that
 -- fair_forget's snapshot, taken after, sees every ready row of a key it may remove
-select k from unnest(%(keys)s::text[]) as k
+select k from unnest(%(idle)s::text[]) as k
 where pg_try_advisory_xact_lock(hashtext('{schema}.fair_tenants'), hashtext(%(queue)s || '/' || k) & 127)
 
 -- name: fair_forget
 -- the idle keys (of those whose bucket fair_forget_lock took) that have no ready row left
 delete from {schema}.fair_tenants t
-where t.queue = %(queue)s and t.fair_key = any(%(keys)s::text[])
+where t.queue = %(queue)s and t.fair_key = any(%(idle)s::text[])
   and not exists (select 1 from {schema}.jobs j
                   where j.state = 'ready' and j.queue = t.queue and j.fair_key = t.fair_key)
+returning t.fair_key
 
 -- name: fair_turns
 -- a queue's rotation as it stands, lowest pass first (tests, jobs show)
