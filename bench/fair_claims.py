@@ -13,6 +13,9 @@ claim with the backlog spread over as many tenants as jobs and with one tenant; 
 claim (``job_claim``); and the raw claim (``for update skip locked`` on the same table, the
 claim's update and nothing else) as the baseline.
 
+(c) What the rotation's trigger costs an enqueue: the one-tenant backlogs of (b), enqueued with
+``enqueue_many``, plain and fair.
+
     python bench/fair_claims.py [--dsn URL] [--backlog 100000] [--each 100] [--concurrency 32]
 """
 
@@ -33,6 +36,7 @@ from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
 
 OTHERS = [chr(c) for c in range(ord("B"), ord("K") + 1)]
+ENQUEUED: dict[str, float] = {}   # jobs/s of the one-tenant backlogs' enqueue_many, plain and fair
 
 
 def enqueue(driver: PostgresDriver, handle, tenant: str, n: int, chunk: int = 10_000) -> None:
@@ -91,8 +95,10 @@ def claim_costs(dsn: str, backlog: int, claims: int, limit: int) -> dict[str, li
     driver = PostgresDriver(dsn, schema=schema, pool_size=1)
     timed: dict[str, list[float]] = {}
     try:
-        enqueue(driver, noop_app.ms_fifo, "A", backlog)
-        enqueue(driver, noop_app.ms_fair, "A", backlog)
+        for label, handle in (("plain", noop_app.ms_fifo), ("fair", noop_app.ms_fair)):
+            began = time.perf_counter()
+            enqueue(driver, handle, "A", backlog)
+            ENQUEUED[label] = backlog / (time.perf_counter() - began)
         rows = [{"t": f"t{i:06d}", "n": i} for i in range(backlog)]
         with driver.database.connect() as conn:
             # the same job in a queue of its own: the many-tenant backlog beside the one-tenant one
@@ -158,6 +164,11 @@ def main() -> None:
     for name, samples in timed.items():
         median = statistics.median(samples)
         print(f"{name:<28} {median:>10.3f} {percentile(samples, 0.99):>8.3f} {median / base:>7.2f}")
+    print()
+    print(f"(c) enqueue_many of {args.backlog:,} jobs of one tenant, chunks of 10,000")
+    print(f"{'job':<8} {'jobs/s':>8} {'vs plain':>9}")
+    for label, rate in ENQUEUED.items():
+        print(f"{label:<8} {rate:>8.0f} {rate / ENQUEUED['plain']:>9.2f}")
 
 
 if __name__ == "__main__":

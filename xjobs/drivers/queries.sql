@@ -1158,10 +1158,10 @@ result
 -- a batch's callback, inserted suspended with no wake-up time: only its fan-in reaching 0 wakes
 -- it (jobs_fanin_settle), with the counts merged into its input
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
-                           priority, max_attempts, run_at, created_at, traceparent)
-select u.n, u.q, 'suspended', u.p, u.k, u.t, u.e, u.pr, u.m, to_timestamp(%(wake)s / 1000.0), {now}, u.tp
+                           priority, max_attempts, run_at, created_at, traceparent, fair_key)
+select u.n, u.q, 'suspended', u.p, u.k, u.t, u.e, u.pr, u.m, to_timestamp(%(wake)s / 1000.0), {now}, u.tp, u.fk
 from jsonb_to_recordset(%(rows)s::jsonb)
-     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, tp text)
+     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, tp text, fk text)
 returning id
 
 -- name: fanin_wait_on
