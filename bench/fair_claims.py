@@ -8,7 +8,8 @@ started after they were enqueued, and A's throughput (its jobs / its first start
 finish) against A's throughput when A is alone in the same mode.
 
 (b) The claim itself, in this process on one connection: ``--claims`` claims of ``--limit``
-jobs each from a backlog of ``--backlog`` jobs, each claim's time (median, p99). The fair
+jobs each from a backlog of ``--backlog`` jobs (the cases take turns), each claim's time
+(median, p99). The fair
 claim with the backlog spread over as many tenants as jobs and with one tenant; the plain
 claim (``job_claim``); and the raw claim (``for update skip locked`` on the same table, the
 claim's update and nothing else) as the baseline.
@@ -114,14 +115,14 @@ def claim_costs(dsn: str, backlog: int, claims: int, limit: int) -> dict[str, li
                 f"fair claim, {backlog:,} tenants": lambda: driver.fair.job_claim_fair(
                     FairClaim("fair_many", limit, 300_000.0, "bench")),
             }
-            for name, run in cases.items():
-                samples = []
-                for _ in range(claims):
+            # the cases take turns, claim by claim, so a busy moment of the machine weighs on all alike
+            timed = {name: [] for name in cases}
+            for _ in range(claims):
+                for name, run in cases.items():
                     began = time.perf_counter()
                     got = run()
-                    samples.append((time.perf_counter() - began) * 1000.0)
+                    timed[name].append((time.perf_counter() - began) * 1000.0)
                     assert len(got) == limit, (name, len(got))
-                timed[name] = samples
     finally:
         driver.close()
         drop_schema(dsn, schema)
