@@ -12,12 +12,17 @@ from hypothesis.stateful import invariant, rule, run_state_machine_as_test
 
 from tests.drivers.test_driver_state_machine import EXAMPLE_TABLES, QUEUES, WORKERS, DriverPair
 from xjobs.drivers.base import NewJob
-from xjobs.drivers.fair import FairClaim
+from xjobs.drivers.fair import FairClaim, FairClaims
 from xjobs.payload import encode_payload
 
 pytestmark = pytest.mark.postgres
 
 KEYS = ("k1", "k2", "k3")
+
+
+def fair(driver) -> FairClaims:
+    assert driver.fair is not None   # both drivers have fair claims
+    return driver.fair
 
 
 class FairPair(DriverPair):
@@ -42,14 +47,14 @@ class FairPair(DriverPair):
           weights=st.dictionaries(st.sampled_from(KEYS), st.sampled_from([0.5, 1.0, 3.0]), max_size=2),
           names=st.sampled_from([None, ["n1"], ["n2"]]), worker=st.sampled_from(WORKERS))
     def claim_fair(self, queue, limit, weights, names, worker):
-        mem = self.memory.fair.job_claim_fair(FairClaim(queue, limit, 1000, worker, weights, names))
-        pg = self.pg.fair.job_claim_fair(FairClaim(queue, limit, 1000, worker, weights, names))
+        mem = fair(self.memory).job_claim_fair(FairClaim(queue, limit, 1000, worker, weights, names))
+        pg = fair(self.pg).job_claim_fair(FairClaim(queue, limit, 1000, worker, weights, names))
         return self.remember(mem, pg)
 
     @invariant()
     def same_turns(self):
         for queue in QUEUES:
-            assert self.memory.fair.fair_turns(queue) == self.pg.fair.fair_turns(queue)
+            assert fair(self.memory).fair_turns(queue) == fair(self.pg).fair_turns(queue)
 
 
 @pytest.mark.slow
