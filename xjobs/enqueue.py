@@ -114,11 +114,12 @@ def _planned(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_a
         return [NewJob(name=handle.name, queue=handle.queue,
                        payload=encode_payload(checked[i], max_payload_bytes),
                        idempotency_key=handle.key_for(checked[i]) if keys is None else keys[i],
-                       tenant=handle.tenant_for(checked[i]),
+                       tenant=(tenant := handle.tenant_for(checked[i])),
                        enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at,
                        delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent,
                        concurrency_key=None if places is None else places[i],
-                       key_cap=None if keyed is None else keyed.cap, key_hold=keyed is not None and keyed.hold)
+                       key_cap=None if keyed is None else keyed.cap, key_hold=keyed is not None and keyed.hold,
+                       fair_key=handle.fair_key_for(checked[i], tenant))
                 for i in range(start, stop)]
     return make, len(checked)
 
@@ -127,10 +128,11 @@ def build_callback(handle: "JobHandle", given: Any, *, key: str, max_payload_byt
     """A batch's callback (``children.py``): its input is the envelope ``{"input": given}`` the
     members' counts are merged into when it wakes, so it is not validated as an input of the
     job; its tenant is the job's ``tenant()`` of what the caller gave, not of the envelope."""
+    tenant = handle.tenant_for(given)
     return NewJob(name=handle.name, queue=handle.queue,
                   payload=encode_payload({"input": given}, max_payload_bytes), idempotency_key=key,
-                  tenant=handle.tenant_for(given), priority=handle.priority,
-                  max_attempts=handle.retry.attempts, traceparent=current_traceparent())
+                  tenant=tenant, priority=handle.priority, max_attempts=handle.retry.attempts,
+                  traceparent=current_traceparent(), fair_key=handle.fair_key_for(given, tenant))
 
 
 def _check_bytes(total: int) -> None:

@@ -43,6 +43,7 @@ def _job(handle: JobHandle) -> dict[str, Any]:
                       "jitter": retry.jitter},
             "input": None if handle._input is None else _callable_name(handle._input),
             "cross_tenant": handle.cross_tenant,
+            "fairness": None if handle.fairness is None else handle.fairness.describe(),
             "retry_on": sorted(_type_name(t) for t in handle.retry_on),
             "terminal_on": sorted(_type_name(t) for t in handle.terminal_on),
             # only for a keyed job, so the manifests of the others read as they did

@@ -15,14 +15,16 @@ a client that retries an enqueue after the work is done gets the finished job ba
 from __future__ import annotations
 
 import inspect
-import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, TypeVar
 
 from . import keyed as keyed_options
 from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, InvalidOption, PayloadInvalid,
                      TenantRequired, UnknownJob)
+from . import fairness
+from .fairness import Fairness, declare as fairness_of
 from .options import duration_ms, finite_count, plain_name
+from .sites import same_body, written_at
 from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
 
 if TYPE_CHECKING:
@@ -48,7 +50,8 @@ class JobHandle:
                  dedupe_window_ms: float | None = None, step_timeout_ms: float | None = None,
                  event_poll_ms: float | None = None, retry_on: ErrorTypes = (),
                  terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False,
-                 keyed: keyed_options.KeyedConcurrency | None = None) -> None:
+                 keyed: keyed_options.KeyedConcurrency | None = None,
+                 fairness: Fairness | None = None) -> None:
         self.fn = fn
         self._built: object = None    # job()'s proof, for the registry
         self.name = name
@@ -68,6 +71,7 @@ class JobHandle:
         self.retry_on = retry_on                  # exception types: only these retry (when given)
         self.terminal_on = terminal_on            # exception types that dead-letter at once
         self.cross_tenant = cross_tenant          # its runs may open ctx.cross_tenant (declared, reviewed)
+        self.fairness = fairness                  # job(fairness=): the key its claims are shared by
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -120,6 +124,13 @@ class JobHandle:
         if "\x00" in tenant or len(tenant) > _MAX_KEY:
             raise InvalidOption("tenant", f"job {self.name!r}: a tenant is at most {_MAX_KEY} characters without NUL")
         return tenant
+
+    def fair_key_for(self, input: Any, tenant: str | None) -> str | None:
+        return None if self.fairness is None else fairness.key_for(self.fairness, self.name, tenant, input)
+
+    @property
+    def declared(self) -> fairness.Declared:
+        return fairness.Declared(self.name, self.queue, self.fairness)
 
     def enqueue(self, input: Any, *, delay: object = None, run_at: object = None,
                 priority: int | None = None, conn: Joinable | None = None,
@@ -187,9 +198,10 @@ class Registry:
         _proven(handle, JobHandle, "job()")
         with self._lock:
             existing = self._jobs.get(handle.name)
-            if existing is not None and not _same_body(existing.fn, handle.fn):
+            if existing is not None and not same_body(existing.fn, handle.fn):
                 raise DuplicateJob(f"two different handlers declare the job name {handle.name!r}: "
-                                   f"{_where(existing.fn)} and {_where(handle.fn)}")
+                                   f"{written_at(existing.fn)} and {written_at(handle.fn)}")
+            fairness.check_queue(handle.declared, (h.declared for h in self._jobs.values()))
             self._jobs[handle.name] = handle
             return handle
 
@@ -278,32 +290,6 @@ def _is_model(value: Any) -> bool:
     return isinstance(value, type) and callable(getattr(value, "model_validate", None)) and hasattr(value, "model_dump")
 
 
-def declaration_site(fn: Callable[..., object]) -> tuple[str, str, int] | None:
-    """Where ``fn`` is written: (its source file, resolved; its qualified name; its first line).
-
-    What makes two declarations one. A module imported twice (run as ``__main__`` and imported
-    by name, or reached from two ``sys.path`` roots) compiles its source again: new function and
-    code objects, even a different ``__module__``, but the same file, name and line. None for
-    a callable with no code of its own (a partial, an object with ``__call__``): compared by
-    identity."""
-    code = getattr(inspect.unwrap(fn), "__code__", None)
-    if code is None:
-        return None
-    return (os.path.realpath(code.co_filename), getattr(fn, "__qualname__", code.co_name),
-            code.co_firstlineno)
-
-
-def _same_body(a: Callable[..., object], b: Callable[..., object]) -> bool:
-    if a is b:
-        return True
-    site = declaration_site(a)
-    return site is not None and site == declaration_site(b)
-
-
-def _where(fn: Callable[..., object]) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
-
-
 REGISTRY = Registry()
 _MISSING = object()
 
@@ -314,6 +300,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         step_timeout: object = None, event_poll: object = None, retry_on: object = (),
         terminal_on: object = (), input: Any = None, cross_tenant: bool = False,
         concurrency_key: Any = None, ordered: object = False, on_failure: object = None,
+        fairness: object = None, fair_weights: object = None,
         registry: Registry | None = None) -> Callable[[Body], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
@@ -325,7 +312,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     dead letter for errors you did not write (see ``retry.decide``). ``cross_tenant=True``
     declares that the job's runs may open ``ctx.cross_tenant(reason)``; a run of any other job
     is refused there (``X_TENANCY_CROSS_DENIED``). ``concurrency_key``, ``ordered``,
-    ``on_failure``: at most ``concurrency`` runs per key, or a sequence (``keyed.py``)."""
+    ``on_failure``: at most ``concurrency`` runs per key, or a sequence (``keyed.py``).
+    ``fairness``/``fair_weights``: claims shared out among tenants or keys (``fairness.py``)."""
     queue = plain_name(queue, "queue")
     if not isinstance(cross_tenant, bool):
         raise InvalidOption("cross_tenant", f"must be True or False, got {cross_tenant!r}")
@@ -359,6 +347,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     terminal_types = check_error_types(terminal_on, "terminal_on")
     if set(retry_types) & set(terminal_types):
         raise InvalidOption("retry_on", "a class cannot be in both retry_on and terminal_on")
+    fair = fairness_of(fairness, fair_weights, has_tenant=tenant != NO_TENANT)
     target = registry if registry is not None else REGISTRY
 
     def declare(fn: Body) -> JobHandle:
@@ -370,7 +359,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
                            concurrency=concurrency, priority=priority,
                            dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
                            event_poll_ms=event_poll_ms, retry_on=retry_types,
-                           terminal_on=terminal_types, input=input, cross_tenant=cross_tenant, keyed=keyed)
+                           terminal_on=terminal_types, input=input, cross_tenant=cross_tenant, keyed=keyed,
+                           fairness=fair)
         handle._built = BUILT
         return target._add(handle)
 

@@ -41,11 +41,12 @@ from xjobs.errors import InvalidOption, SchemaOutdated, SchemaTooNew
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.postgres
 
-# The last commit whose code is the previous schema version. With each new migration, move
-# it to the last commit of the version before that one: the test below checks it is. Version 13
-# is a placeholder on this branch (another branch's migration): the previous code is version 12's
+# The last commit whose code is the previous schema version the fleet ran: the code before
+# migrations 13 to 15, which landed together, so a rolling deploy crosses all three at once.
+# With each new migration, move it to the last commit of the version before: the test below
+# checks it is.
 PREVIOUS_RELEASE = "d1a49b0"
-PREVIOUS_VERSION = SCHEMA_VERSION - 2
+PREVIOUS_VERSION = 12
 NEXT = SCHEMA_VERSION + 1       # the version the next release's migration would make
 
 

@@ -39,6 +39,9 @@ PARAMS: dict[str, tuple[str, object]] = {
                      '{"n": "send", "q": "default", "p": {}, "k": "j", "t": "t", '
                      '"e": null, "pr": 0, "m": 3, "r": null, "d": 1500.0, "w": 60000.0}]'),
     "keys": ("text", '[{"n": "send", "t": "", "k": "k"}]'),
+    "idle": ("text[]", ["acme"]),
+    "turns": ("int8", 14),
+    "weights": ("text", '[{"k": "acme", "w": 2.0}]'),
     "queues": ("text[]", ["default"]),
     "skip": ("text[]", ["acme"]),
     "held": ("text", '[{"t": "acme", "n": 1}]'),
@@ -247,7 +250,8 @@ def test_two_installers_at_once_both_succeed(pg_dsn):
         with psycopg.connect(pg_dsn) as conn:
             columns, indexes, triggers = _catalog(conn, schema)
         assert {"jobs", "job_history", "meta"} <= {c[0] for c in columns}
-        assert triggers == [("jobs_fanin_settle",), ("jobs_key_keep_waiting",), ("jobs_key_settle_delete",),
+        assert triggers == [("jobs_fair_insert",), ("jobs_fair_ready",), ("jobs_fanin_settle",),
+                            ("jobs_key_keep_waiting",), ("jobs_key_settle_delete",),
                             ("jobs_key_settle_insert",), ("jobs_key_settle_update",), ("jobs_key_wait_insert",),
                             ("jobs_key_wait_update",),
                             ("jobs_notify_ready",), ("outbox_notify",)]

@@ -15,6 +15,7 @@ mirrors its statements, verb by verb:
     memory_steps.MemorySteps               StepStore, EventStore: durable steps and stored events
     memory_ledger.MemoryLedger             BackfillLedger (optional, ``driver.backfills``)
     memory_fanins.MemoryFanIns             FanInStore (optional, ``driver.fanins``): workflows
+    memory_fair.MemoryFair                 FairClaims (optional, ``driver.fair``): claims by key
     memory_async.MemoryAsyncWrites         AsyncWrites: the same verbs, answered without I/O
 
 The conformance suite runs the same tests against this driver and ``PostgresDriver``, so any
@@ -29,6 +30,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from .facade import CheckedDriver
 from .memory_async import MemoryAsyncWrites
 from .memory_coordination import MemoryOutbox, MemorySchedule, MemorySlots
+from .memory_fair import MemoryFair
 from .memory_fanins import MemoryFanIns
 from .memory_jobs import MemoryJobs, MemoryTransaction
 from .memory_ledger import MemoryLedger
@@ -59,4 +61,4 @@ class MemoryDriver(CheckedDriver):
                          slots=MemorySlots(table), steps=steps, events=steps,
                          writes_async=MemoryAsyncWrites(table, jobs, outbox, steps),
                          backfills=MemoryLedger(table), waits=MemorySettlement(table),
-                         fanins=MemoryFanIns(table))
+                         fanins=MemoryFanIns(table), fair=MemoryFair(table, jobs))

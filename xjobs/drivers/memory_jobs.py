@@ -139,7 +139,7 @@ class MemoryJobs(JobStore):
                 priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at,
                 dedupe_window_ms=(None if job.dedupe_window_ms is None else ts(job.dedupe_window_ms)),
                 traceparent=job.traceparent, concurrency_key=job.concurrency_key, key_cap=job.key_cap,
-                key_hold=job.key_hold))
+                key_hold=job.key_hold, fair_key=job.fair_key))
             if conn is not None:
                 conn.inserted.append(job_id)
             results.append(Enqueued(job_id, False))
@@ -173,7 +173,7 @@ class MemoryJobs(JobStore):
                 if room.ceiling is not None and nth_of_tenant > room.ceiling - room.held.get(tenant, 0):
                     continue
                 chosen.append(row)
-            return self._take(chosen, at, claim.lease_ms, claim.identity)
+            return self.take(chosen, at, claim.lease_ms, claim.identity)
 
     def job_claim_alone(self, claim: ClaimAlone) -> list[ClaimedJob]:
         """``job_claim_alone``: the first suspect that has waited ``waited_ms`` and the rest of
@@ -192,14 +192,15 @@ class MemoryJobs(JobStore):
             lead = heapq.nsmallest(1, (r for r in table.rows.values() if suspect(r) and r.run_at <= since),
                                    key=_by_claim_order)
             if not lead or lead[0].suspect_group is None:
-                return self._take(lead, at, lease_ms, identity)
+                return self.take(lead, at, lease_ms, identity)
             group = lead[0].suspect_group
             members = heapq.nsmallest(claim.limit - 1, (r for r in table.rows.values() if suspect(r)
                                                   and r.suspect_group == group and r is not lead[0]),
                                       key=_by_claim_order)
-            return self._take(lead + members, at, lease_ms, identity)
+            return self.take(lead + members, at, lease_ms, identity)
 
-    def _take(self, picked: list[Row], at: float, lease_ms: float, identity: str) -> list[ClaimedJob]:
+    def take(self, picked: list[Row], at: float, lease_ms: float, identity: str) -> list[ClaimedJob]:
+        """Lease the rows picked (the update of every claim statement); under ``lock``."""
         token = secrets.randbits(63)
         for row in picked:
             self._table.move(row, "running")

@@ -79,7 +79,8 @@ class MemoryOperator(Introspection):
                        traceparent=row.traceparent if full else None,
                        started_at=row.started_at if full else None,
                        result=orjson.loads(row.result) if full and row.result is not None else None,
-                       key=place_of(self._table, row) if full else None)
+                       key=place_of(self._table, row) if full else None,
+                       fair_key=row.fair_key if full else None)
 
     def job_list(self, where: ListFilter) -> list[JobView]:
         """``job_list`` (newest first, before ``before_id``) or ``job_list_after`` (oldest first)."""

@@ -83,6 +83,7 @@ class Row:
     key_cap: int | None = None           # its job's concurrency there, whether a dead member keeps
     key_hold: bool = False               # its place, and the run_at it takes when let in (None:
     key_run_at: float | None = None      # it is not waiting)
+    fair_key: str | None = None        # job(fairness=): the key of its turns (memory_fair.py)
 
     @property
     def namespace(self) -> Namespace:
@@ -155,6 +156,8 @@ class MemoryTable(Storage):
         self.settle_hook: Callable[[Row, str], None] | None = None
         self.forget_hook: Callable[[int], None] | None = None     # and job_prune's fan-ins
         self.keys: KeyGate | None = None    # the triggers of keyed rows (memory_keyed.py installs them)
+        # what the trigger fair_ready does when a fair row becomes ready (memory_fair.py)
+        self.ready_hook: Callable[[Row], None] | None = None
         self._next_id = 1
         self._next_outbox_id = 1
         self._next_seq = 1
@@ -199,6 +202,8 @@ class MemoryTable(Storage):
         self.live[row.namespace] = row.id
         if self.keys is not None and row.concurrency_key is not None:
             self.keys.entered(row)
+        if self.ready_hook is not None and row.fair_key is not None and row.state == "ready":
+            self.ready_hook(row)
 
     def move(self, row: Row, state: str) -> None:
         """Change a row's state, keeping the live-namespace index in step; like the unique
@@ -213,6 +218,8 @@ class MemoryTable(Storage):
             self.live[row.namespace] = row.id
         was = row.state
         row.state = state
+        if self.ready_hook is not None and row.fair_key is not None and state == "ready" != was:
+            self.ready_hook(row)
         if self.settle_hook is not None and was_live != live and (row.fanin_id is not None or state == "cancelled"):
             self.settle_hook(row, was)
         if self.keys is not None and row.concurrency_key is not None and was != state:

@@ -15,15 +15,15 @@
 -- inside that job's window: one lookup in jobs_dedupe_idx, made only for such jobs
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
                            priority, max_attempts, run_at, created_at, dedupe_window, traceparent,
-                           concurrency_key, key_cap, key_hold)
+                           concurrency_key, key_cap, key_hold, fair_key)
 -- run_at: the absolute time r when one is given, else now plus the delay d. A keyed row (ck)
 -- goes in waiting for its key, and is let in by the statement's trigger (migration 14)
 select u.n, u.q, 'ready', u.p, u.k, u.t, u.e, u.pr, u.m,
        coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now},
-       u.w * interval '1 millisecond', u.tp, u.ck, u.kc, u.kh
+       u.w * interval '1 millisecond', u.tp, u.ck, u.kc, u.kh, u.fk
 from jsonb_to_recordset(%(rows)s::jsonb)
      as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, r float8, d float8, w float8,
-          tp text, ck text, kc int, kh boolean)
+          tp text, ck text, kc int, kh boolean, fk text)
 where u.w is null or not exists (
     select 1 from {schema}.jobs c
     where c.state = 'completed' and c.dedupe_window is not null
@@ -462,7 +462,8 @@ select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, p
              where j.concurrency_key is not null and h.name = j.name and h.concurrency_key = j.concurrency_key
                and h.key_run_at is null
                and (h.state in ('ready', 'running', 'suspended') or (h.state = 'dead' and h.key_hold))
-             order by h.id)
+             order by h.id),
+       fair_key
 from {schema}.jobs j
 where id = %(id)s
 
@@ -1169,13 +1170,13 @@ returning id
 -- the fan-in's prefix and its index, so a child is one per (parent, step, index)
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
                            priority, max_attempts, run_at, created_at, traceparent,
-                           parent_id, parent_step, fanin_id, fanin_index, concurrency_key, key_cap, key_hold)
+                           parent_id, parent_step, fanin_id, fanin_index, concurrency_key, key_cap, key_hold, fair_key)
 select u.n, u.q, 'ready', u.p, %(prefix)s::text || coalesce(u.i, 0)::text, u.t, u.e, u.pr, u.m,
        coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now}, u.tp,
-       %(parent)s::bigint, %(step)s::text, %(fanin)s::bigint, u.i, u.ck, u.kc, u.kh
+       %(parent)s::bigint, %(step)s::text, %(fanin)s::bigint, u.i, u.ck, u.kc, u.kh, u.fk
 from jsonb_to_recordset(%(rows)s::jsonb)
      as u(n text, q text, p jsonb, t text, e text, pr int, m int, r float8, d float8, tp text, i int,
-          ck text, kc int, kh boolean)
+          ck text, kc int, kh boolean, fk text)
 returning id
 
 -- name: fanin_members
@@ -1192,10 +1193,10 @@ result
 -- a batch's callback, inserted suspended with no wake-up time: only its fan-in reaching 0 wakes
 -- it (jobs_fanin_settle), with the counts merged into its input
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
-                           priority, max_attempts, run_at, created_at, traceparent)
-select u.n, u.q, 'suspended', u.p, u.k, u.t, u.e, u.pr, u.m, to_timestamp(%(wake)s / 1000.0), {now}, u.tp
+                           priority, max_attempts, run_at, created_at, traceparent, fair_key)
+select u.n, u.q, 'suspended', u.p, u.k, u.t, u.e, u.pr, u.m, to_timestamp(%(wake)s / 1000.0), {now}, u.tp, u.fk
 from jsonb_to_recordset(%(rows)s::jsonb)
-     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, tp text)
+     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, tp text, fk text)
 returning id
 
 -- name: fanin_wait_on
@@ -1230,3 +1231,93 @@ from {schema}.jobs where parent_id = %(id)s group by state
 union all
 select page.id, page.state, page.n, page.name, page.parent_step from (select id, state, 0::bigint as n, name, parent_step
                from {schema}.jobs where parent_id = %(id)s order by id limit %(limit)s) as page
+
+-- Fair claims across tenants (migration 15) ----------------------------------------------------
+--
+-- A fair queue's rows carry a fair_key, and fair_tenants holds the keys that may have ready
+-- work with the pass of each one's next turn (see the migration). A claim reads the lowest
+-- passes and the head of each of those keys' lines, never the backlog behind them.
+
+-- name: job_claim_fair
+-- turns: the %(turns)s keys next in the rotation (a claim's limit and a few spare), locked so
+-- that two claimers serve different keys rather than wait on each other. A key's k-th due job
+-- would start at pass + (k - 1) / weight (weights: [{k, w}], 1 for a key not named); the
+-- %(limit)s earliest of those are taken, the rest left as they are (heads reads them unlocked:
+-- only the chosen rows are locked, and one a concurrent verb took is skipped). A served key
+-- moves on by what it got over its weight; a key whose turn found nothing due (its ready rows
+-- are later, suspects, of names this worker lacks, or gone) goes behind every key of this
+-- turn, and comes back as an idle row (id null) for fair_forget to remove if it has no ready
+-- row left at all; a key with due work that this claim had no room for keeps its pass.
+-- Priority orders the jobs within one key, not across keys.
+with turns as (
+    select t.fair_key, t.pass, coalesce(w.w, 1.0)::float8 as w
+    from {schema}.fair_tenants t
+    left join jsonb_to_recordset(%(weights)s::jsonb) as w(k text, w float8) on w.k = t.fair_key
+    where t.queue = %(queue)s
+      and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
+    order by t.pass, t.fair_key
+    limit %(turns)s
+    for no key update of t skip locked
+), heads as (
+    select h.id, turns.fair_key, turns.pass + (h.nth - 1) / turns.w as at, h.nth
+    from turns cross join lateral (
+        select j.id, row_number() over (order by j.priority, j.run_at, j.id) as nth
+        from (select id, priority, run_at from {schema}.jobs j
+              where j.state = 'ready' and j.queue = %(queue)s and j.fair_key = turns.fair_key
+                and j.run_at <= {now} and j.crashes = 0
+                and (%(names)s::text[] is null or j.name = any(%(names)s::text[]))
+              order by j.priority, j.run_at, j.id
+              limit %(limit)s) as j) as h
+), chosen as (
+    select j.id from {schema}.jobs j
+    where j.id = any(array(select heads.id from heads order by heads.at, heads.fair_key, heads.nth
+                           limit %(limit)s))
+      and j.state = 'ready'
+    for update skip locked
+), claimed as (
+    update {schema}.jobs j
+    set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
+        claimed_by = %(worker)s, started_at = {now}, progress = null,
+        lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
+    where j.id = any(array(select id from chosen))
+    returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority,
+              j.traceparent, j.fair_key
+), served as (
+    select fair_key, count(*) as n from claimed group by fair_key
+), reach as (
+    select greatest(max(turns.pass), max(turns.pass + coalesce(served.n, 0) / turns.w)) as top
+    from turns left join served on served.fair_key = turns.fair_key
+), moved as (
+    update {schema}.fair_tenants t
+    set pass = case when served.n is not null then turns.pass + served.n / turns.w
+                    else reach.top + 1 / turns.w end
+    from turns left join served on served.fair_key = turns.fair_key, reach
+    where t.queue = %(queue)s and t.fair_key = turns.fair_key
+      and (served.n is not null or not exists (select 1 from heads where heads.fair_key = turns.fair_key))
+)
+select id, name, queue, payload, tenant, attempt, max_attempts, priority, traceparent, null::text
+from claimed
+union all
+select null, null, null, null, null, null, null, null, null, turns.fair_key
+from turns
+where not exists (select 1 from heads where heads.fair_key = turns.fair_key)
+
+-- name: fair_forget_lock
+-- the buckets of the idle keys nobody is making ready work in (fair_ready holds its bucket to
+-- the end of its transaction): taken first, in a statement of their own, so that
+-- fair_forget's snapshot, taken after, sees every ready row of a key it may remove
+select k from unnest(%(idle)s::text[]) as k
+where pg_try_advisory_xact_lock(hashtext('{schema}.fair_tenants'), hashtext(%(queue)s || '/' || k) & 127)
+
+-- name: fair_forget
+-- the idle keys (of those whose bucket fair_forget_lock took) that have no ready row left
+delete from {schema}.fair_tenants t
+where t.queue = %(queue)s and t.fair_key = any(%(idle)s::text[])
+  and not exists (select 1 from {schema}.jobs j
+                  where j.state = 'ready' and j.queue = t.queue and j.fair_key = t.fair_key)
+returning t.fair_key
+
+-- name: fair_turns
+-- a queue's rotation as it stands, lowest pass first (tests, jobs show)
+select fair_key, pass from {schema}.fair_tenants where queue = %(queue)s
+order by pass, fair_key limit %(limit)s

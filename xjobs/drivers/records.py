@@ -58,6 +58,7 @@ class NewJob:
     concurrency_key: str | None = None
     key_cap: int | None = None
     key_hold: bool = False
+    fair_key: str | None = None      # job(fairness=): the key its claims are shared out by
 
     @property
     def namespace(self) -> tuple[str, str, str]:
@@ -71,7 +72,7 @@ class NewJob:
                 "k": self.idempotency_key, "t": self.tenant, "e": self.enqueued_by,
                 "pr": self.priority, "m": self.max_attempts, "r": self.run_at_ms, "d": self.delay_ms,
                 "w": self.dedupe_window_ms, "tp": self.traceparent,
-                "ck": self.concurrency_key, "kc": self.key_cap, "kh": self.key_hold}
+                "ck": self.concurrency_key, "kc": self.key_cap, "kh": self.key_hold, "fk": self.fair_key}
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> "NewJob":
@@ -80,7 +81,8 @@ class NewJob:
                    tenant=doc.get("t"), enqueued_by=doc.get("e"), priority=doc.get("pr", 0),
                    max_attempts=doc.get("m", 5), run_at_ms=doc.get("r"), delay_ms=doc.get("d") or 0.0,
                    dedupe_window_ms=doc.get("w"), traceparent=doc.get("tp"), concurrency_key=doc.get("ck"),
-                   key_cap=doc.get("kc"), key_hold=bool(doc.get("kh")))
+                   key_cap=doc.get("kc"), key_hold=bool(doc.get("kh")),
+                   fair_key=doc.get("fk"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +266,7 @@ class JobView:
     started_at: float | None = None         # what job_get adds: when its latest run began (by claimed_by)
     result: Any = None                      # what job_get adds: the completed body's return value (JSON)
     key: KeyPlace | None = None             # what job_get adds: its concurrency key (None: not keyed)
+    fair_key: str | None = None             # what job_get adds: the key of its fair claims (job(fairness=))
 
 
 @dataclass(frozen=True, slots=True)

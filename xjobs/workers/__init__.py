@@ -11,7 +11,8 @@ The roles, one module each: ``queue_worker`` (claims and runs jobs), ``scheduler
 leader-elected cron dispatcher and the fleet's upkeep), ``outbox_relay`` (publishes staged
 outbox rows). The dashboard's role lives with the dashboard (``ui/``).
 
-The queue worker's collaborators: ``execute`` (the one execution path of a claimed job),
+The queue worker's collaborators: ``claiming`` (one queue's claim, in arrival order or shared
+out by key), ``execute`` (the one execution path of a claimed job),
 ``runs`` (the runs it holds), ``settle`` and ``settle_retry`` (what finished runs write, and
 retrying those writes), ``leases`` (renewal, and deciding a lease is lost), ``admission`` and
 ``limiter`` (per-process limits and fleet-wide slots), ``quarantine`` (suspects of a crash run

@@ -11,6 +11,7 @@ the executor, and hands the rest to collaborators it owns, each in its own modul
 * ``leases``     (``leases.py``)     lease renewal, lost leases, and the lease watch thread;
 * ``quarantine`` (``quarantine.py``) suspects of a crash, run with nothing beside them;
 * ``admission``  (``admission.py``)  per-process limits and fleet-wide slots: run now, or shed;
+* ``claimer``    (``claiming.py``)   one queue's claim: in arrival order, or shared out by key;
 * ``upkeep``     (``upkeep.py``)     wake, rescue and prune on timers, when ``maintain``.
 
 One pass (``run_once``), all on the loop thread:
@@ -46,7 +47,7 @@ from typing import Callable, Mapping, Sequence
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..context import DRAINED
-from ..drivers.base import Claim, ClaimedJob, JobDriver, JobListener, SlotStore, TenantRoom
+from ..drivers.base import ClaimedJob, JobDriver, JobListener, SlotStore, TenantRoom
 from ..errors import ConcurrencyUnenforceable, InvalidOption
 from ..logs import event, run_fields
 from ..options import finite_count, plain_name
@@ -54,6 +55,7 @@ from ..registry import JobHandle, Registry
 from ..reporting import ErrorHook, Reporter
 from ..retry import DEFAULT_RETRY
 from .admission import Admission, Shed
+from .claiming import Claimer
 from .execute import Executor, Results, Run, RunHook, UnknownJob
 from .leases import LeaseKeeper
 from .quarantine import Quarantine
@@ -139,9 +141,8 @@ class QueueWorker(RoleBase):
                                     self.settings.worker_stop_timeout_ms)
         self._listener: JobListener | None = None
         self._handles: dict[str, JobHandle] = {}
-        self._names: list[str] = []
+        self.claimer = Claimer(driver, self.identity, self.settings.lease_ms)
         self._caps: dict[str, int] = {}
-        self._capped_queues: set[str] = set()
         self._more: set[str] = set()
         self._next_poll = self._next_slots = 0.0
         self._rotation = 0
@@ -158,13 +159,9 @@ class QueueWorker(RoleBase):
         if idle:
             raise InvalidOption("queue", f"no registered job uses queue(s) {', '.join(map(repr, idle))}")
         self._handles = handles
-        # claims take only names this process has bodies for: in a rolling deploy an old worker
-        # leaves a new job type to the new workers instead of failing its attempts
-        self._names = sorted(handles)
-        self.quarantine.names = self._names
-        self._caps = {h.name: h.concurrency for h in handles.values()
-                      if h.concurrency is not None and h.queue in self.runs.slots}
-        self._capped_queues = {h.queue for h in handles.values() if h.name in self._caps}
+        self.claimer.configure(handles, self.runs.slots)
+        self._caps = self.claimer.caps
+        self.quarantine.names = self.claimer.names
         slots = self.driver if isinstance(self.driver, SlotStore) else None   # a declared capability
         if self._caps and slots is None:
             # a driver of another make, without the slot store: the cap would silently do nothing
@@ -346,8 +343,7 @@ class QueueWorker(RoleBase):
             if not asked:
                 tenants, asked = self.admission.tenant_room(now_ms), True
             try:
-                jobs = self.driver.job_claim(Claim([queue], free, self.settings.lease_ms, self.identity,
-                                                   caps=self._caps, tenants=tenants, names=self._names))
+                jobs = self.claimer.claim(queue, free, tenants, poll_due)
             except Exception as exc:  # the database is away: the poll timer retries
                 self.stats_.bump("claim_failed")   # visible: xjobs_claim_failures_total
                 event(log, logging.WARNING, "worker.claim.failed", "worker %s: claim on %r failed: %s",
@@ -357,7 +353,7 @@ class QueueWorker(RoleBase):
             # a full batch may have more behind it; so may a short one where capped jobs or a
             # tenant's jobs were held back to their room (the next claim answers none once
             # nothing more can start)
-            if len(jobs) == free or (jobs and (queue in self._capped_queues or tenants is not None)):
+            if len(jobs) == free or (jobs and (queue in self.claimer.capped_queues or tenants is not None)):
                 self._more.add(queue)
             else:
                 self._more.discard(queue)
