@@ -23,6 +23,7 @@ from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, Invalid
                      TenantRequired, UnknownJob)
 from .options import duration_ms, finite_count, plain_name
 from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
+from .snooze import DEFAULT_MAX_SNOOZES, SnoozePolicy, declared_policy
 
 if TYPE_CHECKING:
     from .connections import AsyncJoinable, Joinable
@@ -46,7 +47,8 @@ class JobHandle:
                  timeout_ms: float | None, concurrency: int | None, priority: int,
                  dedupe_window_ms: float | None = None, step_timeout_ms: float | None = None,
                  event_poll_ms: float | None = None, retry_on: ErrorTypes = (),
-                 terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False) -> None:
+                 terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False,
+                 snoozing: SnoozePolicy = SnoozePolicy()) -> None:
         self.fn = fn
         self._built: object = None    # job()'s proof, for the registry
         self.name = name
@@ -65,6 +67,7 @@ class JobHandle:
         self.retry_on = retry_on                  # exception types: only these retry (when given)
         self.terminal_on = terminal_on            # exception types that dead-letter at once
         self.cross_tenant = cross_tenant          # its runs may open ctx.cross_tenant (declared, reviewed)
+        self.snoozing = snoozing                  # max_snoozes, debounce (snooze.py)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -310,6 +313,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         concurrency: int | None = None, priority: int = 0, dedupe_window: object = None,
         step_timeout: object = None, event_poll: object = None, retry_on: object = (),
         terminal_on: object = (), input: Any = None, cross_tenant: bool = False,
+        max_snoozes: int = DEFAULT_MAX_SNOOZES, debounce: object = None, debounce_max: object = None,
         registry: Registry | None = None) -> Callable[[Body], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
@@ -320,7 +324,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     and finite when given. ``retry_on``/``terminal_on``: exception classes that decide retry or
     dead letter for errors you did not write (see ``retry.decide``). ``cross_tenant=True``
     declares that the job's runs may open ``ctx.cross_tenant(reason)``; a run of any other job
-    is refused there (``X_TENANCY_CROSS_DENIED``)."""
+    is refused there (``X_TENANCY_CROSS_DENIED``). ``max_snoozes``, ``debounce``,
+    ``debounce_max``: see ``snooze.py``."""
     queue = plain_name(queue, "queue")
     if not isinstance(cross_tenant, bool):
         raise InvalidOption("cross_tenant", f"must be True or False, got {cross_tenant!r}")
@@ -351,6 +356,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     terminal_types = check_error_types(terminal_on, "terminal_on")
     if set(retry_types) & set(terminal_types):
         raise InvalidOption("retry_on", "a class cannot be in both retry_on and terminal_on")
+    snoozing = declared_policy(max_snoozes, debounce, debounce_max)
     target = registry if registry is not None else REGISTRY
 
     def declare(fn: Body) -> JobHandle:
@@ -362,7 +368,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
                            concurrency=concurrency, priority=priority,
                            dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
                            event_poll_ms=event_poll_ms, retry_on=retry_types,
-                           terminal_on=terminal_types, input=input, cross_tenant=cross_tenant)
+                           terminal_on=terminal_types, input=input, cross_tenant=cross_tenant,
+                           snoozing=snoozing)
         handle._built = BUILT
         return target._add(handle)
 

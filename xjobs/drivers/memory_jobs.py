@@ -208,7 +208,7 @@ class MemoryJobs(JobStore):
             row.progress = None
         picked.sort(key=lambda r: r.id)
         return [ClaimedJob(r.id, r.name, r.queue, orjson.loads(r.payload), r.tenant, r.attempt,
-                           r.max_attempts, r.priority, token, r.traceparent) for r in picked]
+                           r.max_attempts, r.priority, token, r.traceparent, r.snoozes) for r in picked]
 
     def job_ack_many(self, leases: Sequence[Lease], results: Mapping[int, bytes] | None = None) -> set[int]:
         """``job_ack_many``: complete every job still held under its token, with its result."""
@@ -243,6 +243,7 @@ class MemoryJobs(JobStore):
         row.attempt = row.attempt if nack.counts else max(row.attempt - 1, 0)
         if nack.counts:   # the run ended on its own: no longer a crash suspect
             row.crashes, row.suspect_group = 0, None
+        row.snoozes += nack.outcome == "snoozed"
         table.move(row, "dead" if dead else "suspended" if nack.outcome == "suspended" else "ready")
         shed = nack.outcome == "shed"
         if not dead and not (shed and nack.delay_ms == 0):   # a shed keeps its place

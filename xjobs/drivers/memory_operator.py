@@ -166,7 +166,7 @@ class MemoryOperator(Introspection):
 
     def _requeue(self, row: Row, at: float, reason: str | None) -> None:
         self._table.move(row, "ready")
-        row.attempt, row.run_at, row.finished_at = 0, at, None
+        row.attempt, row.snoozes, row.run_at, row.finished_at = 0, 0, at, None
         self._table.record(row.id, at, 0, "requeued", reason)
 
     def step_reopen(self, job_id: int, name: str) -> JobView:
@@ -187,7 +187,7 @@ class MemoryOperator(Introspection):
                 del steps[step_name]
             at = table.now()
             table.move(row, "ready")
-            row.attempt, row.run_at, row.finished_at = 0, at, None
+            row.attempt, row.snoozes, row.run_at, row.finished_at = 0, 0, at, None
             table.record(row.id, at, 0, "requeued", f"from step {name}")
             return Outcome(None, True)
 

@@ -66,7 +66,8 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from picked))
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
+          j.snoozes
 
 -- name: job_claim_many
 -- its own statement: queue = any(...) cannot read jobs_ready_idx in order, so a worker
@@ -85,7 +86,8 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from picked))
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
+          j.snoozes
 
 -- name: job_claim_alone
 -- suspects of a crash, for a worker that will run them with nothing beside them: the first in
@@ -117,7 +119,8 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from lead union all select id from members))
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
+          j.snoozes
 
 -- name: job_ack_many
 -- the fences of a batch: (id, token) pairs. Planned for the batch at hand (the driver does not
@@ -145,8 +148,8 @@ select done.id from done, (select count(*) from told) as t
 -- the settlements of a batch as ONE json document (rows of id, token, outcome, error, delay,
 -- traceback), fenced per job on its token and planned per batch like job_ack_many. The outcome
 -- alone decides the rest (records.Nack): retried and dead spend the attempt, and a run that
--- ended on its own clears any suspicion of crashing its process; interrupted, suspended and
--- shed give it back. A shed with no delay keeps its run_at: it keeps its place in the claim
+-- ended on its own clears any suspicion of crashing its process; interrupted, suspended,
+-- snoozed and shed give it back (a snooze is counted in snoozes, its job's max_snoozes bound). A shed with no delay keeps its run_at: it keeps its place in the claim
 -- order and its age in the oldest-ready figure (a saturated capped job must not look freshly
 -- enqueued), and it writes no history (it is not an event in the job's life: the worker
 -- counts it, outcome "shed")
@@ -164,6 +167,7 @@ with n as (
         last_error = coalesce(n.error, j.last_error),
         crashes = case when n.counts then 0 else j.crashes end,
         suspect_group = case when n.counts then null else j.suspect_group end,
+        snoozes = j.snoozes + (n.outcome = 'snoozed')::int,
         lease_token = null, lease_expires_at = null
     from n
     where j.id = any(%(ids)s::bigint[]) and j.id = n.id and j.lease_token = n.token and j.state = 'running'
@@ -492,7 +496,7 @@ select logged.job_id from logged, (select count(*) from told) as t
 -- name: job_requeue
 with requeued as (
     update {schema}.jobs
-    set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
+    set state = 'ready', attempt = 0, snoozes = 0, run_at = {now}, finished_at = null
     where id = %(id)s and state in ('dead', 'cancelled')
     returning id
 )
@@ -522,7 +526,7 @@ with picked as (
     order by p.name, p.space, p.idempotency_key, p.id desc
 ), requeued as (
     update {schema}.jobs j
-    set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
+    set state = 'ready', attempt = 0, snoozes = 0, run_at = {now}, finished_at = null
     where j.id = any(array(select id from chosen))
     returning j.id, j.queue
 ), logged as (
@@ -862,7 +866,8 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from chosen))
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
+          j.snoozes
 
 -- Durable steps and events ----------------------------------------------------------------------
 --
@@ -1041,7 +1046,7 @@ with target as (
     where s.job_id = target.id and s.seq >= target.seq
 ), requeued as (
     update {schema}.jobs j
-    set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
+    set state = 'ready', attempt = 0, snoozes = 0, run_at = {now}, finished_at = null
     from target where j.id = target.id
     returning j.id, j.queue
 ), logged as (

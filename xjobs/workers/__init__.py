@@ -12,7 +12,7 @@ leader-elected cron dispatcher and the fleet's upkeep), ``outbox_relay`` (publis
 outbox rows). The dashboard's role lives with the dashboard (``ui/``).
 
 The queue worker's collaborators: ``execute`` (the one execution path of a claimed job),
-``runs`` (the runs it holds), ``settle`` and ``settle_retry`` (what finished runs write, and
+``verdict`` (what a finished run comes to), ``runs`` (the runs it holds), ``settle`` and ``settle_retry`` (what finished runs write, and
 retrying those writes), ``leases`` (renewal, and deciding a lease is lost), ``admission`` and
 ``limiter`` (per-process limits and fleet-wide slots), ``quarantine`` (suspects of a crash run
 alone), ``failures`` (how a failure is written down), ``rates`` (per-minute outcome counts),
