@@ -77,7 +77,8 @@ class MemoryOperator(Introspection):
                        payload=orjson.loads(row.payload) if full else None, history=history,
                        traceparent=row.traceparent if full else None,
                        started_at=row.started_at if full else None,
-                       result=orjson.loads(row.result) if full and row.result is not None else None)
+                       result=orjson.loads(row.result) if full and row.result is not None else None,
+                       snoozes=row.snoozes if full else 0)
 
     def job_list(self, where: ListFilter) -> list[JobView]:
         """``job_list`` (newest first, before ``before_id``) or ``job_list_after`` (oldest first)."""

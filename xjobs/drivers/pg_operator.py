@@ -28,14 +28,15 @@ from .refusals import Outcome, cancelled, job_not_found, reopened, requeued
 
 def _view(row: Sequence[Any], payload: Any = None, history: tuple[HistoryEntry, ...] = (),
           traceparent: str | None = None, steps: tuple[StepRecord, ...] = ()) -> JobView:
-    started_at, result = (row[20], row[21]) if len(row) > 21 else (None, None)   # job_get's row, not job_list's
+    # job_get's row, not job_list's
+    started_at, result, snoozes = (row[20], row[21], row[22]) if len(row) > 22 else (None, None, 0)
     return JobView(id=row[0], name=row[1], queue=row[2], state=row[3], attempt=row[4],
                    max_attempts=row[5], tenant=row[6], idempotency_key=row[7], priority=row[8],
                    run_at=row[9], last_error=row[10], created_at=row[11], finished_at=row[12],
                    enqueued_by=row[13], claimed_by=row[14], lease_expires_at=row[15],
                    crashes=row[16], progress=row[17], payload=payload, history=history,
                    traceparent=traceparent, steps=steps, started_at=started_at,
-                   result=result)
+                   result=result, snoozes=snoozes)
 
 
 def _history(rows: Sequence[Sequence[Any]]) -> tuple[HistoryEntry, ...]:

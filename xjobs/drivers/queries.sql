@@ -457,7 +457,7 @@ select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, p
        extract(epoch from run_at)::float8 * 1000, last_error,
        extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
        enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress, payload,
-       traceparent, extract(epoch from started_at)::float8 * 1000, result
+       traceparent, extract(epoch from started_at)::float8 * 1000, result, snoozes
 from {schema}.jobs
 where id = %(id)s
 

@@ -56,6 +56,7 @@ class JobView:
     traceparent: str | None = None          # what job_get adds: the enqueuing code's W3C trace context
     started_at: float | None = None         # what job_get adds: when its latest run began (by claimed_by)
     result: Any = None                      # what job_get adds: the completed body's return value (JSON)
+    snoozes: int = 0                        # what job_get adds: how often it snoozed (xjobs.Snooze)
 
 
 @dataclass(frozen=True, slots=True)
