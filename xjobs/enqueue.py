@@ -108,6 +108,9 @@ def _planned(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_a
         raise InvalidOption("keys", "one key per input")
     checked = [handle.validate(item) for item in inputs]   # every one, before anything is written
     traceparent = current_traceparent()   # stamped here, where the enqueuing code's span is
+    debounce_ms, debounce_max_ms = handle.snoozing.debounce_ms, handle.snoozing.debounce_max_ms
+    if debounce_ms is not None and at is None and delay_ms == 0.0:
+        delay_ms = debounce_ms     # trailing: a debounced job waits its debounce from the start
 
     def make(start: int, stop: int) -> list[NewJob]:
         return [NewJob(name=handle.name, queue=handle.queue,
@@ -115,7 +118,8 @@ def _planned(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_a
                        idempotency_key=handle.key_for(checked[i]) if keys is None else keys[i],
                        tenant=handle.tenant_for(checked[i]),
                        enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at,
-                       delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent)
+                       delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent,
+                       debounce_ms=debounce_ms, debounce_max_ms=debounce_max_ms)
                 for i in range(start, stop)]
     return make, len(checked)
 
@@ -152,7 +156,7 @@ def enqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = 
                           enqueued_by=enqueued_by, max_payload_bytes=settings.max_payload_bytes)
         done = driver.job_enqueue(jobs, conn=callers) if jobs else []
     # the driver's records, as handles that can read their job back (``Enqueued.get``)
-    return [Enqueued(e.id, e.deduped) for e in done]
+    return [Enqueued(e.id, e.deduped, e.debounced) for e in done]
 
 
 async def aenqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
@@ -174,7 +178,7 @@ async def aenqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: ob
     jobs = await abuild_jobs(handle, inputs, delay=delay, run_at=run_at, priority=priority,
                              enqueued_by=enqueued_by)
     done = await writes.job_enqueue_async(jobs, callers) if jobs else []
-    return [Enqueued(e.id, e.deduped) for e in done]
+    return [Enqueued(e.id, e.deduped, e.debounced) for e in done]
 
 
 async def abuild_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_at: object,

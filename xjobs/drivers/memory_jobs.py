@@ -96,6 +96,17 @@ def _by_claim_order(row: Row) -> tuple[int, float, int]:
     return (row.priority, row.run_at, row.id)
 
 
+def _debounced(holder: Row, job: NewJob, at: float) -> bool:
+    """``job_debounce``: a debounced input moves a holder that has not started yet."""
+    if job.debounce_ms is None or holder.state != "ready" or holder.started_at is not None:
+        return False
+    holder.payload = as_stored(job.payload)
+    holder.run_at = plus(at, job.debounce_ms)
+    if job.debounce_max_ms is not None:
+        holder.run_at = min(holder.run_at, plus(holder.created_at, job.debounce_max_ms))
+    return True
+
+
 class MemoryJobs(JobStore):
     def __init__(self, table: MemoryTable) -> None:
         self._table = table
@@ -125,12 +136,14 @@ class MemoryJobs(JobStore):
             if job.dedupe_window_ms is not None:   # filtered before the insert: no id taken
                 kept = table.in_window(job.namespace, at)
                 if kept is not None:   # job_find_holder answers a live holder first
-                    results.append(Enqueued(table.live.get(job.namespace, kept), True))
+                    live = table.live.get(job.namespace)
+                    results.append(Enqueued(kept, True) if live is None else
+                                   Enqueued(live, True, _debounced(table.rows[live], job, at)))
                     continue
             job_id = table.take_id()   # taken even when deduped
             holder = table.live.get(job.namespace)
             if holder is not None:
-                results.append(Enqueued(holder, True))
+                results.append(Enqueued(holder, True, _debounced(table.rows[holder], job, at)))
                 continue
             run_at = plus(at, job.delay_ms) if job.run_at_ms is None else ts(job.run_at_ms)
             table.insert(Row(

@@ -24,6 +24,7 @@ from ..errors import XJobsError
 from .base import (CallerConnection, Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob,
                    Progress, TenantRoom)
 from .pg_database import PgDatabase, callers_connection, driver_errors, in_callers_transaction
+from .pg_debounce import debounce_plan
 from .pg_listen import PgListener
 from .pg_plan import Plan, Rows, run_on
 from .records import ENQUEUE_CHUNK
@@ -62,6 +63,11 @@ def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = No
                 missing.append(i)
             else:
                 results[i] = Enqueued(job_id, False)
+        moved = yield from debounce_plan(db, [jobs[i] for i in missing])   # debounced: {} if none
+        for i in missing:
+            if spaces[i] in moved:
+                results[i] = Enqueued(moved[spaces[i]], True, True)
+        missing = [i for i in missing if results[i] is None]
         if not missing:
             return [r for r in results if r is not None]   # every one is answered
         wanted = sorted({spaces[i] for i in missing})

@@ -1200,3 +1200,17 @@ from {schema}.jobs where parent_id = %(id)s group by state
 union all
 select page.id, page.state, page.n, page.name, page.parent_step from (select id, state, 0::bigint as n, name, parent_step
                from {schema}.jobs where parent_id = %(id)s order by id limit %(limit)s) as page
+
+-- name: job_debounce
+-- debounced enqueues (job(debounce=)) whose key is held, one row per namespace with its newest
+-- input: a holder that has not started yet (ready, never claimed) takes that input and starts
+-- at least(now + debounce, its first enqueue + debounce_max). ONE update that locks the holder:
+-- a claim that took it first has set started_at, so this matches nothing and the caller
+-- answers the enqueue as a duplicate; the partial unique index finds each holder
+update {schema}.jobs j
+set payload = u.p,
+    run_at = least({now} + u.db * interval '1 millisecond', j.created_at + u.dm * interval '1 millisecond')
+from jsonb_to_recordset(%(rows)s::jsonb) as u(n text, t text, k text, p jsonb, db float8, dm float8)
+where j.name = u.n and coalesce(j.tenant, '') = coalesce(u.t, '') and j.idempotency_key = u.k
+  and j.state in ('ready', 'running', 'suspended') and j.state = 'ready' and j.started_at is null
+returning j.id, j.name, coalesce(j.tenant, '') as tenant, j.idempotency_key
