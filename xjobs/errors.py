@@ -339,19 +339,6 @@ class RetryAfter(Exception):
         self.seconds = seconds
 
 
-class SnoozeInvalid(InvalidOption):
-    """``xjobs.Snooze(d)`` / ``ctx.snooze(d)`` with a duration that is not one: refused where it
-    is raised (the attempt then fails as any body error does)."""
-
-    code = "X_SNOOZE_INVALID"
-
-
-class SnoozeLimit(XJobsError, Terminal):
-    """A job snoozed more often than its ``job(max_snoozes=N)``: it goes dead with this error."""
-
-    code = "X_SNOOZE_LIMIT"
-
-
 class JobTimeout(XJobsError):
     code = "X_JOB_TIMEOUT"
 

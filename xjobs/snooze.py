@@ -22,11 +22,25 @@ from dataclasses import dataclass
 from datetime import timedelta
 from numbers import Real
 
-from .errors import InvalidOption, SnoozeInvalid
+from .errors import InvalidOption, Terminal, XJobsError
 from .options import duration_ms, finite_count
 
 DEFAULT_MAX_SNOOZES = 100
 _LONGEST_MS = 10 * 365 * 86_400_000.0    # the longest duration any option accepts
+
+
+class SnoozeInvalid(InvalidOption):
+    """``Snooze(d)`` / ``ctx.snooze(d)`` with a duration that is not one: refused where it is
+    made (the attempt then fails as any body error does)."""
+
+    code = "X_SNOOZE_INVALID"
+
+
+class SnoozeLimit(XJobsError, Terminal):
+    """A job snoozed as often as its ``job(max_snoozes=N)`` allows, and once more: it goes dead
+    with this error, reported to ``xjobs.on_error`` like any dead letter."""
+
+    code = "X_SNOOZE_LIMIT"
 
 
 def snooze_ms(duration: object) -> float:
@@ -82,4 +96,5 @@ def declared_policy(max_snoozes: object, debounce: object, debounce_max: object)
     return SnoozePolicy(limit, wait, min(most, _LONGEST_MS))
 
 
-__all__ = ["DEFAULT_MAX_SNOOZES", "Snooze", "SnoozePolicy", "declared_policy", "snooze_ms"]
+__all__ = ["DEFAULT_MAX_SNOOZES", "Snooze", "SnoozeInvalid", "SnoozeLimit", "SnoozePolicy", "declared_policy",
+           "snooze_ms"]

@@ -82,7 +82,11 @@ def test_a_holder_that_started_answers_as_a_duplicate(driver, registry, clock):
 
 def test_a_burst_runs_once_with_the_last_input(driver, registry, clock):
     seen = []
-    handle = debounced(registry, lambda ctx, i: seen.append(i["v"]) or i["v"], debounce="2s", debounce_max="1m")
+
+    def body(ctx, i):
+        seen.append(i["v"])
+        return i["v"]
+    handle = debounced(registry, body, debounce="2s", debounce_max="1m")
     ids = set()
     for n in range(20):
         ids |= {e.id for e in enqueue_many(handle, [{"doc": 1, "v": n}], driver=driver)}

@@ -10,7 +10,8 @@ import pytest
 
 import xjobs
 from xjobs import manifest
-from xjobs.errors import InvalidOption, SnoozeInvalid, SnoozeLimit
+from xjobs.errors import InvalidOption
+from xjobs.snooze import SnoozeInvalid, SnoozeLimit
 
 from .pacing import Pacer, declare, enqueue, make_worker
 
@@ -99,12 +100,20 @@ def test_max_snoozes_zero_dead_letters_the_first_snooze(driver, registry):
 def test_a_snooze_in_a_steps_job_keeps_its_completed_steps(driver, registry, clock):
     calls = []
 
+    def fetch():
+        calls.append("fetch")
+        return 41
+
     def body(ctx, i):
-        first = ctx.step.run("fetch", lambda: calls.append("fetch") or 41)
+        first = ctx.step.run("fetch", fetch)
         if "snoozed" not in calls:     # the first run snoozes after its first step
             calls.append("snoozed")
             raise xjobs.Snooze("10s")
-        return ctx.step.run("finish", lambda: calls.append("finish") or first + 1)
+
+        def finish():
+            calls.append("finish")
+            return first + 1
+        return ctx.step.run("finish", finish)
     handle = declare(registry, body, name="stepped")
     [job_id] = enqueue(handle, driver, {"n": 1})
     pacer = Pacer(make_worker(driver, registry))

@@ -20,8 +20,11 @@ import orjson
 from ..payload import compact
 from .records_steps import StepRecord
 # what operators read (jobs ls|show, the dashboard): their own module, re-exported here
-from .records_views import (Batch, DeadGroup, HistoryEntry, JobView, ListFilter, Matching, ProgressReport,
-                            QueueSummary, RatePoint, RunningJob, RunningPage)
+from .records_views import (
+    Batch as Batch, DeadGroup as DeadGroup, HistoryEntry as HistoryEntry, JobView as JobView,
+    ListFilter as ListFilter, Matching as Matching, ProgressReport as ProgressReport,
+    QueueSummary as QueueSummary, RatePoint as RatePoint, RunningJob as RunningJob,
+    RunningPage as RunningPage)
 
 STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
 LIVE_STATES = ("ready", "running", "suspended")

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 
 from ..context import CANCELLED, DRAINED, LEASE_LOST, SLOT_LOST
 from ..drivers.base import Nack
-from ..errors import SnoozeLimit
 from ..retry import RetryVerdict, decide
-from ..snooze import Snooze
+from ..snooze import Snooze, SnoozeLimit
 from .execute import Run
 from .failures import describe, full_traceback
 
