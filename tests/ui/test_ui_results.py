@@ -1,5 +1,6 @@
 """The dashboard's job page shows a completed job's result: escaped, and folded in a
-``<details>`` when long; a job that did not complete shows none."""
+``<details>`` when long; a job that did not complete shows none. A job that snoozed shows how
+often."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ pytest.importorskip("werkzeug", reason="the dashboard needs the ui extra")
 
 from tests.drivers.parity import run  # noqa: E402
 from tests.ui.clients import client  # noqa: E402
+from xjobs.drivers.base import Nack  # noqa: E402
 
 XSS = "<script>alert(1)</script>"
 
@@ -27,3 +29,12 @@ def test_the_job_page_shows_the_result_escaped_and_folds_a_long_one(driver):
     folded = c.get(f"/jobs/{long}").get_data(as_text=True)
     assert 'data-testid="result-long"' in folded and "row 99" in folded
     assert 'data-testid="result"' not in c.get(f"/jobs/{running}").get_data(as_text=True)
+
+
+def test_the_job_page_counts_a_jobs_snoozes(driver):
+    snoozed, lease = run(driver, "snoozed")
+    plain, _ = run(driver, "plain")
+    driver.job_nack(Nack(snoozed, lease.token, "snoozed", delay_ms=60_000))
+    c = client(driver)
+    assert 'data-testid="snoozes">1 (no attempt spent)' in c.get(f"/jobs/{snoozed}").get_data(as_text=True)
+    assert 'data-testid="snoozes"' not in c.get(f"/jobs/{plain}").get_data(as_text=True)
