@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from datetime import timedelta
@@ -21,7 +22,8 @@ def registry() -> xjobs.Registry:
     return xjobs.Registry()
 
 
-def test_a_snooze_puts_the_job_back_without_an_attempt_or_an_error(driver, registry, clock):
+def test_a_snooze_puts_the_job_back_without_an_attempt_or_an_error(driver, registry, clock, caplog):
+    caplog.set_level(logging.INFO, logger="xjobs")
     attempts = []
 
     def body(ctx, i):
@@ -38,6 +40,8 @@ def test_a_snooze_puts_the_job_back_without_an_attempt_or_an_error(driver, regis
     assert view.run_at == pytest.approx(clock.now_ms() + 300_000, abs=1)
     assert [(h["outcome"], h["attempt"], h["error"]) for h in view.history] == [("snoozed", 1, None)]
     assert pacer.totals()["jobs"] == {"later": {"snoozed": 1}}
+    [logged] = [r for r in caplog.records if getattr(r, "event", None) == "job.snoozed"]
+    assert (logged.levelname, logged.job_id, logged.delay_s, logged.snoozes) == ("INFO", job_id, 300.0, 1)
     clock.advance(300_000)
     pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
     view = driver.job_get(job_id)

@@ -339,6 +339,10 @@ def _settled_event(run: Run, nack: Nack, seconds: float) -> None:
     elif nack.outcome == "interrupted":
         event(log, logging.INFO, "job.interrupted", "job %s#%s interrupted, attempt not counted: %s",
               run.job.name, run.job.id, nack.error, error=nack.error, **fields)
+    elif nack.outcome == "snoozed":
+        event(log, logging.INFO, "job.snoozed", "job %s#%s snoozed for %.3fs, attempt not counted", run.job.name,
+              run.job.id, nack.delay_ms / 1000.0, delay_s=nack.delay_ms / 1000.0, snoozes=run.job.snoozes + 1,
+              **fields)
 
 
 __all__ = ["Settler"]
