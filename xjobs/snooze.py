@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from numbers import Real
 
+from .drivers.records import MAX_DELAY_MS
 from .errors import InvalidOption, Terminal, XJobsError
 from .options import duration_ms, finite_count
 
 DEFAULT_MAX_SNOOZES = 100
-_LONGEST_MS = 10 * 365 * 86_400_000.0    # the longest duration any option accepts
 
 
 class SnoozeInvalid(InvalidOption):
@@ -50,7 +50,7 @@ def snooze_ms(duration: object) -> float:
         duration = duration.total_seconds()
     if isinstance(duration, Real) and not isinstance(duration, bool):
         ms = float(duration) * 1000.0
-        if not math.isfinite(ms) or ms < 0.0 or ms > _LONGEST_MS:
+        if not math.isfinite(ms) or ms < 0.0 or ms > MAX_DELAY_MS:
             raise SnoozeInvalid("snooze", f"a number of seconds from 0 to ten years, got {duration!r}")
         return ms
     if isinstance(duration, str):
@@ -93,7 +93,7 @@ def declared_policy(max_snoozes: object, debounce: object, debounce_max: object)
     most = wait * 10.0 if debounce_max is None else duration_ms(debounce_max, "debounce_max")
     if most < wait:
         raise InvalidOption("debounce_max", "must be at least debounce")
-    return SnoozePolicy(limit, wait, min(most, _LONGEST_MS))
+    return SnoozePolicy(limit, wait, min(most, MAX_DELAY_MS))
 
 
 __all__ = ["DEFAULT_MAX_SNOOZES", "Snooze", "SnoozeInvalid", "SnoozeLimit", "SnoozePolicy", "declared_policy",

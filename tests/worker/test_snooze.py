@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 import xjobs
-from xjobs import manifest
+from xjobs import manifest, testing
 from xjobs.errors import InvalidOption
 from xjobs.snooze import SnoozeInvalid, SnoozeLimit
 
@@ -187,3 +187,15 @@ def test_the_manifest_shows_max_snoozes(registry):
     declare(registry, lambda ctx, i: None, name="patient", max_snoozes=7)
     jobs = {j["name"]: j for j in manifest.describe(registry)["jobs"]}
     assert (jobs["plain"]["max_snoozes"], jobs["patient"]["max_snoozes"]) == (100, 7)
+
+
+def test_run_until_idle_steps_the_clock_through_a_snooze(registry):
+    def body(ctx, i):
+        return ctx.snooze("10m") if xjobs.get(ctx.job_id)["snoozes"] < 2 else "awake"
+    handle = declare(registry, body, name="dozing")
+    with testing.memory_queue():
+        [job] = handle.enqueue_many([{"n": 1}])
+        summary = testing.run_until_idle("q", registry=registry, with_scheduled=True)
+        assert (summary.snoozed, summary.completed) == (2, 1)
+        assert summary.advanced_ms == pytest.approx(1_200_000, abs=1)
+        assert job.get()["result"] == "awake" and job.get()["snoozes"] == 2

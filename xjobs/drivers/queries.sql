@@ -149,10 +149,11 @@ select done.id from done, (select count(*) from told) as t
 -- traceback), fenced per job on its token and planned per batch like job_ack_many. The outcome
 -- alone decides the rest (records.Nack): retried and dead spend the attempt, and a run that
 -- ended on its own clears any suspicion of crashing its process; interrupted, suspended,
--- snoozed and shed give it back (a snooze is counted in snoozes, its job's max_snoozes bound). A shed with no delay keeps its run_at: it keeps its place in the claim
--- order and its age in the oldest-ready figure (a saturated capped job must not look freshly
--- enqueued), and it writes no history (it is not an event in the job's life: the worker
--- counts it, outcome "shed")
+-- snoozed and shed give it back (a snooze is counted in snoozes, which its job's max_snoozes
+-- bounds). A shed with no delay keeps its run_at: it keeps its place in the claim order and
+-- its age in the oldest-ready figure (a saturated capped job must not look freshly enqueued),
+-- and it writes no history (it is not an event in the job's life: the worker counts it,
+-- outcome "shed")
 with n as (
     select id, token, outcome, error, delay, traceback, outcome in ('retried', 'dead') as counts
     from jsonb_to_recordset(%(rows)s::jsonb)

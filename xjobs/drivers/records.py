@@ -5,7 +5,7 @@ that life (its states, the crash charges, the longest durations and latest times
 A verb with more than three parameters takes one record (``Claim``, ``ClaimAlone``,
 ``WorkerExit``, ``Batch``); a settlement is one record with one outcome (``Nack``). The
 records of the coordination nouns are in ``records_coordination.py``, those of steps and
-events in ``records_steps.py``; ``base.py`` holds the Protocols that take and answer them all.
+events in ``records_steps.py``, what operators read in ``records_views.py`` (re-exported here); ``base.py`` holds the Protocols that take and answer them all.
 Records have no behaviour beyond their own view of themselves, so every module can import
 them without a cycle.
 """
