@@ -15,9 +15,10 @@ Namespace = tuple[str, str, str]
 
 
 def debounce_plan(db: PgDatabase, held: Sequence[NewJob]) -> Plan[dict[Namespace, int]]:
-    """Of ``held`` (inputs whose key a job holds, in call order), the debounced ones move their
-    holder, the LAST input of a namespace giving it its input; answers the holders that moved,
-    by namespace (none: the holder had started, or none of ``held`` is debounced)."""
+    """Of ``held`` (inputs whose key a job may hold, in call order), the debounced ones move
+    their holder, the LAST input of a namespace giving it its input; answers the holders that
+    moved, by namespace (none: no holder, it had started, or none of ``held`` is debounced).
+    Sent before the insert (most debounced enqueues find their key held) and after it."""
     newest = {job.namespace: job for job in held if job.debounce_ms is not None}
     if not newest:
         return {}

@@ -48,6 +48,11 @@ def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = No
     results: list[Enqueued | None] = [None] * len(jobs)
     spaces = [job.namespace for job in jobs]
     pending = list(range(len(jobs)))
+    if first is None:   # a debounced key is most often held (a burst): move its job, insert the rest
+        _answer_moved((yield from debounce_plan(db, jobs)), spaces, results)
+        pending = [i for i in pending if results[i] is None]
+        if not pending:
+            return [r for r in results if r is not None]
     for _round in range(4):
         if first is not None:
             answered, first = first, None
@@ -63,10 +68,8 @@ def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = No
                 missing.append(i)
             else:
                 results[i] = Enqueued(job_id, False)
-        moved = yield from debounce_plan(db, [jobs[i] for i in missing])   # debounced: {} if none
-        for i in missing:
-            if spaces[i] in moved:
-                results[i] = Enqueued(moved[spaces[i]], True, True)
+        # a key this very call inserted (or a holder that raced in) takes its newest input now
+        _answer_moved((yield from debounce_plan(db, [jobs[i] for i in missing])), spaces, results)
         missing = [i for i in missing if results[i] is None]
         if not missing:
             return [r for r in results if r is not None]   # every one is answered
@@ -85,6 +88,14 @@ def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = No
             else:  # the holder finished (or its window closed) between insert and lookup
                 pending.append(i)
     raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
+
+
+def _answer_moved(moved: Mapping[tuple[str, str, str], int], spaces: Sequence[tuple[str, str, str]],
+                  results: list[Enqueued | None]) -> None:
+    """Every input not answered yet whose namespace's job ``job_debounce`` moved: debounced."""
+    for i, space in enumerate(spaces):
+        if results[i] is None and space in moved:
+            results[i] = Enqueued(moved[space], True, True)
 
 
 class PgJobs(JobStore):

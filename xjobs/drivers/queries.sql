@@ -1203,9 +1203,10 @@ select page.id, page.state, page.n, page.name, page.parent_step from (select id,
                from {schema}.jobs where parent_id = %(id)s order by id limit %(limit)s) as page
 
 -- name: job_debounce
--- debounced enqueues (job(debounce=)) whose key is held, one row per namespace with its newest
--- input: a holder that has not started yet (ready, never claimed) takes that input and starts
--- at least(now + debounce, its first enqueue + debounce_max). ONE update that locks the holder:
+-- debounced enqueues (job(debounce=)), one row per namespace with its newest input, sent before
+-- job_enqueue (a burst's key is held) and after it for keys the insert found held: a holder
+-- that has not started yet (ready, never claimed) takes that input and starts at
+-- least(now + debounce, its first enqueue + debounce_max). ONE update that locks the holder:
 -- a claim that took it first has set started_at, so this matches nothing and the caller
 -- answers the enqueue as a duplicate; the partial unique index finds each holder
 update {schema}.jobs j
