@@ -96,9 +96,14 @@ def _by_claim_order(row: Row) -> tuple[int, float, int]:
     return (row.priority, row.run_at, row.id)
 
 
+def _waits(holder: Row) -> bool:
+    """Whether a key's job has not started yet: ready, never claimed (``job_debounce``)."""
+    return holder.state == "ready" and holder.started_at is None
+
+
 def _debounced(holder: Row, job: NewJob, at: float) -> bool:
     """``job_debounce``: a debounced input moves a holder that has not started yet."""
-    if job.debounce_ms is None or holder.state != "ready" or holder.started_at is not None:
+    if job.debounce_ms is None or not _waits(holder):
         return False
     holder.payload = as_stored(job.payload)
     holder.run_at = plus(at, job.debounce_ms)
@@ -132,7 +137,15 @@ class MemoryJobs(JobStore):
         table = self._table
         results: list[Enqueued] = []
         at = table.now()
+        # job_debounce is sent before the insert: a debounced key whose job waits already moves
+        # it without an id taken; one inserted by this very call is moved after (an id taken)
+        waiting = {job.namespace for job in jobs if job.debounce_ms is not None
+                   and job.namespace in table.live and _waits(table.rows[table.live[job.namespace]])}
         for job in jobs:
+            if job.debounce_ms is not None and job.namespace in waiting:
+                waiter = table.live[job.namespace]
+                results.append(Enqueued(waiter, True, _debounced(table.rows[waiter], job, at)))
+                continue
             if job.dedupe_window_ms is not None:   # filtered before the insert: no id taken
                 kept = table.in_window(job.namespace, at)
                 if kept is not None:   # job_find_holder answers a live holder first

@@ -43,13 +43,14 @@ def enqueue_params(db: PgDatabase, jobs: Sequence[NewJob]) -> dict[str, Any]:
 
 def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = None) -> Plan[list[Enqueued]]:
     """``job_enqueue``, then ``job_find_holder`` for the inputs whose key is held, until every
-    input is answered (``pg_plan``: run on a cursor, or awaited on an ``AsyncConnection``).
+    input is answered (``pg_plan``: run on a cursor, or awaited on an ``AsyncConnection``);
+    debounced inputs go to ``job_debounce`` before the insert and after it (``pg_debounce``).
     ``first``: what the first round's insert answered, when it was sent already."""
     results: list[Enqueued | None] = [None] * len(jobs)
     spaces = [job.namespace for job in jobs]
     pending = list(range(len(jobs)))
     if first is None:   # a debounced key is most often held (a burst): move its job, insert the rest
-        _answer_moved((yield from debounce_plan(db, jobs)), spaces, results)
+        _answer_moved((yield from debounce_plan(db, jobs)), jobs, results)
         pending = [i for i in pending if results[i] is None]
         if not pending:
             return [r for r in results if r is not None]
@@ -69,7 +70,7 @@ def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = No
             else:
                 results[i] = Enqueued(job_id, False)
         # a key this very call inserted (or a holder that raced in) takes its newest input now
-        _answer_moved((yield from debounce_plan(db, [jobs[i] for i in missing])), spaces, results)
+        _answer_moved((yield from debounce_plan(db, [jobs[i] for i in missing])), jobs, results)
         missing = [i for i in missing if results[i] is None]
         if not missing:
             return [r for r in results if r is not None]   # every one is answered
@@ -90,12 +91,12 @@ def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = No
     raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
 
 
-def _answer_moved(moved: Mapping[tuple[str, str, str], int], spaces: Sequence[tuple[str, str, str]],
+def _answer_moved(moved: Mapping[tuple[str, str, str], int], jobs: Sequence[NewJob],
                   results: list[Enqueued | None]) -> None:
-    """Every input not answered yet whose namespace's job ``job_debounce`` moved: debounced."""
-    for i, space in enumerate(spaces):
-        if results[i] is None and space in moved:
-            results[i] = Enqueued(moved[space], True, True)
+    """Every debounced input not answered yet whose key's job ``job_debounce`` moved."""
+    for i, job in enumerate(jobs):
+        if results[i] is None and job.debounce_ms is not None and job.namespace in moved:
+            results[i] = Enqueued(moved[job.namespace], True, True)
 
 
 class PgJobs(JobStore):
