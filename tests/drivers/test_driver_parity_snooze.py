@@ -119,3 +119,10 @@ def test_an_awaited_enqueue_in_the_callers_transaction_debounces(pg_driver, pg_d
     first, again = asyncio.run(twice())
     assert (again.id, again.deduped, again.debounced) == (first.id, True, True)
     assert pg_driver.job_get(first.id).payload == {"v": 2}
+
+
+def test_a_debounced_enqueue_of_a_waiting_key_is_one_update_and_takes_no_id(driver):
+    [first] = driver.job_enqueue([debounced("i", 1)])
+    assert driver.job_enqueue([debounced("i", 2)])[0].debounced     # job_debounce alone: no insert
+    [other] = driver.job_enqueue([debounced("j", 1)])
+    assert other.id == first.id + 1
