@@ -109,6 +109,9 @@ def _planned(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_a
     traceparent = current_traceparent()   # stamped here, where the enqueuing code's span is
     keyed = handle.keyed
     places = None if keyed is None else [keyed.key_for(handle.name, item) for item in checked]
+    debounce_ms, debounce_max_ms = handle.snoozing.debounce_ms, handle.snoozing.debounce_max_ms
+    if debounce_ms is not None and at is None and delay_ms == 0.0:
+        delay_ms = debounce_ms     # trailing: a debounced job waits its debounce from the start
 
     def make(start: int, stop: int) -> list[NewJob]:
         return [NewJob(name=handle.name, queue=handle.queue,
@@ -119,7 +122,8 @@ def _planned(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_a
                        delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent,
                        concurrency_key=None if places is None else places[i],
                        key_cap=None if keyed is None else keyed.cap, key_hold=keyed is not None and keyed.hold,
-                       fair_key=handle.fair_key_for(checked[i], tenant))
+                       fair_key=handle.fair_key_for(checked[i], tenant),
+                       debounce_ms=debounce_ms, debounce_max_ms=debounce_max_ms)
                 for i in range(start, stop)]
     return make, len(checked)
 
@@ -157,7 +161,7 @@ def enqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = 
                           enqueued_by=enqueued_by, max_payload_bytes=settings.max_payload_bytes)
         done = driver.job_enqueue(jobs, conn=callers) if jobs else []
     # the driver's records, as handles that can read their job back (``Enqueued.get``)
-    return [Enqueued(e.id, e.deduped) for e in done]
+    return [Enqueued(e.id, e.deduped, e.debounced) for e in done]
 
 
 async def aenqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
@@ -179,7 +183,7 @@ async def aenqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: ob
     jobs = await abuild_jobs(handle, inputs, delay=delay, run_at=run_at, priority=priority,
                              enqueued_by=enqueued_by)
     done = await writes.job_enqueue_async(jobs, callers) if jobs else []
-    return [Enqueued(e.id, e.deduped) for e in done]
+    return [Enqueued(e.id, e.deduped, e.debounced) for e in done]
 
 
 async def abuild_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_at: object,

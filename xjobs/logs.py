@@ -21,6 +21,7 @@ on a name, never on wording::
     job.interrupted             info     ... error (a drain, a tick's deadline: attempt not charged)
     job.cancelled               info     ...
     job.shed                    debug    ... why delay_ms
+    job.snoozed                 info     ... delay_s snoozes (xjobs.Snooze: attempt not charged)
     job.lease.lost              error    ... why
     job.lease.renew.failed      warning  count error worker   (one failed renewal is not a loss)
     job.settle.failed           error    count tries error job_ids worker (retried until the lease lapsed)

@@ -26,6 +26,7 @@ from .fairness import Fairness, declare as fairness_of
 from .options import duration_ms, finite_count, plain_name
 from .sites import same_body, written_at
 from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
+from .snooze import DEFAULT_MAX_SNOOZES, SnoozePolicy, declared_policy
 
 if TYPE_CHECKING:
     from .connections import AsyncJoinable, Joinable
@@ -51,7 +52,8 @@ class JobHandle:
                  event_poll_ms: float | None = None, retry_on: ErrorTypes = (),
                  terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False,
                  keyed: keyed_options.KeyedConcurrency | None = None,
-                 fairness: Fairness | None = None) -> None:
+                 fairness: Fairness | None = None,
+                 snoozing: SnoozePolicy = SnoozePolicy()) -> None:
         self.fn = fn
         self._built: object = None    # job()'s proof, for the registry
         self.name = name
@@ -72,6 +74,7 @@ class JobHandle:
         self.terminal_on = terminal_on            # exception types that dead-letter at once
         self.cross_tenant = cross_tenant          # its runs may open ctx.cross_tenant (declared, reviewed)
         self.fairness = fairness                  # job(fairness=): the key its claims are shared by
+        self.snoozing = snoozing                  # max_snoozes, debounce (snooze.py)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -301,6 +304,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         terminal_on: object = (), input: Any = None, cross_tenant: bool = False,
         concurrency_key: Any = None, ordered: object = False, on_failure: object = None,
         fairness: object = None, fair_weights: object = None,
+        max_snoozes: int = DEFAULT_MAX_SNOOZES, debounce: object = None, debounce_max: object = None,
         registry: Registry | None = None) -> Callable[[Body], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
@@ -313,7 +317,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     declares that the job's runs may open ``ctx.cross_tenant(reason)``; a run of any other job
     is refused there (``X_TENANCY_CROSS_DENIED``). ``concurrency_key``, ``ordered``,
     ``on_failure``: at most ``concurrency`` runs per key, or a sequence (``keyed.py``).
-    ``fairness``/``fair_weights``: claims shared out among tenants or keys (``fairness.py``)."""
+    ``fairness``/``fair_weights``: claims shared out among tenants or keys (``fairness.py``).
+    ``max_snoozes``, ``debounce``, ``debounce_max``: see ``snooze.py``."""
     queue = plain_name(queue, "queue")
     if not isinstance(cross_tenant, bool):
         raise InvalidOption("cross_tenant", f"must be True or False, got {cross_tenant!r}")
@@ -348,6 +353,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     if set(retry_types) & set(terminal_types):
         raise InvalidOption("retry_on", "a class cannot be in both retry_on and terminal_on")
     fair = fairness_of(fairness, fair_weights, has_tenant=tenant != NO_TENANT)
+    snoozing = declared_policy(max_snoozes, debounce, debounce_max)
     target = registry if registry is not None else REGISTRY
 
     def declare(fn: Body) -> JobHandle:
@@ -360,7 +366,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
                            dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
                            event_poll_ms=event_poll_ms, retry_on=retry_types,
                            terminal_on=terminal_types, input=input, cross_tenant=cross_tenant, keyed=keyed,
-                           fairness=fair)
+                           fairness=fair, snoozing=snoozing)
         handle._built = BUILT
         return target._add(handle)
 

@@ -1,6 +1,7 @@
 """The dashboard's job page shows a completed job's result: escaped, and folded in a
 ``<details>`` when long; a job that did not complete shows none. It says what a member waiting
-for its key waits for."""
+for its key waits for. A job that snoozed shows how
+often."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ pytest.importorskip("werkzeug", reason="the dashboard needs the ui extra")
 
 from tests.drivers.parity import new_job, run  # noqa: E402
 from tests.ui.clients import client  # noqa: E402
+from xjobs.drivers.base import Nack  # noqa: E402
 
 XSS = "<script>alert(1)</script>"
 
@@ -39,3 +41,12 @@ def test_the_job_page_says_what_a_keyed_member_waits_for(driver):
     page = client(driver).get(f"/jobs/{second}").get_data(as_text=True)
     assert f"sequence &#39;&lt;acct&gt;&#39; behind job #{first}" in page
     assert 'data-testid="key-waiting"' not in client(driver).get(f"/jobs/{first}").get_data(as_text=True)
+
+
+def test_the_job_page_counts_a_jobs_snoozes(driver):
+    snoozed, lease = run(driver, "snoozed")
+    plain, _ = run(driver, "plain")
+    driver.job_nack(Nack(snoozed, lease.token, "snoozed", delay_ms=60_000))
+    c = client(driver)
+    assert 'data-testid="snoozes">1 (no attempt spent)' in c.get(f"/jobs/{snoozed}").get_data(as_text=True)
+    assert 'data-testid="snoozes"' not in c.get(f"/jobs/{plain}").get_data(as_text=True)

@@ -96,6 +96,22 @@ def _by_claim_order(row: Row) -> tuple[int, float, int]:
     return (row.priority, row.run_at, row.id)
 
 
+def _waits(holder: Row) -> bool:
+    """Whether a key's job has not started yet: ready, never claimed (``job_debounce``)."""
+    return holder.state == "ready" and holder.started_at is None
+
+
+def _debounced(holder: Row, job: NewJob, at: float) -> bool:
+    """``job_debounce``: a debounced input moves a holder that has not started yet."""
+    if job.debounce_ms is None or not _waits(holder):
+        return False
+    holder.payload = as_stored(job.payload)
+    holder.run_at = plus(at, job.debounce_ms)
+    if job.debounce_max_ms is not None:
+        holder.run_at = min(holder.run_at, plus(holder.created_at, job.debounce_max_ms))
+    return True
+
+
 class MemoryJobs(JobStore):
     def __init__(self, table: MemoryTable) -> None:
         self._table = table
@@ -121,16 +137,26 @@ class MemoryJobs(JobStore):
         table = self._table
         results: list[Enqueued] = []
         at = table.now()
+        # job_debounce is sent before the insert: a debounced key whose job waits already moves
+        # it without an id taken; one inserted by this very call is moved after (an id taken)
+        waiting = {job.namespace for job in jobs if job.debounce_ms is not None
+                   and job.namespace in table.live and _waits(table.rows[table.live[job.namespace]])}
         for job in jobs:
+            if job.debounce_ms is not None and job.namespace in waiting:
+                waiter = table.live[job.namespace]
+                results.append(Enqueued(waiter, True, _debounced(table.rows[waiter], job, at)))
+                continue
             if job.dedupe_window_ms is not None:   # filtered before the insert: no id taken
                 kept = table.in_window(job.namespace, at)
                 if kept is not None:   # job_find_holder answers a live holder first
-                    results.append(Enqueued(table.live.get(job.namespace, kept), True))
+                    live = table.live.get(job.namespace)
+                    results.append(Enqueued(kept, True) if live is None else
+                                   Enqueued(live, True, _debounced(table.rows[live], job, at)))
                     continue
             job_id = table.take_id()   # taken even when deduped
             holder = table.live.get(job.namespace)
             if holder is not None:
-                results.append(Enqueued(holder, True))
+                results.append(Enqueued(holder, True, _debounced(table.rows[holder], job, at)))
                 continue
             run_at = plus(at, job.delay_ms) if job.run_at_ms is None else ts(job.run_at_ms)
             table.insert(Row(
@@ -210,7 +236,7 @@ class MemoryJobs(JobStore):
             row.progress = None
         picked.sort(key=lambda r: r.id)
         return [ClaimedJob(r.id, r.name, r.queue, orjson.loads(r.payload), r.tenant, r.attempt,
-                           r.max_attempts, r.priority, token, r.traceparent) for r in picked]
+                           r.max_attempts, r.priority, token, r.traceparent, r.snoozes) for r in picked]
 
     def job_ack_many(self, leases: Sequence[Lease], results: Mapping[int, bytes] | None = None) -> set[int]:
         """``job_ack_many``: complete every job still held under its token, with its result."""
@@ -245,6 +271,7 @@ class MemoryJobs(JobStore):
         row.attempt = row.attempt if nack.counts else max(row.attempt - 1, 0)
         if nack.counts:   # the run ended on its own: no longer a crash suspect
             row.crashes, row.suspect_group = 0, None
+        row.snoozes += nack.outcome == "snoozed"
         table.move(row, "dead" if dead else "suspended" if nack.outcome == "suspended" else "ready")
         shed = nack.outcome == "shed"
         if not dead and not (shed and nack.delay_ms == 0):   # a shed keeps its place

@@ -80,7 +80,8 @@ class MemoryOperator(Introspection):
                        started_at=row.started_at if full else None,
                        result=orjson.loads(row.result) if full and row.result is not None else None,
                        key=place_of(self._table, row) if full else None,
-                       fair_key=row.fair_key if full else None)
+                       fair_key=row.fair_key if full else None,
+                       snoozes=row.snoozes if full else 0)
 
     def job_list(self, where: ListFilter) -> list[JobView]:
         """``job_list`` (newest first, before ``before_id``) or ``job_list_after`` (oldest first)."""
@@ -168,7 +169,7 @@ class MemoryOperator(Introspection):
             return Outcome(self._view(row, full=True), True)
 
     def _requeue(self, row: Row, at: float, reason: str | None) -> None:
-        row.attempt, row.run_at, row.finished_at = 0, at, None   # before the move: a keyed row waits from here
+        row.attempt, row.snoozes, row.run_at, row.finished_at = 0, 0, at, None   # before the move: a keyed row waits from here
         self._table.move(row, "ready")
         self._table.record(row.id, at, 0, "requeued", reason)
 
@@ -189,7 +190,7 @@ class MemoryOperator(Introspection):
             for step_name in [s.name for s in steps.values() if s.seq >= target.seq]:
                 del steps[step_name]
             at = table.now()
-            row.attempt, row.run_at, row.finished_at = 0, at, None
+            row.attempt, row.snoozes, row.run_at, row.finished_at = 0, 0, at, None
             table.move(row, "ready")
             table.record(row.id, at, 0, "requeued", f"from step {name}")
             return Outcome(None, True)

@@ -70,6 +70,7 @@ class Row:
     started_at: float | None = None
     finished_at: float | None = None
     crashes: int = 0
+    snoozes: int = 0                   # times it put itself back for later (xjobs.Snooze)
     suspect_group: int | None = None   # the half of a crashed process's jobs it is in
     dedupe_window_ms: float | None = None
     progress: ProgressReport | None = None

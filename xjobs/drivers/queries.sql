@@ -68,7 +68,8 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from picked))
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
+          j.snoozes
 
 -- name: job_claim_many
 -- its own statement: queue = any(...) cannot read jobs_ready_idx in order, so a worker
@@ -87,7 +88,8 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from picked))
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
+          j.snoozes
 
 -- name: job_claim_alone
 -- suspects of a crash, for a worker that will run them with nothing beside them: the first in
@@ -119,7 +121,8 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from lead union all select id from members))
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
+          j.snoozes
 
 -- name: job_ack_many
 -- the fences of a batch: (id, token) pairs. Planned for the batch at hand (the driver does not
@@ -147,11 +150,12 @@ select done.id from done, (select count(*) from told) as t
 -- the settlements of a batch as ONE json document (rows of id, token, outcome, error, delay,
 -- traceback), fenced per job on its token and planned per batch like job_ack_many. The outcome
 -- alone decides the rest (records.Nack): retried and dead spend the attempt, and a run that
--- ended on its own clears any suspicion of crashing its process; interrupted, suspended and
--- shed give it back. A shed with no delay keeps its run_at: it keeps its place in the claim
--- order and its age in the oldest-ready figure (a saturated capped job must not look freshly
--- enqueued), and it writes no history (it is not an event in the job's life: the worker
--- counts it, outcome "shed")
+-- ended on its own clears any suspicion of crashing its process; interrupted, suspended,
+-- snoozed and shed give it back (a snooze is counted in snoozes, which its job's max_snoozes
+-- bounds). A shed with no delay keeps its run_at: it keeps its place in the claim order and
+-- its age in the oldest-ready figure (a saturated capped job must not look freshly enqueued),
+-- and it writes no history (it is not an event in the job's life: the worker counts it,
+-- outcome "shed")
 with n as (
     select id, token, outcome, error, delay, traceback, outcome in ('retried', 'dead') as counts
     from jsonb_to_recordset(%(rows)s::jsonb)
@@ -166,6 +170,7 @@ with n as (
         last_error = coalesce(n.error, j.last_error),
         crashes = case when n.counts then 0 else j.crashes end,
         suspect_group = case when n.counts then null else j.suspect_group end,
+        snoozes = j.snoozes + (n.outcome = 'snoozed')::int,
         lease_token = null, lease_expires_at = null
     from n
     where j.id = any(%(ids)s::bigint[]) and j.id = n.id and j.lease_token = n.token and j.state = 'running'
@@ -463,7 +468,7 @@ select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, p
                and h.key_run_at is null
                and (h.state in ('ready', 'running', 'suspended') or (h.state = 'dead' and h.key_hold))
              order by h.id),
-       fair_key
+       fair_key, snoozes
 from {schema}.jobs j
 where id = %(id)s
 
@@ -503,7 +508,7 @@ select logged.job_id from logged, (select count(*) from told) as t
 -- name: job_requeue
 with requeued as (
     update {schema}.jobs
-    set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
+    set state = 'ready', attempt = 0, snoozes = 0, run_at = {now}, finished_at = null
     where id = %(id)s and state in ('dead', 'cancelled')
     returning id
 )
@@ -533,7 +538,7 @@ with picked as (
     order by p.name, p.space, p.idempotency_key, p.id desc
 ), requeued as (
     update {schema}.jobs j
-    set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
+    set state = 'ready', attempt = 0, snoozes = 0, run_at = {now}, finished_at = null
     where j.id = any(array(select id from chosen))
     returning j.id, j.queue
 ), logged as (
@@ -873,7 +878,8 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from chosen))
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
+          j.snoozes
 
 -- Durable steps and events ----------------------------------------------------------------------
 --
@@ -1076,7 +1082,7 @@ with target as (
     where s.job_id = target.id and s.seq >= target.seq
 ), requeued as (
     update {schema}.jobs j
-    set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
+    set state = 'ready', attempt = 0, snoozes = 0, run_at = {now}, finished_at = null
     from target where j.id = target.id
     returning j.id, j.queue
 ), logged as (
@@ -1281,7 +1287,7 @@ with turns as (
         lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
     where j.id = any(array(select id from chosen))
     returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority,
-              j.traceparent, j.fair_key
+              j.traceparent, j.fair_key, j.snoozes
 ), served as (
     select fair_key, count(*) as n from claimed group by fair_key
 ), reach as (
@@ -1295,10 +1301,10 @@ with turns as (
     where t.queue = %(queue)s and t.fair_key = turns.fair_key
       and (served.n is not null or not exists (select 1 from heads where heads.fair_key = turns.fair_key))
 )
-select id, name, queue, payload, tenant, attempt, max_attempts, priority, traceparent, null::text
+select id, name, queue, payload, tenant, attempt, max_attempts, priority, traceparent, null::text, snoozes
 from claimed
 union all
-select null, null, null, null, null, null, null, null, null, turns.fair_key
+select null, null, null, null, null, null, null, null, null, turns.fair_key, null
 from turns
 where not exists (select 1 from heads where heads.fair_key = turns.fair_key)
 
@@ -1321,3 +1327,18 @@ returning t.fair_key
 -- a queue's rotation as it stands, lowest pass first (tests, jobs show)
 select fair_key, pass from {schema}.fair_tenants where queue = %(queue)s
 order by pass, fair_key limit %(limit)s
+
+-- name: job_debounce
+-- debounced enqueues (job(debounce=)), one row per namespace with its newest input, sent before
+-- job_enqueue (a burst's key is held) and after it for keys the insert found held: a holder
+-- that has not started yet (ready, never claimed) takes that input and starts at
+-- least(now + debounce, its first enqueue + debounce_max). ONE update that locks the holder:
+-- a claim that took it first has set started_at, so this matches nothing and the caller
+-- answers the enqueue as a duplicate; the partial unique index finds each holder
+update {schema}.jobs j
+set payload = u.p,
+    run_at = least({now} + u.db * interval '1 millisecond', j.created_at + u.dm * interval '1 millisecond')
+from jsonb_to_recordset(%(rows)s::jsonb) as u(n text, t text, k text, p jsonb, db float8, dm float8)
+where j.name = u.n and coalesce(j.tenant, '') = coalesce(u.t, '') and j.idempotency_key = u.k
+  and j.state in ('ready', 'running', 'suspended') and j.state = 'ready' and j.started_at is null
+returning j.id, j.name, coalesce(j.tenant, '') as tenant, j.idempotency_key

@@ -13,7 +13,7 @@ outbox rows). The dashboard's role lives with the dashboard (``ui/``).
 
 The queue worker's collaborators: ``claiming`` (one queue's claim, in arrival order or shared
 out by key), ``execute`` (the one execution path of a claimed job),
-``runs`` (the runs it holds), ``settle`` and ``settle_retry`` (what finished runs write, and
+``verdict`` (what a finished run comes to), ``runs`` (the runs it holds), ``settle`` and ``settle_retry`` (what finished runs write, and
 retrying those writes), ``leases`` (renewal, and deciding a lease is lost), ``admission`` and
 ``limiter`` (per-process limits and fleet-wide slots), ``quarantine`` (suspects of a crash run
 alone), ``failures`` (how a failure is written down), ``rates`` (per-minute outcome counts),
