@@ -115,7 +115,8 @@ def _planned(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_a
                        idempotency_key=handle.key_for(checked[i]) if keys is None else keys[i],
                        tenant=handle.tenant_for(checked[i]),
                        enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at,
-                       delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent)
+                       delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent,
+                       rate_key=handle.rate_key_for(checked[i]))
                 for i in range(start, stop)]
     return make, len(checked)
 

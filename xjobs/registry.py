@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Proto
 from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, InvalidOption, PayloadInvalid,
                      TenantRequired, UnknownJob)
 from .options import duration_ms, finite_count, plain_name
+from .rate_keys import RateLimit, declared_rate, rate_key_for
 from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ class JobHandle:
                  timeout_ms: float | None, concurrency: int | None, priority: int,
                  dedupe_window_ms: float | None = None, step_timeout_ms: float | None = None,
                  event_poll_ms: float | None = None, retry_on: ErrorTypes = (),
-                 terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False) -> None:
+                 terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False,
+                 rate: RateLimit | None = None) -> None:
         self.fn = fn
         self._built: object = None    # job()'s proof, for the registry
         self.name = name
@@ -65,6 +67,7 @@ class JobHandle:
         self.retry_on = retry_on                  # exception types: only these retry (when given)
         self.terminal_on = terminal_on            # exception types that dead-letter at once
         self.cross_tenant = cross_tenant          # its runs may open ctx.cross_tenant (declared, reviewed)
+        self.rate = rate                          # job(rate=, rate_key=): starts per key per window, fleet-wide
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -117,6 +120,9 @@ class JobHandle:
         if "\x00" in tenant or len(tenant) > _MAX_KEY:
             raise InvalidOption("tenant", f"job {self.name!r}: a tenant is at most {_MAX_KEY} characters without NUL")
         return tenant
+
+    def rate_key_for(self, input: Any) -> str | None:
+        return rate_key_for(self.name, self.rate, input)
 
     def enqueue(self, input: Any, *, delay: object = None, run_at: object = None,
                 priority: int | None = None, conn: Joinable | None = None,
@@ -310,6 +316,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         concurrency: int | None = None, priority: int = 0, dedupe_window: object = None,
         step_timeout: object = None, event_poll: object = None, retry_on: object = (),
         terminal_on: object = (), input: Any = None, cross_tenant: bool = False,
+        rate: str | None = None, rate_key: Callable[[Any], Any] | None = None,
         registry: Registry | None = None) -> Callable[[Body], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
@@ -320,8 +327,9 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     and finite when given. ``retry_on``/``terminal_on``: exception classes that decide retry or
     dead letter for errors you did not write (see ``retry.decide``). ``cross_tenant=True``
     declares that the job's runs may open ``ctx.cross_tenant(reason)``; a run of any other job
-    is refused there (``X_TENANCY_CROSS_DENIED``)."""
+    is refused there (``X_TENANCY_CROSS_DENIED``). ``rate``/``rate_key``: see ``rate_keys.py``."""
     queue = plain_name(queue, "queue")
+    rate_limit = declared_rate(rate, rate_key)
     if not isinstance(cross_tenant, bool):
         raise InvalidOption("cross_tenant", f"must be True or False, got {cross_tenant!r}")
     if idempotency_key is _MISSING or idempotency_key is None:
@@ -362,7 +370,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
                            concurrency=concurrency, priority=priority,
                            dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
                            event_poll_ms=event_poll_ms, retry_on=retry_types,
-                           terminal_on=terminal_types, input=input, cross_tenant=cross_tenant)
+                           terminal_on=terminal_types, input=input, cross_tenant=cross_tenant,
+                           rate=rate_limit)
         handle._built = BUILT
         return target._add(handle)
 

@@ -15,6 +15,7 @@ mirrors its statements, verb by verb:
     memory_steps.MemorySteps               StepStore, EventStore: durable steps and stored events
     memory_ledger.MemoryLedger             BackfillLedger (optional, ``driver.backfills``)
     memory_fanins.MemoryFanIns             FanInStore (optional, ``driver.fanins``): workflows
+    memory_rate_keys.MemoryRateKeys        RateKeyStore (optional, ``driver.rate_keys``): rate keys
     memory_async.MemoryAsyncWrites         AsyncWrites: the same verbs, answered without I/O
 
 The conformance suite runs the same tests against this driver and ``PostgresDriver``, so any
@@ -36,6 +37,7 @@ from .memory_settlement import MemorySettlement
 from .memory_maintenance import MemoryMaintenance
 from .memory_operator import MemoryOperator
 from .memory_queues import MemoryQueues
+from .memory_rate_keys import MemoryRateKeys
 from .memory_steps import MemorySteps
 from .memory_table import MemoryTable
 from .sql import check_schema_name
@@ -57,4 +59,4 @@ class MemoryDriver(CheckedDriver):
                          slots=MemorySlots(table), steps=steps, events=steps,
                          writes_async=MemoryAsyncWrites(table, jobs, outbox, steps),
                          backfills=MemoryLedger(table), waits=MemorySettlement(table),
-                         fanins=MemoryFanIns(table))
+                         fanins=MemoryFanIns(table), rate_keys=MemoryRateKeys(table))

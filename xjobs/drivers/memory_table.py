@@ -79,6 +79,7 @@ class Row:
     parent_step: str | None = None     # the fan-in this job counts towards and its index there
     fanin_id: int | None = None
     fanin_index: int | None = None
+    rate_key: str | None = None        # job(rate=...): the key its input gave (memory_rate_keys.py)
 
     @property
     def namespace(self) -> Namespace:
@@ -130,6 +131,7 @@ class MemoryTable(Storage):
         self.watermarks: dict[str, tuple[int, float, int]] = {}       # task -> watermark, updated, dispatched
         self.outbox: dict[int, dict[str, Any]] = {}                   # id -> the outbox row
         self.slots: dict[tuple[str, int], tuple[str, float]] = {}     # (job, slot) -> holder, expires
+        self.rate_keys: dict[tuple[str, str], tuple[float, float, int, int]] = {}   # (job, key) -> opens, period, cap, n
         # durable steps and stored events (memory_steps.py)
         self.steps: dict[int, dict[str, StepRow]] = {}                # job id -> name -> its step
         self.events: dict[int, tuple[str, str, bytes, float]] = {}    # id -> name, key, payload, sent

@@ -14,14 +14,14 @@
 -- declares a dedupe window (w, ms) is not inserted while a completed job of its namespace is
 -- inside that job's window: one lookup in jobs_dedupe_idx, made only for such jobs
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
-                           priority, max_attempts, run_at, created_at, dedupe_window, traceparent)
+                           priority, max_attempts, run_at, created_at, dedupe_window, traceparent, rate_key)
 -- run_at: the absolute time r when one is given, else now plus the delay d
 select u.n, u.q, 'ready', u.p, u.k, u.t, u.e, u.pr, u.m,
        coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now},
-       u.w * interval '1 millisecond', u.tp
+       u.w * interval '1 millisecond', u.tp, u.rk
 from jsonb_to_recordset(%(rows)s::jsonb)
      as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, r float8, d float8, w float8,
-          tp text)
+          tp text, rk text)
 where u.w is null or not exists (
     select 1 from {schema}.jobs c
     where c.state = 'completed' and c.dedupe_window is not null
@@ -54,7 +54,7 @@ order by j.state = 'completed', j.id desc
 -- an old worker never takes, and fails, a job of a name it does not have
 with picked as (
     select id from {schema}.jobs
-    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0
+    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0 and {_rate_open}
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and (%(names)s::text[] is null or name = any(%(names)s::text[]))
     order by priority, run_at, id
@@ -73,7 +73,7 @@ returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
 -- claims one queue per statement with job_claim_one and this serves multi-queue callers
 with picked as (
     select id from {schema}.jobs
-    where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= {now} and crashes = 0
+    where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= {now} and crashes = 0 and {_rate_open}
       and queue not in (select p.name from {schema}.queues p where p.paused)
       and (%(names)s::text[] is null or name = any(%(names)s::text[]))
     order by priority, run_at, id
@@ -95,7 +95,7 @@ returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
 -- sooner), so suspects go to idle workers first, and the other halves to other processes
 with lead as (
     select id, suspect_group from {schema}.jobs
-    where state = 'ready' and queue = %(queue)s and crashes > 0
+    where state = 'ready' and queue = %(queue)s and crashes > 0 and {_rate_open}
       and run_at <= {now} - %(wait)s * interval '1 millisecond'
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and (%(names)s::text[] is null or name = any(%(names)s::text[]))
@@ -838,7 +838,7 @@ with caps as (
     select h.t, h.n from jsonb_to_recordset(%(held)s::jsonb) as h(t text, n int)
 ), picked as (
     select id, name, coalesce(tenant, '') as tk, priority, run_at from {schema}.jobs j
-    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0
+    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0 and {_rate_open}
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and not exists (select 1 from caps where caps.n = j.name and caps.room <= 0)
       and coalesce(tenant, '') <> all(%(skip)s::text[])
@@ -1195,3 +1195,86 @@ from {schema}.jobs where parent_id = %(id)s group by state
 union all
 select page.id, page.state, page.n, page.name, page.parent_step from (select id, state, 0::bigint as n, name, parent_step
                from {schema}.jobs where parent_id = %(id)s order by id limit %(limit)s) as page
+
+-- Rate limits by key ---------------------------------------------------------------------------
+--
+-- job(rate="N/period", rate_key=...): at most N starts per key in each window of the period,
+-- across the fleet. Windows are fixed, counted from the epoch on the database's clock; one row
+-- per (job, key) in rate_keys holds the window now counted. rate_take is the grant; the claims'
+-- {_rate_open} only keeps a claim from taking what it would be refused.
+
+-- name: _rate_open
+-- a job whose key's current window is full is left ready: one probe of rate_keys' primary key
+-- per candidate, and none for a job without a rate (written unqualified, so it reads the jobs
+-- row of whichever claim it is put in: rate_keys has no column called name or rate_key)
+(rate_key is null or not exists (
+    select 1 from {schema}.rate_keys rk
+    where rk.job = name and rk.key = rate_key and rk.n >= rk.cap
+      and rk.opens + rk.period_ms * interval '1 millisecond' > {now}))
+
+-- name: rate_take
+-- starts for claimed jobs, as ONE json document (rows of id, token, c = the cap, p = the period
+-- in ms), fenced on each claim's token. Per (job, key): the window {now} falls in is opened (or
+-- the count goes on in the row's own, if a take that read a later clock got there first), and
+-- granted what room it has, the first jobs by id first. A granted job's started_at becomes the
+-- grant's time, inside the window it is counted in, so the starts read from jobs agree with the
+-- counts. Answers every asked job of a rate key: granted or not, and the ms until its window's
+-- next opening. The upserts run in (job, key) order, the one lock order of every taker
+with asked as (
+    select j.id, a.token, j.name, j.rate_key, a.c, a.p
+    from jsonb_to_recordset(%(rows)s::jsonb) as a(id bigint, token bigint, c int, p float8)
+    join {schema}.jobs j on j.id = a.id and j.lease_token = a.token and j.state = 'running'
+    where j.id = any(%(ids)s::bigint[]) and j.rate_key is not null
+), wanted as (
+    select w.name, w.rate_key, w.c, w.p, w.want,
+           to_timestamp(floor(extract(epoch from {now}) * 1000.0 / w.p) * w.p / 1000.0) as opens
+    from (select name, rate_key, max(c) as c, max(p) as p, count(*)::int as want
+          from asked group by name, rate_key) as w
+    order by w.name, w.rate_key
+), taken as (
+    insert into {schema}.rate_keys as r (job, key, opens, period_ms, cap, n, granted)
+    select name, rate_key, opens, p, c, least(want, c), least(want, c) from wanted
+    order by name, rate_key
+    on conflict (job, key) do update
+    set granted = case when r.period_ms = excluded.period_ms and r.opens >= excluded.opens
+                       then greatest(0, least(excluded.granted, excluded.cap - r.n)) else excluded.granted end,
+        n = case when r.period_ms = excluded.period_ms and r.opens >= excluded.opens
+                 then r.n + greatest(0, least(excluded.granted, excluded.cap - r.n)) else excluded.n end,
+        opens = case when r.period_ms = excluded.period_ms and r.opens >= excluded.opens
+                     then r.opens else excluded.opens end,
+        period_ms = excluded.period_ms, cap = excluded.cap
+    returning r.job, r.key, r.granted, r.opens, r.period_ms
+), ranked as (
+    select a.id, a.token, t.opens, t.period_ms,
+           row_number() over (partition by a.name, a.rate_key order by a.id) <= t.granted as granted
+    from asked a join taken t on t.job = a.name and t.key = a.rate_key
+), started as (
+    update {schema}.jobs j set started_at = greatest({now}, ranked.opens)
+    from ranked
+    where j.id = any(%(ids)s::bigint[]) and j.id = ranked.id and ranked.granted
+      and j.lease_token = ranked.token and j.state = 'running'
+    returning j.id
+)
+select ranked.id, ranked.granted,
+       greatest(0, extract(epoch from ranked.opens - {now}) * 1000.0 + ranked.period_ms)::float8
+from ranked, (select count(*) from started) as s
+
+-- name: rate_key_wait
+-- what a job's rate key says of it (jobs show): its key, and the window that key counts now
+-- (null when it never started a job, or its row was pruned)
+select j.rate_key, rk.cap, rk.n, rk.period_ms,
+       extract(epoch from rk.opens)::float8 * 1000,
+       (extract(epoch from {now}) * 1000)::float8
+from {schema}.jobs j
+left join {schema}.rate_keys rk on rk.job = j.name and rk.key = j.rate_key
+where j.id = %(id)s and j.rate_key is not null
+
+-- name: rate_key_prune
+-- windows that closed more than %(age)s ms ago: a key that starts again opens a new one
+with gone as (
+    delete from {schema}.rate_keys
+    where opens < {now} - %(age)s * interval '1 millisecond'
+      and opens + period_ms * interval '1 millisecond' < {now} - %(age)s * interval '1 millisecond'
+    returning 1
+)
+select count(*) from gone

@@ -51,6 +51,7 @@ class NewJob:
     delay_ms: float = 0.0            # added to the driver's now (the server's, in production)
     dedupe_window_ms: float | None = None   # keep the key this long after completion
     traceparent: str | None = None   # the W3C trace context of the enqueuing code
+    rate_key: str | None = None      # job(rate=...): the key its starts are counted under
 
     @property
     def namespace(self) -> tuple[str, str, str]:
@@ -63,7 +64,7 @@ class NewJob:
         return {"n": self.name, "q": self.queue, "p": orjson.Fragment(self.payload),
                 "k": self.idempotency_key, "t": self.tenant, "e": self.enqueued_by,
                 "pr": self.priority, "m": self.max_attempts, "r": self.run_at_ms, "d": self.delay_ms,
-                "w": self.dedupe_window_ms, "tp": self.traceparent}
+                "w": self.dedupe_window_ms, "tp": self.traceparent, "rk": self.rate_key}
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> "NewJob":
@@ -71,7 +72,7 @@ class NewJob:
         return cls(name=doc["n"], queue=doc["q"], payload=compact(orjson.dumps(doc["p"])), idempotency_key=doc["k"],
                    tenant=doc.get("t"), enqueued_by=doc.get("e"), priority=doc.get("pr", 0),
                    max_attempts=doc.get("m", 5), run_at_ms=doc.get("r"), delay_ms=doc.get("d") or 0.0,
-                   dedupe_window_ms=doc.get("w"), traceparent=doc.get("tp"))
+                   dedupe_window_ms=doc.get("w"), traceparent=doc.get("tp"), rate_key=doc.get("rk"))
 
 
 @dataclass(frozen=True, slots=True)
