@@ -44,7 +44,9 @@ def _job(handle: JobHandle) -> dict[str, Any]:
             "input": None if handle._input is None else _callable_name(handle._input),
             "cross_tenant": handle.cross_tenant,
             "retry_on": sorted(_type_name(t) for t in handle.retry_on),
-            "terminal_on": sorted(_type_name(t) for t in handle.terminal_on)}
+            "terminal_on": sorted(_type_name(t) for t in handle.terminal_on),
+            # flow control, only where declared: a manifest committed before it stays current
+            **({"rate": handle.rate.describe()} if handle.rate is not None else {})}
 
 
 def describe(registry: Registry) -> dict[str, Any]:

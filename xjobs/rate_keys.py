@@ -3,7 +3,8 @@
 A job that declares ``rate`` starts at most N runs per key in each window of the period,
 across every worker of the fleet, counted in the database (``drivers/rate_keys.py``). The key
 is what ``rate_key(input)`` answers at enqueue, kept on the row; without ``rate_key`` every
-run of the job shares one key (the job's name). ``rate_key`` without ``rate`` is refused.
+run of the job shares one key, the job's name (keys are counted per job: two jobs keyed by
+the same value have a window each). ``rate_key`` without ``rate`` is refused.
 
 What is refused, and when:
 
@@ -21,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .drivers.rate_keys import rate_keys_of
 from .errors import InvalidOption, XJobsError
 from .options import duration_ms, finite_count
 
@@ -103,7 +105,7 @@ def rate_key_for(job: str, limit: RateLimit | None, input: Any) -> str | None:
     if limit is None:
         return None
     if limit.key is None:
-        return ""     # one key for the job: its name is already the row's
+        return job    # one key for the job: its name
     try:
         key = limit.key(input)
     except Exception as exc:
@@ -117,4 +119,17 @@ def rate_key_for(job: str, limit: RateLimit | None, input: Any) -> str | None:
     return key
 
 
-__all__ = ["MAX_RATE", "RateKeyInvalid", "RateLimit", "RateUnenforceable", "declared_rate", "parse_rate", "rate_key_for"]
+def rate_waiting(driver: object, job_id: int) -> dict[str, Any] | None:
+    """What ``jobs show`` says of a job's rate key: the key, the window it counts now
+    (``cap`` starts per ``period_ms``, ``started`` of them since ``window_opened``, epoch ms)
+    and ``waiting_until``, when that window is full (None: the key has room). None: the job
+    declares no rate, or the driver keeps no rate keys."""
+    store = rate_keys_of(driver)
+    wait = None if store is None else store.rate_key_wait(job_id)
+    if wait is None:
+        return None
+    return {"key": wait.key, "cap": wait.cap, "period_ms": wait.period_ms, "started": wait.n,
+            "window_opened": wait.opens, "waiting_until": wait.until}
+
+
+__all__ = ["MAX_RATE", "RateKeyInvalid", "RateLimit", "RateUnenforceable", "declared_rate", "parse_rate", "rate_key_for", "rate_waiting"]

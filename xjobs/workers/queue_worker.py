@@ -173,7 +173,7 @@ class QueueWorker(RoleBase):
         self.hooks.start()   # the app's clients, built in this process before anything is claimed
         self.admission = Admission(slots=slots, identity=self.identity, caps=self._caps,
                                    limits=self.settings.limits, lease_ms=self.settings.lease_ms,
-                                   retry_ms=self.settings.poll_ms)
+                                   retry_ms=self.settings.poll_ms, driver=self.driver, jobs=handles.values())
         self._listener = self.driver.job_listen(self.identity)   # new jobs, and cancels of ours
         self.leases.start(self.clock, self._executor.cancel)
         self._initialized = True
@@ -361,7 +361,7 @@ class QueueWorker(RoleBase):
             else:
                 self._more.discard(queue)
             self.stats_.bump("claimed", len(jobs))
-            runs = [run for run in (self.take(job, now_ms) for job in jobs) if run is not None]
+            runs = [run for run in (self.take(job, now_ms) for job in self.admission.gate(jobs)) if run is not None]
             if runs:
                 self._executor.submit_many(runs)
 
