@@ -10,7 +10,7 @@ import pytest
 
 from tests.drivers.parity import at, claim, new_job
 from xjobs.drivers.base import Nack
-from xjobs.drivers.rate_keys import RateAsk, RateGrant, rate_keys_of
+from xjobs.drivers.rate_keys import RateAsk, RateGrant, RateKeyStore, RateWait, rate_keys_of
 
 SECOND = 1_000.0
 
@@ -20,10 +20,20 @@ def enqueue_keyed(driver, n: int, key: str = "api-1", *, name: str = "call", fir
     return [r.id for r in driver.job_enqueue(jobs)]
 
 
-def take(driver, jobs, cap: int = 2, period_ms: float = SECOND) -> list[RateGrant]:
+def keys(driver) -> RateKeyStore:
     store = rate_keys_of(driver)
     assert store is not None
-    return store.rate_take([RateAsk(j.id, j.token, cap, period_ms) for j in jobs])
+    return store
+
+
+def wait_of(driver, job_id: int) -> RateWait:
+    wait = keys(driver).rate_key_wait(job_id)
+    assert wait is not None
+    return wait
+
+
+def take(driver, jobs, cap: int = 2, period_ms: float = SECOND) -> list[RateGrant]:
+    return keys(driver).rate_take([RateAsk(j.id, j.token, cap, period_ms) for j in jobs])
 
 
 def test_both_drivers_have_the_store_behind_its_door(driver):
@@ -67,7 +77,7 @@ def test_a_second_take_in_the_window_gets_only_what_is_left_and_a_new_window_sta
     clock.advance(SECOND)
     third = claim(driver, limit=2)
     assert [g.granted for g in take(driver, third, cap=3)] == [True]   # the fifth job; one refused still runs
-    assert rate_keys_of(driver).rate_key_wait(third[0].id).n == 1
+    assert wait_of(driver, third[0].id).n == 1
 
 
 def test_a_claim_leaves_a_full_keys_jobs_ready_until_its_window_closes(driver, clock):
@@ -78,12 +88,12 @@ def test_a_claim_leaves_a_full_keys_jobs_ready_until_its_window_closes(driver, c
     # the key's window is full: the third is left where it is, the unrated job is claimed
     assert [j.id for j in claim(driver, limit=10)] == [plain]
     assert driver.job_get(ids[2]).state == "ready"
-    wait = rate_keys_of(driver).rate_key_wait(ids[2])
+    wait = wait_of(driver, ids[2])
     assert (wait.key, wait.cap, wait.n) == ("api-1", 2, 2)
     assert wait.until == pytest.approx(clock.now_ms() + SECOND)
     clock.advance(SECOND)
     assert [j.id for j in claim(driver, limit=10)] == [ids[2]]
-    assert rate_keys_of(driver).rate_key_wait(ids[2]).until is None
+    assert wait_of(driver, ids[2]).until is None
 
 
 def test_a_refused_job_shed_to_the_opening_is_not_claimed_before_it_and_keeps_its_attempts(driver, clock):
@@ -106,7 +116,7 @@ def test_a_take_is_fenced_on_the_claim_and_a_job_without_a_key_is_not_answered(d
     [keyed] = enqueue_keyed(driver, 1)
     unkeyed = driver.job_enqueue([new_job("free", name="call")])[0].id
     jobs = {j.id: j for j in claim(driver, limit=10)}
-    store = rate_keys_of(driver)
+    store = keys(driver)
     assert store.rate_take([RateAsk(keyed, jobs[keyed].token + 1, 1, SECOND)]) == []
     assert store.rate_take([RateAsk(unkeyed, jobs[unkeyed].token, 1, SECOND)]) == []
     assert store.rate_key_wait(unkeyed) is None
@@ -126,13 +136,13 @@ def test_the_rate_key_rides_the_enqueue_and_the_outbox_document(driver):
     job = replace(new_job("doc", name="call"), rate_key="k-9")
     assert type(job).from_document(job.document()).rate_key == "k-9"
     [done] = driver.job_enqueue([job])
-    assert rate_keys_of(driver).rate_key_wait(done.id).key == "k-9"
+    assert wait_of(driver, done.id).key == "k-9"
 
 
 def test_windows_closed_long_ago_are_pruned(driver, clock):
     enqueue_keyed(driver, 1, "old")
     take(driver, claim(driver, limit=1), cap=1)
-    store = rate_keys_of(driver)
+    store = keys(driver)
     assert store.rate_key_prune(60_000.0) == 0
     clock.advance(62_000.0)
     enqueue_keyed(driver, 1, "new")

@@ -27,6 +27,12 @@ def registry() -> xjobs.Registry:
     return xjobs.Registry()
 
 
+def waiting(driver, job_id: int) -> dict:
+    found = rate_waiting(driver, job_id)
+    assert found is not None
+    return found
+
+
 def completed(driver, ids) -> list[int]:
     return [i for i in ids if driver.job_get(i).state == "completed"]
 
@@ -68,7 +74,7 @@ def test_a_batch_over_the_window_sheds_its_overflow_to_the_opening(driver, clock
     opening = (math.floor(clock.now_ms() / SECOND) + 1) * SECOND
     assert {round(v.run_at) for v in shed} == {opening}
     assert worker.stats().shed == 2
-    assert rate_waiting(driver, ids[3])["key"] == "calls"
+    assert waiting(driver, ids[3])["key"] == "calls"
     clock.advance(SECOND)
     pacer.until(lambda: len(completed(driver, ids)) == 5, advance_ms=25)
     worker.close()
@@ -128,7 +134,7 @@ def test_a_key_function_that_raises_is_refused_and_an_integer_key_is_its_digits(
         enqueue(calls, driver, {"n": 1})
     assert caught.value.code == "X_JOB_RATE_KEY_INVALID" and "KeyError" in str(caught.value)
     [job_id] = enqueue(calls, driver, {"n": 2, "account": 42})
-    assert rate_waiting(driver, job_id)["key"] == "42"
+    assert waiting(driver, job_id)["key"] == "42"
 
 
 def test_a_driver_without_the_store_refuses_to_start_a_rated_job(registry):
