@@ -16,7 +16,7 @@ class PgRateKeys(RateKeyStore):
         self._db = db
 
     def rate_take(self, asks: Sequence[RateAsk]) -> list[RateGrant]:
-        rows = orjson.dumps([{"id": a.job_id, "token": a.token, "c": a.cap, "p": a.period_ms}
+        rows = orjson.dumps([{"id": a.job_id, "token": a.token, "cap": a.cap, "period": a.period_ms}
                              for a in asks]).decode()
         with self._db.cursor() as cur:
             # planned for the batch at hand, like the settling verbs (see job_ack_many)

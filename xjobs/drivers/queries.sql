@@ -1213,16 +1213,16 @@ select page.id, page.state, page.n, page.name, page.parent_step from (select id,
       and rk.opens + rk.period_ms * interval '1 millisecond' > {now}))
 
 -- name: rate_take
--- starts for claimed jobs, as ONE json document (rows of id, token, c = the cap, p = the period
--- in ms), fenced on each claim's token. Per (job, key): the window {now} falls in is opened (or
--- the count goes on in the row's own, if a take that read a later clock got there first), and
+-- starts for claimed jobs, as ONE json document (rows of id, token, cap, period in ms), fenced
+-- on each claim's token. Per (job, key): the window {now} falls in is opened (or the count goes
+-- on in the row's own, if a take that read a later clock got there first), and
 -- granted what room it has, the first jobs by id first. A granted job's started_at becomes the
 -- grant's time, inside the window it is counted in, so the starts read from jobs agree with the
 -- counts. Answers every asked job of a rate key: granted or not, and the ms until its window's
 -- next opening. The upserts run in (job, key) order, the one lock order of every taker
 with asked as (
-    select j.id, a.token, j.name, j.rate_key, a.c, a.p
-    from jsonb_to_recordset(%(rows)s::jsonb) as a(id bigint, token bigint, c int, p float8)
+    select j.id, a.token, j.name, j.rate_key, a.cap as c, a.period as p
+    from jsonb_to_recordset(%(rows)s::jsonb) as a(id bigint, token bigint, cap int, period float8)
     join {schema}.jobs j on j.id = a.id and j.lease_token = a.token and j.state = 'running'
     where j.id = any(%(ids)s::bigint[]) and j.rate_key is not null
 ), wanted as (
