@@ -41,9 +41,9 @@ from xjobs.errors import InvalidOption, SchemaOutdated, SchemaTooNew
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.postgres
 
-# The last commit whose code is the previous schema version (11). With each new migration, move
+# The last commit whose code is the previous schema version (15). With each new migration, move
 # it to the last commit of the version before that one: the test below checks it is.
-PREVIOUS_RELEASE = "7854cf2"
+PREVIOUS_RELEASE = "7ab831e"
 NEXT = SCHEMA_VERSION + 1       # the version the next release's migration would make
 
 
