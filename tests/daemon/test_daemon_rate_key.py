@@ -28,7 +28,7 @@ def test_a_key_starts_at_most_its_rate_per_second_across_two_daemons_and_every_j
     from tests.apps.rated_app import rated_call
 
     env = daemon_env
-    daemons = [env.start("--app", APP, "--queue", "rated=2x8", XJOBS_POLL="100ms") for _ in range(2)]
+    daemons = [env.start("--app", APP, "--queue", "rated=2x8") for _ in range(2)]
     for daemon in daemons:
         daemon.ready()
     inputs = [{"n": n, "key": "hot"} for n in range(HOT)] + [{"n": HOT + n, "key": "cold"} for n in range(COLD)]

@@ -78,8 +78,9 @@ class Admission:
         # the next renewal pass reads the clock)
         self._unreleased: list[tuple[str, int, float | None]] = []
 
-    def gate(self, jobs: Sequence[ClaimedJob]) -> Sequence[ClaimedJob]:
-        """A claimed batch's starts asked of the rate gate in one statement (``rate_gate.py``)."""
+    def gate(self, jobs: Sequence[ClaimedJob]) -> float:
+        """A claimed batch's starts asked of the rate gate in one statement (``rate_gate.py``);
+        answers the ms until the worker should claim again at the latest (inf: no bound)."""
         return self.rates.gate(jobs)
 
     def admit(self, job: ClaimedJob, now_ms: float) -> Admitted | Shed:

@@ -11,6 +11,10 @@ database (``drivers/rate_keys.py``), one statement per claimed batch.
                            last_error), so no worker claims it again before then
                store unreachable ──> SHED for the poll interval (never run unbounded)
 
+Nothing announces a window's opening (a NOTIFY is sent by a statement, and an opening is
+none), so the worker claims again no later than the end of the first window its batch counted
+in: one claim per window per worker at most, instead of the poll interval's wait.
+
 A job claimed outside a batch (a suspect of a crash) is asked for on its own. A start granted
 to a job that is then shed for another reason (a per-process limit, a fleet-wide slot) is
 not given back: its window counts one start more than ran, which is the safe side. The
@@ -20,6 +24,7 @@ per-process limits (``limiter.py``) stay the fast local gate in front of this on
 from __future__ import annotations
 
 import logging
+import math
 from typing import Iterable, Mapping, Sequence
 
 from ..drivers.base import ClaimedJob
@@ -53,15 +58,18 @@ class RateGate:
                 f"({type(driver).__name__}) has no rate-key store to count it in")
         return cls(store, rates, identity)
 
-    def gate(self, jobs: Sequence[ClaimedJob]) -> Sequence[ClaimedJob]:
+    def gate(self, jobs: Sequence[ClaimedJob]) -> float:
         """Ask for the starts of a claimed batch's rated jobs in one statement; ``admit``
-        answers each from what it granted. Answers ``jobs`` unchanged."""
+        answers each from what it granted. Answers the ms until the first of the windows it
+        counted in ends (inf: none): more jobs of its key may be held back until then, and
+        nothing announces a window's opening, so the worker claims again no later."""
         self._decided.clear()
         rated = [job for job in jobs if job.name in self.rates]
-        if rated:
-            taken = self._take(rated)
-            self._decided = {job.id: taken.get(job.id) for job in rated}
-        return jobs
+        if not rated:
+            return math.inf
+        taken = self._take(rated)
+        self._decided = {job.id: taken.get(job.id) for job in rated}
+        return min((g.next_ms for g in taken.values() if not unreachable(g)), default=math.inf)
 
     def admit(self, job: ClaimedJob) -> RateGrant | None:
         """The job's grant (None: it declares no rate, or has no key and so is not counted)."""
