@@ -15,7 +15,9 @@ from xjobs.drivers.base import ListFilter
 from xjobs.drivers.memory import MemoryDriver
 from xjobs.errors import InvalidOption
 from xjobs.manifest import describe
+from xjobs.config import Settings
 from xjobs.rate_keys import rate_waiting
+from xjobs.workers.upkeep import RATE_KEY_RETENTION_MS, Upkeep
 
 from .pacing import Pacer, declare, enqueue, make_worker
 
@@ -163,4 +165,19 @@ def test_the_manifest_and_jobs_show_say_the_rate(driver, clock, registry):
     assert shown["rate_key"]["key"] == "k" and shown["rate_key"]["waiting_until"] is not None
     assert "rate_key" not in admin.job_json(driver, driver.job_get(ids[0])) or \
         admin.job_json(driver, driver.job_get(ids[0]))["rate_key"]["key"] == "k"
+    pacer.worker.close()
+
+
+def test_the_upkeep_forgets_a_keys_window_an_hour_after_it_closed(driver, clock, registry):
+    calls = declare(registry, lambda ctx, i: None, name="calls", rate="5/1s", rate_key=lambda i: i["key"])
+    [job_id] = enqueue(calls, driver, {"n": 1, "key": "k"})
+    pacer = Pacer(make_worker(driver, registry, poll_ms=20))
+    pacer.until(lambda: completed(driver, [job_id]) == [job_id], advance_ms=25)
+    upkeep = Upkeep(driver=driver, settings=Settings(), who="test", count=lambda name, n: None)
+    upkeep.prune()
+    assert waiting(driver, job_id)["cap"] == 5
+    clock.advance(RATE_KEY_RETENTION_MS + 2 * SECOND)
+    upkeep.prune()
+    assert waiting(driver, job_id) == {"key": "k", "cap": None, "period_ms": None, "started": None,
+                                       "window_opened": None, "waiting_until": None}
     pacer.worker.close()
