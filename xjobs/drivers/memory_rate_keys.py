@@ -11,7 +11,7 @@ from itertools import groupby
 from typing import Sequence
 
 from .memory_table import MemoryTable, Row, plus, ts
-from .rate_keys import RateAsk, RateGrant, RateKeyStore, RateWait
+from .rate_keys import PUSH_MOST, RateAsk, RateGrant, RateKeyStore, RateWait
 
 
 def window_opens(at: float, period_ms: float) -> float:
@@ -58,12 +58,23 @@ class MemoryRateKeys(RateKeyStore):
                 else:
                     granted = n = want
                 table.rate_keys[(job, key)] = (opens, period, cap, n)
+                if n >= cap:
+                    self._push(job, key, plus(opens, period), period, cap)
                 wait = max(0.0, opens - at + period)
                 for nth, (_, _, job_id, row, _) in enumerate(members):
                     if nth < granted:
                         row.started_at = max(at, opens)
                     answers.append(RateGrant(job_id, nth < granted, wait))
         return sorted(answers, key=lambda g: g.job_id)
+
+    def _push(self, job: str, key: str, closes: float, period: float, cap: int) -> None:
+        """A filled window: the key's due ready jobs, in claim order, to the windows they can
+        start in (``waiting`` and ``pushed`` of ``rate_take``)."""
+        waiting = sorted((r for r in self._table.rows.values()
+                          if r.state == "ready" and r.name == job and r.rate_key == key and r.run_at < closes),
+                         key=lambda r: (r.priority, r.run_at, r.id))[:PUSH_MOST]
+        for place, row in enumerate(waiting):
+            row.run_at = plus(closes, (place // cap) * period)
 
     def rate_key_wait(self, job_id: int) -> RateWait | None:
         table = self._table
@@ -73,10 +84,11 @@ class MemoryRateKeys(RateKeyStore):
                 return None
             window = table.rate_keys.get((row.name, row.rate_key))
             now = table.now()
+            due = row.run_at if row.state == "ready" else None
             if window is None:
-                return RateWait(row.rate_key, None, None, None, None, now)
+                return RateWait(row.rate_key, None, None, None, None, now, due)
             opens, period, cap, n = window
-            return RateWait(row.rate_key, cap, n, period, opens, now)
+            return RateWait(row.rate_key, cap, n, period, opens, now, due)
 
     def rate_key_prune(self, age_ms: float) -> int:
         table = self._table

@@ -8,7 +8,7 @@ from typing import Sequence
 import orjson
 
 from .pg_database import PgDatabase
-from .rate_keys import RateAsk, RateGrant, RateKeyStore, RateWait
+from .rate_keys import PUSH_MOST, RateAsk, RateGrant, RateKeyStore, RateWait
 
 
 class PgRateKeys(RateKeyStore):
@@ -20,7 +20,7 @@ class PgRateKeys(RateKeyStore):
                              for a in asks]).decode()
         with self._db.cursor() as cur:
             # planned for the batch at hand, like the settling verbs (see job_ack_many)
-            cur.execute(self._db.sql["rate_take"], {**self._db.now(), "rows": rows,
+            cur.execute(self._db.sql["rate_take"], {**self._db.now(), "rows": rows, "push": PUSH_MOST,
                                                     "ids": [a.job_id for a in asks]}, prepare=False)
             found = cur.fetchall()
         return sorted((RateGrant(int(r[0]), bool(r[1]), float(r[2])) for r in found), key=lambda g: g.job_id)
@@ -31,8 +31,8 @@ class PgRateKeys(RateKeyStore):
             row = cur.fetchone()
         if row is None:
             return None
-        key, cap, n, period, opens, now = row
-        return RateWait(key, cap, n, period, opens, float(now))
+        key, cap, n, period, opens, now, due = row
+        return RateWait(key, cap, n, period, opens, float(now), due)
 
     def rate_key_prune(self, age_ms: float) -> int:
         with self._db.cursor() as cur:

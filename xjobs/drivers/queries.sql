@@ -1243,7 +1243,30 @@ with asked as (
         opens = case when r.period_ms = excluded.period_ms and r.opens >= excluded.opens
                      then r.opens else excluded.opens end,
         period_ms = excluded.period_ms, cap = excluded.cap
-    returning r.job, r.key, r.granted, r.opens, r.period_ms
+    returning r.job, r.key, r.granted, r.opens, r.period_ms, r.n, r.cap
+), waiting as (
+    -- a window this take filled: the key's other due ready jobs (up to %(push)s, in claim order)
+    -- move to the window they can start in, the next opening for the first cap of them, the one
+    -- after for the next cap, ...: a claim never reads past a full key's backlog, and each
+    -- waiting job is moved once, not once a window
+    select w.id, t.opens + t.period_ms * interval '1 millisecond'
+                 + ((w.place / t.cap) * t.period_ms) * interval '1 millisecond' as due
+    from taken t
+    cross join lateral (
+        select q.id, row_number() over (order by q.priority, q.run_at, q.id) - 1 as place
+        from (select j.id, j.priority, j.run_at from {schema}.jobs j
+              where j.state = 'ready' and j.name = t.job and j.rate_key = t.key
+                and j.run_at < t.opens + t.period_ms * interval '1 millisecond'
+              order by j.priority, j.run_at, j.id
+              limit %(push)s
+              for update skip locked) as q
+    ) as w
+    where t.n >= t.cap
+), pushed as (
+    update {schema}.jobs j set run_at = waiting.due
+    from waiting
+    where j.id = any(array(select id from waiting)) and j.id = waiting.id and j.state = 'ready'
+    returning j.id
 ), ranked as (
     select a.id, a.token, t.opens, t.period_ms,
            row_number() over (partition by a.name, a.rate_key order by a.id) <= t.granted as granted
@@ -1257,14 +1280,15 @@ with asked as (
 )
 select ranked.id, ranked.granted,
        greatest(0, extract(epoch from ranked.opens - {now}) * 1000.0 + ranked.period_ms)::float8
-from ranked, (select count(*) from started) as s
+from ranked, (select count(*) from started) as s, (select count(*) from pushed) as p
 
 -- name: rate_key_wait
--- what a job's rate key says of it (jobs show): its key, and the window that key counts now
--- (null when it never started a job, or its row was pruned)
+-- what a job's rate key says of it (jobs show): its key, the window that key counts now (null
+-- when it never started a job, or its row was pruned), and when a ready job is due
 select j.rate_key, rk.cap, rk.n, rk.period_ms,
        extract(epoch from rk.opens)::float8 * 1000,
-       (extract(epoch from {now}) * 1000)::float8
+       (extract(epoch from {now}) * 1000)::float8,
+       case when j.state = 'ready' then extract(epoch from j.run_at)::float8 * 1000 end
 from {schema}.jobs j
 left join {schema}.rate_keys rk on rk.job = j.name and rk.key = j.rate_key
 where j.id = %(id)s and j.rate_key is not null

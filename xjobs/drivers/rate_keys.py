@@ -9,8 +9,10 @@ later window begins the count again in place.
 * ``rate_take(asks)``: starts for claimed jobs of a rate (each fenced on its claim's token).
   Per key the window's room is granted to the first jobs by id; a granted job's
   ``started_at`` becomes the grant's time, inside the window it counts in. Each answer says
-  whether it was granted and, when not, how long until the window's next opening: the worker
-  sheds it to then (no attempt spent), so it is not claimed again before.
+  whether it was granted and how long until the window's next opening: the worker sheds a
+  refused job to then (no attempt spent), so it is not claimed again before. A take that fills
+  a window moves the key's other due ready jobs (``PUSH_MOST`` at most) to the windows they
+  can start in, ``cap`` to a window in claim order, so no claim reads past them.
 * ``rate_key_wait(job_id)``: what a job's key says of it, for ``jobs show`` (None: the job
   declares no rate).
 * ``rate_key_prune(age_ms)``: forget windows that closed more than ``age_ms`` ago.
@@ -30,6 +32,7 @@ from .records import MAX_DELAY_MS
 from .refusals import is_bigint
 
 MAX_CAP = 1_000_000
+PUSH_MOST = 10_000   # the waiting jobs one take moves at most (a bounded statement)
 MAX_PERIOD_MS = 31 * 86_400_000.0
 
 
@@ -56,7 +59,9 @@ class RateGrant:
 @dataclass(frozen=True, slots=True)
 class RateWait:
     """A job's rate key and the window that key counts now (``cap``, ``n``, ``period_ms``
-    and ``opens`` None: it has none), read at ``now`` (epoch ms, the driver's clock)."""
+    and ``opens`` None: it has none), read at ``now`` (epoch ms, the driver's clock); ``due``:
+    the job's run_at while it is ready (a take that filled the window may have moved it to
+    the window it can start in)."""
 
     key: str
     cap: int | None
@@ -64,14 +69,18 @@ class RateWait:
     period_ms: float | None
     opens: float | None
     now: float
+    due: float | None = None
 
     @property
     def until(self) -> float | None:
-        """When the key may start a job again, if its current window is full (else None)."""
+        """When the job may start: the end of its key's window while that is full, or its own
+        later due time (None: it may start now, or it is not ready)."""
+        later = self.due if self.due is not None and self.due > self.now else None
         if self.cap is None or self.n is None or self.period_ms is None or self.opens is None:
-            return None
+            return later
         closes = self.opens + self.period_ms
-        return closes if self.n >= self.cap and closes > self.now else None
+        full = closes if self.n >= self.cap and closes > self.now and self.due is not None else None
+        return max((t for t in (full, later) if t is not None), default=None)
 
 
 @runtime_checkable

@@ -24,3 +24,9 @@ create table if not exists {schema}.rate_keys (
 );
 -- the prune reads by time
 create index if not exists rate_keys_opens_idx on {schema}.rate_keys (opens);
+
+-- A take that fills a key's window moves the key's other due ready jobs to the windows they
+-- can start in (queries.sql, rate_take): they are found here in claim order, not by a scan of
+-- the queue. Only rows of a rate are in it.
+create index if not exists jobs_rate_wait_idx on {schema}.jobs (name, rate_key, priority, run_at, id)
+    where state = 'ready' and rate_key is not null;
