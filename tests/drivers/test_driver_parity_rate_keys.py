@@ -150,3 +150,16 @@ def test_windows_closed_long_ago_are_pruned(driver, clock):
     assert store.rate_key_prune(60_000.0) == 1
     assert store.rate_key_prune(60_000.0) == 0
 
+
+
+def test_a_start_claimed_before_its_window_opened_is_stamped_inside_it(driver, clock):
+    clock.advance(900.0)
+    ids = enqueue_keyed(driver, 2)
+    jobs = claim(driver, limit=2)
+    claimed_at = clock.now_ms()
+    assert [g.granted for g in take(driver, jobs[:1], cap=2)] == [True]
+    clock.advance(200.0)                 # the second take reads the next window's clock
+    assert [g.granted for g in take(driver, jobs[1:], cap=2)] == [True]
+    assert at(driver.job_get(ids[0]).started_at) == at(claimed_at)        # inside its window already
+    assert at(driver.job_get(ids[1]).started_at) == at(clock.now_ms())    # moved into the one it counts in
+    assert wait_of(driver, ids[1]).n == 1                                 # the new window counts it alone

@@ -62,7 +62,7 @@ class MemoryRateKeys(RateKeyStore):
                     self._push(job, key, plus(opens, period), period, cap)
                 wait = max(0.0, opens - at + period)
                 for nth, (_, _, job_id, row, _) in enumerate(members):
-                    if nth < granted:
+                    if nth < granted and (row.started_at is None or row.started_at < opens):
                         row.started_at = max(at, opens)
                     answers.append(RateGrant(job_id, nth < granted, wait))
         return sorted(answers, key=lambda g: g.job_id)

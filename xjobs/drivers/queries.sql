@@ -1216,9 +1216,9 @@ select page.id, page.state, page.n, page.name, page.parent_step from (select id,
 -- starts for claimed jobs, as ONE json document (rows of id, token, cap, period in ms), fenced
 -- on each claim's token. Per (job, key): the window {now} falls in is opened (or the count goes
 -- on in the row's own, if a take that read a later clock got there first), and
--- granted what room it has, the first jobs by id first. A granted job's started_at becomes the
--- grant's time, inside the window it is counted in, so the starts read from jobs agree with the
--- counts. Answers every asked job of a rate key: granted or not, and the ms until its window's
+-- granted what room it has, the first jobs by id first. A granted job's started_at is inside
+-- the window it is counted in (the grant's time, if its claim came before that window opened),
+-- so the starts read from jobs agree with the counts. Answers every asked job of a rate key: granted or not, and the ms until its window's
 -- next opening. The upserts run in (job, key) order, the one lock order of every taker
 with asked as (
     select j.id, a.token, j.name, j.rate_key, a.cap as c, a.period as p
@@ -1272,10 +1272,13 @@ with asked as (
            row_number() over (partition by a.name, a.rate_key order by a.id) <= t.granted as granted
     from asked a join taken t on t.job = a.name and t.key = a.rate_key
 ), started as (
+    -- only a job claimed before the window it is counted in opened: any other's claim time is
+    -- inside that window already (and most takes write no job row)
     update {schema}.jobs j set started_at = greatest({now}, ranked.opens)
     from ranked
     where j.id = any(%(ids)s::bigint[]) and j.id = ranked.id and ranked.granted
       and j.lease_token = ranked.token and j.state = 'running'
+      and (j.started_at is null or j.started_at < ranked.opens)
     returning j.id
 )
 select ranked.id, ranked.granted,

@@ -8,7 +8,8 @@ later window begins the count again in place.
 
 * ``rate_take(asks)``: starts for claimed jobs of a rate (each fenced on its claim's token).
   Per key the window's room is granted to the first jobs by id; a granted job's
-  ``started_at`` becomes the grant's time, inside the window it counts in. Each answer says
+  ``started_at`` is inside the window it counts in (the grant's time, if it was claimed
+  before that window opened). Each answer says
   whether it was granted and how long until the window's next opening: the worker sheds a
   refused job to then (no attempt spent), so it is not claimed again before. A take that fills
   a window moves the key's other due ready jobs (``PUSH_MOST`` at most) to the windows they
