@@ -5,6 +5,7 @@ declaration and at enqueue; the manifest and ``jobs show``."""
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -181,3 +182,25 @@ def test_the_upkeep_forgets_a_keys_window_an_hour_after_it_closed(driver, clock,
     assert waiting(driver, job_id) == {"key": "k", "cap": None, "period_ms": None, "started": None,
                                        "window_opened": None, "waiting_until": None}
     pacer.worker.close()
+
+
+def test_a_store_that_fails_sheds_the_rated_jobs_and_says_so(driver, clock, registry, caplog, monkeypatch):
+    calls = declare(registry, lambda ctx, i: None, name="calls", rate="5/1s")
+    [job_id] = enqueue(calls, driver, {"n": 1})
+
+    def fail(asks):
+        raise ConnectionError("the server went away")
+    monkeypatch.setattr(driver.rate_keys, "rate_take", fail)   # the door the worker's call reaches
+    worker = make_worker(driver, registry, poll_ms=20)
+    pacer = Pacer(worker)
+    with caplog.at_level(logging.WARNING, logger="xjobs.worker"):
+        pacer.pass_()
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "worker.rate.take.failed"]
+    assert record.levelno == logging.WARNING and "the server went away" in record.error
+    view = driver.job_get(job_id)
+    assert (view.state, view.attempt, view.last_error) == ("ready", 0, None)
+    assert worker.stats().shed == 1
+    monkeypatch.undo()                # the store is back: the job runs
+    clock.advance(50.0)
+    pacer.until(lambda: completed(driver, [job_id]) == [job_id], advance_ms=25)
+    worker.close()
