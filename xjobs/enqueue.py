@@ -128,7 +128,8 @@ def build_callback(handle: "JobHandle", given: Any, *, key: str, max_payload_byt
     return NewJob(name=handle.name, queue=handle.queue,
                   payload=encode_payload({"input": given}, max_payload_bytes), idempotency_key=key,
                   tenant=handle.tenant_for(given), priority=handle.priority,
-                  max_attempts=handle.retry.attempts, traceparent=current_traceparent())
+                  max_attempts=handle.retry.attempts, traceparent=current_traceparent(),
+                  rate_key=handle.rate_key_for(given))
 
 
 def _check_bytes(total: int) -> None:

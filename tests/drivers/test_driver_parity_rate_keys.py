@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from tests.drivers.parity import at, claim, new_job
-from xjobs.drivers.base import Nack
+from xjobs.drivers.base import Lease, ListFilter, Nack
+from xjobs.drivers.fanins import FanOut, NewBatch
 from xjobs.drivers.rate_keys import RateAsk, RateGrant, RateKeyStore, RateWait, rate_keys_of
 
 SECOND = 1_000.0
@@ -163,3 +164,16 @@ def test_a_start_claimed_before_its_window_opened_is_stamped_inside_it(driver, c
     assert at(driver.job_get(ids[0]).started_at) == at(claimed_at)        # inside its window already
     assert at(driver.job_get(ids[1]).started_at) == at(clock.now_ms())    # moved into the one it counts in
     assert wait_of(driver, ids[1]).n == 1                                 # the new window counts it alone
+
+
+def test_children_and_a_batch_callback_keep_their_rate_key(driver):
+    driver.job_enqueue([new_job("parent", name="parent")])
+    [held] = claim(driver, limit=1)
+    kids = [replace(new_job(f"c{i}", name="call"), rate_key=f"kid-{i}") for i in range(2)]
+    assert driver.fanins.fanin_open(Lease(held.id, held.token), FanOut("fan", 1, 2, [kids])).suspended
+    children = sorted(j.id for j in driver.job_list(ListFilter(name="call")))
+    assert [wait_of(driver, c).key for c in children] == ["kid-0", "kid-1"]
+    callback = replace(new_job("cb", name="callback"), rate_key="cb-key")
+    opened = driver.fanins.batch_open(NewBatch(1, [[replace(new_job("m", name="member"), rate_key="m-key")]],
+                                               callback))
+    assert [wait_of(driver, i).key for i in (opened.callback_id, *opened.member_ids)] == ["cb-key", "m-key"]

@@ -1135,12 +1135,13 @@ returning id
 -- the fan-in's prefix and its index, so a child is one per (parent, step, index)
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
                            priority, max_attempts, run_at, created_at, traceparent,
-                           parent_id, parent_step, fanin_id, fanin_index)
+                           parent_id, parent_step, fanin_id, fanin_index, rate_key)
 select u.n, u.q, 'ready', u.p, %(prefix)s::text || coalesce(u.i, 0)::text, u.t, u.e, u.pr, u.m,
        coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now}, u.tp,
-       %(parent)s::bigint, %(step)s::text, %(fanin)s::bigint, u.i
+       %(parent)s::bigint, %(step)s::text, %(fanin)s::bigint, u.i, u.rk
 from jsonb_to_recordset(%(rows)s::jsonb)
-     as u(n text, q text, p jsonb, t text, e text, pr int, m int, r float8, d float8, tp text, i int)
+     as u(n text, q text, p jsonb, t text, e text, pr int, m int, r float8, d float8, tp text, i int,
+          rk text)
 returning id
 
 -- name: fanin_members
@@ -1157,10 +1158,10 @@ result
 -- a batch's callback, inserted suspended with no wake-up time: only its fan-in reaching 0 wakes
 -- it (jobs_fanin_settle), with the counts merged into its input
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
-                           priority, max_attempts, run_at, created_at, traceparent)
-select u.n, u.q, 'suspended', u.p, u.k, u.t, u.e, u.pr, u.m, to_timestamp(%(wake)s / 1000.0), {now}, u.tp
+                           priority, max_attempts, run_at, created_at, traceparent, rate_key)
+select u.n, u.q, 'suspended', u.p, u.k, u.t, u.e, u.pr, u.m, to_timestamp(%(wake)s / 1000.0), {now}, u.tp, u.rk
 from jsonb_to_recordset(%(rows)s::jsonb)
-     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, tp text)
+     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, tp text, rk text)
 returning id
 
 -- name: fanin_wait_on
