@@ -61,15 +61,15 @@ class RateLimit:
                 "key": "derived" if self.key is not None else "job"}
 
 
-def parse_rate(value: object) -> tuple[int, float]:
-    """``"N/period"`` as (N, period in ms), or ``InvalidOption("rate")``."""
+def parse_rate(value: object) -> tuple[int, float, str]:
+    """``"N/period"`` as (N, period in ms, the text as given, stripped), or ``InvalidOption("rate")``."""
     if not isinstance(value, str):
         raise InvalidOption("rate", f"must be a string like \"100/1m\", got {value!r}")
     match = _RATE.match(value)
     if match is None:
         raise InvalidOption("rate", f"must be \"N/period\" like \"100/1m\" or \"50/1s\", got {value!r}")
     count_text, period_text = match.groups()
-    if not count_text.isdigit():   # refuses NaN, inf, signs and fractions in one place
+    if not (count_text.isascii() and count_text.isdigit()):   # NaN, inf, signs, fractions: all refused here
         raise InvalidOption("rate", f"the count must be a whole number from 1 to {MAX_RATE}, got {count_text!r}")
     cap = finite_count(int(count_text), "rate", minimum=1, maximum=MAX_RATE)
     if _BARE_UNIT.match(period_text):
@@ -83,7 +83,7 @@ def parse_rate(value: object) -> tuple[int, float]:
                                     f"(250ms, 1s, 1m, 1h, 1d): {exc.reason}") from None
     if period < 1.0:
         raise InvalidOption("rate", f"the period must be at least 1ms, got {period_text!r}")
-    return cap, period
+    return cap, period, value.strip()
 
 
 def declared_rate(rate: object, rate_key: object) -> RateLimit | None:
@@ -92,11 +92,10 @@ def declared_rate(rate: object, rate_key: object) -> RateLimit | None:
         if rate_key is not None:
             raise InvalidOption("rate_key", "is given without rate: declare rate=\"N/period\" too")
         return None
-    cap, period = parse_rate(rate)
+    cap, period, text = parse_rate(rate)
     if rate_key is not None and not callable(rate_key):
         raise InvalidOption("rate_key", "must be a callable taking the input and returning its key")
-    assert isinstance(rate, str)
-    return RateLimit(cap, period, rate.strip(), rate_key)
+    return RateLimit(cap, period, text, rate_key)
 
 
 def rate_key_for(job: str, limit: RateLimit | None, input: Any) -> str | None:
@@ -122,8 +121,9 @@ def rate_key_for(job: str, limit: RateLimit | None, input: Any) -> str | None:
 def rate_waiting(driver: object, job_id: int) -> dict[str, Any] | None:
     """What ``jobs show`` says of a job's rate key: the key, the window it counts now
     (``cap`` starts per ``period_ms``, ``started`` of them since ``window_opened``, epoch ms)
-    and ``waiting_until``, when that window is full (None: the key has room). None: the job
-    declares no rate, or the driver keeps no rate keys."""
+    and ``waiting_until``: when a ready job may start, held back by that full window or moved
+    to a later one (None: it may start now, or it is not ready). None: the job declares no
+    rate, or the driver keeps no rate keys."""
     store = rate_keys_of(driver)
     wait = None if store is None else store.rate_key_wait(job_id)
     if wait is None:
@@ -132,4 +132,5 @@ def rate_waiting(driver: object, job_id: int) -> dict[str, Any] | None:
             "window_opened": wait.opens, "waiting_until": wait.until}
 
 
-__all__ = ["MAX_RATE", "RateKeyInvalid", "RateLimit", "RateUnenforceable", "declared_rate", "parse_rate", "rate_key_for", "rate_waiting"]
+__all__ = ["MAX_RATE", "RateKeyInvalid", "RateLimit", "RateUnenforceable", "declared_rate", "parse_rate",
+           "rate_key_for", "rate_waiting"]

@@ -95,7 +95,7 @@ def test_a_job_without_a_rate_is_not_held_back_by_a_full_key(driver, clock, regi
 
 
 @pytest.mark.parametrize("rate", ["abc", "0/1s", "-1/1s", "nan/1s", "inf/1s", "1.5/1s", "1/0s", "1/-1s",
-                                  "1/nan", "1/0.1ms", "2000000/1s", "1/32d", "10", "10/", "/1s", 10,
+                                  "1/nan", "1/0.1ms", "2000000/1s", "1/32d", "10", "10/", "/1s", "\u00b2/1s", "1e3/1s", 10,
                                   float("nan"), ("10", "1s")])
 def test_a_bad_rate_is_refused_at_declaration(registry, rate):
     with pytest.raises(InvalidOption) as caught:
