@@ -9,8 +9,9 @@ One session drains ``--jobs`` ready jobs in batches of ``--batch``, the way a wo
 * plain: jobs that declare no rate (the gate is not asked);
 * rated, many keys: every job rated, its key one of ``--keys``, a rate no window fills;
 * rated, one key: every job on one key (each take updates the same ``rate_keys`` row);
-* plain beside a full key: plain jobs claimed while ``--jobs`` jobs of a key whose window is
-  full wait ahead of them in the queue (the claim's filter reads past them).
+* plain beside a full key: plain jobs claimed while jobs of a key whose window is full wait
+  ahead of them in the queue: 5,000 (the take that filled the window moved them all to later
+  windows) and 20,000 (it moved 10,000, ``PUSH_MOST``; the claims' filter reads past the rest).
 
     python bench/rate_key.py [--dsn URL] [--jobs 20000] [--batch 16] [--keys 1000]
 """
@@ -27,7 +28,7 @@ import psycopg
 from daemon import drop_schema, fresh_schema
 from xjobs.drivers.base import Claim, Lease, NewJob
 from xjobs.drivers.postgres import PostgresDriver
-from xjobs.drivers.rate_keys import RateAsk, rate_keys_of
+from xjobs.drivers.rate_keys import PUSH_MOST, RateAsk, rate_keys_of
 
 WIDE_OPEN = (1_000_000, 1_000.0)      # a rate no window of this run fills
 
@@ -108,20 +109,26 @@ def main() -> None:
         enqueue(driver, "rated", n, lambda i: "key-0")
         return WIDE_OPEN
 
-    def beside_full_key(driver: PostgresDriver) -> None:
-        # the full key's jobs first in line: enqueued first, with its window filled for an hour
-        enqueue(driver, "rated", n, lambda i: "full")
-        [first] = driver.job_claim(Claim(["bench"], 1, 60_000.0, "bench"))
-        store = rate_keys_of(driver)
-        assert store is not None
-        assert [g.granted for g in store.rate_take([RateAsk(first.id, first.token, 1, 3_600_000.0)])] == [True]
-        enqueue(driver, "plain", n, lambda i: None, offset=n)
+    def beside_full_key(backlog: int) -> Callable[[PostgresDriver], None]:
+        def setup(driver: PostgresDriver) -> None:
+            # the full key's jobs first in line: enqueued first, its window filled for an hour
+            # by one take, which moves PUSH_MOST of them out of the claims' way
+            enqueue(driver, "rated", backlog, lambda i: "full")
+            [first] = driver.job_claim(Claim(["bench"], 1, 60_000.0, "bench"))
+            store = rate_keys_of(driver)
+            assert store is not None
+            assert [g.granted for g in store.rate_take([RateAsk(first.id, first.token, 1, 3_600_000.0)])] == [True]
+            enqueue(driver, "plain", n, lambda i: None, offset=backlog)
+        return setup
 
     rows = [("raw SQL claim + complete", scenario(args.dsn, n, args.batch, plain, raw=True)),
             ("plain (no rate)", scenario(args.dsn, n, args.batch, plain)),
             (f"rated, {keys:,} keys", scenario(args.dsn, n, args.batch, many_keys)),
             ("rated, one key", scenario(args.dsn, n, args.batch, one_key)),
-            (f"plain beside a full key of {n:,} ready", scenario(args.dsn, n, args.batch, beside_full_key))]
+            (f"plain beside a full key, {PUSH_MOST // 2:,} ready", scenario(args.dsn, n, args.batch,
+                                                                          beside_full_key(PUSH_MOST // 2))),
+            (f"plain beside a full key, {2 * PUSH_MOST:,} ready", scenario(args.dsn, n, args.batch,
+                                                                         beside_full_key(2 * PUSH_MOST)))]
     raw, plain_s = rows[0][1], rows[1][1]
     print(f"claim + gate + complete of {n:,} jobs in batches of {args.batch}, one session")
     print(f"{'scenario':<40} {'jobs/s':>10} {'us/job':>8} {'vs raw':>7} {'vs plain':>9}")
