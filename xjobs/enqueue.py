@@ -123,7 +123,8 @@ def _planned(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_a
                        concurrency_key=None if places is None else places[i],
                        key_cap=None if keyed is None else keyed.cap, key_hold=keyed is not None and keyed.hold,
                        fair_key=handle.fair_key_for(checked[i], tenant),
-                       debounce_ms=debounce_ms, debounce_max_ms=debounce_max_ms)
+                       debounce_ms=debounce_ms, debounce_max_ms=debounce_max_ms,
+                       rate_key=handle.rate_key_for(checked[i]))
                 for i in range(start, stop)]
     return make, len(checked)
 
@@ -136,7 +137,8 @@ def build_callback(handle: "JobHandle", given: Any, *, key: str, max_payload_byt
     return NewJob(name=handle.name, queue=handle.queue,
                   payload=encode_payload({"input": given}, max_payload_bytes), idempotency_key=key,
                   tenant=tenant, priority=handle.priority, max_attempts=handle.retry.attempts,
-                  traceparent=current_traceparent(), fair_key=handle.fair_key_for(given, tenant))
+                  traceparent=current_traceparent(), fair_key=handle.fair_key_for(given, tenant),
+                  rate_key=handle.rate_key_for(given))
 
 
 def _check_bytes(total: int) -> None:

@@ -41,6 +41,7 @@ on a name, never on wording::
     worker.slot.renew.failed    warning  job slot error worker
     worker.slot.release.failed  warning  job slot error worker   (retried with the renewals)
     worker.slot.lost            error    ... slot         (the run is stopped: X_JOB_SLOT_LOST)
+    worker.rate.take.failed     warning  error worker     (the batch's rated jobs are shed, never run over the rate)
     scheduler.leader.gained     info     scheduler holder
     scheduler.leader.lost       warning  scheduler holder why
     scheduler.election.failed   warning  scheduler error

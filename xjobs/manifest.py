@@ -48,7 +48,8 @@ def _job(handle: JobHandle) -> dict[str, Any]:
             "retry_on": sorted(_type_name(t) for t in handle.retry_on),
             "terminal_on": sorted(_type_name(t) for t in handle.terminal_on),
             # only for a keyed job, so the manifests of the others read as they did
-            **({} if handle.keyed is None else {"concurrency_key": handle.keyed.describe()})}
+            **({} if handle.keyed is None else {"concurrency_key": handle.keyed.describe()}),
+            **({"rate": handle.rate.describe()} if handle.rate is not None else {})}
 
 
 def describe(registry: Registry) -> dict[str, Any]:

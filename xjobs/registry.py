@@ -25,6 +25,7 @@ from . import fairness
 from .fairness import Fairness, declare as fairness_of
 from .options import duration_ms, finite_count, plain_name
 from .sites import same_body, written_at
+from .rate_keys import RateLimit, declared_rate, rate_key_for
 from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
 from .snooze import DEFAULT_MAX_SNOOZES, SnoozePolicy, declared_policy
 
@@ -53,7 +54,8 @@ class JobHandle:
                  terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False,
                  keyed: keyed_options.KeyedConcurrency | None = None,
                  fairness: Fairness | None = None,
-                 snoozing: SnoozePolicy = SnoozePolicy()) -> None:
+                 snoozing: SnoozePolicy = SnoozePolicy(),
+                 rate: RateLimit | None = None) -> None:
         self.fn = fn
         self._built: object = None    # job()'s proof, for the registry
         self.name = name
@@ -75,6 +77,7 @@ class JobHandle:
         self.cross_tenant = cross_tenant          # its runs may open ctx.cross_tenant (declared, reviewed)
         self.fairness = fairness                  # job(fairness=): the key its claims are shared by
         self.snoozing = snoozing                  # max_snoozes, debounce (snooze.py)
+        self.rate = rate                          # job(rate=, rate_key=): starts per key per window, fleet-wide
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -134,6 +137,9 @@ class JobHandle:
     @property
     def declared(self) -> fairness.Declared:
         return fairness.Declared(self.name, self.queue, self.fairness)
+
+    def rate_key_for(self, input: Any) -> str | None:
+        return rate_key_for(self.name, self.rate, input)
 
     def enqueue(self, input: Any, *, delay: object = None, run_at: object = None,
                 priority: int | None = None, conn: Joinable | None = None,
@@ -305,6 +311,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         concurrency_key: Any = None, ordered: object = False, on_failure: object = None,
         fairness: object = None, fair_weights: object = None,
         max_snoozes: int = DEFAULT_MAX_SNOOZES, debounce: object = None, debounce_max: object = None,
+        rate: str | None = None, rate_key: Callable[[Any], Any] | None = None,
         registry: Registry | None = None) -> Callable[[Body], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
@@ -317,9 +324,10 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     declares that the job's runs may open ``ctx.cross_tenant(reason)``; a run of any other job
     is refused there (``X_TENANCY_CROSS_DENIED``). ``concurrency_key``, ``ordered``,
     ``on_failure``: at most ``concurrency`` runs per key, or a sequence (``keyed.py``).
-    ``fairness``/``fair_weights``: claims shared out among tenants or keys (``fairness.py``).
-    ``max_snoozes``, ``debounce``, ``debounce_max``: see ``snooze.py``."""
+    ``fairness``/``fair_weights``: claims shared out among tenants or keys (``fairness.py``);
+    ``max_snoozes``, ``debounce``, ``debounce_max`` (``snooze.py``); ``rate``/``rate_key`` (``rate_keys.py``)."""
     queue = plain_name(queue, "queue")
+    rate_limit = declared_rate(rate, rate_key)
     if not isinstance(cross_tenant, bool):
         raise InvalidOption("cross_tenant", f"must be True or False, got {cross_tenant!r}")
     if idempotency_key is _MISSING or idempotency_key is None:
@@ -366,7 +374,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
                            dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
                            event_poll_ms=event_poll_ms, retry_on=retry_types,
                            terminal_on=terminal_types, input=input, cross_tenant=cross_tenant, keyed=keyed,
-                           fairness=fair, snoozing=snoozing)
+                           fairness=fair, snoozing=snoozing,
+                           rate=rate_limit)
         handle._built = BUILT
         return target._add(handle)
 

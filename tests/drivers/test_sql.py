@@ -129,6 +129,8 @@ PARAMS: dict[str, tuple[str, object]] = {
     "fanin": ("int8", 1),
     "step": ("text", "fan"),
     "rates": ("text", '[{"q": "default", "o": "completed", "c": 3}]'),
+    "age": ("float8", 60_000.0),
+    "push": ("int4", 10_000),
 }
 
 

@@ -31,6 +31,7 @@ from ..drivers.base import LIVE_STATES, STATES, JobDriver, JobView, ListFilter
 from ..errors import InvalidOption
 from ..factories.backfill_report import by_job
 from ..formatting import iso, plain
+from ..rate_keys import rate_waiting
 from ..views import shown
 from .common import add_database_flags, driver_from, print_json, print_table, settings_from
 
@@ -208,6 +209,10 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
               f"{backfill['started_at']}" + (f", finished {backfill['completed_at']}" if backfill["completed_at"] else ""))
     if family and family["parent"] is not None:
         print(f"{'parent'.ljust(width)}  job {family['parent']['id']} (step {family['parent']['step']!r})")
+    rated = rate_waiting(driver, view.id)
+    if rated is not None and rated["waiting_until"] is not None and view.state == "ready":
+        print(f"{'waiting for'.ljust(width)}  rate key {rated['key']} until {iso(rated['waiting_until'])} "
+              f"({rated['started']} of {rated['cap']} started in its window)")
     if family and family["children"]["total"]:
         kids = family["children"]
         counts = ", ".join(f"{n} {state}" for state, n in kids["counts"].items())

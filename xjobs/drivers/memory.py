@@ -16,6 +16,7 @@ mirrors its statements, verb by verb:
     memory_ledger.MemoryLedger             BackfillLedger (optional, ``driver.backfills``)
     memory_fanins.MemoryFanIns             FanInStore (optional, ``driver.fanins``): workflows
     memory_fair.MemoryFair                 FairClaims (optional, ``driver.fair``): claims by key
+    memory_rate_keys.MemoryRateKeys        RateKeyStore (optional, ``driver.rate_keys``): rate keys
     memory_async.MemoryAsyncWrites         AsyncWrites: the same verbs, answered without I/O
 
 The conformance suite runs the same tests against this driver and ``PostgresDriver``, so any
@@ -38,6 +39,7 @@ from .memory_settlement import MemorySettlement
 from .memory_maintenance import MemoryMaintenance
 from .memory_operator import MemoryOperator
 from .memory_queues import MemoryQueues
+from .memory_rate_keys import MemoryRateKeys
 from .memory_steps import MemorySteps
 from .memory_keyed import MemoryKeys
 from .memory_table import MemoryTable
@@ -61,4 +63,5 @@ class MemoryDriver(CheckedDriver):
                          slots=MemorySlots(table), steps=steps, events=steps,
                          writes_async=MemoryAsyncWrites(table, jobs, outbox, steps),
                          backfills=MemoryLedger(table), waits=MemorySettlement(table),
-                         fanins=MemoryFanIns(table), fair=MemoryFair(table, jobs))
+                         fanins=MemoryFanIns(table), fair=MemoryFair(table, jobs),
+                         rate_keys=MemoryRateKeys(table))

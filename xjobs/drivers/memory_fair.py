@@ -13,6 +13,7 @@ import heapq
 
 from .fair import FairClaim, FairClaims
 from .memory_jobs import MemoryJobs
+from .memory_rate_keys import rate_open
 from .memory_table import MemoryTable, Row
 from .records import ClaimedJob
 
@@ -51,7 +52,8 @@ class MemoryFair(FairClaims):
             for key, turn in turns:
                 w = weights.get(key, 1.0)
                 due = heapq.nsmallest(claim.limit, (r for r in ready if r.fair_key == key and r.run_at <= at
-                                                    and r.crashes == 0 and (names is None or r.name in names)),
+                                                    and r.crashes == 0 and (names is None or r.name in names)
+                                                    and rate_open(table, r, at)),
                                       key=_by_claim_order)
                 heads += [(turn + (nth - 1) / w, key, nth, row) for nth, row in enumerate(due, 1)]
                 if not due:

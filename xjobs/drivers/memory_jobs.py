@@ -28,6 +28,7 @@ from ..errors import InvalidOption
 from .base import (CallerConnection, Cancels, Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack,
                    NewJob, Progress, TenantRoom)
 from .jsonb import as_stored
+from .memory_rate_keys import rate_open
 from .memory_table import MemoryTable, Row, plus, ts
 from .records import CANCEL_NAMED
 from .refusals import held, lease_lost
@@ -165,7 +166,7 @@ class MemoryJobs(JobStore):
                 priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at,
                 dedupe_window_ms=(None if job.dedupe_window_ms is None else ts(job.dedupe_window_ms)),
                 traceparent=job.traceparent, concurrency_key=job.concurrency_key, key_cap=job.key_cap,
-                key_hold=job.key_hold, fair_key=job.fair_key))
+                key_hold=job.key_hold, fair_key=job.fair_key, rate_key=job.rate_key))
             if conn is not None:
                 conn.inserted.append(job_id)
             results.append(Enqueued(job_id, False))
@@ -184,7 +185,7 @@ class MemoryJobs(JobStore):
             blocked = set(room.blocked)
             due = (r for r in table.rows.values()
                    if r.state == "ready" and r.queue in wanted and r.run_at <= at and r.crashes == 0
-                   and slots.get(r.name, 1) > 0 and (r.tenant or "") not in blocked
+                   and slots.get(r.name, 1) > 0 and (r.tenant or "") not in blocked and rate_open(table, r, at)
                    and (names is None or r.name in names))
             picked = heapq.nsmallest(claim.limit, due, key=_by_claim_order)
             of_job: dict[str, int] = {}
@@ -215,7 +216,8 @@ class MemoryJobs(JobStore):
             def suspect(r: Row) -> bool:
                 return (r.state == "ready" and r.queue == queue and r.crashes > 0 and r.run_at <= at
                         and (names is None or r.name in names))
-            lead = heapq.nsmallest(1, (r for r in table.rows.values() if suspect(r) and r.run_at <= since),
+            lead = heapq.nsmallest(1, (r for r in table.rows.values() if suspect(r) and r.run_at <= since
+                                       and rate_open(table, r, at)),
                                    key=_by_claim_order)
             if not lead or lead[0].suspect_group is None:
                 return self.take(lead, at, lease_ms, identity)

@@ -85,6 +85,7 @@ class Row:
     key_hold: bool = False               # its place, and the run_at it takes when let in (None:
     key_run_at: float | None = None      # it is not waiting)
     fair_key: str | None = None        # job(fairness=): the key of its turns (memory_fair.py)
+    rate_key: str | None = None        # job(rate=...): the key its input gave (memory_rate_keys.py)
 
     @property
     def namespace(self) -> Namespace:
@@ -146,6 +147,7 @@ class MemoryTable(Storage):
         self.watermarks: dict[str, tuple[int, float, int]] = {}       # task -> watermark, updated, dispatched
         self.outbox: dict[int, dict[str, Any]] = {}                   # id -> the outbox row
         self.slots: dict[tuple[str, int], tuple[str, float]] = {}     # (job, slot) -> holder, expires
+        self.rate_keys: dict[tuple[str, str], tuple[float, float, int, int]] = {}   # (job, key) -> opens, period, cap, n
         # durable steps and stored events (memory_steps.py)
         self.steps: dict[int, dict[str, StepRow]] = {}                # job id -> name -> its step
         self.events: dict[int, tuple[str, str, bytes, float]] = {}    # id -> name, key, payload, sent

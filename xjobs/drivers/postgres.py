@@ -16,6 +16,7 @@ then calls the method of the same name on one of the objects below) built over o
     pg_ledger.PgLedger             BackfillLedger (optional, ``driver.backfills``): the backfill runs
     pg_fanins.PgFanIns             FanInStore (optional, ``driver.fanins``): child jobs, map, batches
     pg_fair.PgFair                 FairClaims (optional, ``driver.fair``): claims shared out by key
+    pg_rate_keys.PgRateKeys        RateKeyStore (optional, ``driver.rate_keys``): job(rate=...) by key
     pg_async.PgAsyncWrites         AsyncWrites: enqueue, stage, send awaited on an AsyncConnection
 
 Time: a driver built without ``clock=`` takes "now" in every statement from the server, so
@@ -48,6 +49,7 @@ from .pg_maintenance import PgMaintenance
 from .pg_operator import PgOperator
 from .pg_outbox import PgOutbox
 from .pg_queues import PgQueues
+from .pg_rate_keys import PgRateKeys
 from .pg_schedule import PgSchedule
 from .pg_slots import PgSlots
 from .pg_steps import PgSteps
@@ -79,7 +81,8 @@ class PostgresDriver(CheckedDriver):
                          queues=PgQueues(db), leader=schedule, schedule=schedule, outbox=PgOutbox(db, jobs),
                          slots=PgSlots(db), steps=steps, events=steps,
                          writes_async=PgAsyncWrites(db), backfills=PgLedger(db), waits=PgSettlement(db),
-                         fanins=PgFanIns(db), fair=PgFair(db))
+                         fanins=PgFanIns(db), fair=PgFair(db),
+                         rate_keys=PgRateKeys(db))
 
     @property
     def dsn(self) -> str:

@@ -15,15 +15,15 @@
 -- inside that job's window: one lookup in jobs_dedupe_idx, made only for such jobs
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
                            priority, max_attempts, run_at, created_at, dedupe_window, traceparent,
-                           concurrency_key, key_cap, key_hold, fair_key)
+                           concurrency_key, key_cap, key_hold, fair_key, rate_key)
 -- run_at: the absolute time r when one is given, else now plus the delay d. A keyed row (ck)
 -- goes in waiting for its key, and is let in by the statement's trigger (migration 14)
 select u.n, u.q, 'ready', u.p, u.k, u.t, u.e, u.pr, u.m,
        coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now},
-       u.w * interval '1 millisecond', u.tp, u.ck, u.kc, u.kh, u.fk
+       u.w * interval '1 millisecond', u.tp, u.ck, u.kc, u.kh, u.fk, u.rk
 from jsonb_to_recordset(%(rows)s::jsonb)
      as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, r float8, d float8, w float8,
-          tp text, ck text, kc int, kh boolean, fk text)
+          tp text, ck text, kc int, kh boolean, fk text, rk text)
 where u.w is null or not exists (
     select 1 from {schema}.jobs c
     where c.state = 'completed' and c.dedupe_window is not null
@@ -56,7 +56,7 @@ order by j.state = 'completed', j.id desc
 -- an old worker never takes, and fails, a job of a name it does not have
 with picked as (
     select id from {schema}.jobs
-    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0
+    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0 and {_rate_open}
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and (%(names)s::text[] is null or name = any(%(names)s::text[]))
     order by priority, run_at, id
@@ -76,7 +76,7 @@ returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
 -- claims one queue per statement with job_claim_one and this serves multi-queue callers
 with picked as (
     select id from {schema}.jobs
-    where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= {now} and crashes = 0
+    where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= {now} and crashes = 0 and {_rate_open}
       and queue not in (select p.name from {schema}.queues p where p.paused)
       and (%(names)s::text[] is null or name = any(%(names)s::text[]))
     order by priority, run_at, id
@@ -99,7 +99,7 @@ returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
 -- sooner), so suspects go to idle workers first, and the other halves to other processes
 with lead as (
     select id, suspect_group from {schema}.jobs
-    where state = 'ready' and queue = %(queue)s and crashes > 0
+    where state = 'ready' and queue = %(queue)s and crashes > 0 and {_rate_open}
       and run_at <= {now} - %(wait)s * interval '1 millisecond'
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and (%(names)s::text[] is null or name = any(%(names)s::text[]))
@@ -854,7 +854,7 @@ with caps as (
     select h.t, h.n from jsonb_to_recordset(%(held)s::jsonb) as h(t text, n int)
 ), picked as (
     select id, name, coalesce(tenant, '') as tk, priority, run_at from {schema}.jobs j
-    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0
+    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0 and {_rate_open}
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and not exists (select 1 from caps where caps.n = j.name and caps.room <= 0)
       and coalesce(tenant, '') <> all(%(skip)s::text[])
@@ -1176,13 +1176,13 @@ returning id
 -- the fan-in's prefix and its index, so a child is one per (parent, step, index)
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
                            priority, max_attempts, run_at, created_at, traceparent,
-                           parent_id, parent_step, fanin_id, fanin_index, concurrency_key, key_cap, key_hold, fair_key)
+                           parent_id, parent_step, fanin_id, fanin_index, concurrency_key, key_cap, key_hold, fair_key, rate_key)
 select u.n, u.q, 'ready', u.p, %(prefix)s::text || coalesce(u.i, 0)::text, u.t, u.e, u.pr, u.m,
        coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now}, u.tp,
-       %(parent)s::bigint, %(step)s::text, %(fanin)s::bigint, u.i, u.ck, u.kc, u.kh, u.fk
+       %(parent)s::bigint, %(step)s::text, %(fanin)s::bigint, u.i, u.ck, u.kc, u.kh, u.fk, u.rk
 from jsonb_to_recordset(%(rows)s::jsonb)
      as u(n text, q text, p jsonb, t text, e text, pr int, m int, r float8, d float8, tp text, i int,
-          ck text, kc int, kh boolean, fk text)
+          ck text, kc int, kh boolean, fk text, rk text)
 returning id
 
 -- name: fanin_members
@@ -1199,10 +1199,10 @@ result
 -- a batch's callback, inserted suspended with no wake-up time: only its fan-in reaching 0 wakes
 -- it (jobs_fanin_settle), with the counts merged into its input
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
-                           priority, max_attempts, run_at, created_at, traceparent, fair_key)
-select u.n, u.q, 'suspended', u.p, u.k, u.t, u.e, u.pr, u.m, to_timestamp(%(wake)s / 1000.0), {now}, u.tp, u.fk
+                           priority, max_attempts, run_at, created_at, traceparent, fair_key, rate_key)
+select u.n, u.q, 'suspended', u.p, u.k, u.t, u.e, u.pr, u.m, to_timestamp(%(wake)s / 1000.0), {now}, u.tp, u.fk, u.rk
 from jsonb_to_recordset(%(rows)s::jsonb)
-     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, tp text, fk text)
+     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, tp text, fk text, rk text)
 returning id
 
 -- name: fanin_wait_on
@@ -1270,7 +1270,7 @@ with turns as (
         select j.id, row_number() over (order by j.priority, j.run_at, j.id) as nth
         from (select id, priority, run_at from {schema}.jobs j
               where j.state = 'ready' and j.queue = %(queue)s and j.fair_key = turns.fair_key
-                and j.run_at <= {now} and j.crashes = 0
+                and j.run_at <= {now} and j.crashes = 0 and {_rate_open}
                 and (%(names)s::text[] is null or j.name = any(%(names)s::text[]))
               order by j.priority, j.run_at, j.id
               limit %(limit)s) as j) as h
@@ -1342,3 +1342,113 @@ from jsonb_to_recordset(%(rows)s::jsonb) as u(n text, t text, k text, p jsonb, d
 where j.name = u.n and coalesce(j.tenant, '') = coalesce(u.t, '') and j.idempotency_key = u.k
   and j.state in ('ready', 'running', 'suspended') and j.state = 'ready' and j.started_at is null
 returning j.id, j.name, coalesce(j.tenant, '') as tenant, j.idempotency_key
+
+-- Rate limits by key ---------------------------------------------------------------------------
+--
+-- job(rate="N/period", rate_key=...): at most N starts per key in each window of the period,
+-- across the fleet. Windows are fixed, counted from the epoch on the database's clock; one row
+-- per (job, key) in rate_keys holds the window now counted. rate_take is the grant; the claims'
+-- {_rate_open} only keeps a claim from taking what it would be refused.
+
+-- name: _rate_open
+-- a job whose key's current window is full is left ready: one probe of rate_keys' primary key
+-- per candidate, and none for a job without a rate (written unqualified, so it reads the jobs
+-- row of whichever claim it is put in: rate_keys has no column called name or rate_key)
+(rate_key is null or not exists (
+    select 1 from {schema}.rate_keys rk
+    where rk.job = name and rk.key = rate_key and rk.n >= rk.cap
+      and rk.opens + rk.period_ms * interval '1 millisecond' > {now}))
+
+-- name: rate_take
+-- starts for claimed jobs, as ONE json document (rows of id, token, cap, period in ms), fenced
+-- on each claim's token. Per (job, key): the window {now} falls in is opened (or the count goes
+-- on in the row's own, if a take that read a later clock got there first), and
+-- granted what room it has, the first jobs by id first. A granted job's started_at is inside
+-- the window it is counted in (the grant's time, if its claim came before that window opened),
+-- so the starts read from jobs agree with the counts. Answers every asked job of a rate key: granted or not, and the ms until its window's
+-- next opening. The upserts run in (job, key) order, the one lock order of every taker
+with asked as (
+    select j.id, a.token, j.name, j.rate_key, a.cap as c, a.period as p
+    from jsonb_to_recordset(%(rows)s::jsonb) as a(id bigint, token bigint, cap int, period float8)
+    join {schema}.jobs j on j.id = a.id and j.lease_token = a.token and j.state = 'running'
+    where j.id = any(%(ids)s::bigint[]) and j.rate_key is not null
+), wanted as (
+    select w.name, w.rate_key, w.c, w.p, w.want,
+           to_timestamp(floor(extract(epoch from {now}) * 1000.0 / w.p) * w.p / 1000.0) as opens
+    from (select name, rate_key, max(c) as c, max(p) as p, count(*)::int as want
+          from asked group by name, rate_key) as w
+    order by w.name, w.rate_key
+), taken as (
+    insert into {schema}.rate_keys as r (job, key, opens, period_ms, cap, n, granted)
+    select name, rate_key, opens, p, c, least(want, c), least(want, c) from wanted
+    order by name, rate_key
+    on conflict (job, key) do update
+    set granted = case when r.period_ms = excluded.period_ms and r.opens >= excluded.opens
+                       then greatest(0, least(excluded.granted, excluded.cap - r.n)) else excluded.granted end,
+        n = case when r.period_ms = excluded.period_ms and r.opens >= excluded.opens
+                 then r.n + greatest(0, least(excluded.granted, excluded.cap - r.n)) else excluded.n end,
+        opens = case when r.period_ms = excluded.period_ms and r.opens >= excluded.opens
+                     then r.opens else excluded.opens end,
+        period_ms = excluded.period_ms, cap = excluded.cap
+    returning r.job, r.key, r.granted, r.opens, r.period_ms, r.n, r.cap
+), waiting as (
+    -- a window this take filled: the key's other due ready jobs (up to %(push)s, in claim order)
+    -- move to the window they can start in, the next opening for the first cap of them, the one
+    -- after for the next cap, ...: a claim never reads past a full key's backlog, and each
+    -- waiting job is moved once, not once a window
+    select w.id, t.opens + t.period_ms * interval '1 millisecond'
+                 + ((w.place / t.cap) * t.period_ms) * interval '1 millisecond' as due
+    from taken t
+    cross join lateral (
+        select q.id, row_number() over (order by q.priority, q.run_at, q.id) - 1 as place
+        from (select j.id, j.priority, j.run_at from {schema}.jobs j
+              where j.state = 'ready' and j.name = t.job and j.rate_key = t.key
+                and j.run_at < t.opens + t.period_ms * interval '1 millisecond'
+              order by j.priority, j.run_at, j.id
+              limit %(push)s
+              for update skip locked) as q
+    ) as w
+    where t.n >= t.cap
+), pushed as (
+    update {schema}.jobs j set run_at = waiting.due
+    from waiting
+    where j.id = any(array(select id from waiting)) and j.id = waiting.id and j.state = 'ready'
+    returning j.id
+), ranked as (
+    select a.id, a.token, t.opens, t.period_ms,
+           row_number() over (partition by a.name, a.rate_key order by a.id) <= t.granted as granted
+    from asked a join taken t on t.job = a.name and t.key = a.rate_key
+), started as (
+    -- only a job claimed before the window it is counted in opened: any other's claim time is
+    -- inside that window already (and most takes write no job row)
+    update {schema}.jobs j set started_at = greatest({now}, ranked.opens)
+    from ranked
+    where j.id = any(%(ids)s::bigint[]) and j.id = ranked.id and ranked.granted
+      and j.lease_token = ranked.token and j.state = 'running'
+      and (j.started_at is null or j.started_at < ranked.opens)
+    returning j.id
+)
+select ranked.id, ranked.granted,
+       greatest(0, extract(epoch from ranked.opens - {now}) * 1000.0 + ranked.period_ms)::float8
+from ranked, (select count(*) from started) as s, (select count(*) from pushed) as p
+
+-- name: rate_key_wait
+-- what a job's rate key says of it (jobs show): its key, the window that key counts now (null
+-- when it never started a job, or its row was pruned), and when a ready job is due
+select j.rate_key, rk.cap, rk.n, rk.period_ms,
+       extract(epoch from rk.opens)::float8 * 1000,
+       (extract(epoch from {now}) * 1000)::float8,
+       case when j.state = 'ready' then extract(epoch from j.run_at)::float8 * 1000 end
+from {schema}.jobs j
+left join {schema}.rate_keys rk on rk.job = j.name and rk.key = j.rate_key
+where j.id = %(id)s and j.rate_key is not null
+
+-- name: rate_key_prune
+-- windows that closed more than %(age)s ms ago: a key that starts again opens a new one
+with gone as (
+    delete from {schema}.rate_keys
+    where opens < {now} - %(age)s * interval '1 millisecond'
+      and opens + period_ms * interval '1 millisecond' < {now} - %(age)s * interval '1 millisecond'
+    returning 1
+)
+select count(*) from gone

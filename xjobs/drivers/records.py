@@ -67,6 +67,7 @@ class NewJob:
     # that job to now + debounce_ms, never past its creation + debounce_max_ms, with this input
     debounce_ms: float | None = None
     debounce_max_ms: float | None = None
+    rate_key: str | None = None      # job(rate=...): the key its starts are counted under
 
     @property
     def namespace(self) -> tuple[str, str, str]:
@@ -80,7 +81,8 @@ class NewJob:
                "k": self.idempotency_key, "t": self.tenant, "e": self.enqueued_by,
                "pr": self.priority, "m": self.max_attempts, "r": self.run_at_ms, "d": self.delay_ms,
                "w": self.dedupe_window_ms, "tp": self.traceparent,
-               "ck": self.concurrency_key, "kc": self.key_cap, "kh": self.key_hold, "fk": self.fair_key}
+               "ck": self.concurrency_key, "kc": self.key_cap, "kh": self.key_hold, "fk": self.fair_key,
+               "rk": self.rate_key}
         if self.debounce_ms is not None:   # only a debounced job's document carries them
             doc["db"], doc["dm"] = self.debounce_ms, self.debounce_max_ms
         return doc
@@ -93,7 +95,8 @@ class NewJob:
                    max_attempts=doc.get("m", 5), run_at_ms=doc.get("r"), delay_ms=doc.get("d") or 0.0,
                    dedupe_window_ms=doc.get("w"), traceparent=doc.get("tp"), concurrency_key=doc.get("ck"),
                    key_cap=doc.get("kc"), key_hold=bool(doc.get("kh")),
-                   fair_key=doc.get("fk"), debounce_ms=doc.get("db"), debounce_max_ms=doc.get("dm"))
+                   fair_key=doc.get("fk"), debounce_ms=doc.get("db"), debounce_max_ms=doc.get("dm"),
+                   rate_key=doc.get("rk"))
 
 
 @dataclass(frozen=True, slots=True)

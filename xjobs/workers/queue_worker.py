@@ -61,7 +61,7 @@ from .leases import LeaseKeeper
 from .quarantine import Quarantine
 from .rates import RateReporter
 from .process_hooks import WorkerHooks
-from .role import RoleBase, RoleContext, RolePolicy, new_identity
+from .role import RoleBase, RoleContext, RolePolicy, close_each, new_identity
 from .runs import RunTable
 from .settle import Settler
 from .stats import WorkerStats
@@ -171,7 +171,7 @@ class QueueWorker(RoleBase):
         self.hooks.start()   # the app's clients, built in this process before anything is claimed
         self.admission = Admission(slots=slots, identity=self.identity, caps=self._caps,
                                    limits=self.settings.limits, lease_ms=self.settings.lease_ms,
-                                   retry_ms=self.settings.poll_ms)
+                                   retry_ms=self.settings.poll_ms, driver=self.driver, jobs=handles.values())
         self._listener = self.driver.job_listen(self.identity)   # new jobs, and cancels of ours
         self.leases.start(self.clock, self._executor.cancel)
         self._initialized = True
@@ -261,17 +261,9 @@ class QueueWorker(RoleBase):
 
     def _close_resources(self) -> None:
         """Let go of every resource, even one after a failed close; the first failure is raised last."""
-        failure: BaseException | None = None
-        closers = [self.rates.flush, self.leases.stop, self.reporter.close, self.hooks.stop,
-                   self._executor.shutdown, *([self._listener.close] if self._listener is not None else []),
-                   self.results.close, self.driver.close]
-        for close in closers:
-            try:
-                close()
-            except Exception as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
+        close_each([self.rates.flush, self.leases.stop, self.reporter.close, self.hooks.stop,
+                    self._executor.shutdown, *([self._listener.close] if self._listener is not None else []),
+                    self.results.close, self.driver.close])
 
     # -- one pass ------------------------------------------------------------------------------
 
@@ -358,6 +350,10 @@ class QueueWorker(RoleBase):
             else:
                 self._more.discard(queue)
             self.stats_.bump("claimed", len(jobs))
+            # a batch's rated starts in one statement; the window a take counted in may hold
+            # back more of its key, so the next claim is no later than that window's end (read
+            # from the clock after the answer: the window is timed by the statement, never early)
+            self._next_poll = min(self._next_poll, self.admission.gate(jobs) + self.clock())
             runs = [run for run in (self.take(job, now_ms) for job in jobs) if run is not None]
             if runs:
                 self._executor.submit_many(runs)
