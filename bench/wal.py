@@ -1,0 +1,211 @@
+"""The WAL of one job's life, record by record, and what a retained job keeps on disk.
+
+Enqueues N no-op jobs, then drives them through the driver's own verbs in batches, as a worker
+does: claim, one lease renewal (a heartbeat), ack. Each phase's WAL is read back with
+``pg_walinspect`` (``create extension pg_walinspect``, PostgreSQL 15+) and only the records of
+this run's schema are counted: those touching its relations, and the commit records of the
+transactions that wrote them. So the figures hold on a server doing other work, which a
+server-wide ``pg_current_wal_lsn()`` difference does not.
+
+``--checkpoint`` issues a CHECKPOINT between the enqueue and the drain, so every page's first
+change after it carries a full-page image, as on a server whose checkpoint fell mid-queue.
+
+The bare loop (a table of id, state, payload and one partial index, claimed and completed in
+batches) is measured the same way in the same run: the ratio is what the jobs table costs over
+the least a queue table can be.
+
+    python bench/wal.py [--jobs 20000] [--batch 128] [--checkpoint] [--dsn ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import uuid
+from collections import defaultdict
+from typing import Any
+
+import psycopg
+
+from daemon import drop_schema, enqueue_noops, fresh_schema
+from xjobs.drivers.postgres import PostgresDriver
+from xjobs.drivers.records import Claim, Lease
+
+_BLOCK = re.compile(r"rel \d+/\d+/(\d+)")
+Key = tuple[str, str, str]
+
+
+def lsn(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("select pg_current_wal_flush_lsn()::text").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def relations(conn: psycopg.Connection[Any], namespace: str) -> dict[int, str]:
+    """relfilenode -> name of every table, index and TOAST relation of ``namespace``."""
+    rows = conn.execute(
+        "select c.relfilenode, c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace "
+        "where n.nspname = %s and c.relfilenode <> 0 "
+        "union all select t.relfilenode, c.relname || ' (toast)' from pg_class c "
+        "join pg_namespace n on n.oid = c.relnamespace join pg_class t on t.oid = c.reltoastrelid "
+        "where n.nspname = %s", (namespace, namespace)).fetchall()
+    return {int(node): str(name) for node, name in rows}
+
+
+def records(conn: psycopg.Connection[Any], start: str, end: str,
+            rels: dict[int, str]) -> dict[Key, list[int]]:
+    """(relation, resource manager, record type) -> [count, bytes, full-page-image bytes] of the
+    records between two LSNs that are this run's: they touch ``rels``, or they commit (or
+    abort) a transaction that did."""
+    rows = conn.execute(
+        "select xid::text::bigint, resource_manager, record_type, record_length, fpi_length, block_ref "
+        "from pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)", (start, end)).fetchall()
+    mine: set[int] = set()
+    for xid, _, _, _, _, block_ref in rows:
+        if block_ref and any(int(n) in rels for n in _BLOCK.findall(block_ref)):
+            mine.add(xid)
+    out: dict[Key, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for xid, rmgr, kind, length, fpi, block_ref in rows:
+        nodes = [int(n) for n in _BLOCK.findall(block_ref or "")]
+        named = [rels[n] for n in nodes if n in rels]
+        if named:
+            where = named[0]
+        elif rmgr == "Transaction" and xid in mine:
+            where = "(commit)"
+        else:
+            continue
+        entry = out[(where, rmgr, kind)]
+        entry[0] += 1
+        entry[1] += int(length)
+        entry[2] += int(fpi)
+    return out
+
+
+def lifecycle(dsn: str, jobs: int, batch: int, checkpoint: bool,
+              fillfactor: int | None = None) -> tuple[dict[str, dict[Key, list[int]]], int, int]:
+    """The records of each phase of ``jobs`` jobs' lives, and the bytes the jobs table and its
+    indexes hold once they are all completed."""
+    schema = fresh_schema(dsn)
+    phases: dict[str, dict[Key, list[int]]] = {}
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            if fillfactor is not None:
+                conn.execute(f"alter table {schema}.jobs set (fillfactor = {int(fillfactor)})")
+            start = lsn(conn)
+            enqueue_noops(dsn, schema, jobs)
+            if checkpoint:
+                conn.execute("checkpoint")
+            marks = {"enqueue": (start, lsn(conn))}
+            driver = PostgresDriver(dsn, schema=schema)
+            try:
+                spans: dict[str, list[tuple[str, str]]] = defaultdict(list)
+                while True:
+                    before = lsn(conn)
+                    claimed = driver.job_claim(Claim(queues=["bench"], limit=batch, lease_ms=30_000,
+                                                     identity="wal-bench"))
+                    if not claimed:
+                        break
+                    leases = [Lease(job.id, job.token) for job in claimed]
+                    renewed = lsn(conn)
+                    assert driver.job_renew_many(leases, 30_000) == {job.id for job in claimed}
+                    acked = lsn(conn)
+                    assert driver.job_ack_many(leases) == {job.id for job in claimed}
+                    spans["claim"].append((before, renewed))
+                    spans["heartbeat"].append((renewed, acked))
+                    spans["ack"].append((acked, lsn(conn)))
+            finally:
+                driver.close()
+            rels = relations(conn, schema)
+            phases["enqueue"] = records(conn, *marks["enqueue"], rels)
+            for phase, ranges in spans.items():
+                total: dict[Key, list[int]] = defaultdict(lambda: [0, 0, 0])
+                for begin, end in ranges:
+                    for key, (n, size, fpi) in records(conn, begin, end, rels).items():
+                        total[key][0] += n
+                        total[key][1] += size
+                        total[key][2] += fpi
+                phases[phase] = total
+            return phases, *stored(conn, f"{schema}.jobs")
+    finally:
+        drop_schema(dsn, schema)
+
+
+def stored(conn: psycopg.Connection[Any], table: str) -> tuple[int, int]:
+    """Bytes of ``table`` with its indexes and TOAST: as the drain left it, and after a VACUUM
+    (what the retained rows keep once their dead versions are reclaimed)."""
+    size = "select pg_total_relation_size(%s::regclass)"
+    row = conn.execute(size, (table,)).fetchone()
+    conn.execute(f"vacuum {table}")
+    after = conn.execute(size, (table,)).fetchone()
+    assert row is not None and after is not None
+    return int(row[0]), int(after[0])
+
+
+def bare_loop(dsn: str, jobs: int, batch: int, checkpoint: bool) -> tuple[float, int, int]:
+    """(WAL bytes per job of the claim and completion, table bytes after) of the bare loop."""
+    schema = f"xjobs_bare_{uuid.uuid4().hex[:8]}"
+    table = f"{schema}.q"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"create schema {schema}")
+        conn.execute(f"create table {table} (id bigint generated always as identity primary key, "
+                     "state text not null default 'ready', payload jsonb not null default '{}')")
+        conn.execute(f"create index on {table} (id) where state = 'ready'")
+        conn.execute(f"insert into {table} (payload) select jsonb_build_object('n', g) from generate_series(1, %s) g",
+                     (jobs,))
+        conn.execute(f"analyze {table}")
+        if checkpoint:
+            conn.execute("checkpoint")
+        rels = relations(conn, schema)
+        total = 0
+        claim = (f"update {table} t set state = 'running' from (select id from {table} where state = 'ready' "
+                 f"order by id limit %s for update skip locked) p where t.id = p.id returning t.id")
+        while True:
+            before = lsn(conn)
+            with conn.transaction():
+                ids = [r[0] for r in conn.execute(claim, (batch,)).fetchall()]
+            if not ids:
+                break
+            with conn.transaction():
+                conn.execute(f"update {table} set state = 'done' where id = any(%s)", (ids,))
+            total += sum(e[1] for e in records(conn, before, lsn(conn), rels).values())
+        sizes = stored(conn, table)
+        conn.execute(f"drop schema {schema} cascade")
+    return total / jobs, *sizes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--checkpoint", action="store_true")
+    parser.add_argument("--fillfactor", type=int, help="set on the jobs table before the enqueue (to compare)")
+    parser.add_argument("--dsn", default=os.environ.get("XJOBS_DATABASE_URL",
+                                                        "postgresql://postgres@127.0.0.1:5432/postgres"))
+    args = parser.parse_args()
+    phases, kept, vacuumed = lifecycle(args.dsn, args.jobs, args.batch, args.checkpoint, args.fillfactor)
+    bare, bare_kept, bare_vacuumed = bare_loop(args.dsn, args.jobs, args.batch, args.checkpoint)
+    n = args.jobs
+    print(f"WAL of {n:,} jobs' lives (batches of {args.batch}{', checkpoint before the drain' if args.checkpoint else ''}),"
+          " per job")
+    print(f"{'phase':<10} {'relation':<28} {'record':<24} {'recs/job':>9} {'B/job':>8} {'FPI B/job':>10}")
+    drain = 0.0
+    for phase, found in phases.items():
+        for (where, rmgr, kind), (count, size, fpi) in sorted(found.items(), key=lambda kv: -kv[1][1]):
+            print(f"{phase:<10} {where:<28} {rmgr + '/' + kind:<24} {count / n:>9.2f} {size / n:>8,.1f} {fpi / n:>10,.1f}")
+        phase_total = sum(e[1] for e in found.values()) / n
+        if phase != "enqueue":
+            drain += phase_total
+        print(f"{phase:<10} {'= total':<28} {'':<24} {'':>9} {phase_total:>8,.1f}")
+    print()
+    print(f"{'per completed job':<40} {'jobs table':>12} {'bare loop':>10} {'ratio':>6}")
+    print(f"{'WAL of claim + heartbeat + ack (B)':<40} {drain:>12,.0f} {bare:>10,.0f} {drain / bare:>6.2f}")
+    print(f"{'table + indexes after the drain (B)':<40} {kept / n:>12,.0f} {bare_kept / n:>10,.0f} "
+          f"{kept / bare_kept:>6.2f}")
+    print(f"{'the same after a VACUUM (B)':<40} {vacuumed / n:>12,.0f} {bare_vacuumed / n:>10,.0f} "
+          f"{vacuumed / bare_vacuumed:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
