@@ -1,7 +1,7 @@
 """The WAL of one job's life, record by record, and what a retained job keeps on disk.
 
 Enqueues N no-op jobs, then drives them through the driver's own verbs in batches, as a worker
-does: claim, one lease renewal (a heartbeat), ack. Each phase's WAL is read back with
+does: every batch claimed, then each one's lease renewed once (a heartbeat), then each acked. Each phase's WAL is read back with
 ``pg_walinspect`` (``create extension pg_walinspect``, PostgreSQL 15+) and only the records of
 this run's schema are counted: those touching its relations, and the commit records of the
 transactions that wrote them. So the figures hold on a server doing other work, which a
@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from daemon import drop_schema, enqueue_noops, fresh_schema
+from daemon import Daemon, drop_schema, enqueue_noops, fresh_schema, wait_drained
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.records import Claim, Lease
 
@@ -100,21 +100,27 @@ def lifecycle(dsn: str, jobs: int, batch: int, checkpoint: bool,
             marks = {"enqueue": (start, lsn(conn))}
             driver = PostgresDriver(dsn, schema=schema)
             try:
+                # phase by phase over the whole set, as in a worker where a renewal comes
+                # seconds after the claim (the versions a claim left dead can be pruned by then)
                 spans: dict[str, list[tuple[str, str]]] = defaultdict(list)
+                held: list[list[Lease]] = []
                 while True:
                     before = lsn(conn)
                     claimed = driver.job_claim(Claim(queues=["bench"], limit=batch, lease_ms=30_000,
                                                      identity="wal-bench"))
                     if not claimed:
                         break
-                    leases = [Lease(job.id, job.token) for job in claimed]
-                    renewed = lsn(conn)
-                    assert driver.job_renew_many(leases, 30_000) == {job.id for job in claimed}
-                    acked = lsn(conn)
-                    assert driver.job_ack_many(leases) == {job.id for job in claimed}
-                    spans["claim"].append((before, renewed))
-                    spans["heartbeat"].append((renewed, acked))
-                    spans["ack"].append((acked, lsn(conn)))
+                    spans["claim"].append((before, lsn(conn)))
+                    held.append([Lease(job.id, job.token) for job in claimed])
+                for verb in ("heartbeat", "ack"):
+                    for leases in held:
+                        before = lsn(conn)
+                        if verb == "heartbeat":
+                            done = driver.job_renew_many(leases, 30_000)
+                        else:
+                            done = driver.job_ack_many(leases)
+                        assert done == {lease.job_id for lease in leases}, verb
+                        spans[verb].append((before, lsn(conn)))
             finally:
                 driver.close()
             rels = relations(conn, schema)
@@ -128,6 +134,28 @@ def lifecycle(dsn: str, jobs: int, batch: int, checkpoint: bool,
                         total[key][2] += fpi
                 phases[phase] = total
             return phases, *stored(conn, f"{schema}.jobs")
+    finally:
+        drop_schema(dsn, schema)
+
+
+def daemon_lifecycle(dsn: str, jobs: int, queue: str, checkpoint: bool,
+                     fillfactor: int | None = None) -> tuple[dict[Key, list[int]], int, int]:
+    """The records of this schema while ``xjobsd run --queue QUEUE`` drains ``jobs`` jobs, from
+    its start to its exit: the claims and acks, and everything the daemon writes beside them."""
+    schema = fresh_schema(dsn)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            if fillfactor is not None:
+                conn.execute(f"alter table {schema}.jobs set (fillfactor = {int(fillfactor)})")
+        enqueue_noops(dsn, schema, jobs)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            if checkpoint:
+                conn.execute("checkpoint")
+            start = lsn(conn)
+            with Daemon(dsn, schema, [queue]):
+                wait_drained(dsn, schema)
+            end = lsn(conn)
+            return records(conn, start, end, relations(conn, schema)), *stored(conn, f"{schema}.jobs")
     finally:
         drop_schema(dsn, schema)
 
@@ -175,29 +203,55 @@ def bare_loop(dsn: str, jobs: int, batch: int, checkpoint: bool) -> tuple[float,
     return total / jobs, *sizes
 
 
+def print_phase(phase: str, found: dict[Key, list[int]], n: int) -> float:
+    """Print a phase's records (those under 1 B a job folded into one line); answer its bytes
+    per job."""
+    rest = [0, 0, 0]
+    for (where, rmgr, kind), (count, size, fpi) in sorted(found.items(), key=lambda kv: -kv[1][1]):
+        if size / n < 1.0:
+            rest = [rest[0] + count, rest[1] + size, rest[2] + fpi]
+            continue
+        print(f"{phase:<10} {where:<28} {rmgr + '/' + kind:<24} {count / n:>9.2f} {size / n:>8,.1f} {fpi / n:>10,.1f}")
+    print(f"{phase:<10} {'(the rest)':<28} {'':<24} {rest[0] / n:>9.2f} {rest[1] / n:>8,.1f} {rest[2] / n:>10,.1f}")
+    total = sum(e[1] for e in found.values()) / n
+    fpis = sum(e[2] for e in found.values()) / n
+    print(f"{phase:<10} {'= total':<28} {'':<24} {'':>9} {total:>8,.1f} {fpis:>10,.1f}")
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--checkpoint", action="store_true")
     parser.add_argument("--fillfactor", type=int, help="set on the jobs table before the enqueue (to compare)")
+    parser.add_argument("--daemon", metavar="QUEUE",
+                        help="instead: the records of xjobsd draining the jobs, e.g. bench=256")
     parser.add_argument("--dsn", default=os.environ.get("XJOBS_DATABASE_URL",
                                                         "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = parser.parse_args()
+    n = args.jobs
+    if args.daemon:
+        found, kept, vacuumed = daemon_lifecycle(args.dsn, n, args.daemon, args.checkpoint, args.fillfactor)
+        bare, bare_kept, bare_vacuumed = bare_loop(args.dsn, n, 500, args.checkpoint)
+        print(f"WAL of xjobsd --queue {args.daemon} draining {n:,} jobs, per job")
+        print_phase("xjobsd", found, n)
+        total = sum(e[1] for e in found.values()) / n
+        print(f"\nWAL per completed job: xjobsd {total:,.0f} B, bare loop (batches of 500) {bare:,.0f} B, "
+              f"ratio {total / bare:.2f}")
+        print(f"table + indexes per job after the drain: xjobsd {kept / n:,.0f} B, bare loop {bare_kept / n:,.0f} B, "
+              f"ratio {kept / bare_kept:.2f}; after a VACUUM {vacuumed / n:,.0f} against {bare_vacuumed / n:,.0f}")
+        return
     phases, kept, vacuumed = lifecycle(args.dsn, args.jobs, args.batch, args.checkpoint, args.fillfactor)
     bare, bare_kept, bare_vacuumed = bare_loop(args.dsn, args.jobs, args.batch, args.checkpoint)
-    n = args.jobs
     print(f"WAL of {n:,} jobs' lives (batches of {args.batch}{', checkpoint before the drain' if args.checkpoint else ''}),"
           " per job")
     print(f"{'phase':<10} {'relation':<28} {'record':<24} {'recs/job':>9} {'B/job':>8} {'FPI B/job':>10}")
     drain = 0.0
     for phase, found in phases.items():
-        for (where, rmgr, kind), (count, size, fpi) in sorted(found.items(), key=lambda kv: -kv[1][1]):
-            print(f"{phase:<10} {where:<28} {rmgr + '/' + kind:<24} {count / n:>9.2f} {size / n:>8,.1f} {fpi / n:>10,.1f}")
-        phase_total = sum(e[1] for e in found.values()) / n
+        phase_total = print_phase(phase, found, n)
         if phase != "enqueue":
             drain += phase_total
-        print(f"{phase:<10} {'= total':<28} {'':<24} {'':>9} {phase_total:>8,.1f}")
     print()
     print(f"{'per completed job':<40} {'jobs table':>12} {'bare loop':>10} {'ratio':>6}")
     print(f"{'WAL of claim + heartbeat + ack (B)':<40} {drain:>12,.0f} {bare:>10,.0f} {drain / bare:>6.2f}")

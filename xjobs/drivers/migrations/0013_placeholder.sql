@@ -1,0 +1,4 @@
+-- placeholder
+-- Version 13: reserved for a change made beside this one; it does nothing here.
+-- compatible-with-previous: yes (no statement)
+select 1;
