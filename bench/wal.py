@@ -1,8 +1,8 @@
 """The WAL of one job's life, record by record, and what a retained job keeps on disk.
 
 Enqueues N no-op jobs, then drives them through the driver's own verbs in batches, as a worker
-does: every batch claimed, then each one's lease renewed once (a heartbeat), then each acked. Each phase's WAL is read back with
-``pg_walinspect`` (``create extension pg_walinspect``, PostgreSQL 15+) and only the records of
+does: every batch claimed, then each one's lease renewed (a heartbeat, ``--renewals`` times),
+then each acked. Each phase's WAL is read back with ``pg_walinspect`` (``create extension pg_walinspect``, PostgreSQL 15+) and only the records of
 this run's schema are counted: those touching its relations, and the commit records of the
 transactions that wrote them. So the figures hold on a server doing other work, which a
 server-wide ``pg_current_wal_lsn()`` difference does not.
@@ -14,7 +14,8 @@ The bare loop (a table of id, state, payload and one partial index, claimed and 
 batches) is measured the same way in the same run: the ratio is what the jobs table costs over
 the least a queue table can be.
 
-    python bench/wal.py [--jobs 20000] [--batch 128] [--checkpoint] [--dsn ...]
+    python bench/wal.py [--jobs 20000] [--batch 128] [--renewals 1] [--checkpoint] [--dsn ...]
+    python bench/wal.py --daemon bench=256 [--jobs 20000] [--checkpoint]   # through xjobsd
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ import argparse
 import os
 import re
 import sys
+import time
 import uuid
 from collections import defaultdict
 from typing import Any
 
 import psycopg
 
-from daemon import Daemon, drop_schema, enqueue_noops, fresh_schema, wait_drained
+from daemon import Daemon, drop_schema, enqueue_noops, fresh_schema
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.records import Claim, Lease
 
@@ -83,26 +85,33 @@ def records(conn: psycopg.Connection[Any], start: str, end: str,
     return out
 
 
-def lifecycle(dsn: str, jobs: int, batch: int, checkpoint: bool,
-              fillfactor: int | None = None) -> tuple[dict[str, dict[Key, list[int]]], int, int]:
+def lifecycle(dsn: str, jobs: int, batch: int, checkpoint: bool, renewals: int = 1,
+              fillfactor: int | None = None) -> tuple[dict[str, dict[Key, list[int]]], int, int, dict[str, int]]:
     """The records of each phase of ``jobs`` jobs' lives, and the bytes the jobs table and its
     indexes hold once they are all completed."""
     schema = fresh_schema(dsn)
-    phases: dict[str, dict[Key, list[int]]] = {}
+    phases: dict[str, dict[Key, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             if fillfactor is not None:
                 conn.execute(f"alter table {schema}.jobs set (fillfactor = {int(fillfactor)})")
+            rels = relations(conn, schema)
+
+            def count(phase: str, since: str) -> None:
+                # read at once: a checkpoint may recycle the segments soon after
+                for key, (n, size, fpi) in records(conn, since, lsn(conn), rels).items():
+                    entry = phases[phase][key]
+                    entry[0], entry[1], entry[2] = entry[0] + n, entry[1] + size, entry[2] + fpi
+
             start = lsn(conn)
             enqueue_noops(dsn, schema, jobs)
+            count("enqueue", start)
             if checkpoint:
                 conn.execute("checkpoint")
-            marks = {"enqueue": (start, lsn(conn))}
             driver = PostgresDriver(dsn, schema=schema)
             try:
                 # phase by phase over the whole set, as in a worker where a renewal comes
                 # seconds after the claim (the versions a claim left dead can be pruned by then)
-                spans: dict[str, list[tuple[str, str]]] = defaultdict(list)
                 held: list[list[Lease]] = []
                 while True:
                     before = lsn(conn)
@@ -110,9 +119,9 @@ def lifecycle(dsn: str, jobs: int, batch: int, checkpoint: bool,
                                                      identity="wal-bench"))
                     if not claimed:
                         break
-                    spans["claim"].append((before, lsn(conn)))
+                    count("claim", before)
                     held.append([Lease(job.id, job.token) for job in claimed])
-                for verb in ("heartbeat", "ack"):
+                for verb in ["heartbeat"] * renewals + ["ack"]:
                     for leases in held:
                         before = lsn(conn)
                         if verb == "heartbeat":
@@ -120,20 +129,14 @@ def lifecycle(dsn: str, jobs: int, batch: int, checkpoint: bool,
                         else:
                             done = driver.job_ack_many(leases)
                         assert done == {lease.job_id for lease in leases}, verb
-                        spans[verb].append((before, lsn(conn)))
+                        count(verb, before)
             finally:
                 driver.close()
-            rels = relations(conn, schema)
-            phases["enqueue"] = records(conn, *marks["enqueue"], rels)
-            for phase, ranges in spans.items():
-                total: dict[Key, list[int]] = defaultdict(lambda: [0, 0, 0])
-                for begin, end in ranges:
-                    for key, (n, size, fpi) in records(conn, begin, end, rels).items():
-                        total[key][0] += n
-                        total[key][1] += size
-                        total[key][2] += fpi
-                phases[phase] = total
-            return phases, *stored(conn, f"{schema}.jobs")
+            each = dict(conn.execute(
+                "select c.relname, pg_relation_size(c.oid) from pg_class c where c.oid = %s::regclass "
+                "or c.oid in (select indexrelid from pg_index where indrelid = %s::regclass) order by 2 desc",
+                (f"{schema}.jobs",) * 2).fetchall())
+            return dict(phases), *stored(conn, f"{schema}.jobs"), each
     finally:
         drop_schema(dsn, schema)
 
@@ -151,11 +154,29 @@ def daemon_lifecycle(dsn: str, jobs: int, queue: str, checkpoint: bool,
         with psycopg.connect(dsn, autocommit=True) as conn:
             if checkpoint:
                 conn.execute("checkpoint")
-            start = lsn(conn)
+            rels = relations(conn, schema)
+            found: dict[Key, list[int]] = defaultdict(lambda: [0, 0, 0])
+            mark = lsn(conn)
+
+            def count() -> None:
+                # read as the drain goes: a checkpoint may recycle the segments soon after
+                nonlocal mark
+                end = lsn(conn)
+                for key, (n, size, fpi) in records(conn, mark, end, rels).items():
+                    entry = found[key]
+                    entry[0], entry[1], entry[2] = entry[0] + n, entry[1] + size, entry[2] + fpi
+                mark = end
+
+            busy = (f"select exists(select 1 from {schema}.jobs where state = 'ready') "
+                    f"or exists(select 1 from {schema}.jobs where state = 'running')")
             with Daemon(dsn, schema, [queue]):
-                wait_drained(dsn, schema)
-            end = lsn(conn)
-            return records(conn, start, end, relations(conn, schema)), *stored(conn, f"{schema}.jobs")
+                deadline = time.monotonic() + 600
+                while conn.execute(busy).fetchone() != (False,):
+                    assert time.monotonic() < deadline, "the drain did not finish"
+                    count()
+                    time.sleep(0.5)
+            count()
+            return dict(found), *stored(conn, f"{schema}.jobs")
     finally:
         drop_schema(dsn, schema)
 
@@ -224,6 +245,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--checkpoint", action="store_true")
+    parser.add_argument("--renewals", type=int, default=1, help="lease renewals per job (heartbeats)")
     parser.add_argument("--fillfactor", type=int, help="set on the jobs table before the enqueue (to compare)")
     parser.add_argument("--daemon", metavar="QUEUE",
                         help="instead: the records of xjobsd draining the jobs, e.g. bench=256")
@@ -242,21 +264,22 @@ def main() -> None:
         print(f"table + indexes per job after the drain: xjobsd {kept / n:,.0f} B, bare loop {bare_kept / n:,.0f} B, "
               f"ratio {kept / bare_kept:.2f}; after a VACUUM {vacuumed / n:,.0f} against {bare_vacuumed / n:,.0f}")
         return
-    phases, kept, vacuumed = lifecycle(args.dsn, args.jobs, args.batch, args.checkpoint, args.fillfactor)
+    phases, kept, vacuumed, each = lifecycle(args.dsn, args.jobs, args.batch, args.checkpoint,
+                                         args.renewals, args.fillfactor)
     bare, bare_kept, bare_vacuumed = bare_loop(args.dsn, args.jobs, args.batch, args.checkpoint)
     print(f"WAL of {n:,} jobs' lives (batches of {args.batch}{', checkpoint before the drain' if args.checkpoint else ''}),"
           " per job")
     print(f"{'phase':<10} {'relation':<28} {'record':<24} {'recs/job':>9} {'B/job':>8} {'FPI B/job':>10}")
-    drain = 0.0
-    for phase, found in phases.items():
-        phase_total = print_phase(phase, found, n)
-        if phase != "enqueue":
-            drain += phase_total
+    totals = {phase: print_phase(phase, found, n) for phase, found in phases.items()}
+    drain = totals["claim"] + totals["ack"]
     print()
     print(f"{'per completed job':<40} {'jobs table':>12} {'bare loop':>10} {'ratio':>6}")
-    print(f"{'WAL of claim + heartbeat + ack (B)':<40} {drain:>12,.0f} {bare:>10,.0f} {drain / bare:>6.2f}")
+    print(f"{'WAL of claim + ack (B)':<40} {drain:>12,.0f} {bare:>10,.0f} {drain / bare:>6.2f}")
+    if args.renewals:
+        print(f"{'WAL of one lease renewal (B)':<40} {totals['heartbeat'] / args.renewals:>12,.0f}")
     print(f"{'table + indexes after the drain (B)':<40} {kept / n:>12,.0f} {bare_kept / n:>10,.0f} "
           f"{kept / bare_kept:>6.2f}")
+    print("  of which " + ", ".join(f"{name} {size / n:,.0f}" for name, size in each.items() if size))
     print(f"{'the same after a VACUUM (B)':<40} {vacuumed / n:>12,.0f} {bare_vacuumed / n:>10,.0f} "
           f"{vacuumed / bare_vacuumed:>6.2f}")
 
