@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.postgres
 
 # The last commit whose code is the previous schema version the fleet ran: the code before
-# migrations 13 to 16, which landed together, so a rolling deploy crosses all four at once.
+# migrations 13 to 17, which landed together, so a rolling deploy crosses all five at once.
 # With each new migration, move it to the last commit of the version before: the test below
 # checks it is.
 PREVIOUS_RELEASE = "d1a49b0"

@@ -184,7 +184,9 @@ with n as (
 select id, queue, state, outcome, delay from settled
 
 -- name: job_renew_many
--- the fences of every held lease, planned per batch like job_ack_many
+-- the fences of every held lease, planned per batch like job_ack_many. No index reads
+-- lease_expires_at (schema 17; tests/drivers/test_lean_jobs.py), so a renewal is a HOT update
+-- whenever the row's page has room: no new index entries, about 80 bytes of WAL
 update {schema}.jobs j
 set lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 from unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) as a(id, token)
