@@ -8,7 +8,8 @@ declared with ``concurrency=N`` one of its N fleet-wide slots.
         └──capped job: slot_acquire (one row per held slot, the primary key grants it)──> none: SHED
                 │
                 └──held: the body runs; the slot is renewed with the leases, fenced on holder
-                   AND expiry (a renewal answering False aborts the run: X_JOB_SLOT_LOST);
+                   AND expiry (a renewal answering False aborts the run: X_JOB_SLOT_LOST; one
+                   that does not land in time ends the run's safe window, ``leases.py``);
                    released when the body ends, whatever the settlement (a failed release is
                    logged and retried with the renewals until its expiry would free it anyway,
                    never the run's failure)
@@ -25,6 +26,7 @@ not until the run settles: a timed-out ``def`` body that runs on still counts ag
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -110,6 +112,9 @@ class Admission:
         self._admitted.add(id(run))
         if admitted.slot is not None:
             self._slots[id(run)] = (run, run.job.name, admitted.slot)
+            # taken in this pass, after the pass's now that the run starts from: the slot's
+            # expiry on the server is no earlier than this plus its TTL
+            run.slot_renewed_ms = run.started_ms
 
     def refuse(self, job: ClaimedJob, admitted: Admitted) -> None:
         """Undo an admission whose run never came to be (no handler for the job here)."""
@@ -145,7 +150,9 @@ class Admission:
 
     def renew(self, cancel: Callable[[Run], None], now_ms: float) -> bool:
         """Renew every held slot (one whose renewal answers False aborts its run), and retry
-        the releases that failed; answers whether a retried release freed a slot."""
+        the releases that failed; answers whether a retried release freed a slot. A renewal
+        that lands confirms the slot from ``now_ms`` (sent no earlier: the safe side); one that
+        fails leaves the run's slot window to close (``leases.py``)."""
         store = self._store
         if store is None:
             return False
@@ -164,6 +171,8 @@ class Admission:
                       worker=self._identity, **run_fields(run.job))
                 if run.signal.abort(SLOT_LOST, f"slot {slot} of {job} lost"):
                     cancel(run)
+            elif run.slot_renewed_ms != math.inf:   # inf: told its window closed; it stays told
+                run.slot_renewed_ms = now_ms
         return self._retry_releases(store, now_ms)
 
     def _retry_releases(self, store: SlotStore, now_ms: float) -> bool:
