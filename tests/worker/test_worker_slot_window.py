@@ -132,3 +132,27 @@ def test_a_slot_renewal_stalled_after_a_lease_renewal_stops_the_run_before_the_s
         release.set()
         stuck.join(10)
     _handed_back(driver, pacer, job_id)
+
+
+def test_a_slot_granted_after_a_stall_held_the_claim_is_given_back_without_starting_the_body(
+        driver, registry, clock, monkeypatch):
+    body = Body()
+    capped = declare(registry, body, name="capped", concurrency=1)
+    [job_id] = enqueue(capped, driver, {"n": 1})
+    pacer = Pacer(make_worker(driver, registry, lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS, poll_ms=50))
+    real = driver.job_claim
+
+    def stalled(*args, **kwargs):
+        pacer.now += LEASE_MS        # the network held the claim this long: the slot comes after it
+        return real(*args, **kwargs)
+    monkeypatch.setattr(driver, "job_claim", stalled)
+    pacer.pass_()
+    assert pacer.totals()["shed"] == 1 and not body.started.is_set()   # never started on a stale slot
+    view = driver.job_get(job_id)
+    assert (view.state, view.attempt, view.last_error) == ("ready", 0, None)
+    assert driver.slot_held() == {}                                     # and the slot is free again
+    monkeypatch.setattr(driver, "job_claim", real)
+    pacer.until(body.started.is_set)                                    # a fresh claim runs it
+    pacer.worker.stop_accepting("test")
+    pacer.until(lambda: pacer.totals()["interrupted"] == 1)
+    pacer.worker.close(now=lambda: pacer.now)

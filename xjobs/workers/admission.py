@@ -6,6 +6,8 @@ declared with ``concurrency=N`` one of its N fleet-wide slots.
     claimed ──limits (limiter.py, per process)──> over: SHED
         │
         └──capped job: slot_acquire (one row per held slot, the primary key grants it)──> none: SHED
+                │          (or granted only after the slot's window had closed, counted from the
+                │           pass that claimed the job: a stall held the claim or the acquire: SHED)
                 │
                 └──held: the body runs; the slot is renewed with the leases, fenced on holder
                    AND expiry (a renewal answering False aborts the run: X_JOB_SLOT_LOST; one
@@ -57,15 +59,20 @@ class Admitted:
 
 class Admission:
     def __init__(self, *, slots: SlotStore | None, identity: str, caps: Mapping[str, int], limits: Limits,
-                 lease_ms: float, retry_ms: float) -> None:
+                 lease_ms: float, retry_ms: float, clock: Callable[[], float] = lambda: -math.inf,
+                 trust_ms: float = math.inf) -> None:
         """``slots``: the driver's fleet-wide slot store (None: it has none, and then no job may
-        declare a cap: the worker refuses that at start)."""
+        declare a cap: the worker refuses that at start). ``trust_ms``: how long after the
+        pass's now a slot taken in it may be trusted (``leases.slot_window_ms``), on ``clock``
+        (the loop's)."""
         self._store = slots
         self._identity = identity
         self.caps = dict(caps)                    # job name -> its fleet-wide concurrency
         self.limiter = Limiter(limits)
         self._lease_ms = lease_ms
         self._retry_ms = retry_ms                 # how long a shed waits when the slot store is away
+        self._clock = clock
+        self._trust_ms = trust_ms
         self._slots: dict[int, tuple[Run, str, int]] = {}   # id(run) -> (run, job, slot)
         self._admitted: set[int] = set()                     # id(run) of runs the limiter counts
         # slots whose release failed: (job, slot, when its expiry frees it anyway; None until
@@ -91,6 +98,13 @@ class Admission:
         if slot is None:
             self.limiter.release(job.tenant, job.queue)
             return Shed(0.0, f"all {cap} slot(s) of {job.name} are held")
+        if self._clock() - now_ms >= self._trust_ms:
+            # the claim or the acquire came back after a stall: when the slot was granted is
+            # unknown, so it counts from the pass's now, and its window closed before the body
+            # would start (the holder it was taken over from may not have unwound yet)
+            self.limiter.release(job.tenant, job.queue)
+            self._release(job.name, slot)
+            return Shed(0.0, f"slot {slot} of {job.name} came back after its window closed")
         return Admitted(slot)
 
     def claim_room(self, queue: str, free: int) -> int:

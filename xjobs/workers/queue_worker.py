@@ -55,7 +55,7 @@ from ..reporting import ErrorHook, Reporter
 from ..retry import DEFAULT_RETRY
 from .admission import Admission, Shed
 from .execute import Executor, Results, Run, RunHook, UnknownJob
-from .leases import LeaseKeeper
+from .leases import LeaseKeeper, slot_window_ms
 from .quarantine import Quarantine
 from .rates import RateReporter
 from .process_hooks import WorkerHooks
@@ -173,8 +173,8 @@ class QueueWorker(RoleBase):
                 f"({type(self.driver).__name__}) has no fleet-wide slot store to enforce it")
         self.hooks.start()   # the app's clients, built in this process before anything is claimed
         self.admission = Admission(slots=slots, identity=self.identity, caps=self._caps,
-                                   limits=self.settings.limits, lease_ms=self.settings.lease_ms,
-                                   retry_ms=self.settings.poll_ms)
+                                   limits=self.settings.limits, lease_ms=self.settings.lease_ms, clock=self.clock,
+                                   retry_ms=self.settings.poll_ms, trust_ms=slot_window_ms(self.settings))
         self._listener = self.driver.job_listen(self.identity)   # new jobs, and cancels of ours
         self.leases.start(self.clock, self._executor.cancel)
         self._initialized = True
