@@ -59,19 +59,16 @@ class Admitted:
 
 class Admission:
     def __init__(self, *, slots: SlotStore | None, identity: str, caps: Mapping[str, int], limits: Limits,
-                 lease_ms: float, retry_ms: float, clock: Callable[[], float] = lambda: -math.inf,
-                 trust_ms: float = math.inf) -> None:
+                 lease_ms: float, retry_ms: float, trust_ms: float = math.inf) -> None:
         """``slots``: the driver's fleet-wide slot store (None: it has none, and then no job may
         declare a cap: the worker refuses that at start). ``trust_ms``: how long after the
-        pass's now a slot taken in it may be trusted (``leases.slot_window_ms``), on ``clock``
-        (the loop's)."""
+        pass's now a slot taken in it may be trusted (``leases.slot_window_ms``)."""
         self._store = slots
         self._identity = identity
         self.caps = dict(caps)                    # job name -> its fleet-wide concurrency
         self.limiter = Limiter(limits)
         self._lease_ms = lease_ms
         self._retry_ms = retry_ms                 # how long a shed waits when the slot store is away
-        self._clock = clock
         self._trust_ms = trust_ms
         self._slots: dict[int, tuple[Run, str, int]] = {}   # id(run) -> (run, job, slot)
         self._admitted: set[int] = set()                     # id(run) of runs the limiter counts
@@ -79,8 +76,9 @@ class Admission:
         # the next renewal pass reads the clock)
         self._unreleased: list[tuple[str, int, float | None]] = []
 
-    def admit(self, job: ClaimedJob, now_ms: float) -> Admitted | Shed:
-        """``Admitted`` (counted by the limiter, its slot taken) or ``Shed``."""
+    def admit(self, job: ClaimedJob, now_ms: float, clock: Callable[[], float] | None = None) -> Admitted | Shed:
+        """``Admitted`` (counted by the limiter, its slot taken) or ``Shed``; ``now_ms``: the
+        pass's now, before its claim was sent, on ``clock`` (the loop's; None: not checked)."""
         decision: Decision = self.limiter.admit(job.tenant, job.queue, now_ms, retry_ms=self._retry_ms)
         if not decision.admitted:   # in its place in line; the next claim skips it while it has no room
             return Shed(0.0, f"per-process limit: {decision.reason}")
@@ -98,7 +96,7 @@ class Admission:
         if slot is None:
             self.limiter.release(job.tenant, job.queue)
             return Shed(0.0, f"all {cap} slot(s) of {job.name} are held")
-        if self._clock() - now_ms >= self._trust_ms:
+        if clock is not None and clock() - now_ms >= self._trust_ms:
             # the claim or the acquire came back after a stall: when the slot was granted is
             # unknown, so it counts from the pass's now, and its window closed before the body
             # would start (the holder it was taken over from may not have unwound yet)

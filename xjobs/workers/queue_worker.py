@@ -173,7 +173,7 @@ class QueueWorker(RoleBase):
                 f"({type(self.driver).__name__}) has no fleet-wide slot store to enforce it")
         self.hooks.start()   # the app's clients, built in this process before anything is claimed
         self.admission = Admission(slots=slots, identity=self.identity, caps=self._caps,
-                                   limits=self.settings.limits, lease_ms=self.settings.lease_ms, clock=self.clock,
+                                   limits=self.settings.limits, lease_ms=self.settings.lease_ms,
                                    retry_ms=self.settings.poll_ms, trust_ms=slot_window_ms(self.settings))
         self._listener = self.driver.job_listen(self.identity)   # new jobs, and cancels of ours
         self.leases.start(self.clock, self._executor.cancel)
@@ -381,7 +381,7 @@ class QueueWorker(RoleBase):
             self.results.put(run, LookupError(f"no handler for job {job.name!r} in worker {self.identity}"))
             return None
         assert self.admission is not None   # built by initialize, before any claim
-        admitted = self.admission.admit(job, now_ms)
+        admitted = self.admission.admit(job, now_ms, self.clock)
         if isinstance(admitted, Shed):
             self.settler.shed(job, admitted.delay_ms, admitted.why, now_ms)
             return None
