@@ -135,7 +135,7 @@ def test_a_slot_renewal_stalled_after_a_lease_renewal_stops_the_run_before_the_s
 
 
 def test_a_slot_granted_after_a_stall_held_the_claim_is_given_back_without_starting_the_body(
-        driver, registry, clock, monkeypatch):
+        driver, registry, clock, monkeypatch, caplog):
     body = Body()
     capped = declare(registry, body, name="capped", concurrency=1)
     [job_id] = enqueue(capped, driver, {"n": 1})
@@ -151,6 +151,8 @@ def test_a_slot_granted_after_a_stall_held_the_claim_is_given_back_without_start
     view = driver.job_get(job_id)
     assert (view.state, view.attempt, view.last_error) == ("ready", 0, None)
     assert driver.slot_held() == {}                                     # and the slot is free again
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "worker.slot.stale"]
+    assert (record.levelname, record.job_id, record.slot, record.waited_ms) == ("WARNING", job_id, 0, LEASE_MS)
     monkeypatch.setattr(driver, "job_claim", real)
     pacer.until(body.started.is_set)                                    # a fresh claim runs it
     pacer.worker.stop_accepting("test")

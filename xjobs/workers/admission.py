@@ -96,12 +96,15 @@ class Admission:
         if slot is None:
             self.limiter.release(job.tenant, job.queue)
             return Shed(0.0, f"all {cap} slot(s) of {job.name} are held")
-        if clock is not None and clock() - now_ms >= self._trust_ms:
+        if clock is not None and (waited := clock() - now_ms) >= self._trust_ms:
             # the claim or the acquire came back after a stall: when the slot was granted is
             # unknown, so it counts from the pass's now, and its window closed before the body
             # would start (the holder it was taken over from may not have unwound yet)
             self.limiter.release(job.tenant, job.queue)
             self._release(job.name, slot)
+            event(log, logging.WARNING, "worker.slot.stale", "worker %s: slot %d of %s#%s came %.0fms after "
+                  "its claim was sent; giving it back", self._identity, slot, job.name, job.id, waited,
+                  slot=slot, waited_ms=round(waited), worker=self._identity, **run_fields(job))
             return Shed(0.0, f"slot {slot} of {job.name} came back after its window closed")
         return Admitted(slot)
 
