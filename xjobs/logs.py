@@ -38,6 +38,7 @@ on a name, never on wording::
     worker.start_hook.failed    error    hook error worker (an on_worker_start hook raised: X_WORKER_START_FAILED)
     worker.stop_hook.failed     warning  hook error worker (an on_worker_stop hook raised or outlasted its time)
     worker.slot.acquire.failed  warning  ... error        (the job is shed, never run unbounded)
+    worker.slot.stale           warning  ... slot waited_ms (granted after its window closed: given back, shed)
     worker.slot.renew.failed    warning  job slot error worker
     worker.slot.release.failed  warning  job slot error worker   (retried with the renewals)
     worker.slot.lost            error    ... slot         (the run is stopped: X_JOB_SLOT_LOST)

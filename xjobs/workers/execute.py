@@ -78,7 +78,7 @@ class Run:
     """One attempt of one job, owned by the worker's loop thread."""
 
     __slots__ = ("job", "handle", "lease", "signal", "ctx", "started_ms", "deadline_ms",
-                 "settled", "future", "renewed_ms", "code_at_return", "step_deadline_ms",
+                 "settled", "future", "renewed_ms", "slot_renewed_ms", "code_at_return", "step_deadline_ms",
                  "_clock", "_poke", "hook", "result")
 
     def __init__(self, job: ClaimedJob, handle: Handle, driver: RunStore, now_ms: float, *,
@@ -103,7 +103,7 @@ class Run:
                        result_limit=result_limit)
         self.result: bytes | None = None   # what the body returned, encoded once in its thread
         self.started_ms = now_ms
-        self.renewed_ms = now_ms
+        self.renewed_ms, self.slot_renewed_ms = now_ms, float("inf")   # last confirmed (inf: no slot)
         self.deadline_ms: float | None = None if timeout_ms is None else now_ms + timeout_ms
         self.settled = False
         self.future: asyncio.Task[BaseException | None] | None = None

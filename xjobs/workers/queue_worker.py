@@ -57,7 +57,7 @@ from ..retry import DEFAULT_RETRY
 from .admission import Admission, Shed
 from .claiming import Claimer
 from .execute import Executor, Results, Run, RunHook, UnknownJob
-from .leases import LeaseKeeper
+from .leases import LeaseKeeper, slot_window_ms
 from .quarantine import Quarantine
 from .rates import RateReporter
 from .process_hooks import WorkerHooks
@@ -171,7 +171,8 @@ class QueueWorker(RoleBase):
         self.hooks.start()   # the app's clients, built in this process before anything is claimed
         self.admission = Admission(slots=slots, identity=self.identity, caps=self._caps,
                                    limits=self.settings.limits, lease_ms=self.settings.lease_ms,
-                                   retry_ms=self.settings.poll_ms, driver=self.driver, jobs=handles.values())
+                                   retry_ms=self.settings.poll_ms, driver=self.driver, jobs=handles.values(),
+                                   trust_ms=slot_window_ms(self.settings))
         self._listener = self.driver.job_listen(self.identity)   # new jobs, and cancels of ours
         self.leases.start(self.clock, self._executor.cancel)
         self._initialized = True
@@ -373,7 +374,7 @@ class QueueWorker(RoleBase):
             self.results.put(run, LookupError(f"no handler for job {job.name!r} in worker {self.identity}"))
             return None
         assert self.admission is not None   # built by initialize, before any claim
-        admitted = self.admission.admit(job, now_ms)
+        admitted = self.admission.admit(job, now_ms, self.clock)
         if isinstance(admitted, Shed):
             self.settler.shed(job, admitted.delay_ms, admitted.why, now_ms)
             return None

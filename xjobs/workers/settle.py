@@ -118,8 +118,9 @@ class Settler:
             elif run.ctx.fence.refused:
                 self._refused(run, now_ms)
             elif run.code_at_return == LEASE_LOST:
-                # the lease watch stopped it before the loop could look: the database may still
-                # honour the lease (a renewal slower than the window). Give the job back now,
+                # the lease watch stopped it before the loop could look, or its slot's window
+                # closed (leases.py): the database may still honour the lease (a renewal slower
+                # than the window; a slot renewal that failed beside a lease's). Give the job back now,
                 # fenced on the token, rather than leave it a lease window; if the lease really
                 # is gone the nack matches nothing and counts the loss
                 # counted as a lost lease whether or not the hand-back lands: the window closed,
@@ -130,7 +131,7 @@ class Settler:
                       self._identity, run.job.name, run.job.id, run.signal.reason,
                       why=run.signal.reason, **run_fields(run.job))
                 nacks.append(_Failed(run, given_back(
-                    run, "no lease renewal landed for a whole window; attempt not counted"), loss_counted=True))
+                    run, f"{run.signal.reason}; attempt not counted"), loss_counted=True))
         # a report made just before the run ended lands before its settlement (still fenced on
         # the lease), so a finished job shows how far it got
         self._write_progress(acks + [failed.run for failed in nacks])
