@@ -56,7 +56,8 @@ class _Pending:
     job_id: int
     lease: Lease | None = None
     step: StepResult | None = None
-    woken: threading.Event = field(default_factory=threading.Event)   # done, or chosen to write
+    woken: threading.Event = field(default_factory=threading.Event)   # done, or handed a batch
+    batch: "list[_Pending] | None" = None      # the batch this caller makes, when handed one
     done: bool = False
     written: bool = False
     log: StepLog | None = None
@@ -64,11 +65,14 @@ class _Pending:
 
 
 class PgStepWrites:
-    def __init__(self, db: "PgDatabase") -> None:
+    def __init__(self, db: "PgDatabase", writers: int | None = None) -> None:
         self._db = db
+        # batches on the server at once: one per connection of the steps' pool, so a batch's
+        # commit overlaps the next batch's statement instead of holding every caller behind it
+        self._writers = db.step_pool_size if writers is None else writers
         self._lock = threading.Lock()
         self._pending: list[_Pending] = []
-        self._writing = False
+        self._busy = 0      # batches being made now
 
     @property
     def waiting(self) -> int:
@@ -89,25 +93,33 @@ class PgStepWrites:
     def _submit(self, mine: _Pending) -> _Pending:
         with self._lock:
             self._pending.append(mine)
-            leads = not self._writing
-            self._writing = True
-        if not leads:
+            if self._busy < self._writers:     # then nothing else is pending: a batch of one
+                self._busy += 1
+                mine.batch = self._take()
+        if mine.batch is None:
             mine.woken.wait()
-        if not mine.done:
-            # this caller's turn: its request is the oldest pending, so it is in the batch
-            with self._lock:
-                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+        batch = mine.batch
+        if batch is not None:
+            # this caller's turn (its own request is in the batch); the batch was taken off
+            # the pending list when it was handed over, so no request is in two
             try:
                 self._make(batch)
             finally:
                 with self._lock:
                     if self._pending:
-                        self._pending[0].woken.set()     # the next batch is theirs to make
+                        given = self._take()
+                        given[0].batch = given
+                        given[0].woken.set()
                     else:
-                        self._writing = False
+                        self._busy -= 1
         if mine.error is not None:
             raise mine.error
         return mine
+
+    def _take(self) -> list[_Pending]:
+        """The oldest pending requests, a batch of them (under the lock)."""
+        batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+        return batch
 
     def _make(self, batch: list[_Pending]) -> None:
         writes = [p for p in batch if p.step is not None]
