@@ -85,3 +85,10 @@ def answer(ctx, input):
 def fan_out(ctx, input):
     """A parent of ``input["n"]`` no-op children (``bench/children.py``): one map, one wake."""
     return len(ctx.step.map("children", noop, [input["round"] * 1_000_000 + k for k in range(input["n"])]))
+
+
+@job(queue="steps", idempotency_key=lambda i: str(i), tenant="none")
+def three_steps(ctx, input):  # noqa: ARG001
+    """Three ``ctx.step.run`` of nothing (``bench/steps.py``): what a step costs beside a job."""
+    for n in range(3):
+        ctx.step.run(f"s{n}", lambda: n)
