@@ -344,12 +344,9 @@ def _drive_sync(plan: _Plan) -> Any:
             error = exc
 
 
-# async bodies waiting on step statements at once. Each waits on a thread while its batch is
-# on the server (the driver coalesces them, on a few connections whatever this number), so
-# this bounds how many results of async bodies one batch can carry: at 16 a busy async worker
-# wrote batches of 16 and drained 3-step jobs at a third of the rate of def bodies. The pool
-# starts its threads as they are first needed, so a worker with few async steps holds few.
-_IO_THREADS = 256
+# async bodies waiting on step statements at once, each on a thread while its batch is on the
+# server: this bounds how many of their results a coalesced batch carries (16 made batches of 16)
+_IO_THREADS = 256     # started as first needed; the driver bounds the connections
 _io_pool: concurrent.futures.ThreadPoolExecutor | None = None
 _io_pool_lock = threading.Lock()
 
