@@ -3,7 +3,7 @@
 Every round drains ``--jobs`` no-op jobs and as many jobs of three ``ctx.step.run`` each (the
 step bodies return a number), by
 
-* a ``QueueWorker`` in this process (``--concurrency`` slots, ``def`` bodies), and
+* a ``QueueWorker`` in this process (``--concurrency`` slots; ``def`` bodies, then ``async def``), and
 * ``xjobsd run`` as a subprocess (``--queue`` shape; ``noop`` on queue ``bench`` and
   ``three_steps`` on queue ``steps``, ``bench/noop_app.py``), timed on the server's clock.
 
@@ -64,7 +64,8 @@ def daemon_steps(dsn: str, jobs: int, shape: str, *, steps: bool) -> tuple[float
         drop_schema(dsn, schema)
 
 
-def in_process(dsn: str, jobs: int, concurrency: int, *, steps: bool) -> tuple[float, float, float, float]:
+def in_process(dsn: str, jobs: int, concurrency: int, *, steps: bool,
+               is_async: bool = False) -> tuple[float, float, float, float]:
     """(jobs/s, statements per job, WAL bytes per job, step statements per job) of a
     ``QueueWorker`` in this process; the step statements are counted here, on the steps' pool."""
     counted = [0]
@@ -77,7 +78,7 @@ def in_process(dsn: str, jobs: int, concurrency: int, *, steps: bool) -> tuple[f
     PgDatabase.step_cursor = step_cursor   # type: ignore[method-assign]
     try:
         before = ServerWork.read(dsn)
-        _, rate, _, wal_per_job = bench_queue(dsn, jobs, concurrency, is_async=False, steps=3 if steps else 0)
+        _, rate, _, wal_per_job = bench_queue(dsn, jobs, concurrency, is_async=is_async, steps=3 if steps else 0)
         _, statements = ServerWork.read(dsn).since(dsn, before)
     finally:
         PgDatabase.step_cursor = original   # type: ignore[method-assign]
@@ -94,7 +95,9 @@ def main() -> int:
     parser.add_argument("--no-daemon", action="store_true", help="the in-process rows only")
     args = parser.parse_args()
     xjobs.configure(dsn=args.dsn)
-    hosts = [("in-process worker", lambda steps: in_process(args.dsn, args.jobs, args.concurrency, steps=steps))]
+    hosts = [("in-process worker, def", lambda steps: in_process(args.dsn, args.jobs, args.concurrency, steps=steps)),
+             ("in-process worker, async", lambda steps: in_process(args.dsn, args.jobs, args.concurrency,
+                                                                   steps=steps, is_async=True))]
     if not args.no_daemon:
         hosts.append((f"xjobsd --queue <q>={args.queue}",
                       lambda steps: daemon_steps(args.dsn, args.jobs, args.queue, steps=steps)))
@@ -112,13 +115,13 @@ def main() -> int:
     med = statistics.median
     print(f"\n{args.jobs:,} jobs per drain, {args.rounds} rounds (median), {os.cpu_count()} cores, "
           f"load average {min(loads):.1f}-{max(loads):.1f} over the run")
-    print(f"{'drain':<44}{'jobs/s':>9}{'ratio':>7}{'stmts/job':>11}{'WAL B/job':>11}"
+    print(f"{'drain':<48}{'jobs/s':>9}{'ratio':>7}{'stmts/job':>11}{'WAL B/job':>11}"
           f"{'step stmts/job':>16}   per round")
     for host, _ in hosts:
         for steps in (False, True):
             got = rows[(host, steps)]
             ratio = f"{med(ratios[host]):.2f}" if steps else "1.00"
-            print(f"{host + (', 3 steps' if steps else ', no steps'):<44}{med(g[0] for g in got):>9,.0f}"
+            print(f"{host + (', 3 steps' if steps else ', no steps'):<48}{med(g[0] for g in got):>9,.0f}"
                   f"{ratio:>7}{med(g[1] for g in got):>11.2f}{med(g[2] for g in got):>11,.0f}"
                   f"{_figure(med(g[3] for g in got)):>16}   "
                   + ", ".join(f"{g[0]:,.0f}" for g in got))
