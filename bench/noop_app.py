@@ -87,6 +87,17 @@ def fan_out(ctx, input):
     return len(ctx.step.map("children", noop, [input["round"] * 1_000_000 + k for k in range(input["n"])]))
 
 
+# fair_claims.py: the same 1-ms body in a queue claimed by tenant and in one claimed in arrival order
+@job(queue="fair", idempotency_key=lambda i: f"{i['t']}:{i['n']}", tenant=lambda i: i["t"], fairness="tenant")
+def ms_fair(ctx, input):  # noqa: ARG001
+    time.sleep(0.001)
+
+
+@job(queue="fifo", idempotency_key=lambda i: f"{i['t']}:{i['n']}", tenant=lambda i: i["t"])
+def ms_fifo(ctx, input):  # noqa: ARG001
+    time.sleep(0.001)
+
+
 @job(queue="steps", idempotency_key=lambda i: str(i), tenant="none")
 def three_steps(ctx, input):  # noqa: ARG001
     """Three ``ctx.step.run`` of nothing (``bench/steps.py``): what a step costs beside a job."""

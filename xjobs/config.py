@@ -145,6 +145,10 @@ class Settings:
     apps: tuple[str, ...] = setting(
         "apps", Names(), (), aliases=("app",), env="XJOBS_APP", flag="--app",
         help="module declaring jobs (repeatable)")
+    django: str | None = setting(
+        "django", Maybe(Text()), None, env="XJOBS_DJANGO", flag="--django", metavar="SETTINGS", start_only=True,
+        help="a Django settings module (mysite.settings): the daemon sets Django up and runs the tasks of "
+             "its Tasks framework (xjobs.contrib.django)")
     stats_interval_ms: float = setting(
         "stats_interval", Duration(minimum_ms=100), 5_000.0, env="XJOBS_STATS_INTERVAL", flag="--stats-interval",
         start_only=True, help="how often queue depth and age are read from the database (5s)")

@@ -21,6 +21,7 @@ on a name, never on wording::
     job.interrupted             info     ... error (a drain, a tick's deadline: attempt not charged)
     job.cancelled               info     ...
     job.shed                    debug    ... why delay_ms
+    job.snoozed                 info     ... delay_s snoozes (xjobs.Snooze: attempt not charged)
     job.lease.lost              error    ... why
     job.lease.renew.failed      warning  count error worker   (one failed renewal is not a loss)
     job.settle.failed           error    count tries error job_ids worker (retried until the lease lapsed)
@@ -40,6 +41,7 @@ on a name, never on wording::
     worker.slot.renew.failed    warning  job slot error worker
     worker.slot.release.failed  warning  job slot error worker   (retried with the renewals)
     worker.slot.lost            error    ... slot         (the run is stopped: X_JOB_SLOT_LOST)
+    worker.rate.take.failed     warning  error worker     (the batch's rated jobs are shed, never run over the rate)
     scheduler.leader.gained     info     scheduler holder
     scheduler.leader.lost       warning  scheduler holder why
     scheduler.election.failed   warning  scheduler error

@@ -18,19 +18,21 @@ MAY_IMPORT = {
     "workers": {"foundation", "drivers", "api"},                  # the roles a child runs
     # backfill, purge, export_rows, webhook: jobs declared over the api, nothing a worker knows
     "factories": {"foundation", "drivers", "api"},
+    # framework integrations (Django's Tasks backend): adapters over the api, nothing a worker knows
+    "contrib": {"foundation", "drivers", "api"},
     "hosts": {"foundation", "drivers", "api", "workers"},         # tick.py, testing.py, host.py
     "supervisor": {"foundation", "drivers", "api", "workers"},    # the parent of xjobsd
     "operator": {"foundation", "drivers", "api", "workers", "factories"},   # both surfaces share
     "ui": {"foundation", "drivers", "api", "workers", "factories", "operator"},   # the dashboard
     "mcp": {"foundation", "drivers", "api", "workers", "factories", "operator"},  # tools for assistants
     # the composition root: `xjobsd run` builds the supervisor, `xjobsd tick` a host
-    "cli": {"foundation", "drivers", "api", "workers", "factories", "hosts", "supervisor",
+    "cli": {"foundation", "drivers", "api", "workers", "factories", "contrib", "hosts", "supervisor",
             "operator", "ui", "mcp"},
 }
-FOUNDATION = {"errors", "options", "clock", "payload", "logs"}
+FOUNDATION = {"errors", "webhook_errors", "options", "clock", "payload", "logs"}
 HOSTS = {"tick", "testing", "host"}
 OPERATOR = {"admin", "control_client", "formatting", "throughput"}
-PACKAGES = {"drivers", "workers", "factories", "supervisor", "cli", "ui", "mcp"}
+PACKAGES = {"drivers", "workers", "factories", "contrib", "supervisor", "cli", "ui", "mcp"}
 
 
 def room(module: str) -> str:

@@ -150,9 +150,12 @@ def import_apps(modules: list[str] | tuple[str, ...]) -> None:
 
 
 def found_apps(args: argparse.Namespace, settings: Settings) -> list[str]:
-    """The app's modules: ``--app``, else the settings' (``XJOBS_APP``, the file), else those
-    of the daemon running from this directory, so a command run beside it needs no flag."""
+    """The app's modules: ``--app``, else the settings' (``XJOBS_APP``, the file), else the
+    Django project the settings name (``XJOBS_DJANGO``), else those of the daemon running
+    from this directory, so a command run beside it needs no flag."""
     given = list(getattr(args, "app", None) or ()) or list(settings.apps)
+    if not given and settings.django:   # XJOBS_DJANGO: the project sets itself up, then its tasks
+        given = ["xjobs.contrib.django.worker"]
     return given or daemon_apps(args)
 
 

@@ -70,6 +70,8 @@ def record(settings: Settings, control: str, metrics: str | None, pgdata: Path |
         return False
     info: dict[str, Any] = {"pid": os.getpid(), "apps": list(settings.apps), "schema": settings.schema,
                             "control": control, "metrics": metrics}
+    if settings.django:   # the commands run here import the app: they set the same project up
+        info["django"] = settings.django
     if pgdata is not None:
         info.update(dsn=settings.dsn, pgdata=str(pgdata))
     try:

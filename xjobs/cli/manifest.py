@@ -28,7 +28,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def manifest(args: argparse.Namespace) -> int:
-    apps = args.app or list(load_settings(args.config).apps)   # no database: the code alone
+    settings = load_settings(args.config)   # no database: the code alone
+    apps = args.app or list(settings.apps) or (["xjobs.contrib.django.worker"] if settings.django else [])
     if not apps:
         raise InvalidOption("app", "name the module(s) declaring the jobs: --app myapp.jobs")
     import_apps(apps)

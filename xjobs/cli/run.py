@@ -1,6 +1,6 @@
 """``xjobsd run``: the daemon — one supervisor and its worker children.
 
-    xjobsd run --app myapp.jobs [--queue emails=2x16|emails=64 ...] [--dsn URL] [--config xjobs.toml]
+    xjobsd run --app myapp.jobs | --django mysite.settings [--queue emails=2x16|emails=64 ...] [--dsn URL] [--config xjobs.toml]
                [--metrics 127.0.0.1:9464 | --metrics off] [--control PATH] [--drain-deadline 25s]
                [--strict] [--embedded] [--ui HOST:PORT [--ui-actions] [--ui-trust-header NAME]]
                [--no-migrate]
@@ -29,6 +29,7 @@ from ..errors import InvalidOption
 from ..logs import configure_logging, event
 from . import here, setting_flags
 from .common import add_config_flag, add_log_flags, export_environment, import_apps
+from .django_app import with_django
 
 if TYPE_CHECKING:
     import socket
@@ -45,7 +46,7 @@ log = logging.getLogger("xjobs.supervisor")
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run the daemon: a supervisor and its worker processes",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    setting_flags.add(p, "apps", "database_url", "schema")
+    setting_flags.add(p, "apps", "django", "database_url", "schema")
     add_config_flag(p)
     setting_flags.add(p, "queues", "metrics", "control", "drain_deadline", "stats_interval",
                       "recycle_after_jobs", "recycle_above_rss")
@@ -61,8 +62,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _load(args: argparse.Namespace, dsn: str | None = None) -> Settings:
     """What the command line, the environment and the file say; ``dsn`` stands in for a
-    database the command line does not name."""
-    return load_settings(args.config, **{"database_url": dsn, **setting_flags.given(args)})
+    database the command line does not name; with ``--django``, the project's modules too."""
+    from .django_app import apps_of
+    settings = load_settings(args.config, **{"database_url": dsn, **setting_flags.given(args)})
+    return settings.with_overrides(apps=apps_of(settings))
 
 
 def _options(settings: Settings) -> Any:
@@ -90,10 +93,12 @@ def run(args: argparse.Namespace) -> int:
     settings = _load(args)
     export_environment(settings)
     options = _options(settings)
-    if not settings.apps:
-        raise InvalidOption("app", "no job modules: pass --app MODULE (or apps = [...] in the config)")
+    if not settings.apps and not settings.django:
+        raise InvalidOption("app", "no job modules: pass --app MODULE or --django SETTINGS "
+                                   "(or apps = [...] in the config)")
     control_path = os.path.abspath(settings.control or default_path())
     here.refuse_second(control_path, settings.metrics)   # before anything is imported or bound
+    settings = with_django(args, settings)
     import_apps(settings.apps)
     app = AppCode(settings.apps, REGISTRY)
     roles, ui_socket = ROLES, None
@@ -139,8 +144,10 @@ def run(args: argparse.Namespace) -> int:
 
         # the app's modules are imported again by a reload that finds them changed (after a
         # fresh process has validated them), and the groups built from what it registered
+        # a Django project is not imported again: Django populates its apps once per process, so
+        # a reload re-reads the configuration only, and new Django code takes a restart
         configuration = Configuration(read=read, groups=lambda fresh: role_specs(fresh, REGISTRY, roles),
-                                      app=app, strict=args.strict)
+                                      app=None if settings.django else app, strict=args.strict)
         def make_probe(settings: Callable[[], Settings], **options: Any) -> DatabaseProbe:
             return DatabaseProbe(lambda: default_driver_factory(settings())(), names=lambda: app.job_names,
                                  **options)

@@ -1,8 +1,8 @@
 """``xjobsd tick``: one bounded pass of the app's background work (``xjobs.tick``), for a
 systemd timer, a Kubernetes CronJob or a serverless cron.
 
-    xjobsd tick --app myapp.jobs [--deadline 25s] [--wait-for-work 0s] [--queue emails ...]
-                [--concurrency 16] [--json] [--no-migrate]
+    xjobsd tick --app myapp.jobs | --django mysite.settings [--deadline 25s] [--wait-for-work 0s]
+                [--queue emails ...] [--concurrency 16] [--json] [--no-migrate]
 
 First the schema is checked as ``xjobsd run`` checks it: an older one is upgraded (refused with
 ``--no-migrate``), a newer one that does not serve this code is refused. Prints one summary:
@@ -26,12 +26,14 @@ from ..logs import configure_logging
 from .common import (add_database_flags, add_log_flags, driver_from, export_environment, import_apps, print_json,
                      print_table, settings_from)
 from . import setting_flags
+from .django_app import with_django
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("tick", help="one bounded pass: due cron, then the queues, until empty or the deadline",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--app", action="append", default=[], help="module declaring the jobs (repeatable)")
+    setting_flags.add(parser, "django")
     parser.add_argument("--deadline", default="25s", help="the pass's budget (default 25s)")
     parser.add_argument("--wait-for-work", default="0s", metavar="DURATION",
                         help="once out of work, stay this long for more (default 0s; within the deadline)")
@@ -48,9 +50,11 @@ def tick(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     deadline_s = duration_ms(args.deadline, "deadline", exclusive_minimum=True, maximum_ms=3_600_000) / 1000.0
     wait_s = duration_ms(args.wait_for_work, "wait-for-work", maximum_ms=3_600_000) / 1000.0
-    settings = settings_from(args)
+    settings = with_django(args, settings_from(args))
     export_environment(settings)
-    import_apps(args.app or list(settings.apps))
+    # a Django project's modules, and any --app beside them; else --app, else the settings' apps
+    apps = [*settings.apps, *args.app] if settings.django else (args.app or list(settings.apps))
+    import_apps(list(dict.fromkeys(apps)))
     driver = driver_from(settings, application_name="xjobsd-tick", installed=False)
     try:
         driver.migrate(upgrade=settings.migrate)   # one read when current, as at a daemon's boot

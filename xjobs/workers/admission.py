@@ -1,5 +1,6 @@
-"""What a claimed job must pass before its body starts: this process's limits, and for a job
-declared with ``concurrency=N`` one of its N fleet-wide slots.
+"""What a claimed job must pass before its body starts: this process's limits, for a job
+declared with ``concurrency=N`` one of its N fleet-wide slots, and for one declared with
+``rate=`` a start in its key's window.
 
 ::
 
@@ -12,6 +13,9 @@ declared with ``concurrency=N`` one of its N fleet-wide slots.
                    released when the body ends, whatever the settlement (a failed release is
                    logged and retried with the renewals until its expiry would free it anyway,
                    never the run's failure)
+                │
+                └──rated job (job(rate=...)): its key's start, granted for the claimed batch
+                   in one statement (rate_gate.py)──> refused: SHED to the window's next opening
 
 A shed goes back to ready in its place in line, with no attempt burned and no ``last_error``,
 counted as ``outcome="shed"``, through ONE path (``Settler.shed``) for both reasons. It does
@@ -26,14 +30,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..context import SLOT_LOST
 from ..drivers.base import ClaimedJob, Slot, SlotRequest, SlotStore, TenantRoom
 from ..limits import Limits
 from ..logs import event, run_fields
+from ..registry import JobHandle
 from .execute import Run
 from .limiter import Decision, Limiter
+from .rate_gate import RateGate, unreachable
 
 log = logging.getLogger("xjobs.worker")
 
@@ -55,13 +61,15 @@ class Admitted:
 
 class Admission:
     def __init__(self, *, slots: SlotStore | None, identity: str, caps: Mapping[str, int], limits: Limits,
-                 lease_ms: float, retry_ms: float) -> None:
+                 lease_ms: float, retry_ms: float, driver: object = None, jobs: Iterable[JobHandle] = ()) -> None:
         """``slots``: the driver's fleet-wide slot store (None: it has none, and then no job may
-        declare a cap: the worker refuses that at start)."""
+        declare a cap: the worker refuses that at start). ``jobs``: the handles whose declared
+        rates the gate counts in ``driver``'s rate-key store (``rate_gate.py``)."""
         self._store = slots
         self._identity = identity
         self.caps = dict(caps)                    # job name -> its fleet-wide concurrency
         self.limiter = Limiter(limits)
+        self.rates = RateGate.of(driver, jobs, identity)
         self._lease_ms = lease_ms
         self._retry_ms = retry_ms                 # how long a shed waits when the slot store is away
         self._slots: dict[int, tuple[Run, str, int]] = {}   # id(run) -> (run, job, slot)
@@ -70,8 +78,27 @@ class Admission:
         # the next renewal pass reads the clock)
         self._unreleased: list[tuple[str, int, float | None]] = []
 
+    def gate(self, jobs: Sequence[ClaimedJob]) -> float:
+        """A claimed batch's starts asked of the rate gate in one statement (``rate_gate.py``);
+        answers the ms until the worker should claim again at the latest (inf: no bound)."""
+        return self.rates.gate(jobs)
+
     def admit(self, job: ClaimedJob, now_ms: float) -> Admitted | Shed:
-        """``Admitted`` (counted by the limiter, its slot taken) or ``Shed``."""
+        """``Admitted`` (counted by the limiter, its slot taken, its start granted by its rate
+        key) or ``Shed``."""
+        admitted = self._admit(job, now_ms)
+        if isinstance(admitted, Shed):
+            return admitted
+        grant = self.rates.admit(job)
+        if grant is None or grant.granted:
+            return admitted
+        self.refuse(job, admitted)   # the limiter's count and the slot go back
+        if unreachable(grant):
+            return Shed(self._retry_ms, "rate-key store unreachable")
+        return Shed(grant.next_ms, f"rate of {job.name} ({self.rates.rates[job.name].text}): its key's "
+                                   f"window is full, opens again in {grant.next_ms:.0f}ms")
+
+    def _admit(self, job: ClaimedJob, now_ms: float) -> Admitted | Shed:
         decision: Decision = self.limiter.admit(job.tenant, job.queue, now_ms, retry_ms=self._retry_ms)
         if not decision.admitted:   # in its place in line; the next claim skips it while it has no room
             return Shed(0.0, f"per-process limit: {decision.reason}")

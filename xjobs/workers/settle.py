@@ -31,11 +31,12 @@ from ..errors import JobTimeout, StepTimeout, XJobsError
 from ..logs import event, run_fields
 from ..reporting import ErrorHook, Reporter
 from ..retry import RetryVerdict
-from .execute import Executor, Results, Run, Settlement, given_back, settlement_for
+from .execute import Executor, Results, Run
 from .leases import count_loss, was_cancelled
 from .runs import RunTable
 from .settle_retry import SettleRetries
 from .stats import WorkerStats
+from .verdict import Settlement, given_back, settlement_for
 
 log = logging.getLogger("xjobs.worker")
 _PROGRESS_EVERY_MS = 1_000.0   # progress reports are written at most this often, in one batch
@@ -59,7 +60,7 @@ class _Failed:
 
 def _reported(error: BaseException | None, outcome: Settlement) -> _Report | None:
     """What a failure's nack reports once it lands: its error and the retry decision."""
-    return None if error is None or outcome.verdict is None else (error, outcome.verdict)
+    return None if error is None or outcome.verdict is None else (outcome.error or error, outcome.verdict)
 
 
 class Settler:
@@ -338,6 +339,10 @@ def _settled_event(run: Run, nack: Nack, seconds: float) -> None:
     elif nack.outcome == "interrupted":
         event(log, logging.INFO, "job.interrupted", "job %s#%s interrupted, attempt not counted: %s",
               run.job.name, run.job.id, nack.error, error=nack.error, **fields)
+    elif nack.outcome == "snoozed":
+        event(log, logging.INFO, "job.snoozed", "job %s#%s snoozed for %.3fs, attempt not counted", run.job.name,
+              run.job.id, nack.delay_ms / 1000.0, delay_s=nack.delay_ms / 1000.0, snoozes=run.job.snoozes + 1,
+              **fields)
 
 
 __all__ = ["Settler"]

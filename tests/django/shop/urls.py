@@ -1,0 +1,8 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("orders/<int:number>", views.place_order),
+    path("results/<str:result_id>", views.order_status),
+]
