@@ -96,3 +96,10 @@ def ms_fair(ctx, input):  # noqa: ARG001
 @job(queue="fifo", idempotency_key=lambda i: f"{i['t']}:{i['n']}", tenant=lambda i: i["t"])
 def ms_fifo(ctx, input):  # noqa: ARG001
     time.sleep(0.001)
+
+
+@job(queue="steps", idempotency_key=lambda i: str(i), tenant="none")
+def three_steps(ctx, input):  # noqa: ARG001
+    """Three ``ctx.step.run`` of nothing (``bench/steps.py``): what a step costs beside a job."""
+    for n in range(3):
+        ctx.step.run(f"s{n}", lambda: n)

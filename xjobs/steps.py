@@ -344,7 +344,9 @@ def _drive_sync(plan: _Plan) -> Any:
             error = exc
 
 
-_IO_THREADS = 16      # async bodies waiting on step statements at once; the driver bounds the connections
+# async bodies waiting on step statements at once, each on a thread while its batch is on the
+# server: this bounds how many of their results a coalesced batch carries (16 made batches of 16)
+_IO_THREADS = 256     # started as first needed; the driver bounds the connections
 _io_pool: concurrent.futures.ThreadPoolExecutor | None = None
 _io_pool_lock = threading.Lock()
 

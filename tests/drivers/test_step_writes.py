@@ -1,6 +1,6 @@
-"""The Postgres driver's coalesced ``step_put`` (``pg_step_writes``): the results that arrive
-while a batch is being written go out together in the next, each caller answered for its own
-result alone, once it is committed (or refused by its fence)."""
+"""The Postgres driver's coalesced ``step_put`` and run ``step_list`` (``pg_step_writes``): the
+results and reads that arrive while a batch is on the server go out together in the next, each
+caller answered for its own request alone, once it is committed (or refused by its fence)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ class Recording(PgStepWrites):
     """Says how many results each batch carried; ``fail_first`` fails the first batch as a
     deadlock would."""
 
-    def __init__(self, driver: PostgresDriver, fail_first: bool = False) -> None:
-        super().__init__(driver.database)
+    def __init__(self, driver: PostgresDriver, fail_first: bool = False, writers: int = 1) -> None:
+        super().__init__(driver.database, writers)
         self.batches: list[int] = []
+        self.reads: list[int] = []
         self.fail_first = fail_first
 
     def _write_many(self, batch):
@@ -33,6 +34,10 @@ class Recording(PgStepWrites):
         if self.fail_first and len(self.batches) == 1:
             raise DriverError("deadlock detected")
         return super()._write_many(batch)
+
+    def _read_many(self, batch):
+        self.reads.append(len(batch))
+        return super()._read_many(batch)
 
 
 def _leases(driver: PostgresDriver, n: int) -> list[Lease]:
@@ -102,3 +107,63 @@ def test_steps_never_wait_on_a_body_holding_its_transaction(pg_dsn, pg_schema, c
         assert driver.job_stats() == {"q": {"completed": 1, "running": 1}}
     finally:
         driver.close()
+
+
+def test_reads_that_arrive_during_a_write_go_out_in_one_statement_each_answered_with_its_own_steps(
+        pg_driver, pg_dsn):
+    leases = _leases(pg_driver, 6)
+    first, rest = leases[0], leases[1:]
+    for k, lease in enumerate(rest[:3]):
+        assert pg_driver.step_put(lease, _step(f"done{k}", k))
+    writes = Recording(pg_driver)
+    with ThreadPoolExecutor(max_workers=8) as pool, psycopg.connect(pg_dsn) as blocker:
+        blocker.execute(f"select id from {pg_driver.schema}.jobs where id = %s for update", (first.job_id,))
+        blocked = pool.submit(writes.put, first, _step("s1"))
+        wait_for(lambda: writes.batches == [1], 10, "the first batch to be under way")
+        logs = [pool.submit(writes.read, lease.job_id) for lease in rest]
+        wait_for(lambda: writes.waiting == len(rest), 10, "every read to wait")
+        blocker.commit()
+        assert blocked.result(10) is True
+        answered = [log.result(10) for log in logs]
+    assert writes.reads == [len(rest)]
+    assert [[(s.name, s.result) for s in log.steps] for log in answered] == [
+        [("done0", 0)], [("done1", 1)], [("done2", 2)], [], []]
+
+
+def test_with_two_writers_a_batch_stuck_on_a_lock_holds_up_no_other(pg_driver, pg_dsn):
+    [stuck, *rest] = _leases(pg_driver, 5)
+    writes = Recording(pg_driver, writers=2)
+    with ThreadPoolExecutor(max_workers=8) as pool, psycopg.connect(pg_dsn) as blocker:
+        blocker.execute(f"select id from {pg_driver.schema}.jobs where id = %s for update", (stuck.job_id,))
+        blocked = pool.submit(writes.put, stuck, _step("s1"))
+        wait_for(lambda: writes.batches == [1], 10, "the stuck batch to be under way")
+        # the second writer serves everything else, batch after batch, while the first waits
+        for lease in rest:
+            assert pool.submit(writes.put, lease, _step("s1")).result(10) is True
+        assert not blocked.done()
+        blocker.commit()
+        assert blocked.result(10) is True
+    assert writes.batches == [1] * 5 and writes.waiting == 0
+    assert all([s.name for s in pg_driver.step_list(lease.job_id).steps] == ["s1"] for lease in [stuck, *rest])
+
+
+def test_many_runs_stepping_at_once_each_get_every_step_recorded_once(pg_driver):
+    """Hand-overs under contention: every request is in exactly one batch, and no writer's
+    turn is lost (a later put still goes out at once)."""
+    leases = _leases(pg_driver, 48)
+    writes = Recording(pg_driver, writers=2)
+
+    def run(lease: Lease) -> list[bool]:
+        answers = []
+        for n in range(3):
+            assert writes.read(lease.job_id).steps == () or n > 0
+            answers.append(writes.put(lease, _step(f"s{n}", n)))
+        return answers
+
+    with ThreadPoolExecutor(max_workers=48) as pool:
+        assert all(all(a) for a in pool.map(run, leases))
+    assert sum(writes.batches) == 3 * len(leases) and sum(writes.reads) == 3 * len(leases)
+    for lease in leases:
+        assert [(s.name, s.result) for s in pg_driver.step_list(lease.job_id).steps] == [
+            ("s0", 0), ("s1", 1), ("s2", 2)]
+    assert writes.waiting == 0 and writes.put(leases[0], _step("last")) is True

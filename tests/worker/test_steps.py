@@ -410,3 +410,30 @@ def test_sleeps_and_waits_are_replayed_by_name_through_the_trace(driver, registr
     send_event("order.paid", key="o-1", driver=driver)
     pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
     assert traces == [("nap", "paid"), ("X_STEP_DUPLICATE",)]
+
+
+def test_an_attempt_reads_its_recorded_steps_once_however_many_it_replays(driver, registry, monkeypatch):
+    reads: list[int] = []
+    read = driver.step_list
+
+    def counted(job_id, *rest):
+        reads.append(job_id)
+        return read(job_id, *rest)
+    monkeypatch.setattr(driver, "step_list", counted)
+    ran: list[str] = []
+
+    def step(n):
+        ran.append(f"s{n}")
+        return n
+
+    def body(ctx, i):
+        for n in range(40):
+            ctx.step.run(f"s{n}", lambda n=n: step(n))
+            if n == 24 and ctx.attempt == 1:
+                raise ValueError("half way")
+    job_id = enqueue(declare(registry, body, name="long"), driver)
+    pacer = Pacer(make_worker(driver, registry))
+    pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
+    assert reads == [job_id, job_id]     # one read per attempt: the resume at step 25 included
+    assert ran == [f"s{n}" for n in range(40)]   # the 25 recorded steps replayed, never rerun
+    assert pacer.totals()["steps_replayed"] == 25

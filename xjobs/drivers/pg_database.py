@@ -177,6 +177,10 @@ class PgDatabase(Storage):
     def server_clock(self) -> bool:
         return self._server_clock
 
+    @property
+    def step_pool_size(self) -> int:
+        return self._step_pool_size
+
     def now(self) -> dict[str, float]:
         """The ``now`` parameter of a statement: none when the server's clock is now."""
         return {} if self.server_clock else {"now": self.clock.now_ms()}

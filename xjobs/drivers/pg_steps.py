@@ -26,19 +26,12 @@ import psycopg
 
 from ..errors import InvalidOption
 from .base import (LATEST_MS, CallerConnection, EventStore, Lease, NewEvent, SentEvent, StepLog,
-                   StepOutcome, StepRecord, StepResult, StepSleep, StepStore, StepWait)
+                   StepOutcome, StepResult, StepSleep, StepStore, StepWait)
 from .pg_database import PgDatabase, callers_connection, first_row, in_callers_transaction
 from .pg_plan import Plan, run_on
-from .pg_step_writes import PgStepWrites
+from .pg_step_writes import PgStepWrites, read_log
+from .pg_step_writes import record as record   # job_get reads its steps with it (pg_operator)
 from .refusals import step_kind_mismatch
-
-
-def record(row: tuple[Any, ...]) -> StepRecord:
-    """A ``step_list`` row (without its leading now) as a ``StepRecord``."""
-    (name, kind, state, seq, attempt, result, started, finished, wake, event, key, timed_out) = row
-    return StepRecord(name=name, kind=kind, state=state, seq=seq, attempt=attempt, result=result,
-                      started_at=started, finished_at=finished, wake_at=wake, event=event,
-                      event_key=key, timed_out=timed_out)
 
 
 def send_plan(db: PgDatabase, event: NewEvent) -> Plan[SentEvent]:
@@ -66,11 +59,12 @@ class PgSteps(StepStore, EventStore):
         self._writes = PgStepWrites(db)
 
     def step_list(self, job_id: int, for_run: bool = True) -> StepLog:
-        """A run's read goes to the steps' pool; an operator's (``job_get``) to the verbs'."""
-        with (self._db.step_cursor() if for_run else self._db.cursor()) as cur:
-            cur.execute(self._db.sql["step_list"], {**self._db.now(), "id": job_id})
-            rows = cur.fetchall()
-        return StepLog(now_ms=rows[0][0], steps=tuple(record(r[1:]) for r in rows if r[1] is not None))
+        """A run's read is coalesced with the other runs' step statements of this process
+        (``pg_step_writes``); an operator's (``job_get``) goes to the verbs' pool."""
+        if for_run:
+            return self._writes.read(job_id)
+        with self._db.cursor() as cur:
+            return read_log(cur, self._db, job_id)
 
     def step_put(self, lease: Lease, step: StepResult) -> bool:
         """Coalesced with the other runs' results of this process (``pg_step_writes``)."""

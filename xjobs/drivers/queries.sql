@@ -901,6 +901,17 @@ from (select 1) as one
 left join {schema}.job_steps s on s.job_id = %(id)s
 order by s.seq
 
+-- name: step_list_many
+-- the step_list of many runs at once (pg_step_writes: the first reads of the attempts that
+-- arrived while the last batch was being written), one row of nulls per job that recorded none
+select (extract(epoch from {now}) * 1000)::float8, ids.id, s.name, s.kind, s.state, s.seq, s.attempt,
+       s.result, extract(epoch from s.started_at)::float8 * 1000,
+       extract(epoch from s.finished_at)::float8 * 1000, extract(epoch from s.wake_at)::float8 * 1000,
+       s.event, s.event_key, s.timed_out
+from unnest(%(ids)s::bigint[]) as ids(id)
+left join {schema}.job_steps s on s.job_id = ids.id
+order by ids.id, s.seq
+
 -- name: step_put
 -- a step.run that returned: its result, written before step.run returns (for share: a
 -- concurrent settle of the job waits for this write, or this write sees it and writes nothing)
