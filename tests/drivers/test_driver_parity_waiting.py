@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from tests.drivers.parity import claim_one, enqueue, new_job
-from xjobs.drivers.base import WAITING_REASONS, Nack, NewJob
+from xjobs.drivers.base import Nack, NewJob
+from xjobs.drivers.records import WAITING_REASONS
 
 HOUR = 3_600_000.0
 

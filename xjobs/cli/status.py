@@ -20,7 +20,8 @@ from typing import Any
 
 import orjson
 
-from ..drivers.base import WAITING_REASONS, ProgressReport
+from ..drivers.base import ProgressReport
+from ..drivers.records import WAITING_REASONS
 from ..options import duration_ms
 from ..formatting import age, child_state
 from .common import add_control_flags, ask_daemon, print_table, refusal_exit_code

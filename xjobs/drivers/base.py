@@ -68,7 +68,6 @@ from typing import (TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping,
 
 from ..clock import Clock
 from .records import (CHARGES, COUNTED_STATES, FINISHED_STATES, LATEST_MS, LIVE_STATES, MAX_DELAY_MS, NACK_OUTCOMES,
-                      WAITING_REASONS,
                       STATES, Batch, Cancels, Claim, ClaimAlone, ClaimedJob, DeadGroup, Enqueued, HistoryEntry,
                       JobView, Lease, ListFilter, Matching, Nack, NackOutcome, NewJob, Progress, ProgressReport,
                       QueueControl, QueueSummary, RatePoint, Released, RunningJob, RunningPage, TenantRoom, WorkerExit)
@@ -276,21 +275,16 @@ class QueueStore(Protocol):
     def queue_counts(self) -> dict[str, dict[str, int]]: ...
 
     def queue_waiting(self) -> dict[str, dict[str, int]]:
-        """Per queue, the live jobs that wait, by reason (``WAITING_REASONS``; a reason with no
-        job is absent): keyed members waiting for their key or sequence, and ready jobs due later."""
-        ...
+        """Per queue and reason (``records.WAITING_REASONS``), the live jobs that wait."""
 
     def queue_unknown(self, names: Collection[str]) -> dict[str, int]:
         """Per queue, ready jobs whose name is not among ``names`` (no worker claims them)."""
-        ...
 
     def job_stats(self) -> dict[str, dict[str, int]]:
         """Every job counted once, under its queue and state."""
-        ...
 
     def rate_add(self, counts: Mapping[str, Mapping[str, int]]) -> None:
         """Add runs that ended, per queue and outcome, to the current minute (``job_rates``)."""
-        ...
 
     def rate_series(self, since_ms: float) -> list[RatePoint]:
         """Per minute since ``since_ms`` ago (the database's clock), per queue and outcome."""
@@ -395,7 +389,7 @@ class JobDriver(Storage, JobStore, Maintenance, Introspection, QueueStore, Leade
     (``SlotStore``)."""
 
 
-__all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "WAITING_REASONS", "CHARGES", "NACK_OUTCOMES", "MAX_DELAY_MS",
+__all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGES", "NACK_OUTCOMES", "MAX_DELAY_MS",
            "LATEST_MS", "NewJob", "Enqueued", "Claim", "ClaimAlone", "ClaimedJob", "TenantRoom", "Nack",
            "NackOutcome", "Lease", "Cancels", "WorkerExit", "Batch", "JobView", "HistoryEntry", "ListFilter",
            "Matching", "Released", "QueueControl", "Progress", "ProgressReport", "QueueSummary", "RatePoint",

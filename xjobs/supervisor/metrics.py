@@ -35,7 +35,8 @@ from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, Gaug
                                     HistogramMetricFamily)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from ..drivers.base import COUNTED_STATES, WAITING_REASONS
+from ..drivers.base import COUNTED_STATES
+from ..drivers.records import WAITING_REASONS
 from ..errors import InvalidOption
 from ..options import parse_address
 from ..workers.telemetry import DURATION_BUCKETS, STEP_COUNTS, Histogram
