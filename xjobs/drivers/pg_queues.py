@@ -2,9 +2,8 @@
 supervisor's metrics and ``xjobsd jobs stats`` read.
 
 The counts metrics read every few seconds (``queue_counts``, ``queue_summary``,
-``queue_waiting``) come from
-the partial indexes of the live states, never from a scan of the finished bulk; only
-``job_stats``, an operator's question, counts every row.
+``queue_waiting``) come from the partial indexes of the live states, never from a scan of the
+finished bulk; only ``job_stats``, an operator's question, counts every row.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 The HTTP server runs in one thread of the supervisor and reads only an immutable snapshot the
 arbiter publishes after each loop pass (one reference swap: no locks shared with the loop).
 Counters in the snapshot come from ``Tally``, so they never go backwards across child
-restarts; queue depth, oldest-ready age, jobs per state and waiting jobs per reason come from the probe's one
-statistics round per interval, never from a query per scrape.
+restarts; queue depth, oldest-ready age, jobs per state and the jobs that wait, per reason,
+come from the probe's one statistics round per interval, never from a query per scrape.
 
 * ``/healthz`` — 200 while the supervisor loop has turned recently (it turns at least once a
   second), else 503.
@@ -112,7 +112,8 @@ class SnapshotCollector:
         waiting = GaugeMetricFamily(
             "xjobs_jobs_waiting", "Live jobs that wait, per queue and reason: key (a keyed member for "
             "its key), sequence (an ordered member for its turn), rate (due later: its rate key's "
-            "window is full), snoozed (due later: it snoozed), scheduled (due later: delay or run_at).",
+            "window is full), snoozed (due later: it snoozed), scheduled (due later otherwise: delay, "
+            "run_at, a retry's backoff, a debounce).",
             labels=["queue", "reason"])
         for q in sorted(set(queues) | set(snap.waiting)):
             reasons = snap.waiting.get(q, {})

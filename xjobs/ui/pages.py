@@ -86,7 +86,7 @@ def one_job(driver: JobDriver, job_id: int) -> dict[str, Any]:
     view = driver.job_get(job_id)
     payload, cut = pretty_payload(view)
     return {"job": replace(view, history=life(view)), "payload": payload, "payload_cut": cut, "waiting_for": admin.waiting_for(view),
-            "result": pretty_result(view), "key_waiting": admin.job_waiting(driver, view),
+            "result": pretty_result(view), "why_waiting": admin.job_waiting(driver, view),
             "steps": [step.as_json() for step in view.steps],
             "backfill": by_job(driver).get(view.id),     # a backfill run's ledger row, as every surface shows it
             "family": (family := admin.family(driver, view.id)),
