@@ -158,9 +158,9 @@ def test_a_job_no_worker_has_a_body_for_waits_and_shows_as_unknown(daemon_env):
     wait_for(lambda: env.job(known)["state"] == "completed", 10, "the known job to run")
     wait_for(lambda: daemon.status()["queues"]["alpha"].get("unknown_jobs") == 1, 10, "status to show it")
     wait_for(lambda: daemon.sample("xjobs_queue_unknown_jobs", queue="alpha") == 1, 10, "/metrics to show it")
-    wait_for(lambda: daemon.sample("xjobs_jobs_waiting", queue="alpha", reason="scheduled") == 1, 10,
+    wait_for(lambda: daemon.sample("xjobs_queue_waiting_jobs", queue="alpha", reason="scheduled") == 1, 10,
              "/metrics to count the scheduled job")
-    assert daemon.sample("xjobs_jobs_waiting", queue="alpha", reason="key") == 0
+    assert daemon.sample("xjobs_queue_waiting_jobs", queue="alpha", reason="key") == 0
     assert daemon.status()["queues"]["alpha"]["waiting"] == {"scheduled": 1}
     table = cli(env, "status", "--control", daemon.control).stdout.splitlines()
     assert "WAITING" in next(line for line in table if line.startswith("QUEUE"))

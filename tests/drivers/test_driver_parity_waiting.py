@@ -1,5 +1,5 @@
 """Conformance of ``queue_waiting`` on both drivers: the live jobs that wait, per queue and
-reason, as ``/metrics`` (``xjobs_jobs_waiting``) and ``xjobsd status`` show them. A job due now
+reason, as ``/metrics`` (``xjobs_queue_waiting_jobs``) and ``xjobsd status`` show them. A job due now
 waits for nothing and is counted in neither reason."""
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def _figures_age(queues: dict[str, dict[str, Any]]) -> str:
 
 
 def _waiting(reasons: dict[str, int] | None) -> str:
-    """The jobs of a queue that wait, by reason (``xjobs_jobs_waiting``): "3 key, 1 snoozed"."""
+    """The jobs of a queue that wait, by reason (``xjobs_queue_waiting_jobs``): "3 key, 1 snoozed"."""
     found = reasons or {}
     return ", ".join(f"{found[reason]} {reason}" for reason in WAITING_REASONS if found.get(reason))
 

@@ -633,7 +633,7 @@ where state = 'ready' and run_at <= {now}
 group by queue
 
 -- name: queue_waiting
--- why live jobs wait, per queue (/metrics xjobs_jobs_waiting): keyed members waiting for their
+-- why live jobs wait, per queue (/metrics xjobs_queue_waiting_jobs): keyed members waiting for their
 -- key (a key of concurrency 1 is a sequence), read from jobs_key_waiting_idx; ready jobs due
 -- later, read from the ready index as queue_summary reads the due ones: held by their rate key
 -- (a rated job due later was moved there by its full window), snoozed, or scheduled. Never a

@@ -31,7 +31,7 @@ LIVE_STATES = ("ready", "running", "suspended")
 FINISHED_STATES = ("completed", "dead", "cancelled")
 # what metrics count every few seconds: states an index holds apart from the finished bulk
 COUNTED_STATES = ("ready", "running", "suspended", "dead")
-# why a live job that could otherwise run waits (queue_waiting, /metrics xjobs_jobs_waiting): a
+# why a live job that could otherwise run waits (queue_waiting, /metrics xjobs_queue_waiting_jobs): a
 # keyed member for its key, a member of a sequence (a key of concurrency 1) for its turn, and a
 # ready job due later because its rate key's window is full, it snoozed, or it was scheduled
 WAITING_REASONS = ("key", "sequence", "rate", "snoozed", "scheduled")

@@ -110,7 +110,7 @@ class SnapshotCollector:
         yield per_state
 
         waiting = GaugeMetricFamily(
-            "xjobs_jobs_waiting", "Live jobs that wait, per queue and reason: key (a keyed member for "
+            "xjobs_queue_waiting_jobs", "Live jobs that wait, per queue and reason: key (a keyed member for "
             "its key), sequence (an ordered member for its turn), rate (due later: its rate key's "
             "window is full), snoozed (due later: it snoozed), scheduled (due later otherwise: delay, "
             "run_at, a retry's backoff, a debounce).",
