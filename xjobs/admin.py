@@ -24,7 +24,7 @@ from .rate_keys import rate_waiting
 # ``xjobs.queues``): one copy, there
 from .views import WaitingFor as WaitingFor, queues as queues, waiting_for as waiting_for
 from .factories.backfill_report import by_job
-from .views import iso, plain, shown
+from .views import iso, plain, shown, why_waiting
 
 REQUEUABLE = ("dead", "cancelled")
 DEFAULT_BATCH = 1000
@@ -222,12 +222,22 @@ def job_json(driver: JobDriver, view: JobView) -> dict[str, Any]:
     """One job as ``xjobsd jobs show --json`` prints it and ``/api/jobs/ID`` answers it: a
     backfill's run with its ledger row, a job of a workflow with its parent and children."""
     backfill = by_job(driver).get(view.id)
+    rated = rate_waiting(driver, view.id)
     extra = {**({"backfill": backfill} if backfill is not None else {}), **(family(driver, view.id) or {}),
              **({"rate_key": {**rated, "window_opened": iso(rated["window_opened"]),
                               "waiting_until": iso(rated["waiting_until"])}}
-                if (rated := rate_waiting(driver, view.id)) is not None else {})}
+                if rated is not None else {}),
+             "waiting": job_waiting(driver, view, rated)}
     data: dict[str, Any] = plain({**shown(view), **extra})
     return data
+
+
+def job_waiting(driver: JobDriver, view: JobView, rated: dict[str, Any] | None = None) -> str | None:
+    """``views.why_waiting`` of a job, told with the database's clock and the job's rate key
+    (``rated``: already read by the caller, else read here)."""
+    if view.state != "ready":
+        return why_waiting(view)
+    return why_waiting(view, driver.clock_now_ms(), rated if rated is not None else rate_waiting(driver, view.id))
 
 
 def tasks_json(driver: JobDriver, tasks: Iterable[Any]) -> dict[str, Any]:

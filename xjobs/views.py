@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Mapping, NotRequired, TypedDict
 
 from .drivers.base import LATEST_MS, HistoryEntry, JobView, QueueStore
 
@@ -72,6 +72,26 @@ def key_waiting(view: JobView) -> str | None:
     return f"key {key.key!r} at its concurrency {key.cap}"
 
 
+def why_waiting(view: JobView, now_ms: float | None = None,
+                rated: Mapping[str, Any] | None = None) -> str | None:
+    """Why a live job that is not running waits, in words: the one sentence ``jobs show``, its
+    ``--json``, ``xjobs.get``, the dashboard's job page and its API give. A member waiting for
+    its key or sequence (``key_waiting``); a ready job held by its rate key (``rated``: what
+    ``rate_keys.rate_waiting`` says of it), or due later (``now_ms``, the database's clock)
+    because it snoozed or was scheduled. None: it may run now, or it is not waiting (running,
+    finished, suspended at a step: ``waiting_for`` says what that step waits for). Without
+    ``now_ms`` and ``rated`` only the keyed sentences can be told."""
+    keyed = key_waiting(view)
+    if keyed is not None or view.state != "ready":
+        return keyed
+    if rated is not None and rated.get("waiting_until") is not None:
+        return (f"rate key {rated['key']} until {iso(rated['waiting_until'])} "
+                f"({rated['started']} of {rated['cap']} started in its window)")
+    if now_ms is None or view.run_at <= now_ms:
+        return None
+    return f"{'snoozed until' if view.snoozes > 0 else 'scheduled for'} {iso(view.run_at)}"
+
+
 def life(view: JobView) -> tuple[HistoryEntry, ...]:
     """The job's history with the lines of its life no row records, read from its own fields
     (nothing is written on the claim or the completion for them): ``enqueued`` (when, by
@@ -103,7 +123,7 @@ def shown(view: JobView) -> dict[str, Any]:
     data: dict[str, Any] = plain(replace(view, steps=(), history=life(view)))
     data["steps"] = [plain(step.as_json()) for step in view.steps]
     data["waiting_for"] = plain(waiting_for(view))
-    data["waiting"] = key_waiting(view)
+    data["waiting"] = why_waiting(view)
     return data
 
 

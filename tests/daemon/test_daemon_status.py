@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from tests.daemon_fixtures import CLI, wait_for
+from xjobs.drivers.base import NewJob
 
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 
@@ -151,9 +152,19 @@ def test_a_job_no_worker_has_a_body_for_waits_and_shows_as_unknown(daemon_env):
     daemon.ready()
     ghost = env.enqueue_one("ghost", "alpha", {"n": 1}, "ghost:1")      # a job type this code lacks
     known = env.enqueue_one("touch_alpha", "alpha", {"n": 2}, "a:2")
+    # due in an hour: it waits, and says why, as "scheduled"
+    env.driver.job_enqueue([NewJob(name="touch_alpha", queue="alpha", payload=b'{"n": 3}',
+                                   idempotency_key="a:3", delay_ms=3_600_000.0)])
     wait_for(lambda: env.job(known)["state"] == "completed", 10, "the known job to run")
     wait_for(lambda: daemon.status()["queues"]["alpha"].get("unknown_jobs") == 1, 10, "status to show it")
     wait_for(lambda: daemon.sample("xjobs_queue_unknown_jobs", queue="alpha") == 1, 10, "/metrics to show it")
+    wait_for(lambda: daemon.sample("xjobs_queue_waiting_jobs", queue="alpha", reason="scheduled") == 1, 10,
+             "/metrics to count the scheduled job")
+    assert daemon.sample("xjobs_queue_waiting_jobs", queue="alpha", reason="key") == 0
+    assert daemon.status()["queues"]["alpha"]["waiting"] == {"scheduled": 1}
+    table = cli(env, "status", "--control", daemon.control).stdout.splitlines()
+    assert "WAITING" in next(line for line in table if line.startswith("QUEUE"))
+    assert next(line for line in table if line.startswith("alpha")).rstrip().endswith("1 scheduled")
     assert env.job(ghost) == {"state": "ready", "attempt": 0, "last_error": None}   # never claimed
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(15) == 0

@@ -442,6 +442,7 @@ class DriverPair(RuleBasedStateMachine):
             [_row(v) for v in self.pg.job_list(everything)]
         assert self.memory.job_stats() == self.pg.job_stats()
         assert self.memory.queue_counts() == self.pg.queue_counts()
+        assert self.memory.queue_waiting() == self.pg.queue_waiting()
         assert [(c.name, c.paused) for c in self.memory.queue_control()] == \
             [(c.name, c.paused) for c in self.pg.queue_control()]
         mem_leader, pg_leader = self.memory.leader_get("scheduler"), self.pg.leader_get("scheduler")

@@ -24,6 +24,7 @@ SNAPSHOT = MetricsSnapshot(
     lease_lost={"emails": 1}, released={"emails": 2}, in_flight={"emails": 2},
     restarts={"worker": 4}, crash_loop={("worker", "emails"): 0},
     children={("worker", "ready"): 2}, role_gauges={}, database_up=True,
+    waiting={"emails": {"key": 4, "snoozed": 1}},
 )
 
 
@@ -33,7 +34,7 @@ SNAPSHOT = MetricsSnapshot(
 SERVED = {"xjobs_queue_depth", "xjobs_queue_oldest_ready_seconds", "xjobs_queue_jobs", "xjobs_jobs",
           "xjobs_job_duration_seconds", "xjobs_lease_lost", "xjobs_jobs_released", "xjobs_in_flight",
           "xjobs_queue_paused", "xjobs_queue_quarantined", "xjobs_child_restarts", "xjobs_child_crash_loop", "xjobs_children", "xjobs_steps", "xjobs_queue_unknown_jobs", "xjobs_claim_failures",
-          "xjobs_database_up"}
+          "xjobs_database_up", "xjobs_queue_waiting_jobs"}
 
 
 @pytest.fixture
@@ -75,6 +76,9 @@ def test_metrics_render_every_family_from_the_snapshot(endpoint):
     assert samples[("xjobs_queue_paused", (("queue", "emails"),))] == 0
     assert samples[("xjobs_queue_quarantined", (("queue", "emails"),))] == 3
     assert samples[("xjobs_queue_paused", (("queue", "reports"),))] == 1
+    # every reason of every queue, 0 when none waits for it
+    assert {dict(labels)["reason"]: v for (name, labels), v in samples.items() if name == "xjobs_queue_waiting_jobs"} == {
+        "key": 4, "sequence": 0, "rate": 0, "snoozed": 1, "scheduled": 0}
     assert all("job" not in dict(labels) for (_, labels) in samples), "job is the scrape target's label"
     assert set(families) == SERVED
 

@@ -1,7 +1,7 @@
 """The dashboard's job page shows a completed job's result: escaped, and folded in a
 ``<details>`` when long; a job that did not complete shows none. It says what a member waiting
 for its key waits for. A job that snoozed shows how
-often."""
+often, and until when."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ pytest.importorskip("werkzeug", reason="the dashboard needs the ui extra")
 from tests.drivers.parity import new_job, run  # noqa: E402
 from tests.ui.clients import client  # noqa: E402
 from xjobs.drivers.base import Nack  # noqa: E402
+from xjobs.views import iso  # noqa: E402
 
 XSS = "<script>alert(1)</script>"
 
@@ -48,5 +49,8 @@ def test_the_job_page_counts_a_jobs_snoozes(driver):
     plain, _ = run(driver, "plain")
     driver.job_nack(Nack(snoozed, lease.token, "snoozed", delay_ms=60_000))
     c = client(driver)
-    assert 'data-testid="snoozes">1 (no attempt spent)' in c.get(f"/jobs/{snoozed}").get_data(as_text=True)
+    page = c.get(f"/jobs/{snoozed}").get_data(as_text=True)
+    assert 'data-testid="snoozes">1 (no attempt spent)' in page
+    until = driver.job_get(snoozed).run_at
+    assert f'data-testid="key-waiting">snoozed until {iso(until)}' in page     # why it is not running
     assert 'data-testid="snoozes"' not in c.get(f"/jobs/{plain}").get_data(as_text=True)

@@ -31,7 +31,6 @@ from ..drivers.base import LIVE_STATES, STATES, JobDriver, JobView, ListFilter
 from ..errors import InvalidOption
 from ..factories.backfill_report import by_job
 from ..formatting import iso, plain
-from ..rate_keys import rate_waiting
 from ..views import shown
 from .common import add_database_flags, driver_from, print_json, print_table, settings_from
 
@@ -196,7 +195,8 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
     progress = data.pop("progress")
     steps = data.pop("steps")
     waits = data.pop("waiting_for")
-    place, waiting = data.pop("key"), data.pop("waiting")
+    place = data.pop("key")
+    data.pop("waiting")
     result = data.pop("result")
     data["payload"] = orjson.dumps(data["payload"]).decode()   # as JSON, the way it was given
     if view.state == "completed":   # null is a result too (a body that returned None)
@@ -209,10 +209,9 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
               f"{backfill['started_at']}" + (f", finished {backfill['completed_at']}" if backfill["completed_at"] else ""))
     if family and family["parent"] is not None:
         print(f"{'parent'.ljust(width)}  job {family['parent']['id']} (step {family['parent']['step']!r})")
-    rated = rate_waiting(driver, view.id)
-    if rated is not None and rated["waiting_until"] is not None and view.state == "ready":
-        print(f"{'waiting for'.ljust(width)}  rate key {rated['key']} until {iso(rated['waiting_until'])} "
-              f"({rated['started']} of {rated['cap']} started in its window)")
+    waiting = admin.job_waiting(driver, view)
+    if waiting and view.state == "ready":   # a ready job due later, or held by its rate key
+        print(f"{'waiting for'.ljust(width)}  {waiting}")
     if family and family["children"]["total"]:
         kids = family["children"]
         counts = ", ".join(f"{n} {state}" for state, n in kids["counts"].items())
@@ -225,7 +224,7 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
     if place:
         print(f"{'concurrency key'.ljust(width)}  {place['key']!r}, {place['cap']} at once"
               + (", a dead member keeps its place" if place["hold"] else ""))
-    if waiting:
+    if waiting and view.state != "ready":   # a member waiting for its key or sequence
         print(f"{'waiting'.ljust(width)}  {waiting}")
     if waits:
         what = (f"sleep until {waits['until']}" if waits.get("sleep") else

@@ -274,17 +274,17 @@ class QueueStore(Protocol):
     def queue_summary(self) -> dict[str, QueueSummary]: ...
     def queue_counts(self) -> dict[str, dict[str, int]]: ...
 
+    def queue_waiting(self) -> dict[str, dict[str, int]]:
+        """Per queue and reason (``records.WAITING_REASONS``), the live jobs that wait."""
+
     def queue_unknown(self, names: Collection[str]) -> dict[str, int]:
         """Per queue, ready jobs whose name is not among ``names`` (no worker claims them)."""
-        ...
 
     def job_stats(self) -> dict[str, dict[str, int]]:
         """Every job counted once, under its queue and state."""
-        ...
 
     def rate_add(self, counts: Mapping[str, Mapping[str, int]]) -> None:
         """Add runs that ended, per queue and outcome, to the current minute (``job_rates``)."""
-        ...
 
     def rate_series(self, since_ms: float) -> list[RatePoint]:
         """Per minute since ``since_ms`` ago (the database's clock), per queue and outcome."""

@@ -255,6 +255,9 @@ class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
     def queue_counts(self) -> dict[str, dict[str, int]]:
         return self._queues.queue_counts()
 
+    def queue_waiting(self) -> dict[str, dict[str, int]]:
+        return self._queues.queue_waiting()
+
     def queue_unknown(self, names: Collection[str]) -> dict[str, int]:
         known = check_job_names(names)
         return self._queues.queue_unknown(known if known is not None else frozenset())

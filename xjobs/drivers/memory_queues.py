@@ -38,6 +38,22 @@ class MemoryQueues(QueueStore):
         return {q: QueueSummary(depth=n, oldest_ready_ms=ts(at - first))
                 for q, (n, first) in oldest.items()}
 
+    def queue_waiting(self) -> dict[str, dict[str, int]]:
+        """``queue_waiting``: waiting keyed members and ready jobs due later, by reason."""
+        counts: dict[str, dict[str, int]] = {}
+        with self._table.lock:
+            at = self._table.now()
+            for row in self._table.rows.values():
+                if row.state == "suspended" and row.key_run_at is not None:
+                    reason = "sequence" if row.key_cap == 1 else "key"
+                elif row.state == "ready" and row.run_at > at:
+                    reason = "rate" if row.rate_key is not None else "snoozed" if row.snoozes > 0 else "scheduled"
+                else:
+                    continue
+                bucket = counts.setdefault(row.queue, {})
+                bucket[reason] = bucket.get(reason, 0) + 1
+        return counts
+
     def queue_unknown(self, names: Collection[str]) -> dict[str, int]:
         """``queue_unknown``: ready jobs of names not in ``names``, per queue."""
         with self._table.lock:

@@ -1,9 +1,9 @@
 """The Postgres driver's ``QueueStore``: the fleet-wide pause switch, and the counts the
 supervisor's metrics and ``xjobsd jobs stats`` read.
 
-The counts metrics read every few seconds (``queue_counts``, ``queue_summary``) come from
-the partial indexes of the live states, never from a scan of the finished bulk; only
-``job_stats``, an operator's question, counts every row.
+The counts metrics read every few seconds (``queue_counts``, ``queue_summary``,
+``queue_waiting``) come from the partial indexes of the live states, never from a scan of the
+finished bulk; only ``job_stats``, an operator's question, counts every row.
 """
 
 from __future__ import annotations
@@ -43,6 +43,15 @@ class PgQueues(QueueStore):
     def queue_counts(self) -> dict[str, dict[str, int]]:
         """``queue_counts``: live states and dead letters per queue, each from its own index."""
         return self._per_queue("queue_counts")
+
+    def queue_waiting(self) -> dict[str, dict[str, int]]:
+        """``queue_waiting``: waiting keyed members and ready jobs due later, by reason."""
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["queue_waiting"], self._db.now())
+            counts: dict[str, dict[str, int]] = {}
+            for queue, reason, count in cur.fetchall():
+                counts.setdefault(queue, {})[reason] = int(count)
+        return counts
 
     def queue_unknown(self, names: Collection[str]) -> dict[str, int]:
         """``queue_unknown``: ready jobs of names not in ``names``, per queue."""

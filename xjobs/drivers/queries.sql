@@ -634,6 +634,22 @@ from {schema}.jobs
 where state = 'ready' and run_at <= {now}
 group by queue
 
+-- name: queue_waiting
+-- why live jobs wait, per queue (/metrics xjobs_queue_waiting_jobs): keyed members waiting for their
+-- key (a key of concurrency 1 is a sequence), read from jobs_key_waiting_idx; ready jobs due
+-- later, read from the ready index as queue_summary reads the due ones: held by their rate key
+-- (a rated job due later was moved there by its full window), snoozed, or scheduled. Never a
+-- scan of the finished bulk; the order of the cases is the memory driver's too
+select queue,
+       case when state = 'suspended' then case when key_cap = 1 then 'sequence' else 'key' end
+            when rate_key is not null then 'rate'
+            when snoozes > 0 then 'snoozed'
+            else 'scheduled' end,
+       count(*)::int
+from {schema}.jobs
+where (state = 'suspended' and key_run_at is not null) or (state = 'ready' and run_at > {now})
+group by 1, 2
+
 -- name: queue_unknown
 -- ready jobs of a name no deployed worker has a body for (%(names)s: the names this daemon's
 -- code declares), per queue: claims filter on names, so these wait; /metrics shows them

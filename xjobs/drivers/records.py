@@ -31,6 +31,10 @@ LIVE_STATES = ("ready", "running", "suspended")
 FINISHED_STATES = ("completed", "dead", "cancelled")
 # what metrics count every few seconds: states an index holds apart from the finished bulk
 COUNTED_STATES = ("ready", "running", "suspended", "dead")
+# why a live job that could otherwise run waits (queue_waiting, /metrics xjobs_queue_waiting_jobs): a
+# keyed member for its key, a member of a sequence (a key of concurrency 1) for its turn, and a
+# ready job due later because its rate key's window is full, it snoozed, or it was scheduled
+WAITING_REASONS = ("key", "sequence", "rate", "snoozed", "scheduled")
 CHARGES = ("alone", "suspect", "never")   # which lone job a crash's hand-back may charge
 MAX_DELAY_MS = 10 * 365 * 86_400_000.0   # the longest duration any option accepts
 LATEST_MS = 253_402_300_799_000.0        # 9999-12-31T23:59:59Z, the last time every driver holds

@@ -3,8 +3,8 @@
 The HTTP server runs in one thread of the supervisor and reads only an immutable snapshot the
 arbiter publishes after each loop pass (one reference swap: no locks shared with the loop).
 Counters in the snapshot come from ``Tally``, so they never go backwards across child
-restarts; queue depth, oldest-ready age and jobs per state come from the probe's one
-statistics round per interval, never from a query per scrape.
+restarts; queue depth, oldest-ready age, jobs per state and the jobs that wait, per reason,
+come from the probe's one statistics round per interval, never from a query per scrape.
 
 * ``/healthz`` — 200 while the supervisor loop has turned recently (it turns at least once a
   second), else 503.
@@ -36,6 +36,7 @@ from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, Gaug
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ..drivers.base import COUNTED_STATES
+from ..drivers.records import WAITING_REASONS
 from ..errors import InvalidOption
 from ..options import parse_address
 from ..workers.telemetry import DURATION_BUCKETS, STEP_COUNTS, Histogram
@@ -60,6 +61,7 @@ class MetricsSnapshot:
     oldest_ready_seconds: Mapping[str, float] = field(default_factory=dict)
     states: Mapping[str, Mapping[str, int]] = field(default_factory=dict)    # queue -> state -> jobs
     unknown: Mapping[str, int] = field(default_factory=dict)                 # queue -> unknown names
+    waiting: Mapping[str, Mapping[str, int]] = field(default_factory=dict)   # queue -> reason -> jobs
     paused: Collection[str] = ()
     outbox: tuple[int, float] | None = None          # pending rows, age of the oldest (s)
     jobs: Mapping[tuple[str, str, str], float] = field(default_factory=dict)  # (queue, job, outcome)
@@ -106,6 +108,18 @@ class SnapshotCollector:
             for state in COUNTED_STATES:   # completed and cancelled are never counted: no 0 stands in
                 per_state.add_metric([q, state], counts.get(state, 0))
         yield per_state
+
+        waiting = GaugeMetricFamily(
+            "xjobs_queue_waiting_jobs", "Live jobs that wait, per queue and reason: key (a keyed member for "
+            "its key), sequence (an ordered member for its turn), rate (due later: its rate key's "
+            "window is full), snoozed (due later: it snoozed), scheduled (due later otherwise: delay, "
+            "run_at, a retry's backoff, a debounce).",
+            labels=["queue", "reason"])
+        for q in sorted(set(queues) | set(snap.waiting)):
+            reasons = snap.waiting.get(q, {})
+            for reason in WAITING_REASONS:   # every reason, 0 when none waits: an alert needs no absent()
+                waiting.add_metric([q, reason], reasons.get(reason, 0))
+        yield waiting
 
         # job_name, not job: Prometheus owns job (the scrape target) and would rename ours exported_job
         jobs = CounterMetricFamily("xjobs_jobs", "Job runs settled, per queue, job and outcome.",

@@ -3,7 +3,8 @@
 Two jobs share it:
 
 * **statistics** — once per interval, ONE round of ``queue_summary`` and ``queue_counts`` for the
-  whole daemon (never one per child): queue depth, oldest-ready age and jobs per state for
+  whole daemon (never one per child): queue depth, oldest-ready age, jobs per state and the
+  jobs that wait, by reason (``queue_waiting``), for
   ``/metrics`` and ``xjobsd status``; a round that fails marks the database unreachable
   (``/readyz`` answers 503).
 * **hand-backs** — when a child whose role hands back jobs (``RolePolicy.hands_back_jobs``: the
@@ -72,6 +73,7 @@ class Summary:
     outbox_pending: int = 0                     # outbox rows not yet published, fleet-wide
     outbox_oldest_seconds: float = 0.0          # age of the oldest of them
     unknown: dict[str, int] = field(default_factory=dict)   # queue -> ready jobs no worker has a body for
+    waiting: dict[str, dict[str, int]] = field(default_factory=dict)   # queue -> reason -> jobs that wait
 
 
 @dataclass(frozen=True)
@@ -251,10 +253,11 @@ class DatabaseProbe:
         paused = frozenset(c.name for c in driver.queue_control() if c.paused)
         outbox = driver.outbox_summary()       # outbox_pending_idx: the unpublished rows only
         unknown = driver.queue_unknown(list(self._names())) if self._names is not None else {}
+        waiting = driver.queue_waiting()       # the key-waiting and ready indexes, never the finished bulk
         queues = {name: {"depth": s.depth, "oldest_ready_seconds": s.oldest_ready_ms / 1000.0}
                   for name, s in summary.items()}
         self._emit(Summary(time.monotonic(), queues, states, paused, outbox.pending,
-                           outbox.oldest_ms / 1000.0, unknown))
+                           outbox.oldest_ms / 1000.0, unknown, waiting))
 
     def _set_reachable(self, ok: bool, exc: Exception | None) -> None:
         if ok != self.reachable:

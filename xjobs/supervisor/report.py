@@ -123,6 +123,7 @@ def queues(arbiter: "Arbiter", now: float) -> dict[str, dict[str, Any]]:
             "states": dict(summary.states.get(name, {})) if summary else {},
             "quarantined": summary.states.get(name, {}).get("quarantined", 0) if summary else 0,
             "unknown_jobs": summary.unknown.get(name, 0) if summary else 0,
+            "waiting": dict(summary.waiting.get(name, {})) if summary else {},
             "paused": name in summary.paused if summary else None,
             "as_of_seconds": round(now - summary.at, 3) if summary else None,
         }
@@ -234,6 +235,7 @@ def snapshot(arbiter: "Arbiter", now: float) -> MetricsSnapshot:
         oldest_ready_seconds={q: row.get("oldest_ready_seconds", 0.0) for q, row in figures.items()},
         states=summary.states if summary is not None else {},
         unknown=summary.unknown if summary is not None else {},
+        waiting=summary.waiting if summary is not None else {},
         paused=sorted(summary.paused) if summary is not None else [],
         outbox=(summary.outbox_pending, summary.outbox_oldest_seconds) if summary is not None else None,
         jobs={(key.queue, key.job, key.outcome): n for key, n in tally.items(Settled)},
