@@ -13,7 +13,7 @@ them without a cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection, Literal, Mapping, NotRequired, Sequence, TypedDict
+from typing import Any, Collection, Literal, Mapping, NamedTuple, NotRequired, Sequence, TypedDict
 
 import orjson
 
@@ -37,8 +37,11 @@ CANCEL_NAMED = 200
 CANCEL_HOLDER_BYTES = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class NewJob:
+class NewJob(NamedTuple):
+    """One job to enqueue. A named tuple, not a frozen dataclass: a call of 100,000 builds
+    100,000 of them, and a frozen dataclass sets each field through ``object.__setattr__``
+    (about four times the cost of the tuple's one allocation)."""
+
     name: str
     queue: str
     payload: bytes              # encoded JSON, already checked and size-limited
