@@ -142,8 +142,7 @@ def _positional(sql: str) -> tuple[str, list[str]]:
 
 
 CLOCKS = pytest.mark.parametrize("server_clock", [True, False], ids=["server-clock", "injected-clock"])
-# a COPY cannot be prepared: each is run by test_copy_statement_takes_the_rows_its_driver_writes
-COPIES = sorted(name for name, sql in raw_statements().items() if sql.lower().startswith("copy "))
+COPIES = sorted(n for n, sql in raw_statements().items() if sql.lower().startswith("copy "))  # cannot be prepared
 PREPARED = sorted(raw_statements().keys() - set(COPIES))
 
 

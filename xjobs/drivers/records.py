@@ -37,11 +37,8 @@ CANCEL_NAMED = 200
 CANCEL_HOLDER_BYTES = 1000
 
 
+# a named tuple: a frozen dataclass sets each field by object.__setattr__, and one call builds 100,000
 class NewJob(NamedTuple):
-    """One job to enqueue. A named tuple, not a frozen dataclass: a call of 100,000 builds
-    100,000 of them, and a frozen dataclass sets each field through ``object.__setattr__``
-    (about four times the cost of the tuple's one allocation)."""
-
     name: str
     queue: str
     payload: bytes              # encoded JSON, already checked and size-limited
@@ -61,22 +58,14 @@ class NewJob(NamedTuple):
         return (self.name, self.tenant or "", self.idempotency_key)
 
     def document(self) -> dict[str, Any]:
-        """The job as the enqueue statement's row document (and as an outbox row keeps it);
-        the payload is embedded as encoded, never decoded and encoded again. A field that is
-        None is left out (the statement reads a missing key as null): most are, and a call of
-        100,000 jobs is 100,000 documents for the client to write and the server to parse."""
+        """The job as the enqueue statement's row document (and as an outbox row keeps it), the
+        payload embedded as encoded; None fields are left out (the statement reads them as null)."""
         doc = {"n": self.name, "q": self.queue, "p": orjson.Fragment(self.payload), "k": self.idempotency_key,
                "pr": self.priority, "m": self.max_attempts, "d": self.delay_ms}
-        if self.tenant is not None:
-            doc["t"] = self.tenant
-        if self.enqueued_by is not None:
-            doc["e"] = self.enqueued_by
-        if self.run_at_ms is not None:
-            doc["r"] = self.run_at_ms
-        if self.dedupe_window_ms is not None:
-            doc["w"] = self.dedupe_window_ms
-        if self.traceparent is not None:
-            doc["tp"] = self.traceparent
+        for key, value in (("t", self.tenant), ("e", self.enqueued_by), ("r", self.run_at_ms),
+                           ("w", self.dedupe_window_ms), ("tp", self.traceparent)):
+            if value is not None:
+                doc[key] = value
         return doc
 
     @classmethod
