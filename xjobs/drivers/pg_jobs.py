@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 import orjson
 import psycopg
@@ -150,7 +150,7 @@ class PgJobs(JobStore):
         failed the COPY: the savepoint leaves nothing of it. A refusal raised while the next
         chunk is built aborts the COPY and propagates, and the call writes nothing."""
         cur.execute(self._db.sql["job_enqueue_ids"], {**self._db.now(), "count": len(jobs)})
-        now, ids = cur.fetchone() or (None, [])
+        now, ids = cast("tuple[datetime, list[int]]", cur.fetchone())   # a select of no table: one row
         stamp = now.isoformat()
         following: Sequence[NewJob] | None = None
         try:
