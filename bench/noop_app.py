@@ -85,3 +85,14 @@ def answer(ctx, input):
 def fan_out(ctx, input):
     """A parent of ``input["n"]`` no-op children (``bench/children.py``): one map, one wake."""
     return len(ctx.step.map("children", noop, [input["round"] * 1_000_000 + k for k in range(input["n"])]))
+
+
+# fair_claims.py: the same 1-ms body in a queue claimed by tenant and in one claimed in arrival order
+@job(queue="fair", idempotency_key=lambda i: f"{i['t']}:{i['n']}", tenant=lambda i: i["t"], fairness="tenant")
+def ms_fair(ctx, input):  # noqa: ARG001
+    time.sleep(0.001)
+
+
+@job(queue="fifo", idempotency_key=lambda i: f"{i['t']}:{i['n']}", tenant=lambda i: i["t"])
+def ms_fifo(ctx, input):  # noqa: ARG001
+    time.sleep(0.001)

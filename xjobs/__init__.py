@@ -12,6 +12,7 @@ from .hooks import on_worker_start, on_worker_stop
 from .reporting import on_error
 from .scans import scan
 from .retry import DEFAULT_RETRY, Retry, retry_schedule
+from .snooze import Snooze
 from .tasks import TaskHandle, task
 from . import webhooks
 # the factories, re-exported at the front door: the one api module that may import them
@@ -23,7 +24,7 @@ from .factories.purge import DEFAULT_PURGE_CRON, PurgeTarget, purge
 from .factories.webhook import webhook
 
 __all__ = ["DEFAULT_PURGE_CRON", "DEFAULT_RETRY", "Enqueued", "JobHandle", "PurgeTarget", "REGISTRY",
-           "Registry", "Retry", "RetryAfter", "Settings", "StepSuspension", "TaskHandle", "Terminal",
+           "Registry", "Retry", "RetryAfter", "Settings", "Snooze", "StepSuspension", "TaskHandle", "Terminal",
            "XJobsError", "aget", "aresult", "asend_event", "backfill", "backfill_requires", "batch", "configure",
            "current", "current_driver", "export_rows", "get", "job", "load_settings", "on_error",
            "on_worker_start", "on_worker_stop", "purge", "queues", "result", "retry_schedule",

@@ -19,6 +19,7 @@ from .drivers.fanins import fanins_of
 from .drivers.base import LIVE_STATES, Batch, DeadGroup, JobDriver, JobView, ListFilter
 from .errors import InvalidOption, UnknownQueue
 from .options import duration_ms, finite_count, plain_name
+from .rate_keys import rate_waiting
 # what a job waits for and the queues' table are the API's projection too (``xjobs.get``,
 # ``xjobs.queues``): one copy, there
 from .views import WaitingFor as WaitingFor, queues as queues, waiting_for as waiting_for
@@ -84,9 +85,10 @@ def retry_job(driver: JobDriver, job_id: int, *, by: str) -> JobView:
 
 
 def cancel_job(driver: JobDriver, job_id: int, *, by: str, reason: str | None = None) -> JobView:
-    """Cancel one ready, running or suspended job (a running one's worker is told in the same
-    transaction, and its next lease renewal tells it if that was not heard); its history and
-    last error say who asked, and why."""
+    """Cancel one ready, running or suspended job, or a dead one holding its key's sequence
+    (``job(ordered=True, on_failure="hold")``: that lets the next member in). A running one's
+    worker is told in the same transaction (and its next lease renewal tells it if that was not
+    heard); its history and last error say who asked, and why."""
     return driver.job_cancel(job_id, f"cancelled by {by}" + (f": {reason}" if reason else ""))
 
 
@@ -220,7 +222,10 @@ def job_json(driver: JobDriver, view: JobView) -> dict[str, Any]:
     """One job as ``xjobsd jobs show --json`` prints it and ``/api/jobs/ID`` answers it: a
     backfill's run with its ledger row, a job of a workflow with its parent and children."""
     backfill = by_job(driver).get(view.id)
-    extra = {**({"backfill": backfill} if backfill is not None else {}), **(family(driver, view.id) or {})}
+    extra = {**({"backfill": backfill} if backfill is not None else {}), **(family(driver, view.id) or {}),
+             **({"rate_key": {**rated, "window_opened": iso(rated["window_opened"]),
+                              "waiting_until": iso(rated["waiting_until"])}}
+                if (rated := rate_waiting(driver, view.id)) is not None else {})}
     data: dict[str, Any] = plain({**shown(view), **extra})
     return data
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 from .errors import Aborted, CrossTenantDenied, InvalidOption, LeaseLost, NotConfigured
 from .payload import DEFAULT_MAX_RESULT_BYTES, encode_result
 from .options import finite_option
+from .snooze import Snooze
 
 if TYPE_CHECKING:
     from .drivers.base import Lease, Progress, RunStore
@@ -187,6 +188,12 @@ class Ctx:
         Encoded now, so a value JSON cannot carry, or one over ``max_result_bytes``, is refused
         here (``X_RESULT_INVALID``, ``X_RESULT_TOO_LARGE``); None clears it."""
         self.result_set = encode_result(value, self.result_limit)
+
+    def snooze(self, duration: object) -> Snooze:
+        """``return ctx.snooze("5m")``: the job runs again after ``duration`` (seconds, or a
+        duration string), no attempt spent and no error recorded (``snooze.py``); the same as
+        ``raise xjobs.Snooze(duration)``. A bad duration is ``X_SNOOZE_INVALID`` here."""
+        return Snooze(duration)
 
     @property
     def completed_in_transaction(self) -> bool:

@@ -107,14 +107,24 @@ def _planned(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_a
         raise InvalidOption("keys", "one key per input")
     checked = [handle.validate(item) for item in inputs]   # every one, before anything is written
     traceparent = current_traceparent()   # stamped here, where the enqueuing code's span is
+    keyed = handle.keyed
+    places = None if keyed is None else [keyed.key_for(handle.name, item) for item in checked]
+    debounce_ms, debounce_max_ms = handle.snoozing.debounce_ms, handle.snoozing.debounce_max_ms
+    if debounce_ms is not None and at is None and delay_ms == 0.0:
+        delay_ms = debounce_ms     # trailing: a debounced job waits its debounce from the start
 
     def make(start: int, stop: int) -> list[NewJob]:
         return [NewJob(name=handle.name, queue=handle.queue,
                        payload=encode_payload(checked[i], max_payload_bytes),
                        idempotency_key=handle.key_for(checked[i]) if keys is None else keys[i],
-                       tenant=handle.tenant_for(checked[i]),
+                       tenant=(tenant := handle.tenant_for(checked[i])),
                        enqueued_by=enqueued_by, priority=prio, max_attempts=max_attempts, run_at_ms=at,
-                       delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent)
+                       delay_ms=delay_ms, dedupe_window_ms=handle.dedupe_window_ms, traceparent=traceparent,
+                       concurrency_key=None if places is None else places[i],
+                       key_cap=None if keyed is None else keyed.cap, key_hold=keyed is not None and keyed.hold,
+                       fair_key=handle.fair_key_for(checked[i], tenant),
+                       debounce_ms=debounce_ms, debounce_max_ms=debounce_max_ms,
+                       rate_key=handle.rate_key_for(checked[i]))
                 for i in range(start, stop)]
     return make, len(checked)
 
@@ -123,10 +133,12 @@ def build_callback(handle: "JobHandle", given: Any, *, key: str, max_payload_byt
     """A batch's callback (``children.py``): its input is the envelope ``{"input": given}`` the
     members' counts are merged into when it wakes, so it is not validated as an input of the
     job; its tenant is the job's ``tenant()`` of what the caller gave, not of the envelope."""
+    tenant = handle.tenant_for(given)
     return NewJob(name=handle.name, queue=handle.queue,
                   payload=encode_payload({"input": given}, max_payload_bytes), idempotency_key=key,
-                  tenant=handle.tenant_for(given), priority=handle.priority,
-                  max_attempts=handle.retry.attempts, traceparent=current_traceparent())
+                  tenant=tenant, priority=handle.priority, max_attempts=handle.retry.attempts,
+                  traceparent=current_traceparent(), fair_key=handle.fair_key_for(given, tenant),
+                  rate_key=handle.rate_key_for(given))
 
 
 def _check_bytes(total: int) -> None:
@@ -151,7 +163,7 @@ def enqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = 
                           enqueued_by=enqueued_by, max_payload_bytes=settings.max_payload_bytes)
         done = driver.job_enqueue(jobs, conn=callers) if jobs else []
     # the driver's records, as handles that can read their job back (``Enqueued.get``)
-    return [Enqueued(e.id, e.deduped) for e in done]
+    return [Enqueued(e.id, e.deduped, e.debounced) for e in done]
 
 
 async def aenqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: object = None,
@@ -173,7 +185,7 @@ async def aenqueue_many(handle: "JobHandle", inputs: Sequence[Any], *, delay: ob
     jobs = await abuild_jobs(handle, inputs, delay=delay, run_at=run_at, priority=priority,
                              enqueued_by=enqueued_by)
     done = await writes.job_enqueue_async(jobs, callers) if jobs else []
-    return [Enqueued(e.id, e.deduped) for e in done]
+    return [Enqueued(e.id, e.deduped, e.debounced) for e in done]
 
 
 async def abuild_jobs(handle: "JobHandle", inputs: Sequence[Any], *, delay: object, run_at: object,

@@ -30,7 +30,8 @@ import inspect
 from typing import Callable, TypeVar
 
 from .errors import InvalidOption
-from .registry import REGISTRY, Registry, declaration_site
+from .registry import REGISTRY, Registry
+from .sites import declaration_site
 
 WorkerHook = Callable[[], object]    # a def or an async def, called with no arguments
 _Hook = TypeVar("_Hook", bound=Callable[[], object])

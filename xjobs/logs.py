@@ -21,6 +21,7 @@ on a name, never on wording::
     job.interrupted             info     ... error (a drain, a tick's deadline: attempt not charged)
     job.cancelled               info     ...
     job.shed                    debug    ... why delay_ms
+    job.snoozed                 info     ... delay_s snoozes (xjobs.Snooze: attempt not charged)
     job.lease.lost              error    ... why
     job.lease.renew.failed      warning  count error worker   (one failed renewal is not a loss)
     job.settle.failed           error    count tries error job_ids worker (retried until the lease lapsed)
@@ -37,9 +38,11 @@ on a name, never on wording::
     worker.start_hook.failed    error    hook error worker (an on_worker_start hook raised: X_WORKER_START_FAILED)
     worker.stop_hook.failed     warning  hook error worker (an on_worker_stop hook raised or outlasted its time)
     worker.slot.acquire.failed  warning  ... error        (the job is shed, never run unbounded)
+    worker.slot.stale           warning  ... slot waited_ms (granted after its window closed: given back, shed)
     worker.slot.renew.failed    warning  job slot error worker
     worker.slot.release.failed  warning  job slot error worker   (retried with the renewals)
     worker.slot.lost            error    ... slot         (the run is stopped: X_JOB_SLOT_LOST)
+    worker.rate.take.failed     warning  error worker     (the batch's rated jobs are shed, never run over the rate)
     scheduler.leader.gained     info     scheduler holder
     scheduler.leader.lost       warning  scheduler holder why
     scheduler.election.failed   warning  scheduler error

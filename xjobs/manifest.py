@@ -42,9 +42,14 @@ def _job(handle: JobHandle) -> dict[str, Any]:
                       "max_delay_ms": retry.max_delay_ms, "backoff": retry.backoff,
                       "jitter": retry.jitter},
             "input": None if handle._input is None else _callable_name(handle._input),
-            "cross_tenant": handle.cross_tenant,
+            "cross_tenant": handle.cross_tenant, "max_snoozes": handle.snoozing.max_snoozes,
+            "debounce_ms": handle.snoozing.debounce_ms, "debounce_max_ms": handle.snoozing.debounce_max_ms,
+            "fairness": None if handle.fairness is None else handle.fairness.describe(),
             "retry_on": sorted(_type_name(t) for t in handle.retry_on),
-            "terminal_on": sorted(_type_name(t) for t in handle.terminal_on)}
+            "terminal_on": sorted(_type_name(t) for t in handle.terminal_on),
+            # only for a keyed job, so the manifests of the others read as they did
+            **({} if handle.keyed is None else {"concurrency_key": handle.keyed.describe()}),
+            **({"rate": handle.rate.describe()} if handle.rate is not None else {})}
 
 
 def describe(registry: Registry) -> dict[str, Any]:

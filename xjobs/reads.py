@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 class Enqueued(EnqueuedRecord):
     """What ``enqueue`` answers: the job's ``id``, and ``deduped`` (a job already held its
-    idempotency key: ``id`` is that job's). ``get()`` and ``aget()`` read its state now;
+    idempotency key: ``id`` is that job's), and ``debounced`` (that job had not started and
+    took this input and a later start: ``job(debounce=)``). ``get()`` and ``aget()`` read its state now;
     ``result()`` and ``aresult()`` wait for what its body returns (``results.py``)."""
 
     __slots__ = ()
@@ -43,11 +44,11 @@ class Enqueued(EnqueuedRecord):
     # equal to the driver's record of the same job: the handle adds ways to read, not a value
     def __eq__(self, other: object) -> bool:
         if isinstance(other, EnqueuedRecord):
-            return (self.id, self.deduped) == (other.id, other.deduped)
+            return (self.id, self.deduped, self.debounced) == (other.id, other.deduped, other.debounced)
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash((self.id, self.deduped))   # as the record's own (a frozen dataclass) hashes
+        return hash((self.id, self.deduped, self.debounced))   # as the record's own (a frozen dataclass) hashes
 
     def get(self, *, conn: Joinable | None = None,
             driver: Introspection | None = None) -> dict[str, Any]:

@@ -15,14 +15,19 @@ a client that retries an enqueue after the work is done gets the finished job ba
 from __future__ import annotations
 
 import inspect
-import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, TypeVar
 
+from . import keyed as keyed_options
 from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, InvalidOption, PayloadInvalid,
                      TenantRequired, UnknownJob)
+from . import fairness
+from .fairness import Fairness, declare as fairness_of
 from .options import duration_ms, finite_count, plain_name
+from .sites import same_body, written_at
+from .rate_keys import RateLimit, declared_rate, rate_key_for
 from .retry import DEFAULT_RETRY, ErrorTypes, Retry, check_error_types
+from .snooze import DEFAULT_MAX_SNOOZES, SnoozePolicy, declared_policy
 
 if TYPE_CHECKING:
     from .connections import AsyncJoinable, Joinable
@@ -46,7 +51,11 @@ class JobHandle:
                  timeout_ms: float | None, concurrency: int | None, priority: int,
                  dedupe_window_ms: float | None = None, step_timeout_ms: float | None = None,
                  event_poll_ms: float | None = None, retry_on: ErrorTypes = (),
-                 terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False) -> None:
+                 terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False,
+                 keyed: keyed_options.KeyedConcurrency | None = None,
+                 fairness: Fairness | None = None,
+                 snoozing: SnoozePolicy = SnoozePolicy(),
+                 rate: RateLimit | None = None) -> None:
         self.fn = fn
         self._built: object = None    # job()'s proof, for the registry
         self.name = name
@@ -56,7 +65,8 @@ class JobHandle:
         self._tenant = tenant
         self.retry = retry
         self.timeout_ms = timeout_ms
-        self.concurrency = concurrency
+        self.concurrency = concurrency            # the fleet-wide cap of the job's runs (slots)
+        self.keyed = keyed                        # concurrency by key instead (keyed.py)
         self.priority = priority
         self.dedupe_window_ms = dedupe_window_ms
         self.step_timeout_ms = step_timeout_ms    # the ceiling of each ctx.step.run call
@@ -65,6 +75,9 @@ class JobHandle:
         self.retry_on = retry_on                  # exception types: only these retry (when given)
         self.terminal_on = terminal_on            # exception types that dead-letter at once
         self.cross_tenant = cross_tenant          # its runs may open ctx.cross_tenant (declared, reviewed)
+        self.fairness = fairness                  # job(fairness=): the key its claims are shared by
+        self.snoozing = snoozing                  # max_snoozes, debounce (snooze.py)
+        self.rate = rate                          # job(rate=, rate_key=): starts per key per window, fleet-wide
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -117,6 +130,16 @@ class JobHandle:
         if "\x00" in tenant or len(tenant) > _MAX_KEY:
             raise InvalidOption("tenant", f"job {self.name!r}: a tenant is at most {_MAX_KEY} characters without NUL")
         return tenant
+
+    def fair_key_for(self, input: Any, tenant: str | None) -> str | None:
+        return None if self.fairness is None else fairness.key_for(self.fairness, self.name, tenant, input)
+
+    @property
+    def declared(self) -> fairness.Declared:
+        return fairness.Declared(self.name, self.queue, self.fairness)
+
+    def rate_key_for(self, input: Any) -> str | None:
+        return rate_key_for(self.name, self.rate, input)
 
     def enqueue(self, input: Any, *, delay: object = None, run_at: object = None,
                 priority: int | None = None, conn: Joinable | None = None,
@@ -184,9 +207,10 @@ class Registry:
         _proven(handle, JobHandle, "job()")
         with self._lock:
             existing = self._jobs.get(handle.name)
-            if existing is not None and not _same_body(existing.fn, handle.fn):
+            if existing is not None and not same_body(existing.fn, handle.fn):
                 raise DuplicateJob(f"two different handlers declare the job name {handle.name!r}: "
-                                   f"{_where(existing.fn)} and {_where(handle.fn)}")
+                                   f"{written_at(existing.fn)} and {written_at(handle.fn)}")
+            fairness.check_queue(handle.declared, (h.declared for h in self._jobs.values()))
             self._jobs[handle.name] = handle
             return handle
 
@@ -275,32 +299,6 @@ def _is_model(value: Any) -> bool:
     return isinstance(value, type) and callable(getattr(value, "model_validate", None)) and hasattr(value, "model_dump")
 
 
-def declaration_site(fn: Callable[..., object]) -> tuple[str, str, int] | None:
-    """Where ``fn`` is written: (its source file, resolved; its qualified name; its first line).
-
-    What makes two declarations one. A module imported twice (run as ``__main__`` and imported
-    by name, or reached from two ``sys.path`` roots) compiles its source again: new function and
-    code objects, even a different ``__module__``, but the same file, name and line. None for
-    a callable with no code of its own (a partial, an object with ``__call__``): compared by
-    identity."""
-    code = getattr(inspect.unwrap(fn), "__code__", None)
-    if code is None:
-        return None
-    return (os.path.realpath(code.co_filename), getattr(fn, "__qualname__", code.co_name),
-            code.co_firstlineno)
-
-
-def _same_body(a: Callable[..., object], b: Callable[..., object]) -> bool:
-    if a is b:
-        return True
-    site = declaration_site(a)
-    return site is not None and site == declaration_site(b)
-
-
-def _where(fn: Callable[..., object]) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
-
-
 REGISTRY = Registry()
 _MISSING = object()
 
@@ -310,6 +308,10 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         concurrency: int | None = None, priority: int = 0, dedupe_window: object = None,
         step_timeout: object = None, event_poll: object = None, retry_on: object = (),
         terminal_on: object = (), input: Any = None, cross_tenant: bool = False,
+        concurrency_key: Any = None, ordered: object = False, on_failure: object = None,
+        fairness: object = None, fair_weights: object = None,
+        max_snoozes: int = DEFAULT_MAX_SNOOZES, debounce: object = None, debounce_max: object = None,
+        rate: str | None = None, rate_key: Callable[[Any], Any] | None = None,
         registry: Registry | None = None) -> Callable[[Body], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
@@ -320,8 +322,12 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     and finite when given. ``retry_on``/``terminal_on``: exception classes that decide retry or
     dead letter for errors you did not write (see ``retry.decide``). ``cross_tenant=True``
     declares that the job's runs may open ``ctx.cross_tenant(reason)``; a run of any other job
-    is refused there (``X_TENANCY_CROSS_DENIED``)."""
+    is refused there (``X_TENANCY_CROSS_DENIED``). ``concurrency_key``, ``ordered``,
+    ``on_failure``: at most ``concurrency`` runs per key, or a sequence (``keyed.py``).
+    ``fairness``/``fair_weights``: claims shared out among tenants or keys (``fairness.py``);
+    ``max_snoozes``, ``debounce``, ``debounce_max`` (``snooze.py``); ``rate``/``rate_key`` (``rate_keys.py``)."""
     queue = plain_name(queue, "queue")
+    rate_limit = declared_rate(rate, rate_key)
     if not isinstance(cross_tenant, bool):
         raise InvalidOption("cross_tenant", f"must be True or False, got {cross_tenant!r}")
     if idempotency_key is _MISSING or idempotency_key is None:
@@ -337,8 +343,11 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     elif not isinstance(retry, Retry):
         raise InvalidOption("retry", "must be a Retry(...)")
     timeout_ms = None if timeout is None else duration_ms(timeout, "timeout", exclusive_minimum=True)
-    if concurrency is not None:
+    keyed = keyed_options.declare(concurrency, concurrency_key, ordered, on_failure)
+    if concurrency is not None and keyed is None:
         concurrency = finite_count(concurrency, "concurrency", minimum=1, maximum=1_000_000)
+    elif keyed is not None:
+        concurrency = None   # the cap is per key (keyed.py), not the job's slots
     priority = finite_count(priority, "priority", minimum=-32768, maximum=32767)
     dedupe_window_ms = (None if dedupe_window is None else
                         duration_ms(dedupe_window, "dedupe_window", exclusive_minimum=True))
@@ -351,6 +360,8 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
     terminal_types = check_error_types(terminal_on, "terminal_on")
     if set(retry_types) & set(terminal_types):
         raise InvalidOption("retry_on", "a class cannot be in both retry_on and terminal_on")
+    fair = fairness_of(fairness, fair_weights, has_tenant=tenant != NO_TENANT)
+    snoozing = declared_policy(max_snoozes, debounce, debounce_max)
     target = registry if registry is not None else REGISTRY
 
     def declare(fn: Body) -> JobHandle:
@@ -362,7 +373,9 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
                            concurrency=concurrency, priority=priority,
                            dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
                            event_poll_ms=event_poll_ms, retry_on=retry_types,
-                           terminal_on=terminal_types, input=input, cross_tenant=cross_tenant)
+                           terminal_on=terminal_types, input=input, cross_tenant=cross_tenant, keyed=keyed,
+                           fairness=fair, snoozing=snoozing,
+                           rate=rate_limit)
         handle._built = BUILT
         return target._add(handle)
 

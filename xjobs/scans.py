@@ -40,7 +40,7 @@ SCAN_PREFIX = "scan:"          # a scan's watermark row in scheduler_state: scan
 class ScanSpec:
     name: str
     every_ms: float
-    fn: str                    # where the function is written (registry.declaration_site):\n                               # what makes two declarations one scan
+    fn: str                    # where the function is written (sites.declaration_site):\n                               # what makes two declarations one scan
 
 
 class ScanCtx:
@@ -84,7 +84,8 @@ def scan(*, name: str | None = None, every: object, fn: Callable[[ScanCtx], Any]
         if not callable(function):
             raise InvalidOption("scan.fn", "must be a function taking the scan's ctx")
         scan_name = plain_name(name if name is not None else getattr(function, "__name__", ""), "scan.name")
-        from .registry import BUILT, declaration_site
+        from .registry import BUILT
+        from .sites import declaration_site
         site = declaration_site(function)
         spec = ScanSpec(scan_name, every_ms, f"{getattr(function, '__module__', '?')}."
                         f"{getattr(function, '__qualname__', '?')}" if site is None else "%s:%s:%d" % site)

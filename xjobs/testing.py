@@ -156,6 +156,7 @@ class RunSummary:
     retried = property(lambda self: self.total("retried"))
     dead = property(lambda self: self.total("dead"))
     interrupted = property(lambda self: self.total("interrupted"))
+    snoozed = property(lambda self: self.total("snoozed"))
 
 
 def run_until_idle(queue: str | Sequence[str] | None = None, *, driver: JobDriver | None = None,

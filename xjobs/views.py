@@ -61,6 +61,17 @@ def waiting_for(view: JobView) -> WaitingFor | None:
     return None
 
 
+def key_waiting(view: JobView) -> str | None:
+    """What a member waiting for its key (``job(concurrency_key=...)``) waits for, in words: a
+    sequence (one at a time) behind the member that holds it, else its key at its concurrency."""
+    key = view.key
+    if key is None or not key.waiting:
+        return None
+    if key.cap == 1 and key.holders:
+        return f"sequence {key.key!r} behind job #{key.holders[0]}"
+    return f"key {key.key!r} at its concurrency {key.cap}"
+
+
 def life(view: JobView) -> tuple[HistoryEntry, ...]:
     """The job's history with the lines of its life no row records, read from its own fields
     (nothing is written on the claim or the completion for them): ``enqueued`` (when, by
@@ -92,6 +103,7 @@ def shown(view: JobView) -> dict[str, Any]:
     data: dict[str, Any] = plain(replace(view, steps=(), history=life(view)))
     data["steps"] = [plain(step.as_json()) for step in view.steps]
     data["waiting_for"] = plain(waiting_for(view))
+    data["waiting"] = key_waiting(view)
     return data
 
 

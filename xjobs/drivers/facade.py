@@ -27,8 +27,10 @@ from .base import (Batch, CallerConnection, Claim, ClaimAlone, ClaimedJob, DeadG
                    OutboxStore, OutboxSummary, Progress, QueueControl, QueueStore, QueueSummary, RatePoint,
                    Released, RunningJob, RunningPage, ScheduleStore, SentEvent, Slot, SlotRequest, SlotStore, StepLog, StepOutcome,
                    StepResult, StepSleep, StepStore, StepWait, Storage, Watermark, WorkerExit)
+from .fair import CheckedFair, FairClaims
 from .fanins import FanInStore
 from .ledger import BackfillLedger, CheckedLedger
+from .rate_keys import CheckedRateKeys, RateKeyStore
 from .settlement import Settlement, SettlementWaits
 from .base_async import AsyncCallerConnection, AsyncWrites
 from .refusals import (check_batch, check_claim, check_claim_alone, check_claim_token, check_dispatch,
@@ -58,13 +60,17 @@ class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
                  schedule: ScheduleStore, outbox: OutboxStore, slots: SlotStore, steps: StepStore,
                  events: EventStore, writes_async: AsyncWrites,
                  backfills: BackfillLedger | None = None, waits: SettlementWaits | None = None,
-                 fanins: FanInStore | None = None) -> None:
+                 fanins: FanInStore | None = None, fair: FairClaims | None = None,
+                 rate_keys: RateKeyStore | None = None) -> None:
         self._storage = storage
         self._waits = waits
         # the optional fan-ins of workflows (fanins.py): child jobs, map, batches
         self.fanins: FanInStore | None = fanins
+        self.fair: FairClaims | None = None if fair is None else CheckedFair(fair)   # fair.py
         # the optional backfill ledger (ledger.py), behind its own door; None: passes run unbooked
         self.backfills: BackfillLedger | None = None if backfills is None else CheckedLedger(backfills)
+        # the optional rate-key store (rate_keys.py): job(rate=...) counted across the fleet
+        self.rate_keys: RateKeyStore | None = None if rate_keys is None else CheckedRateKeys(rate_keys)
         self._jobs = jobs
         self._maintenance = maintenance
         self._operator = operator

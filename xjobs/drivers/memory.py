@@ -15,6 +15,8 @@ mirrors its statements, verb by verb:
     memory_steps.MemorySteps               StepStore, EventStore: durable steps and stored events
     memory_ledger.MemoryLedger             BackfillLedger (optional, ``driver.backfills``)
     memory_fanins.MemoryFanIns             FanInStore (optional, ``driver.fanins``): workflows
+    memory_fair.MemoryFair                 FairClaims (optional, ``driver.fair``): claims by key
+    memory_rate_keys.MemoryRateKeys        RateKeyStore (optional, ``driver.rate_keys``): rate keys
     memory_async.MemoryAsyncWrites         AsyncWrites: the same verbs, answered without I/O
 
 The conformance suite runs the same tests against this driver and ``PostgresDriver``, so any
@@ -29,6 +31,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from .facade import CheckedDriver
 from .memory_async import MemoryAsyncWrites
 from .memory_coordination import MemoryOutbox, MemorySchedule, MemorySlots
+from .memory_fair import MemoryFair
 from .memory_fanins import MemoryFanIns
 from .memory_jobs import MemoryJobs, MemoryTransaction
 from .memory_ledger import MemoryLedger
@@ -36,7 +39,9 @@ from .memory_settlement import MemorySettlement
 from .memory_maintenance import MemoryMaintenance
 from .memory_operator import MemoryOperator
 from .memory_queues import MemoryQueues
+from .memory_rate_keys import MemoryRateKeys
 from .memory_steps import MemorySteps
+from .memory_keyed import MemoryKeys
 from .memory_table import MemoryTable
 from .sql import check_schema_name
 
@@ -49,6 +54,7 @@ class MemoryDriver(CheckedDriver):
         self.schema = check_schema_name(schema)
         self.table = MemoryTable(clock)
         table = self.table
+        MemoryKeys(table)   # the triggers of keyed rows, installed on the table
         jobs, steps = MemoryJobs(table), MemorySteps(table)
         schedule, outbox = MemorySchedule(table, jobs), MemoryOutbox(table, jobs)
         super().__init__(storage=table, jobs=jobs, maintenance=MemoryMaintenance(table),
@@ -57,4 +63,5 @@ class MemoryDriver(CheckedDriver):
                          slots=MemorySlots(table), steps=steps, events=steps,
                          writes_async=MemoryAsyncWrites(table, jobs, outbox, steps),
                          backfills=MemoryLedger(table), waits=MemorySettlement(table),
-                         fanins=MemoryFanIns(table))
+                         fanins=MemoryFanIns(table), fair=MemoryFair(table, jobs),
+                         rate_keys=MemoryRateKeys(table))

@@ -209,7 +209,9 @@ def _row(job_id: int, job: NewJob, key: str, at: float, state: str) -> Row:
                tenant=job.tenant, enqueued_by=job.enqueued_by, idempotency_key=key, priority=job.priority,
                max_attempts=job.max_attempts,
                run_at=plus(at, job.delay_ms) if job.run_at_ms is None else ts(job.run_at_ms),
-               created_at=at, traceparent=job.traceparent)
+               created_at=at, traceparent=job.traceparent, concurrency_key=job.concurrency_key,
+               key_cap=job.key_cap, key_hold=job.key_hold, fair_key=job.fair_key,
+               rate_key=job.rate_key)
 
 
 def _result(row: Row) -> Any:

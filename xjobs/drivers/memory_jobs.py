@@ -28,6 +28,7 @@ from ..errors import InvalidOption
 from .base import (CallerConnection, Cancels, Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack,
                    NewJob, Progress, TenantRoom)
 from .jsonb import as_stored
+from .memory_rate_keys import rate_open
 from .memory_table import MemoryTable, Row, plus, ts
 from .records import CANCEL_NAMED
 from .refusals import held, lease_lost
@@ -96,6 +97,22 @@ def _by_claim_order(row: Row) -> tuple[int, float, int]:
     return (row.priority, row.run_at, row.id)
 
 
+def _waits(holder: Row) -> bool:
+    """Whether a key's job has not started yet: ready, never claimed (``job_debounce``)."""
+    return holder.state == "ready" and holder.started_at is None
+
+
+def _debounced(holder: Row, job: NewJob, at: float) -> bool:
+    """``job_debounce``: a debounced input moves a holder that has not started yet."""
+    if job.debounce_ms is None or not _waits(holder):
+        return False
+    holder.payload = as_stored(job.payload)
+    holder.run_at = plus(at, job.debounce_ms)
+    if job.debounce_max_ms is not None:
+        holder.run_at = min(holder.run_at, plus(holder.created_at, job.debounce_max_ms))
+    return True
+
+
 class MemoryJobs(JobStore):
     def __init__(self, table: MemoryTable) -> None:
         self._table = table
@@ -121,16 +138,26 @@ class MemoryJobs(JobStore):
         table = self._table
         results: list[Enqueued] = []
         at = table.now()
+        # job_debounce is sent before the insert: a debounced key whose job waits already moves
+        # it without an id taken; one inserted by this very call is moved after (an id taken)
+        waiting = {job.namespace for job in jobs if job.debounce_ms is not None
+                   and job.namespace in table.live and _waits(table.rows[table.live[job.namespace]])}
         for job in jobs:
+            if job.debounce_ms is not None and job.namespace in waiting:
+                waiter = table.live[job.namespace]
+                results.append(Enqueued(waiter, True, _debounced(table.rows[waiter], job, at)))
+                continue
             if job.dedupe_window_ms is not None:   # filtered before the insert: no id taken
                 kept = table.in_window(job.namespace, at)
                 if kept is not None:   # job_find_holder answers a live holder first
-                    results.append(Enqueued(table.live.get(job.namespace, kept), True))
+                    live = table.live.get(job.namespace)
+                    results.append(Enqueued(kept, True) if live is None else
+                                   Enqueued(live, True, _debounced(table.rows[live], job, at)))
                     continue
             job_id = table.take_id()   # taken even when deduped
             holder = table.live.get(job.namespace)
             if holder is not None:
-                results.append(Enqueued(holder, True))
+                results.append(Enqueued(holder, True, _debounced(table.rows[holder], job, at)))
                 continue
             run_at = plus(at, job.delay_ms) if job.run_at_ms is None else ts(job.run_at_ms)
             table.insert(Row(
@@ -138,7 +165,8 @@ class MemoryJobs(JobStore):
                 tenant=job.tenant, enqueued_by=job.enqueued_by, idempotency_key=job.idempotency_key,
                 priority=job.priority, max_attempts=job.max_attempts, run_at=run_at, created_at=at,
                 dedupe_window_ms=(None if job.dedupe_window_ms is None else ts(job.dedupe_window_ms)),
-                traceparent=job.traceparent))
+                traceparent=job.traceparent, concurrency_key=job.concurrency_key, key_cap=job.key_cap,
+                key_hold=job.key_hold, fair_key=job.fair_key, rate_key=job.rate_key))
             if conn is not None:
                 conn.inserted.append(job_id)
             results.append(Enqueued(job_id, False))
@@ -157,7 +185,7 @@ class MemoryJobs(JobStore):
             blocked = set(room.blocked)
             due = (r for r in table.rows.values()
                    if r.state == "ready" and r.queue in wanted and r.run_at <= at and r.crashes == 0
-                   and slots.get(r.name, 1) > 0 and (r.tenant or "") not in blocked
+                   and slots.get(r.name, 1) > 0 and (r.tenant or "") not in blocked and rate_open(table, r, at)
                    and (names is None or r.name in names))
             picked = heapq.nsmallest(claim.limit, due, key=_by_claim_order)
             of_job: dict[str, int] = {}
@@ -172,7 +200,7 @@ class MemoryJobs(JobStore):
                 if room.ceiling is not None and nth_of_tenant > room.ceiling - room.held.get(tenant, 0):
                     continue
                 chosen.append(row)
-            return self._take(chosen, at, claim.lease_ms, claim.identity)
+            return self.take(chosen, at, claim.lease_ms, claim.identity)
 
     def job_claim_alone(self, claim: ClaimAlone) -> list[ClaimedJob]:
         """``job_claim_alone``: the first suspect that has waited ``waited_ms`` and the rest of
@@ -188,17 +216,19 @@ class MemoryJobs(JobStore):
             def suspect(r: Row) -> bool:
                 return (r.state == "ready" and r.queue == queue and r.crashes > 0 and r.run_at <= at
                         and (names is None or r.name in names))
-            lead = heapq.nsmallest(1, (r for r in table.rows.values() if suspect(r) and r.run_at <= since),
+            lead = heapq.nsmallest(1, (r for r in table.rows.values() if suspect(r) and r.run_at <= since
+                                       and rate_open(table, r, at)),
                                    key=_by_claim_order)
             if not lead or lead[0].suspect_group is None:
-                return self._take(lead, at, lease_ms, identity)
+                return self.take(lead, at, lease_ms, identity)
             group = lead[0].suspect_group
             members = heapq.nsmallest(claim.limit - 1, (r for r in table.rows.values() if suspect(r)
                                                   and r.suspect_group == group and r is not lead[0]),
                                       key=_by_claim_order)
-            return self._take(lead + members, at, lease_ms, identity)
+            return self.take(lead + members, at, lease_ms, identity)
 
-    def _take(self, picked: list[Row], at: float, lease_ms: float, identity: str) -> list[ClaimedJob]:
+    def take(self, picked: list[Row], at: float, lease_ms: float, identity: str) -> list[ClaimedJob]:
+        """Lease the rows picked (the update of every claim statement); under ``lock``."""
         token = secrets.randbits(63)
         for row in picked:
             self._table.move(row, "running")
@@ -208,7 +238,7 @@ class MemoryJobs(JobStore):
             row.progress = None
         picked.sort(key=lambda r: r.id)
         return [ClaimedJob(r.id, r.name, r.queue, orjson.loads(r.payload), r.tenant, r.attempt,
-                           r.max_attempts, r.priority, token, r.traceparent) for r in picked]
+                           r.max_attempts, r.priority, token, r.traceparent, r.snoozes) for r in picked]
 
     def job_ack_many(self, leases: Sequence[Lease], results: Mapping[int, bytes] | None = None) -> set[int]:
         """``job_ack_many``: complete every job still held under its token, with its result."""
@@ -243,6 +273,7 @@ class MemoryJobs(JobStore):
         row.attempt = row.attempt if nack.counts else max(row.attempt - 1, 0)
         if nack.counts:   # the run ended on its own: no longer a crash suspect
             row.crashes, row.suspect_group = 0, None
+        row.snoozes += nack.outcome == "snoozed"
         table.move(row, "dead" if dead else "suspended" if nack.outcome == "suspended" else "ready")
         shed = nack.outcome == "shed"
         if not dead and not (shed and nack.delay_ms == 0):   # a shed keeps its place

@@ -80,8 +80,8 @@ class MemoryMaintenance(Maintenance):
             if any(s.event is not None and s.event_key is not None
                    and table.first_event(s.event, s.event_key, row.created_at) is not None
                    for s in waiting):
+                row.run_at = table.now()   # before the move, which a waiting keyed member undoes
                 table.move(row, "ready")
-                row.run_at = table.now()
                 woken += 1
         return woken
 

@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 import orjson
 
 from .base import LIVE_STATES, Batch, DeadGroup, Introspection, JobView, ListFilter, Matching, RunningJob, RunningPage
+from .memory_keyed import place_of
 from .memory_steps import MemorySteps
 from .memory_table import MemoryTable, Namespace, Row, ts
 from .records import ERROR_GROUP_WIDTH, HistoryEntry
@@ -77,7 +78,10 @@ class MemoryOperator(Introspection):
                        payload=orjson.loads(row.payload) if full else None, history=history,
                        traceparent=row.traceparent if full else None,
                        started_at=row.started_at if full else None,
-                       result=orjson.loads(row.result) if full and row.result is not None else None)
+                       result=orjson.loads(row.result) if full and row.result is not None else None,
+                       key=place_of(self._table, row) if full else None,
+                       fair_key=row.fair_key if full else None,
+                       snoozes=row.snoozes if full else 0)
 
     def job_list(self, where: ListFilter) -> list[JobView]:
         """``job_list`` (newest first, before ``before_id``) or ``job_list_after`` (oldest first)."""
@@ -132,7 +136,7 @@ class MemoryOperator(Introspection):
             row = table.rows.get(job_id)
             if row is None:
                 return Outcome(None, False)
-            done = row.state in LIVE_STATES
+            done = row.state in LIVE_STATES or (row.state == "dead" and row.key_hold)   # a held place too
             if done and (holder := self._cancel(row, table.now(), reason)) is not None:
                 table.tell_cancelled({holder: [row.id]})
             return Outcome(self._view(row, full=True), done)
@@ -165,8 +169,8 @@ class MemoryOperator(Introspection):
             return Outcome(self._view(row, full=True), True)
 
     def _requeue(self, row: Row, at: float, reason: str | None) -> None:
+        row.attempt, row.snoozes, row.run_at, row.finished_at = 0, 0, at, None   # before the move: a keyed row waits from here
         self._table.move(row, "ready")
-        row.attempt, row.run_at, row.finished_at = 0, at, None
         self._table.record(row.id, at, 0, "requeued", reason)
 
     def step_reopen(self, job_id: int, name: str) -> JobView:
@@ -186,8 +190,8 @@ class MemoryOperator(Introspection):
             for step_name in [s.name for s in steps.values() if s.seq >= target.seq]:
                 del steps[step_name]
             at = table.now()
+            row.attempt, row.snoozes, row.run_at, row.finished_at = 0, 0, at, None
             table.move(row, "ready")
-            row.attempt, row.run_at, row.finished_at = 0, at, None
             table.record(row.id, at, 0, "requeued", f"from step {name}")
             return Outcome(None, True)
 

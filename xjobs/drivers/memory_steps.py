@@ -152,8 +152,8 @@ class MemorySteps(StepStore, EventStore):
                     conn.woken.append((row.id, row.run_at, [s.name for s in waiting]))
                 for step in waiting:   # delivered: recorded here, whatever happens to the event
                     self._complete(step, row.attempt + 1, at, payload, False)
+                row.run_at = at   # before the move, which a waiting keyed member undoes
                 table.move(row, "ready")
-                row.run_at = at
                 woken += 1
             if conn is not None:
                 conn.events.append(event_id)

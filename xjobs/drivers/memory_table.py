@@ -70,6 +70,7 @@ class Row:
     started_at: float | None = None
     finished_at: float | None = None
     crashes: int = 0
+    snoozes: int = 0                   # times it put itself back for later (xjobs.Snooze)
     suspect_group: int | None = None   # the half of a crashed process's jobs it is in
     dedupe_window_ms: float | None = None
     progress: ProgressReport | None = None
@@ -79,6 +80,12 @@ class Row:
     parent_step: str | None = None     # the fan-in this job counts towards and its index there
     fanin_id: int | None = None
     fanin_index: int | None = None
+    concurrency_key: str | None = None   # concurrency by key (memory_keyed.py): the member's key,
+    key_cap: int | None = None           # its job's concurrency there, whether a dead member keeps
+    key_hold: bool = False               # its place, and the run_at it takes when let in (None:
+    key_run_at: float | None = None      # it is not waiting)
+    fair_key: str | None = None        # job(fairness=): the key of its turns (memory_fair.py)
+    rate_key: str | None = None        # job(rate=...): the key its input gave (memory_rate_keys.py)
 
     @property
     def namespace(self) -> Namespace:
@@ -111,6 +118,16 @@ class CancelHearer(Protocol):
     def hear(self, ids: Sequence[int]) -> None: ...
 
 
+class KeyGate(Protocol):
+    """What migration 14's triggers do to keyed rows (``memory_keyed.MemoryKeys``)."""
+
+    def entered(self, row: Row) -> None: ...
+
+    def moved(self, row: Row, was: str) -> None: ...
+
+    def forgotten(self, row: Row) -> None: ...
+
+
 class MemoryTable(Storage):
     server_clock = False   # no server: the injected clock is now in every verb
 
@@ -130,6 +147,7 @@ class MemoryTable(Storage):
         self.watermarks: dict[str, tuple[int, float, int]] = {}       # task -> watermark, updated, dispatched
         self.outbox: dict[int, dict[str, Any]] = {}                   # id -> the outbox row
         self.slots: dict[tuple[str, int], tuple[str, float]] = {}     # (job, slot) -> holder, expires
+        self.rate_keys: dict[tuple[str, str], tuple[float, float, int, int]] = {}   # (job, key) -> opens, period, cap, n
         # durable steps and stored events (memory_steps.py)
         self.steps: dict[int, dict[str, StepRow]] = {}                # job id -> name -> its step
         self.events: dict[int, tuple[str, str, bytes, float]] = {}    # id -> name, key, payload, sent
@@ -140,6 +158,9 @@ class MemoryTable(Storage):
         # what the trigger jobs_fanin_settle does, run by move() (memory_fanins.py installs it)
         self.settle_hook: Callable[[Row, str], None] | None = None
         self.forget_hook: Callable[[int], None] | None = None     # and job_prune's fan-ins
+        self.keys: KeyGate | None = None    # the triggers of keyed rows (memory_keyed.py installs them)
+        # what the trigger fair_ready does when a fair row becomes ready (memory_fair.py)
+        self.ready_hook: Callable[[Row], None] | None = None
         self._next_id = 1
         self._next_outbox_id = 1
         self._next_seq = 1
@@ -178,9 +199,14 @@ class MemoryTable(Storage):
         return sum(1 for (name, _), (_, expires) in self.slots.items() if name == job and expires > at)
 
     def insert(self, row: Row) -> None:
-        """A new ready row; its namespace is free (the caller looked)."""
+        """A new ready row; its namespace is free (the caller looked). A keyed one goes in
+        waiting for its key, as the insert's triggers put it."""
         self.rows[row.id] = row
         self.live[row.namespace] = row.id
+        if self.keys is not None and row.concurrency_key is not None:
+            self.keys.entered(row)
+        if self.ready_hook is not None and row.fair_key is not None and row.state == "ready":
+            self.ready_hook(row)
 
     def move(self, row: Row, state: str) -> None:
         """Change a row's state, keeping the live-namespace index in step; like the unique
@@ -195,8 +221,12 @@ class MemoryTable(Storage):
             self.live[row.namespace] = row.id
         was = row.state
         row.state = state
+        if self.ready_hook is not None and row.fair_key is not None and state == "ready" != was:
+            self.ready_hook(row)
         if self.settle_hook is not None and was_live != live and (row.fanin_id is not None or state == "cancelled"):
             self.settle_hook(row, was)
+        if self.keys is not None and row.concurrency_key is not None and was != state:
+            self.keys.moved(row, was)
         if state in SETTLED_STATES:
             with self.settled:   # what job_ack_many's NOTIFY reaches: the waiters on results
                 self.settled.notify_all()
@@ -249,6 +279,8 @@ class MemoryTable(Storage):
             windowed.remove(row.id)
             if not windowed:
                 del self.windowed[row.namespace]
+        if self.keys is not None and row.concurrency_key is not None:
+            self.keys.forgotten(row)
 
     def first_event(self, name: str, key: str, since: float) -> bytes | None:
         """``event_first``: the payload of the first event of (name, key) sent at or after

@@ -25,6 +25,7 @@ from ..errors import XJobsError
 from .base import (CallerConnection, Claim, ClaimAlone, ClaimedJob, Enqueued, JobStore, Lease, Nack, NewJob,
                    Progress, TenantRoom)
 from .pg_database import PgDatabase, callers_connection, driver_errors, in_callers_transaction
+from .pg_debounce import debounce_plan
 from .pg_listen import PgListener
 from .pg_plan import Plan, Rows, run_on
 from .records import ENQUEUE_CHUNK
@@ -43,8 +44,9 @@ def enqueue_params(db: PgDatabase, jobs: Sequence[NewJob]) -> dict[str, Any]:
 
 def copyable(job: NewJob) -> bool:
     """Whether ``job_enqueue_copy`` may write the job: when nothing but the unique index of
-    live namespaces decides whether it goes in (a dedupe window reads completed rows)."""
-    return job.dedupe_window_ms is None
+    live namespaces decides whether it goes in (a dedupe window reads completed rows, a debounce
+    moves a held job) and it goes in ready (a keyed row waits for its key's trigger)."""
+    return job.dedupe_window_ms is None and job.debounce_ms is None and job.concurrency_key is None
 
 
 def copy_row(job: NewJob, job_id: int, now: datetime, stamp: str) -> tuple[Any, ...]:
@@ -57,16 +59,23 @@ def copy_row(job: NewJob, job_id: int, now: datetime, stamp: str) -> tuple[Any, 
     else:
         run_at = stamp
     return (job_id, job.name, job.queue, "ready", job.payload.decode(), job.idempotency_key, job.tenant,
-            job.enqueued_by, job.priority, job.max_attempts, run_at, stamp, job.traceparent)
+            job.enqueued_by, job.priority, job.max_attempts, run_at, stamp, job.traceparent, job.key_hold,
+            job.fair_key, job.rate_key)
 
 
 def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = None) -> Plan[list[Enqueued]]:
     """``job_enqueue``, then ``job_find_holder`` for the inputs whose key is held, until every
-    input is answered (``pg_plan``: run on a cursor, or awaited on an ``AsyncConnection``).
+    input is answered (``pg_plan``: run on a cursor, or awaited on an ``AsyncConnection``);
+    debounced inputs go to ``job_debounce`` before the insert and after it (``pg_debounce``).
     ``first``: what the first round's insert answered, when it was sent already."""
     results: list[Enqueued | None] = [None] * len(jobs)
     spaces = [job.namespace for job in jobs]
     pending = list(range(len(jobs)))
+    if first is None:   # a debounced key is most often held (a burst): move its job, insert the rest
+        _answer_moved((yield from debounce_plan(db, jobs)), jobs, results)
+        pending = [i for i in pending if results[i] is None]
+        if not pending:
+            return [r for r in results if r is not None]
     for _round in range(4):
         if first is not None:
             answered, first = first, None
@@ -82,6 +91,9 @@ def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = No
                 missing.append(i)
             else:
                 results[i] = Enqueued(job_id, False)
+        # a key this very call inserted (or a holder that raced in) takes its newest input now
+        _answer_moved((yield from debounce_plan(db, [jobs[i] for i in missing])), jobs, results)
+        missing = [i for i in missing if results[i] is None]
         if not missing:
             return [r for r in results if r is not None]   # every one is answered
         wanted = sorted({spaces[i] for i in missing})
@@ -99,6 +111,14 @@ def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = No
             else:  # the holder finished (or its window closed) between insert and lookup
                 pending.append(i)
     raise XJobsError("enqueue raced with a finishing duplicate four times", code="X_JOB_ENQUEUE_RACE")
+
+
+def _answer_moved(moved: Mapping[tuple[str, str, str], int], jobs: Sequence[NewJob],
+                  results: list[Enqueued | None]) -> None:
+    """Every debounced input not answered yet whose key's job ``job_debounce`` moved."""
+    for i, job in enumerate(jobs):
+        if results[i] is None and job.debounce_ms is not None and job.namespace in moved:
+            results[i] = Enqueued(moved[job.namespace], True, True)
 
 
 class PgJobs(JobStore):
@@ -195,7 +215,7 @@ class PgJobs(JobStore):
             rows = cur.fetchall()
         rows.sort()
         token = params["token"]
-        return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token, r[8]) for r in rows]
+        return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token, r[8], r[9]) for r in rows]
 
     def job_ack_many(self, leases: Sequence[Lease], results: Mapping[int, bytes] | None = None) -> set[int]:
         found = results or {}

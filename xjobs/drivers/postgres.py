@@ -15,6 +15,8 @@ then calls the method of the same name on one of the objects below) built over o
     pg_steps.PgSteps               StepStore, EventStore: durable steps and stored events
     pg_ledger.PgLedger             BackfillLedger (optional, ``driver.backfills``): the backfill runs
     pg_fanins.PgFanIns             FanInStore (optional, ``driver.fanins``): child jobs, map, batches
+    pg_fair.PgFair                 FairClaims (optional, ``driver.fair``): claims shared out by key
+    pg_rate_keys.PgRateKeys        RateKeyStore (optional, ``driver.rate_keys``): job(rate=...) by key
     pg_async.PgAsyncWrites         AsyncWrites: enqueue, stage, send awaited on an AsyncConnection
 
 Time: a driver built without ``clock=`` takes "now" in every statement from the server, so
@@ -38,6 +40,7 @@ from .base import CallerConnection, JobView
 from .facade import CheckedDriver
 from .pg_async import PgAsyncWrites
 from .pg_database import PgDatabase
+from .pg_fair import PgFair
 from .pg_fanins import PgFanIns
 from .pg_jobs import PgJobs
 from .pg_ledger import PgLedger
@@ -46,6 +49,7 @@ from .pg_maintenance import PgMaintenance
 from .pg_operator import PgOperator
 from .pg_outbox import PgOutbox
 from .pg_queues import PgQueues
+from .pg_rate_keys import PgRateKeys
 from .pg_schedule import PgSchedule
 from .pg_slots import PgSlots
 from .pg_steps import PgSteps
@@ -77,7 +81,8 @@ class PostgresDriver(CheckedDriver):
                          queues=PgQueues(db), leader=schedule, schedule=schedule, outbox=PgOutbox(db, jobs),
                          slots=PgSlots(db), steps=steps, events=steps,
                          writes_async=PgAsyncWrites(db), backfills=PgLedger(db), waits=PgSettlement(db),
-                         fanins=PgFanIns(db))
+                         fanins=PgFanIns(db), fair=PgFair(db),
+                         rate_keys=PgRateKeys(db))
 
     @property
     def dsn(self) -> str:

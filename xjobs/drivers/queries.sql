@@ -17,14 +17,16 @@
 -- declares a dedupe window (w, ms) is not inserted while a completed job of its namespace is
 -- inside that job's window: one lookup in jobs_dedupe_idx, made only for such jobs
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
-                           priority, max_attempts, run_at, created_at, dedupe_window, traceparent)
--- run_at: the absolute time r when one is given, else now plus the delay d
+                           priority, max_attempts, run_at, created_at, dedupe_window, traceparent,
+                           concurrency_key, key_cap, key_hold, fair_key, rate_key)
+-- run_at: the absolute time r when one is given, else now plus the delay d. A keyed row (ck)
+-- goes in waiting for its key, and is let in by the statement's trigger (migration 14)
 select u.n, u.q, 'ready', u.p, u.k, u.t, u.e, u.pr, u.m,
        coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now},
-       u.w * interval '1 millisecond', u.tp
+       u.w * interval '1 millisecond', u.tp, u.ck, u.kc, u.kh, u.fk, u.rk
 from json_to_recordset(%(rows)s::json)
      as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, r float8, d float8, w float8,
-          tp text)
+          tp text, ck text, kc int, kh boolean, fk text, rk text)
 where u.w is null or not exists (
     select 1 from {schema}.jobs c
     where c.state = 'completed' and c.dedupe_window is not null
@@ -47,7 +49,7 @@ select {now} as now,
 -- insert above. The unique index still guards the namespace: a live holder the chunk did not
 -- know of fails it, and the chunk is rolled back to its savepoint and goes through job_enqueue
 copy {schema}.jobs (id, name, queue, state, payload, idempotency_key, tenant, enqueued_by, priority,
-                    max_attempts, run_at, created_at, traceparent) from stdin
+                    max_attempts, run_at, created_at, traceparent, key_hold, fair_key, rate_key) from stdin
 
 -- name: job_find_holder
 -- who holds each namespace: the live job, else a completed one still inside its dedupe
@@ -72,7 +74,7 @@ order by j.state = 'completed', j.id desc
 -- an old worker never takes, and fails, a job of a name it does not have
 with picked as (
     select id from {schema}.jobs
-    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0
+    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0 and {_rate_open}
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and (%(names)s::text[] is null or name = any(%(names)s::text[]))
     order by priority, run_at, id
@@ -84,14 +86,15 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from picked))
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
+          j.snoozes
 
 -- name: job_claim_many
 -- its own statement: queue = any(...) cannot read jobs_ready_idx in order, so a worker
 -- claims one queue per statement with job_claim_one and this serves multi-queue callers
 with picked as (
     select id from {schema}.jobs
-    where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= {now} and crashes = 0
+    where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= {now} and crashes = 0 and {_rate_open}
       and queue not in (select p.name from {schema}.queues p where p.paused)
       and (%(names)s::text[] is null or name = any(%(names)s::text[]))
     order by priority, run_at, id
@@ -103,7 +106,8 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from picked))
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
+          j.snoozes
 
 -- name: job_claim_alone
 -- suspects of a crash, for a worker that will run them with nothing beside them: the first in
@@ -113,7 +117,7 @@ returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts,
 -- sooner), so suspects go to idle workers first, and the other halves to other processes
 with lead as (
     select id, suspect_group from {schema}.jobs
-    where state = 'ready' and queue = %(queue)s and crashes > 0
+    where state = 'ready' and queue = %(queue)s and crashes > 0 and {_rate_open}
       and run_at <= {now} - %(wait)s * interval '1 millisecond'
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and (%(names)s::text[] is null or name = any(%(names)s::text[]))
@@ -135,7 +139,8 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from lead union all select id from members))
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
+          j.snoozes
 
 -- name: job_ack_many
 -- the fences of a batch: (id, token) pairs. Planned for the batch at hand (the driver does not
@@ -163,11 +168,12 @@ select done.id from done, (select count(*) from told) as t
 -- the settlements of a batch as ONE json document (rows of id, token, outcome, error, delay,
 -- traceback), fenced per job on its token and planned per batch like job_ack_many. The outcome
 -- alone decides the rest (records.Nack): retried and dead spend the attempt, and a run that
--- ended on its own clears any suspicion of crashing its process; interrupted, suspended and
--- shed give it back. A shed with no delay keeps its run_at: it keeps its place in the claim
--- order and its age in the oldest-ready figure (a saturated capped job must not look freshly
--- enqueued), and it writes no history (it is not an event in the job's life: the worker
--- counts it, outcome "shed")
+-- ended on its own clears any suspicion of crashing its process; interrupted, suspended,
+-- snoozed and shed give it back (a snooze is counted in snoozes, which its job's max_snoozes
+-- bounds). A shed with no delay keeps its run_at: it keeps its place in the claim order and
+-- its age in the oldest-ready figure (a saturated capped job must not look freshly enqueued),
+-- and it writes no history (it is not an event in the job's life: the worker counts it,
+-- outcome "shed")
 with n as (
     select id, token, outcome, error, delay, traceback, outcome in ('retried', 'dead') as counts
     from jsonb_to_recordset(%(rows)s::jsonb)
@@ -182,6 +188,7 @@ with n as (
         last_error = coalesce(n.error, j.last_error),
         crashes = case when n.counts then 0 else j.crashes end,
         suspect_group = case when n.counts then null else j.suspect_group end,
+        snoozes = j.snoozes + (n.outcome = 'snoozed')::int,
         lease_token = null, lease_expires_at = null
     from n
     where j.id = any(%(ids)s::bigint[]) and j.id = n.id and j.lease_token = n.token and j.state = 'running'
@@ -195,7 +202,9 @@ with n as (
 select id, queue, state, outcome, delay from settled
 
 -- name: job_renew_many
--- the fences of every held lease, planned per batch like job_ack_many
+-- the fences of every held lease, planned per batch like job_ack_many. No index reads
+-- lease_expires_at (schema 17; tests/drivers/test_lean_jobs.py), so a renewal is a HOT update
+-- whenever the row's page has room: no new index entries, about 80 bytes of WAL
 update {schema}.jobs j
 set lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 from unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) as a(id, token)
@@ -471,8 +480,16 @@ select id, name, queue, state, attempt, max_attempts, tenant, idempotency_key, p
        extract(epoch from run_at)::float8 * 1000, last_error,
        extract(epoch from created_at)::float8 * 1000, extract(epoch from finished_at)::float8 * 1000,
        enqueued_by, claimed_by, extract(epoch from lease_expires_at)::float8 * 1000, crashes, progress, payload,
-       traceparent, extract(epoch from started_at)::float8 * 1000, result
-from {schema}.jobs
+       traceparent, extract(epoch from started_at)::float8 * 1000, result,
+       concurrency_key, key_cap, key_hold, state = 'suspended' and key_run_at is not null,
+       -- the holders of its key's places (jobs_key_holders_idx: at most key_cap rows)
+       array(select h.id from {schema}.jobs h
+             where j.concurrency_key is not null and h.name = j.name and h.concurrency_key = j.concurrency_key
+               and h.key_run_at is null
+               and (h.state in ('ready', 'running', 'suspended') or (h.state = 'dead' and h.key_hold))
+             order by h.id),
+       fair_key, snoozes
+from {schema}.jobs j
 where id = %(id)s
 
 -- name: job_history
@@ -483,10 +500,11 @@ order by at, seq
 
 -- name: job_cancel
 -- a running job's worker is told on the cancel channel %(channel)s, at commit: the holder and
--- the job ({"holder": ..., "ids": [id]}, pg_listen.py); its next renewal is the safety net
+-- the job ({"holder": ..., "ids": [id]}, pg_listen.py); its next renewal is the safety net.
+-- A dead member that keeps its key's place (key_hold) can be cancelled too: that lets it go
 with target as (
     select id, state, claimed_by from {schema}.jobs
-    where id = %(id)s and state in ('ready', 'running', 'suspended')
+    where id = %(id)s and (state in ('ready', 'running', 'suspended') or (state = 'dead' and key_hold))
     for update
 ), cancelled as (
     update {schema}.jobs j
@@ -510,7 +528,7 @@ select logged.job_id from logged, (select count(*) from told) as t
 -- name: job_requeue
 with requeued as (
     update {schema}.jobs
-    set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
+    set state = 'ready', attempt = 0, snoozes = 0, run_at = {now}, finished_at = null
     where id = %(id)s and state in ('dead', 'cancelled')
     returning id
 )
@@ -540,7 +558,7 @@ with picked as (
     order by p.name, p.space, p.idempotency_key, p.id desc
 ), requeued as (
     update {schema}.jobs j
-    set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
+    set state = 'ready', attempt = 0, snoozes = 0, run_at = {now}, finished_at = null
     where j.id = any(array(select id from chosen))
     returning j.id, j.queue
 ), logged as (
@@ -856,7 +874,7 @@ with caps as (
     select h.t, h.n from jsonb_to_recordset(%(held)s::jsonb) as h(t text, n int)
 ), picked as (
     select id, name, coalesce(tenant, '') as tk, priority, run_at from {schema}.jobs j
-    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0
+    where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0 and {_rate_open}
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and not exists (select 1 from caps where caps.n = j.name and caps.room <= 0)
       and coalesce(tenant, '') <> all(%(skip)s::text[])
@@ -880,7 +898,8 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from chosen))
-returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent
+returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
+          j.snoozes
 
 -- Durable steps and events ----------------------------------------------------------------------
 --
@@ -1083,7 +1102,7 @@ with target as (
     where s.job_id = target.id and s.seq >= target.seq
 ), requeued as (
     update {schema}.jobs j
-    set state = 'ready', attempt = 0, run_at = {now}, finished_at = null
+    set state = 'ready', attempt = 0, snoozes = 0, run_at = {now}, finished_at = null
     from target where j.id = target.id
     returning j.id, j.queue
 ), logged as (
@@ -1177,12 +1196,13 @@ returning id
 -- the fan-in's prefix and its index, so a child is one per (parent, step, index)
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
                            priority, max_attempts, run_at, created_at, traceparent,
-                           parent_id, parent_step, fanin_id, fanin_index)
+                           parent_id, parent_step, fanin_id, fanin_index, concurrency_key, key_cap, key_hold, fair_key, rate_key)
 select u.n, u.q, 'ready', u.p, %(prefix)s::text || coalesce(u.i, 0)::text, u.t, u.e, u.pr, u.m,
        coalesce(to_timestamp(u.r / 1000.0), {now} + u.d * interval '1 millisecond'), {now}, u.tp,
-       %(parent)s::bigint, %(step)s::text, %(fanin)s::bigint, u.i
+       %(parent)s::bigint, %(step)s::text, %(fanin)s::bigint, u.i, u.ck, u.kc, u.kh, u.fk, u.rk
 from jsonb_to_recordset(%(rows)s::jsonb)
-     as u(n text, q text, p jsonb, t text, e text, pr int, m int, r float8, d float8, tp text, i int)
+     as u(n text, q text, p jsonb, t text, e text, pr int, m int, r float8, d float8, tp text, i int,
+          ck text, kc int, kh boolean, fk text, rk text)
 returning id
 
 -- name: fanin_members
@@ -1199,10 +1219,10 @@ result
 -- a batch's callback, inserted suspended with no wake-up time: only its fan-in reaching 0 wakes
 -- it (jobs_fanin_settle), with the counts merged into its input
 insert into {schema}.jobs (name, queue, state, payload, idempotency_key, tenant, enqueued_by,
-                           priority, max_attempts, run_at, created_at, traceparent)
-select u.n, u.q, 'suspended', u.p, u.k, u.t, u.e, u.pr, u.m, to_timestamp(%(wake)s / 1000.0), {now}, u.tp
+                           priority, max_attempts, run_at, created_at, traceparent, fair_key, rate_key)
+select u.n, u.q, 'suspended', u.p, u.k, u.t, u.e, u.pr, u.m, to_timestamp(%(wake)s / 1000.0), {now}, u.tp, u.fk, u.rk
 from jsonb_to_recordset(%(rows)s::jsonb)
-     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, tp text)
+     as u(n text, q text, p jsonb, k text, t text, e text, pr int, m int, tp text, fk text, rk text)
 returning id
 
 -- name: fanin_wait_on
@@ -1237,3 +1257,218 @@ from {schema}.jobs where parent_id = %(id)s group by state
 union all
 select page.id, page.state, page.n, page.name, page.parent_step from (select id, state, 0::bigint as n, name, parent_step
                from {schema}.jobs where parent_id = %(id)s order by id limit %(limit)s) as page
+
+-- Fair claims across tenants (migration 15) ----------------------------------------------------
+--
+-- A fair queue's rows carry a fair_key, and fair_tenants holds the keys that may have ready
+-- work with the pass of each one's next turn (see the migration). A claim reads the lowest
+-- passes and the head of each of those keys' lines, never the backlog behind them.
+
+-- name: job_claim_fair
+-- turns: the %(turns)s keys next in the rotation (a claim's limit and a few spare), locked so
+-- that two claimers serve different keys rather than wait on each other. A key's k-th due job
+-- would start at pass + (k - 1) / weight (weights: [{k, w}], 1 for a key not named); the
+-- %(limit)s earliest of those are taken, the rest left as they are (heads reads them unlocked:
+-- only the chosen rows are locked, and one a concurrent verb took is skipped). A served key
+-- moves on by what it got over its weight; a key whose turn found nothing due (its ready rows
+-- are later, suspects, of names this worker lacks, or gone) goes behind every key of this
+-- turn, and comes back as an idle row (id null) for fair_forget to remove if it has no ready
+-- row left at all; a key with due work that this claim had no room for keeps its pass.
+-- Priority orders the jobs within one key, not across keys.
+with turns as (
+    select t.fair_key, t.pass, coalesce(w.w, 1.0)::float8 as w
+    from {schema}.fair_tenants t
+    left join jsonb_to_recordset(%(weights)s::jsonb) as w(k text, w float8) on w.k = t.fair_key
+    where t.queue = %(queue)s
+      and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
+    order by t.pass, t.fair_key
+    limit %(turns)s
+    for no key update of t skip locked
+), heads as (
+    select h.id, turns.fair_key, turns.pass + (h.nth - 1) / turns.w as at, h.nth
+    from turns cross join lateral (
+        select j.id, row_number() over (order by j.priority, j.run_at, j.id) as nth
+        from (select id, priority, run_at from {schema}.jobs j
+              where j.state = 'ready' and j.queue = %(queue)s and j.fair_key = turns.fair_key
+                and j.run_at <= {now} and j.crashes = 0 and {_rate_open}
+                and (%(names)s::text[] is null or j.name = any(%(names)s::text[]))
+              order by j.priority, j.run_at, j.id
+              limit %(limit)s) as j) as h
+), chosen as (
+    select j.id from {schema}.jobs j
+    where j.id = any(array(select heads.id from heads order by heads.at, heads.fair_key, heads.nth
+                           limit %(limit)s))
+      and j.state = 'ready'
+    for update skip locked
+), claimed as (
+    update {schema}.jobs j
+    set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
+        claimed_by = %(worker)s, started_at = {now}, progress = null,
+        lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
+    where j.id = any(array(select id from chosen))
+    returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority,
+              j.traceparent, j.fair_key, j.snoozes
+), served as (
+    select fair_key, count(*) as n from claimed group by fair_key
+), reach as (
+    select greatest(max(turns.pass), max(turns.pass + coalesce(served.n, 0) / turns.w)) as top
+    from turns left join served on served.fair_key = turns.fair_key
+), moved as (
+    update {schema}.fair_tenants t
+    set pass = case when served.n is not null then turns.pass + served.n / turns.w
+                    else reach.top + 1 / turns.w end
+    from turns left join served on served.fair_key = turns.fair_key, reach
+    where t.queue = %(queue)s and t.fair_key = turns.fair_key
+      and (served.n is not null or not exists (select 1 from heads where heads.fair_key = turns.fair_key))
+)
+select id, name, queue, payload, tenant, attempt, max_attempts, priority, traceparent, null::text, snoozes
+from claimed
+union all
+select null, null, null, null, null, null, null, null, null, turns.fair_key, null
+from turns
+where not exists (select 1 from heads where heads.fair_key = turns.fair_key)
+
+-- name: fair_forget_lock
+-- the buckets of the idle keys nobody is making ready work in (fair_ready holds its bucket to
+-- the end of its transaction): taken first, in a statement of their own, so that
+-- fair_forget's snapshot, taken after, sees every ready row of a key it may remove
+select k from unnest(%(idle)s::text[]) as k
+where pg_try_advisory_xact_lock(hashtext('{schema}.fair_tenants'), hashtext(%(queue)s || '/' || k) & 127)
+
+-- name: fair_forget
+-- the idle keys (of those whose bucket fair_forget_lock took) that have no ready row left
+delete from {schema}.fair_tenants t
+where t.queue = %(queue)s and t.fair_key = any(%(idle)s::text[])
+  and not exists (select 1 from {schema}.jobs j
+                  where j.state = 'ready' and j.queue = t.queue and j.fair_key = t.fair_key)
+returning t.fair_key
+
+-- name: fair_turns
+-- a queue's rotation as it stands, lowest pass first (tests, jobs show)
+select fair_key, pass from {schema}.fair_tenants where queue = %(queue)s
+order by pass, fair_key limit %(limit)s
+
+-- name: job_debounce
+-- debounced enqueues (job(debounce=)), one row per namespace with its newest input, sent before
+-- job_enqueue (a burst's key is held) and after it for keys the insert found held: a holder
+-- that has not started yet (ready, never claimed) takes that input and starts at
+-- least(now + debounce, its first enqueue + debounce_max). ONE update that locks the holder:
+-- a claim that took it first has set started_at, so this matches nothing and the caller
+-- answers the enqueue as a duplicate; the partial unique index finds each holder
+update {schema}.jobs j
+set payload = u.p,
+    run_at = least({now} + u.db * interval '1 millisecond', j.created_at + u.dm * interval '1 millisecond')
+from jsonb_to_recordset(%(rows)s::jsonb) as u(n text, t text, k text, p jsonb, db float8, dm float8)
+where j.name = u.n and coalesce(j.tenant, '') = coalesce(u.t, '') and j.idempotency_key = u.k
+  and j.state in ('ready', 'running', 'suspended') and j.state = 'ready' and j.started_at is null
+returning j.id, j.name, coalesce(j.tenant, '') as tenant, j.idempotency_key
+
+-- Rate limits by key ---------------------------------------------------------------------------
+--
+-- job(rate="N/period", rate_key=...): at most N starts per key in each window of the period,
+-- across the fleet. Windows are fixed, counted from the epoch on the database's clock; one row
+-- per (job, key) in rate_keys holds the window now counted. rate_take is the grant; the claims'
+-- {_rate_open} only keeps a claim from taking what it would be refused.
+
+-- name: _rate_open
+-- a job whose key's current window is full is left ready: one probe of rate_keys' primary key
+-- per candidate, and none for a job without a rate (written unqualified, so it reads the jobs
+-- row of whichever claim it is put in: rate_keys has no column called name or rate_key)
+(rate_key is null or not exists (
+    select 1 from {schema}.rate_keys rk
+    where rk.job = name and rk.key = rate_key and rk.n >= rk.cap
+      and rk.opens + rk.period_ms * interval '1 millisecond' > {now}))
+
+-- name: rate_take
+-- starts for claimed jobs, as ONE json document (rows of id, token, cap, period in ms), fenced
+-- on each claim's token. Per (job, key): the window {now} falls in is opened (or the count goes
+-- on in the row's own, if a take that read a later clock got there first), and
+-- granted what room it has, the first jobs by id first. A granted job's started_at is inside
+-- the window it is counted in (the grant's time, if its claim came before that window opened),
+-- so the starts read from jobs agree with the counts. Answers every asked job of a rate key: granted or not, and the ms until its window's
+-- next opening. The upserts run in (job, key) order, the one lock order of every taker
+with asked as (
+    select j.id, a.token, j.name, j.rate_key, a.cap as c, a.period as p
+    from jsonb_to_recordset(%(rows)s::jsonb) as a(id bigint, token bigint, cap int, period float8)
+    join {schema}.jobs j on j.id = a.id and j.lease_token = a.token and j.state = 'running'
+    where j.id = any(%(ids)s::bigint[]) and j.rate_key is not null
+), wanted as (
+    select w.name, w.rate_key, w.c, w.p, w.want,
+           to_timestamp(floor(extract(epoch from {now}) * 1000.0 / w.p) * w.p / 1000.0) as opens
+    from (select name, rate_key, max(c) as c, max(p) as p, count(*)::int as want
+          from asked group by name, rate_key) as w
+    order by w.name, w.rate_key
+), taken as (
+    insert into {schema}.rate_keys as r (job, key, opens, period_ms, cap, n, granted)
+    select name, rate_key, opens, p, c, least(want, c), least(want, c) from wanted
+    order by name, rate_key
+    on conflict (job, key) do update
+    set granted = case when r.period_ms = excluded.period_ms and r.opens >= excluded.opens
+                       then greatest(0, least(excluded.granted, excluded.cap - r.n)) else excluded.granted end,
+        n = case when r.period_ms = excluded.period_ms and r.opens >= excluded.opens
+                 then r.n + greatest(0, least(excluded.granted, excluded.cap - r.n)) else excluded.n end,
+        opens = case when r.period_ms = excluded.period_ms and r.opens >= excluded.opens
+                     then r.opens else excluded.opens end,
+        period_ms = excluded.period_ms, cap = excluded.cap
+    returning r.job, r.key, r.granted, r.opens, r.period_ms, r.n, r.cap
+), waiting as (
+    -- a window this take filled: the key's other due ready jobs (up to %(push)s, in claim order)
+    -- move to the window they can start in, the next opening for the first cap of them, the one
+    -- after for the next cap, ...: a claim never reads past a full key's backlog, and each
+    -- waiting job is moved once, not once a window
+    select w.id, t.opens + t.period_ms * interval '1 millisecond'
+                 + ((w.place / t.cap) * t.period_ms) * interval '1 millisecond' as due
+    from taken t
+    cross join lateral (
+        select q.id, row_number() over (order by q.priority, q.run_at, q.id) - 1 as place
+        from (select j.id, j.priority, j.run_at from {schema}.jobs j
+              where j.state = 'ready' and j.name = t.job and j.rate_key = t.key
+                and j.run_at < t.opens + t.period_ms * interval '1 millisecond'
+              order by j.priority, j.run_at, j.id
+              limit %(push)s
+              for update skip locked) as q
+    ) as w
+    where t.n >= t.cap
+), pushed as (
+    update {schema}.jobs j set run_at = waiting.due
+    from waiting
+    where j.id = any(array(select id from waiting)) and j.id = waiting.id and j.state = 'ready'
+    returning j.id
+), ranked as (
+    select a.id, a.token, t.opens, t.period_ms,
+           row_number() over (partition by a.name, a.rate_key order by a.id) <= t.granted as granted
+    from asked a join taken t on t.job = a.name and t.key = a.rate_key
+), started as (
+    -- only a job claimed before the window it is counted in opened: any other's claim time is
+    -- inside that window already (and most takes write no job row)
+    update {schema}.jobs j set started_at = greatest({now}, ranked.opens)
+    from ranked
+    where j.id = any(%(ids)s::bigint[]) and j.id = ranked.id and ranked.granted
+      and j.lease_token = ranked.token and j.state = 'running'
+      and (j.started_at is null or j.started_at < ranked.opens)
+    returning j.id
+)
+select ranked.id, ranked.granted,
+       greatest(0, extract(epoch from ranked.opens - {now}) * 1000.0 + ranked.period_ms)::float8
+from ranked, (select count(*) from started) as s, (select count(*) from pushed) as p
+
+-- name: rate_key_wait
+-- what a job's rate key says of it (jobs show): its key, the window that key counts now (null
+-- when it never started a job, or its row was pruned), and when a ready job is due
+select j.rate_key, rk.cap, rk.n, rk.period_ms,
+       extract(epoch from rk.opens)::float8 * 1000,
+       (extract(epoch from {now}) * 1000)::float8,
+       case when j.state = 'ready' then extract(epoch from j.run_at)::float8 * 1000 end
+from {schema}.jobs j
+left join {schema}.rate_keys rk on rk.job = j.name and rk.key = j.rate_key
+where j.id = %(id)s and j.rate_key is not null
+
+-- name: rate_key_prune
+-- windows that closed more than %(age)s ms ago: a key that starts again opens a new one
+with gone as (
+    delete from {schema}.rate_keys
+    where opens < {now} - %(age)s * interval '1 millisecond'
+      and opens + period_ms * interval '1 millisecond' < {now} - %(age)s * interval '1 millisecond'
+    returning 1
+)
+select count(*) from gone

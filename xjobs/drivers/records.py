@@ -5,7 +5,7 @@ that life (its states, the crash charges, the longest durations and latest times
 A verb with more than three parameters takes one record (``Claim``, ``ClaimAlone``,
 ``WorkerExit``, ``Batch``); a settlement is one record with one outcome (``Nack``). The
 records of the coordination nouns are in ``records_coordination.py``, those of steps and
-events in ``records_steps.py``; ``base.py`` holds the Protocols that take and answer them all.
+events in ``records_steps.py``, what operators read in ``records_views.py`` (re-exported here); ``base.py`` holds the Protocols that take and answer them all.
 Records have no behaviour beyond their own view of themselves, so every module can import
 them without a cycle.
 """
@@ -13,12 +13,18 @@ them without a cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection, Literal, Mapping, NamedTuple, NotRequired, Sequence, TypedDict
+from typing import Any, Collection, Literal, Mapping, NamedTuple, Sequence
 
 import orjson
 
 from ..payload import compact
 from .records_steps import StepRecord
+# what operators read (jobs ls|show, the dashboard): their own module, re-exported here
+from .records_views import (
+    Batch as Batch, DeadGroup as DeadGroup, HistoryEntry as HistoryEntry, JobView as JobView, KeyPlace as KeyPlace,
+    ListFilter as ListFilter, Matching as Matching, ProgressReport as ProgressReport,
+    QueueSummary as QueueSummary, RatePoint as RatePoint, RunningJob as RunningJob,
+    RunningPage as RunningPage)
 
 STATES = ("ready", "running", "suspended", "completed", "dead", "cancelled")
 LIVE_STATES = ("ready", "running", "suspended")
@@ -51,6 +57,17 @@ class NewJob(NamedTuple):
     delay_ms: float = 0.0            # added to the driver's now (the server's, in production)
     dedupe_window_ms: float | None = None   # keep the key this long after completion
     traceparent: str | None = None   # the W3C trace context of the enqueuing code
+    # job(concurrency_key=...): the member's key, its job's concurrency there, and whether it
+    # keeps its place when it dies (an ordered job's on_failure="hold"); None: not keyed
+    concurrency_key: str | None = None
+    key_cap: int | None = None
+    key_hold: bool = False
+    fair_key: str | None = None      # job(fairness=): the key its claims are shared out by
+    # job(debounce=, debounce_max=): an enqueue whose key a not-yet-started job holds moves
+    # that job to now + debounce_ms, never past its creation + debounce_max_ms, with this input
+    debounce_ms: float | None = None
+    debounce_max_ms: float | None = None
+    rate_key: str | None = None      # job(rate=...): the key its starts are counted under
 
     @property
     def namespace(self) -> tuple[str, str, str]:
@@ -61,9 +78,11 @@ class NewJob(NamedTuple):
         """The job as the enqueue statement's row document (and as an outbox row keeps it), the
         payload embedded as encoded; None fields are left out (the statement reads them as null)."""
         doc = {"n": self.name, "q": self.queue, "p": orjson.Fragment(self.payload), "k": self.idempotency_key,
-               "pr": self.priority, "m": self.max_attempts, "d": self.delay_ms}
+               "pr": self.priority, "m": self.max_attempts, "d": self.delay_ms, "kh": self.key_hold}
         for key, value in (("t", self.tenant), ("e", self.enqueued_by), ("r", self.run_at_ms),
-                           ("w", self.dedupe_window_ms), ("tp", self.traceparent)):
+                           ("w", self.dedupe_window_ms), ("tp", self.traceparent), ("ck", self.concurrency_key),
+                           ("kc", self.key_cap), ("fk", self.fair_key), ("rk", self.rate_key),
+                           ("db", self.debounce_ms), ("dm", self.debounce_max_ms)):   # db: only a debounced job's
             if value is not None:
                 doc[key] = value
         return doc
@@ -74,13 +93,17 @@ class NewJob(NamedTuple):
         return cls(name=doc["n"], queue=doc["q"], payload=compact(orjson.dumps(doc["p"])), idempotency_key=doc["k"],
                    tenant=doc.get("t"), enqueued_by=doc.get("e"), priority=doc.get("pr", 0),
                    max_attempts=doc.get("m", 5), run_at_ms=doc.get("r"), delay_ms=doc.get("d") or 0.0,
-                   dedupe_window_ms=doc.get("w"), traceparent=doc.get("tp"))
+                   dedupe_window_ms=doc.get("w"), traceparent=doc.get("tp"), concurrency_key=doc.get("ck"),
+                   key_cap=doc.get("kc"), key_hold=bool(doc.get("kh")),
+                   fair_key=doc.get("fk"), debounce_ms=doc.get("db"), debounce_max_ms=doc.get("dm"),
+                   rate_key=doc.get("rk"))
 
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
     id: int
     deduped: bool
+    debounced: bool = False    # deduped, and the holder took this input and a later start
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +166,7 @@ class ClaimedJob:
     priority: int
     token: int
     traceparent: str | None = None
+    snoozes: int = 0    # how often it put itself back for later so far (job(max_snoozes=) bounds it)
 
 
 # What a nack comes to, by its outcome (the word the job's history and jobs_total record):
@@ -153,10 +177,11 @@ class ClaimedJob:
 #   interrupted   ready       not charged  now + delay_ms                 written
 #   suspended     suspended   not charged  now + delay_ms (its wake-up)   written
 #   shed          ready       not charged  kept, or now + delay_ms        none
+#   snoozed       ready       not charged  now + delay_ms; snoozes + 1    written
 #
 # A charged attempt ended on its own, so it also clears any suspicion of crashing its process.
-NackOutcome = Literal["retried", "dead", "interrupted", "suspended", "shed"]
-NACK_OUTCOMES: tuple[NackOutcome, ...] = ("retried", "dead", "interrupted", "suspended", "shed")
+NackOutcome = Literal["retried", "dead", "interrupted", "suspended", "shed", "snoozed"]
+NACK_OUTCOMES: tuple[NackOutcome, ...] = ("retried", "dead", "interrupted", "suspended", "shed", "snoozed")
 COUNTED_OUTCOMES = ("retried", "dead")    # the nacks that spend the attempt
 
 
@@ -164,8 +189,8 @@ COUNTED_OUTCOMES = ("retried", "dead")    # the nacks that spend the attempt
 class Nack:
     """How one failed or stopped attempt settles, fenced on its claim: ``outcome`` alone
     decides what becomes of the job (the table above). ``error`` lands in ``last_error``
-    (None leaves it as it is) and in the history with ``traceback``; a shed and a suspension
-    carry neither (they are not failures), and a dead letter no delay (it is never due)."""
+    (None leaves it as it is) and in the history with ``traceback``; a shed, a suspension and
+    a snooze carry neither (they are not failures), and a dead letter no delay (it is never due)."""
 
     job_id: int
     token: int
@@ -196,98 +221,6 @@ class Cancels:
 
     def __bool__(self) -> bool:
         return self.every or bool(self.ids)
-
-
-class HistoryEntry(TypedDict):
-    """One row of a job's history: an attempt's outcome, or an operator's verb."""
-    at: float                   # epoch milliseconds
-    attempt: int
-    outcome: str
-    error: str | None
-    traceback: str | None
-    by: NotRequired[str | None]  # who: an enqueuer or a worker's identity (views.life's lines)
-
-
-class ProgressReport(TypedDict):
-    """A run's latest ``ctx.progress()`` report, as it is stored."""
-    done: float
-    total: float | None
-    note: str | None
-    at: float
-
-
-@dataclass(frozen=True, slots=True)
-class JobView:
-    """A job as operators see it (``xjobsd jobs ls|show --json``)."""
-
-    id: int
-    name: str
-    queue: str
-    state: str
-    attempt: int
-    max_attempts: int
-    tenant: str | None
-    idempotency_key: str
-    priority: int
-    run_at: float
-    last_error: str | None
-    created_at: float
-    finished_at: float | None
-    enqueued_by: str | None = None
-    claimed_by: str | None = None
-    lease_expires_at: float | None = None
-    payload: Any = None
-    history: tuple[HistoryEntry, ...] = field(default=())
-    crashes: int = 0            # worker-process crashes this job was caught in (a suspect: runs alone)
-    progress: ProgressReport | None = None   # the latest ctx.progress() report
-    steps: tuple[StepRecord, ...] = ()    # what job_get adds: the recorded steps, in order
-    traceparent: str | None = None          # what job_get adds: the enqueuing code's W3C trace context
-    started_at: float | None = None         # what job_get adds: when its latest run began (by claimed_by)
-    result: Any = None                      # what job_get adds: the completed body's return value (JSON)
-
-
-@dataclass(frozen=True, slots=True)
-class ListFilter:
-    """Which jobs an operator verb reads or touches. ``since_ms``/``until_ms`` (absolute) or
-    ``since_ago_ms``/``until_ago_ms`` (ages, taken back from the driver's now: the database's
-    clock) bound when a job finished, or was created if it has not; ``error`` is a
-    case-insensitive substring of ``last_error``, ``error_group`` its first
-    ``ERROR_GROUP_WIDTH`` characters exactly (a dead-letter group); ``before_id`` pages backwards (newest
-    first), ``after_id`` forwards."""
-
-    queue: str | None = None
-    name: str | None = None
-    state: str | None = None
-    limit: int = 50
-    tenant: str | None = None
-    since_ms: float | None = None
-    until_ms: float | None = None
-    error: str | None = None
-    before_id: int | None = None
-    after_id: int | None = None
-    since_ago_ms: float | None = None
-    until_ago_ms: float | None = None
-    error_group: str | None = None   # exactly these first ERROR_GROUP_WIDTH characters of last_error
-    parent_id: int | None = None     # only the children of this job (ctx.step.invoke/map)
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """One bounded batch of a bulk verb (``job_requeue_batch``, ``job_cancel_batch``): jobs
-    matching ``where`` with ``after_id < id <= upto_id``, in id order, at most ``limit``."""
-
-    where: ListFilter
-    after_id: int
-    upto_id: int
-    limit: int
-
-
-@dataclass(frozen=True, slots=True)
-class Matching:
-    """How many jobs match a filter, and the newest id among them (0 when none)."""
-
-    count: int
-    newest_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,63 +271,3 @@ class Progress:
 
     def as_json(self) -> ProgressReport:
         return {"done": self.done, "total": self.total, "note": self.note, "at": self.at}
-
-
-@dataclass(frozen=True, slots=True)
-class QueueSummary:
-    """Ready-now depth and the age of the oldest ready-now job, per queue."""
-
-    depth: int
-    oldest_ready_ms: float
-
-
-@dataclass(frozen=True, slots=True)
-class RatePoint:
-    """How many runs of ``queue`` ended in ``outcome`` during the minute starting at
-    ``minute`` (epoch ms), fleet-wide, as workers reported them."""
-
-    queue: str
-    minute: float
-    outcome: str
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeadGroup:
-    """Dead letters of one job name in one queue whose errors start alike (``error``: the
-    first characters every one of them shares), with how many and the newest."""
-
-    queue: str
-    name: str
-    error: str
-    count: int
-    newest_id: int
-    newest_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class RunningPage:
-    """Which running jobs ``job_running`` answers: those of ``queue`` (None: every queue),
-    newest started first, at most ``limit``; ``before`` (a row's ``started_at`` and ``id``)
-    pages on to the ones started before it (keyset: ties on the time go by id)."""
-
-    queue: str | None = None
-    limit: int = 50
-    before: tuple[float, int] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RunningJob:
-    """A job running now: who holds it (``claimed_by``, a process identity), since when (the
-    current attempt's claim), its lease and its latest ``ctx.progress()`` report."""
-
-    id: int
-    name: str
-    queue: str
-    attempt: int
-    max_attempts: int
-    tenant: str | None
-    claimed_by: str | None
-    started_at: float
-    lease_expires_at: float | None
-    progress: ProgressReport | None

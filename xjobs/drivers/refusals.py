@@ -101,7 +101,7 @@ def check_nack(nack: Nack) -> Nack:
     is allowed (it is due at once); NaN and infinities are not."""
     if nack.outcome not in NACK_OUTCOMES:
         raise InvalidOption("nack.outcome", f"must be one of {', '.join(NACK_OUTCOMES)}, got {nack.outcome!r}")
-    if nack.outcome in ("shed", "suspended") and (nack.error is not None or nack.traceback is not None):
+    if nack.outcome in ("shed", "suspended", "snoozed") and (nack.error is not None or nack.traceback is not None):
         raise InvalidOption("nack.error", f"a {nack.outcome} job did not fail: it writes no error")
     if nack.outcome == "dead" and nack.delay_ms:
         raise InvalidOption("nack.delay", "a dead letter is never due again: it takes no delay")

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import DuplicateJob, UnknownJob
-from ..registry import Registry, declaration_site
+from ..registry import Registry
+from ..sites import declaration_site
 
 
 def one_declaration(registry: Registry, name: str, body: Callable[..., object], factory: str,

@@ -168,6 +168,7 @@ def _declaration(handle: Any) -> str:
         "timeout_ms": handle.timeout_ms, "concurrency": handle.concurrency, "priority": handle.priority,
         "dedupe_window_ms": handle.dedupe_window_ms, "step_timeout_ms": handle.step_timeout_ms,
         "event_poll_ms": handle.event_poll_ms,
+        "keyed": None if handle.keyed is None else handle.keyed.describe(),
         "retry_on": [_where(t) for t in handle.retry_on], "terminal_on": [_where(t) for t in handle.terminal_on]})
 
 

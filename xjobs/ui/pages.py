@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import orjson
 
 from .. import admin
-from ..views import life
+from ..views import key_waiting, life
 from ..drivers.base import JobDriver, JobView, ListFilter, RunningPage
 from ..factories.backfill_report import by_job
 # the hour's throughput is every surface's (``xjobsd mcp``'s throughput tool too): one copy, there
@@ -86,7 +86,7 @@ def one_job(driver: JobDriver, job_id: int) -> dict[str, Any]:
     view = driver.job_get(job_id)
     payload, cut = pretty_payload(view)
     return {"job": replace(view, history=life(view)), "payload": payload, "payload_cut": cut, "waiting_for": admin.waiting_for(view),
-            "result": pretty_result(view),
+            "result": pretty_result(view), "key_waiting": key_waiting(view),
             "steps": [step.as_json() for step in view.steps],
             "backfill": by_job(driver).get(view.id),     # a backfill run's ledger row, as every surface shows it
             "family": (family := admin.family(driver, view.id)),

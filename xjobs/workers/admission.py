@@ -1,17 +1,24 @@
-"""What a claimed job must pass before its body starts: this process's limits, and for a job
-declared with ``concurrency=N`` one of its N fleet-wide slots.
+"""What a claimed job must pass before its body starts: this process's limits, for a job
+declared with ``concurrency=N`` one of its N fleet-wide slots, and for one declared with
+``rate=`` a start in its key's window.
 
 ::
 
     claimed ──limits (limiter.py, per process)──> over: SHED
         │
         └──capped job: slot_acquire (one row per held slot, the primary key grants it)──> none: SHED
+                │          (or granted only after the slot's window had closed, counted from the
+                │           pass that claimed the job: a stall held the claim or the acquire: SHED)
                 │
                 └──held: the body runs; the slot is renewed with the leases, fenced on holder
-                   AND expiry (a renewal answering False aborts the run: X_JOB_SLOT_LOST);
+                   AND expiry (a renewal answering False aborts the run: X_JOB_SLOT_LOST; one
+                   that does not land in time ends the run's safe window, ``leases.py``);
                    released when the body ends, whatever the settlement (a failed release is
                    logged and retried with the renewals until its expiry would free it anyway,
                    never the run's failure)
+                │
+                └──rated job (job(rate=...)): its key's start, granted for the claimed batch
+                   in one statement (rate_gate.py)──> refused: SHED to the window's next opening
 
 A shed goes back to ready in its place in line, with no attempt burned and no ``last_error``,
 counted as ``outcome="shed"``, through ONE path (``Settler.shed``) for both reasons. It does
@@ -25,15 +32,18 @@ not until the run settles: a timed-out ``def`` body that runs on still counts ag
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..context import SLOT_LOST
 from ..drivers.base import ClaimedJob, Slot, SlotRequest, SlotStore, TenantRoom
 from ..limits import Limits
 from ..logs import event, run_fields
+from ..registry import JobHandle
 from .execute import Run
 from .limiter import Decision, Limiter
+from .rate_gate import RateGate, unreachable
 
 log = logging.getLogger("xjobs.worker")
 
@@ -55,23 +65,48 @@ class Admitted:
 
 class Admission:
     def __init__(self, *, slots: SlotStore | None, identity: str, caps: Mapping[str, int], limits: Limits,
-                 lease_ms: float, retry_ms: float) -> None:
+                 lease_ms: float, retry_ms: float, driver: object = None, jobs: Iterable[JobHandle] = (),
+                 trust_ms: float = math.inf) -> None:
         """``slots``: the driver's fleet-wide slot store (None: it has none, and then no job may
-        declare a cap: the worker refuses that at start)."""
+        declare a cap: the worker refuses that at start). ``jobs``: the handles whose declared
+        rates the gate counts in ``driver``'s rate-key store (``rate_gate.py``). ``trust_ms``: how
+        long after the pass's now a slot taken in it may be trusted (``leases.slot_window_ms``)."""
         self._store = slots
         self._identity = identity
         self.caps = dict(caps)                    # job name -> its fleet-wide concurrency
         self.limiter = Limiter(limits)
+        self.rates = RateGate.of(driver, jobs, identity)
         self._lease_ms = lease_ms
         self._retry_ms = retry_ms                 # how long a shed waits when the slot store is away
+        self._trust_ms = trust_ms
         self._slots: dict[int, tuple[Run, str, int]] = {}   # id(run) -> (run, job, slot)
         self._admitted: set[int] = set()                     # id(run) of runs the limiter counts
         # slots whose release failed: (job, slot, when its expiry frees it anyway; None until
         # the next renewal pass reads the clock)
         self._unreleased: list[tuple[str, int, float | None]] = []
 
-    def admit(self, job: ClaimedJob, now_ms: float) -> Admitted | Shed:
-        """``Admitted`` (counted by the limiter, its slot taken) or ``Shed``."""
+    def gate(self, jobs: Sequence[ClaimedJob]) -> float:
+        """A claimed batch's starts asked of the rate gate in one statement (``rate_gate.py``);
+        answers the ms until the worker should claim again at the latest (inf: no bound)."""
+        return self.rates.gate(jobs)
+
+    def admit(self, job: ClaimedJob, now_ms: float, clock: Callable[[], float] | None = None) -> Admitted | Shed:
+        """``Admitted`` (counted by the limiter, its slot taken, its start granted by its rate
+        key) or ``Shed``; ``now_ms``: the pass's now, before its claim was sent, on ``clock`` (the
+        loop's; None: not checked)."""
+        admitted = self._admit(job, now_ms, clock)
+        if isinstance(admitted, Shed):
+            return admitted
+        grant = self.rates.admit(job)
+        if grant is None or grant.granted:
+            return admitted
+        self.refuse(job, admitted)   # the limiter's count and the slot go back
+        if unreachable(grant):
+            return Shed(self._retry_ms, "rate-key store unreachable")
+        return Shed(grant.next_ms, f"rate of {job.name} ({self.rates.rates[job.name].text}): its key's "
+                                   f"window is full, opens again in {grant.next_ms:.0f}ms")
+
+    def _admit(self, job: ClaimedJob, now_ms: float, clock: Callable[[], float] | None) -> Admitted | Shed:
         decision: Decision = self.limiter.admit(job.tenant, job.queue, now_ms, retry_ms=self._retry_ms)
         if not decision.admitted:   # in its place in line; the next claim skips it while it has no room
             return Shed(0.0, f"per-process limit: {decision.reason}")
@@ -89,6 +124,16 @@ class Admission:
         if slot is None:
             self.limiter.release(job.tenant, job.queue)
             return Shed(0.0, f"all {cap} slot(s) of {job.name} are held")
+        if clock is not None and (waited := clock() - now_ms) >= self._trust_ms:
+            # the claim or the acquire came back after a stall: when the slot was granted is
+            # unknown, so it counts from the pass's now, and its window closed before the body
+            # would start (the holder it was taken over from may not have unwound yet)
+            self.limiter.release(job.tenant, job.queue)
+            self._release(job.name, slot)
+            event(log, logging.WARNING, "worker.slot.stale", "worker %s: slot %d of %s#%s came %.0fms after "
+                  "its claim was sent; giving it back", self._identity, slot, job.name, job.id, waited,
+                  slot=slot, waited_ms=round(waited), worker=self._identity, **run_fields(job))
+            return Shed(0.0, f"slot {slot} of {job.name} came back after its window closed")
         return Admitted(slot)
 
     def claim_room(self, queue: str, free: int) -> int:
@@ -110,6 +155,9 @@ class Admission:
         self._admitted.add(id(run))
         if admitted.slot is not None:
             self._slots[id(run)] = (run, run.job.name, admitted.slot)
+            # taken in this pass, after the pass's now that the run starts from: the slot's
+            # expiry on the server is no earlier than this plus its TTL
+            run.slot_renewed_ms = run.started_ms
 
     def refuse(self, job: ClaimedJob, admitted: Admitted) -> None:
         """Undo an admission whose run never came to be (no handler for the job here)."""
@@ -145,7 +193,9 @@ class Admission:
 
     def renew(self, cancel: Callable[[Run], None], now_ms: float) -> bool:
         """Renew every held slot (one whose renewal answers False aborts its run), and retry
-        the releases that failed; answers whether a retried release freed a slot."""
+        the releases that failed; answers whether a retried release freed a slot. A renewal
+        that lands confirms the slot from ``now_ms`` (sent no earlier: the safe side); one that
+        fails leaves the run's slot window to close (``leases.py``)."""
         store = self._store
         if store is None:
             return False
@@ -164,6 +214,8 @@ class Admission:
                       worker=self._identity, **run_fields(run.job))
                 if run.signal.abort(SLOT_LOST, f"slot {slot} of {job} lost"):
                     cancel(run)
+            elif run.slot_renewed_ms != math.inf:   # inf: told its window closed; it stays told
+                run.slot_renewed_ms = now_ms
         return self._retry_releases(store, now_ms)
 
     def _retry_releases(self, store: SlotStore, now_ms: float) -> bool:

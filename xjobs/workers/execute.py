@@ -3,21 +3,14 @@
 ``Executor.submit_many(runs)`` runs the bodies: a ``def`` on a bounded pool of threads, an
 ``async def`` on one event-loop thread. When a body returns or raises, its thread hands
 ``(run, error)`` to ``Results``, which wakes the worker's loop; there the ``Settler``
-(``workers/settle.py``) calls ``settlement_for(run, error)``, which reads the outcome and
-returns what to write.
+(``workers/settle.py``) calls ``settlement_for(run, error)`` (``verdict.py``), which reads the
+outcome and returns what to write. A body's ``Snooze``, raised or returned (``ctx.snooze``),
+is handed over as its error.
 Settlement is therefore never part of the ``try`` around the body: a failing ack is a
 settle failure (the lease lapses and the job is delivered again), never a retry.
 
-The verdict, in order:
-
-1. the run was already settled (a timeout won the race)      -> ignore the late result
-2. a step suspended the job (sleep, wait_for_event)             -> suspended, already written
-3. the body committed ``ctx.transaction()``                  -> completed, already written
-4. the lease is gone (cancelled, rescued, released)          -> write NOTHING
-5. no error                                                  -> ack (batched)
-6. the signal said drained when the body returned           -> interrupted: back to ready
-                                                                now, the attempt not charged
-7. otherwise the retry decision reads the error              -> retry with delay, or dead
+What a finished run comes to (completed, snoozed, interrupted, retried, dead, or nothing to
+write) is decided in ``verdict.py``.
 """
 
 from __future__ import annotations
@@ -25,26 +18,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import os
 import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator, Protocol
 
-from ..context import CANCELLED, DRAINED, LEASE_LOST, SLOT_LOST, Ctx, RunSignal, running
-from ..drivers.base import ClaimedJob, Lease, Nack, RunStore
+from ..context import Ctx, RunSignal, running
+from ..drivers.base import ClaimedJob, Lease, RunStore
 from ..errors import JobTimeout, StepSuspension
-from ..retry import ErrorTypes, Retry, RetryVerdict, decide
+from ..retry import ErrorTypes, Retry
 from ..payload import DEFAULT_MAX_RESULT_BYTES, encode_result
 from ..tracing import mark_suspended, run_span
-from .failures import describe, full_traceback
+from ..snooze import Snooze, SnoozePolicy
 from ..steps import StepOptions
-
-log = logging.getLogger("xjobs.worker")
-
 
 class Handle(Protocol):
     """What a run needs of its job's declaration (``registry.JobHandle``, or ``UnknownJob``)."""
@@ -57,6 +45,7 @@ class Handle(Protocol):
     retry_on: ErrorTypes
     terminal_on: ErrorTypes
     cross_tenant: bool
+    snoozing: SnoozePolicy
 
     def fn(self, ctx: Ctx, payload: Any) -> Any: ...
 
@@ -72,6 +61,7 @@ class UnknownJob:
     retry_on: ErrorTypes = ()
     terminal_on: ErrorTypes = ()
     cross_tenant = False
+    snoozing = SnoozePolicy()
 
     def __init__(self, name: str, retry: Retry) -> None:
         self.name = name
@@ -88,7 +78,7 @@ class Run:
     """One attempt of one job, owned by the worker's loop thread."""
 
     __slots__ = ("job", "handle", "lease", "signal", "ctx", "started_ms", "deadline_ms",
-                 "settled", "future", "renewed_ms", "code_at_return", "step_deadline_ms",
+                 "settled", "future", "renewed_ms", "slot_renewed_ms", "code_at_return", "step_deadline_ms",
                  "_clock", "_poke", "hook", "result")
 
     def __init__(self, job: ClaimedJob, handle: Handle, driver: RunStore, now_ms: float, *,
@@ -113,7 +103,7 @@ class Run:
                        result_limit=result_limit)
         self.result: bytes | None = None   # what the body returned, encoded once in its thread
         self.started_ms = now_ms
-        self.renewed_ms = now_ms
+        self.renewed_ms, self.slot_renewed_ms = now_ms, float("inf")   # last confirmed (inf: no slot)
         self.deadline_ms: float | None = None if timeout_ms is None else now_ms + timeout_ms
         self.settled = False
         self.future: asyncio.Task[BaseException | None] | None = None
@@ -140,55 +130,6 @@ class Run:
         return min(step, run)
 
 
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    outcome: str | None          # jobs_total outcome, or None when nothing is counted
-    ack: bool = False
-    nack: Nack | None = None
-    verdict: RetryVerdict | None = None    # a failure's retry decision (for xjobs.on_error)
-
-
-def settlement_for(run: Run, error: BaseException | None, timed_out: bool = False) -> Settlement:
-    if run.ctx.fence.suspended:
-        # a sleep or a wait suspended the job in the transaction that recorded the step: not a
-        # failure, no attempt burned, nothing more to write
-        return Settlement("suspended")
-    if run.ctx.completed_in_transaction:
-        # the job IS completed, whatever the run was told afterwards
-        if error is not None:
-            log.warning("job %s#%s raised after its transaction committed; it stays completed: %s",
-                        run.job.name, run.job.id, describe(error))
-        elif run.result is not None and run.result != run.ctx.result_set:
-            log.warning("job %s#%s returned a value after ctx.transaction() completed it; the job keeps "
-                        "what ctx.set_result() gave inside the block", run.job.name, run.job.id)
-        return Settlement("completed")
-    code = run.signal.code if timed_out else run.code_at_return
-    if code in (LEASE_LOST, CANCELLED):
-        # somebody else owns the row now (or an operator ended it): write nothing
-        return Settlement("cancelled" if code == CANCELLED else None)
-    if error is None:
-        return Settlement("completed", ack=True)
-    if code == DRAINED and not timed_out:
-        text = f"{describe(error)} -- interrupted by drain, attempt not counted"
-        return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, "interrupted", text))
-    if code == SLOT_LOST:
-        # its fleet-wide slot was taken from it (expired while this process stalled): the
-        # job did not fail, it may not run beyond the cap
-        text = f"{SLOT_LOST}: {run.signal.reason} -- interrupted, attempt not counted"
-        return Settlement("interrupted", nack=Nack(run.job.id, run.job.token, "interrupted", text))
-    verdict = decide(run.handle.retry, run.job.attempt, run.job.max_attempts, error,
-                     retry_on=run.handle.retry_on, terminal_on=run.handle.terminal_on)
-    text = f"{describe(error)} -- {verdict.reason}"
-    nack = (Nack(run.job.id, run.job.token, "dead", text, traceback=full_traceback(error)) if verdict.dead
-            else Nack(run.job.id, run.job.token, "retried", text, verdict.delay_ms, full_traceback(error)))
-    return Settlement(nack.outcome, nack=nack, verdict=verdict)
-
-
-def given_back(run: Run, why: str) -> Nack:
-    """Back to ready now, the attempt not counted: the job did not fail, this worker let go."""
-    return Nack(run.job.id, run.job.token, "interrupted", why)
-
-
 def _around(run: Run) -> ContextManager[Any]:
     """What a body runs inside: the app's hook (a session, log fields), when it gave one."""
     return run.hook(run.ctx) if run.hook is not None else contextlib.nullcontext()
@@ -196,16 +137,22 @@ def _around(run: Run) -> ContextManager[Any]:
 
 # A suspension (StepSuspension) is caught INSIDE the app's hook and the run's span, and answered from
 # there: it is how an attempt ends normally while its job waits, so neither the hook nor the
-# span may see it as an exception (an error span, a failure in the app's own bookkeeping).
+# span may see it as an exception (an error span, a failure in the app's own bookkeeping). A
+# snooze, raised or returned, is answered from there too, for the same reason.
 
 def _call_sync(run: Run) -> BaseException | None:
     try:
         with running(run.ctx), run_span(run.ctx) as span, _around(run):
             try:
-                run.result = encode_result(run.handle.fn(run.ctx, run.job.payload), run.ctx.result_limit)
+                value = run.handle.fn(run.ctx, run.job.payload)
+                if isinstance(value, Snooze):
+                    return value
+                run.result = encode_result(value, run.ctx.result_limit)
             except StepSuspension as suspension:
                 mark_suspended(span, suspension.step, suspension.wake_at)
                 return suspension
+            except Snooze as snooze:
+                return snooze
     except BaseException as exc:  # a body's SystemExit must not take the worker thread down
         return exc
     return None
@@ -216,10 +163,15 @@ async def _call_async(run: Run) -> BaseException | None:
     try:
         with running(run.ctx), run_span(run.ctx) as span, _around(run):
             try:
-                run.result = encode_result(await run.handle.fn(run.ctx, run.job.payload), run.ctx.result_limit)
+                value = await run.handle.fn(run.ctx, run.job.payload)
+                if isinstance(value, Snooze):
+                    return value
+                run.result = encode_result(value, run.ctx.result_limit)
             except StepSuspension as suspension:
                 mark_suspended(span, suspension.step, suspension.wake_at)
                 return suspension
+            except Snooze as snooze:
+                return snooze
     except BaseException as exc:
         return exc
     return None

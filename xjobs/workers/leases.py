@@ -16,6 +16,16 @@ fenced on its lease, see ``settle.py``) once it is free again.
 
 A lost run's signal is aborted and the run is settled as "nothing to write": whatever the
 body does afterwards is somebody else's job now.
+
+A capped job's run also holds a fleet-wide slot (``admission.py``), renewed by statements of
+its own, so a stall can land between the two renewals. The run's safe window therefore ends
+at the EARLIER of its lease's window and its slot's (``window_closes``): the slot's TTL after
+its last confirmed renewal, less an allowance for the body to stop, because a peer's
+``slot_acquire`` takes an expired slot at once (no rescue pass comes between, as for a job).
+When the slot's window closes first the run is told exactly as for a lost lease, by the watch
+or by the keeper, whichever looks first; its job's lease, still good, is renewed on until the
+body ends, and then the job is handed back, its attempt not counted, and the loss counted
+(``settle.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +45,24 @@ from .stats import WorkerStats
 
 log = logging.getLogger("xjobs.worker")
 
+LEASE_WINDOW = "lease lost: no renewal landed for a whole lease window"
+SLOT_WINDOW = "lease lost: no renewal of its fleet-wide slot landed in time, so another process may take it"
+
+
+def slot_window_ms(settings: Settings) -> float:
+    """How long after its last confirmed renewal a run may trust its slot: the slot's TTL (the
+    lease) less half the slack the renewal cadence leaves, at most half a heartbeat. A healthy
+    cadence (a renewal every heartbeat) never comes near it."""
+    lease, heartbeat = settings.lease_ms, settings.heartbeat_ms
+    return lease - min(heartbeat, lease - heartbeat) / 2.0
+
+
+def window_closes(run: Run, lease_ms: float, slot_ms: float) -> tuple[float, str]:
+    """When the run's safe window closes (the loop's clock), and why: the earlier of its
+    lease's window and its slot's (``slot_renewed_ms`` is inf for a run without one)."""
+    lease_at, slot_at = run.renewed_ms + lease_ms, run.slot_renewed_ms + slot_ms
+    return (lease_at, LEASE_WINDOW) if lease_at <= slot_at else (slot_at, SLOT_WINDOW)
+
 
 class LeaseKeeper:
     def __init__(self, *, driver: JobDriver, runs: RunTable, stats: WorkerStats, settings: Settings,
@@ -45,11 +73,15 @@ class LeaseKeeper:
         self._settings = settings
         self._identity = identity
         self._next_renewal = 0.0
+        self._slot_ms = slot_window_ms(settings)
         self._watch: LeaseWatch | None = None
+        self._cancel: Callable[[Run], None] = lambda run: None
 
     def start(self, clock: Callable[[], float], cancel: Callable[[Run], None]) -> None:
         """Start the watch thread; ``clock`` is the loop's, ``cancel`` stops an async body."""
-        self._watch = LeaseWatch(self._runs.renewable, self._settings.lease_ms, clock, cancel)
+        self._cancel = cancel
+        self._watch = LeaseWatch(self._runs.renewable, self._settings.lease_ms, clock, cancel,
+                                 slot_ms=self._slot_ms)
         self._watch.start()
 
     def stop(self) -> None:
@@ -72,11 +104,12 @@ class LeaseKeeper:
             self._next_renewal = -math.inf
 
     def next_due(self) -> float:
-        """When a pass must run for the leases: the next renewal, or the oldest window's close."""
+        """When a pass must run for the leases: the next renewal, or the earliest window's close."""
         runs = self._runs.renewable()
         if not runs:
             return self._next_renewal
-        return min(self._next_renewal, min(r.renewed_ms for r in runs) + self._settings.lease_ms)
+        lease = self._settings.lease_ms
+        return min(self._next_renewal, min(window_closes(r, lease, self._slot_ms)[0] for r in runs))
 
     def _renew_settling(self, alive: set[int], now_ms: float) -> None:
         """A run whose settlement is still to land keeps its lease while renewals land; one the
@@ -126,6 +159,16 @@ class LeaseKeeper:
         for run in self._runs.renewable():
             if now_ms - run.renewed_ms >= window:
                 self.lost(run, now_ms, "no renewal landed for a whole lease window")
+            elif now_ms - run.slot_renewed_ms >= self._slot_ms:
+                self._slot_lapsed(run)
+
+    def _slot_lapsed(self, run: Run) -> None:
+        """The run's slot may be given away: tell the run as the watch would have (it may have
+        already). It stays held, its lease renewed, so that the job, once the body ends, is
+        handed back at once rather than left to lapse (``Settler.settle``)."""
+        run.slot_renewed_ms = math.inf      # told once: a later renewal of the slot changes nothing
+        if run.signal.abort(LEASE_LOST, SLOT_WINDOW):
+            self._cancel(run)
 
 
 def was_cancelled(driver: Introspection, run: Run) -> bool:
@@ -161,9 +204,11 @@ class LeaseWatch:
     _IDLE_S = 1.0
 
     def __init__(self, runs: Callable[[], list[Run]], lease_ms: float, clock: Callable[[], float],
-                 cancel: Callable[[Run], None]) -> None:
+                 cancel: Callable[[Run], None], *, slot_ms: float = math.inf) -> None:
+        """``slot_ms``: how long a run trusts its slot after its last confirmed renewal."""
         self._runs = runs
         self._lease_ms = lease_ms
+        self._slot_ms = slot_ms
         self._clock = clock
         self._cancel = cancel
         self._wake = threading.Event()
@@ -180,13 +225,14 @@ class LeaseWatch:
             self._thread.join(2.0)
 
     def check(self) -> float | None:
-        """Abort every run past its window; answers when the next window closes."""
+        """Abort every run past its window (its lease's or its slot's); answers when the next
+        window closes."""
         now = self._clock()
         due: float | None = None
         for run in self._snapshot():
-            closes = run.renewed_ms + self._lease_ms
+            closes, why = window_closes(run, self._lease_ms, self._slot_ms)
             if now >= closes:
-                if run.signal.abort(LEASE_LOST, "lease lost: no renewal landed for a whole lease window"):
+                if run.signal.abort(LEASE_LOST, why):
                     self._cancel(run)
             elif due is None or closes < due:
                 due = closes

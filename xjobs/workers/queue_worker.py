@@ -11,6 +11,7 @@ the executor, and hands the rest to collaborators it owns, each in its own modul
 * ``leases``     (``leases.py``)     lease renewal, lost leases, and the lease watch thread;
 * ``quarantine`` (``quarantine.py``) suspects of a crash, run with nothing beside them;
 * ``admission``  (``admission.py``)  per-process limits and fleet-wide slots: run now, or shed;
+* ``claimer``    (``claiming.py``)   one queue's claim: in arrival order, or shared out by key;
 * ``upkeep``     (``upkeep.py``)     wake, rescue and prune on timers, when ``maintain``.
 
 One pass (``run_once``), all on the loop thread:
@@ -46,7 +47,7 @@ from typing import Callable, Mapping, Sequence
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..context import DRAINED
-from ..drivers.base import Claim, ClaimedJob, JobDriver, JobListener, SlotStore, TenantRoom
+from ..drivers.base import ClaimedJob, JobDriver, JobListener, SlotStore, TenantRoom
 from ..errors import ConcurrencyUnenforceable, InvalidOption
 from ..logs import event, run_fields
 from ..options import finite_count, plain_name
@@ -54,12 +55,13 @@ from ..registry import JobHandle, Registry
 from ..reporting import ErrorHook, Reporter
 from ..retry import DEFAULT_RETRY
 from .admission import Admission, Shed
+from .claiming import Claimer
 from .execute import Executor, Results, Run, RunHook, UnknownJob
-from .leases import LeaseKeeper
+from .leases import LeaseKeeper, slot_window_ms
 from .quarantine import Quarantine
 from .rates import RateReporter
 from .process_hooks import WorkerHooks
-from .role import RoleBase, RoleContext, RolePolicy, new_identity
+from .role import RoleBase, RoleContext, RolePolicy, close_each, new_identity
 from .runs import RunTable
 from .settle import Settler
 from .stats import WorkerStats
@@ -139,9 +141,8 @@ class QueueWorker(RoleBase):
                                     self.settings.worker_stop_timeout_ms)
         self._listener: JobListener | None = None
         self._handles: dict[str, JobHandle] = {}
-        self._names: list[str] = []
+        self.claimer = Claimer(driver, self.identity, self.settings.lease_ms)
         self._caps: dict[str, int] = {}
-        self._capped_queues: set[str] = set()
         self._more: set[str] = set()
         self._next_poll = self._next_slots = 0.0
         self._rotation = 0
@@ -158,13 +159,9 @@ class QueueWorker(RoleBase):
         if idle:
             raise InvalidOption("queue", f"no registered job uses queue(s) {', '.join(map(repr, idle))}")
         self._handles = handles
-        # claims take only names this process has bodies for: in a rolling deploy an old worker
-        # leaves a new job type to the new workers instead of failing its attempts
-        self._names = sorted(handles)
-        self.quarantine.names = self._names
-        self._caps = {h.name: h.concurrency for h in handles.values()
-                      if h.concurrency is not None and h.queue in self.runs.slots}
-        self._capped_queues = {h.queue for h in handles.values() if h.name in self._caps}
+        self.claimer.configure(handles, self.runs.slots)
+        self._caps = self.claimer.caps
+        self.quarantine.names = self.claimer.names
         slots = self.driver if isinstance(self.driver, SlotStore) else None   # a declared capability
         if self._caps and slots is None:
             # a driver of another make, without the slot store: the cap would silently do nothing
@@ -174,7 +171,8 @@ class QueueWorker(RoleBase):
         self.hooks.start()   # the app's clients, built in this process before anything is claimed
         self.admission = Admission(slots=slots, identity=self.identity, caps=self._caps,
                                    limits=self.settings.limits, lease_ms=self.settings.lease_ms,
-                                   retry_ms=self.settings.poll_ms)
+                                   retry_ms=self.settings.poll_ms, driver=self.driver, jobs=handles.values(),
+                                   trust_ms=slot_window_ms(self.settings))
         self._listener = self.driver.job_listen(self.identity)   # new jobs, and cancels of ours
         self.leases.start(self.clock, self._executor.cancel)
         self._initialized = True
@@ -264,17 +262,9 @@ class QueueWorker(RoleBase):
 
     def _close_resources(self) -> None:
         """Let go of every resource, even one after a failed close; the first failure is raised last."""
-        failure: BaseException | None = None
-        closers = [self.rates.flush, self.leases.stop, self.reporter.close, self.hooks.stop,
-                   self._executor.shutdown, *([self._listener.close] if self._listener is not None else []),
-                   self.results.close, self.driver.close]
-        for close in closers:
-            try:
-                close()
-            except Exception as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
+        close_each([self.rates.flush, self.leases.stop, self.reporter.close, self.hooks.stop,
+                    self._executor.shutdown, *([self._listener.close] if self._listener is not None else []),
+                    self.results.close, self.driver.close])
 
     # -- one pass ------------------------------------------------------------------------------
 
@@ -346,8 +336,7 @@ class QueueWorker(RoleBase):
             if not asked:
                 tenants, asked = self.admission.tenant_room(now_ms), True
             try:
-                jobs = self.driver.job_claim(Claim([queue], free, self.settings.lease_ms, self.identity,
-                                                   caps=self._caps, tenants=tenants, names=self._names))
+                jobs = self.claimer.claim(queue, free, tenants, poll_due)
             except Exception as exc:  # the database is away: the poll timer retries
                 self.stats_.bump("claim_failed")   # visible: xjobs_claim_failures_total
                 event(log, logging.WARNING, "worker.claim.failed", "worker %s: claim on %r failed: %s",
@@ -357,11 +346,15 @@ class QueueWorker(RoleBase):
             # a full batch may have more behind it; so may a short one where capped jobs or a
             # tenant's jobs were held back to their room (the next claim answers none once
             # nothing more can start)
-            if len(jobs) == free or (jobs and (queue in self._capped_queues or tenants is not None)):
+            if len(jobs) == free or (jobs and (queue in self.claimer.capped_queues or tenants is not None)):
                 self._more.add(queue)
             else:
                 self._more.discard(queue)
             self.stats_.bump("claimed", len(jobs))
+            # a batch's rated starts in one statement; the window a take counted in may hold
+            # back more of its key, so the next claim is no later than that window's end (read
+            # from the clock after the answer: the window is timed by the statement, never early)
+            self._next_poll = min(self._next_poll, self.admission.gate(jobs) + self.clock())
             runs = [run for run in (self.take(job, now_ms) for job in jobs) if run is not None]
             if runs:
                 self._executor.submit_many(runs)
@@ -381,7 +374,7 @@ class QueueWorker(RoleBase):
             self.results.put(run, LookupError(f"no handler for job {job.name!r} in worker {self.identity}"))
             return None
         assert self.admission is not None   # built by initialize, before any claim
-        admitted = self.admission.admit(job, now_ms)
+        admitted = self.admission.admit(job, now_ms, self.clock)
         if isinstance(admitted, Shed):
             self.settler.shed(job, admitted.delay_ms, admitted.why, now_ms)
             return None

@@ -38,7 +38,7 @@ import re
 import socket
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, Sequence, TypedDict, Unpack
+from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Protocol, Sequence, TypedDict, Unpack
 
 from ..drivers.base import JobDriver
 from ..errors import InvalidOption
@@ -226,6 +226,19 @@ class RoleBase:
 
 
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:24] or "host"
+
+
+def close_each(closers: Sequence[Callable[[], None]]) -> None:
+    """Call every closer, even those after one that failed; the first failure is raised last,
+    so a close that fails half-way still lets go of every resource after it."""
+    failure: BaseException | None = None
+    for close in closers:
+        try:
+            close()
+        except Exception as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
 
 
 def new_identity(role: str) -> str:

@@ -31,11 +31,12 @@ from ..errors import JobTimeout, StepTimeout, XJobsError
 from ..logs import event, run_fields
 from ..reporting import ErrorHook, Reporter
 from ..retry import RetryVerdict
-from .execute import Executor, Results, Run, Settlement, given_back, settlement_for
+from .execute import Executor, Results, Run
 from .leases import count_loss, was_cancelled
 from .runs import RunTable
 from .settle_retry import SettleRetries
 from .stats import WorkerStats
+from .verdict import Settlement, given_back, settlement_for
 
 log = logging.getLogger("xjobs.worker")
 _PROGRESS_EVERY_MS = 1_000.0   # progress reports are written at most this often, in one batch
@@ -59,7 +60,7 @@ class _Failed:
 
 def _reported(error: BaseException | None, outcome: Settlement) -> _Report | None:
     """What a failure's nack reports once it lands: its error and the retry decision."""
-    return None if error is None or outcome.verdict is None else (error, outcome.verdict)
+    return None if error is None or outcome.verdict is None else (outcome.error or error, outcome.verdict)
 
 
 class Settler:
@@ -117,8 +118,9 @@ class Settler:
             elif run.ctx.fence.refused:
                 self._refused(run, now_ms)
             elif run.code_at_return == LEASE_LOST:
-                # the lease watch stopped it before the loop could look: the database may still
-                # honour the lease (a renewal slower than the window). Give the job back now,
+                # the lease watch stopped it before the loop could look, or its slot's window
+                # closed (leases.py): the database may still honour the lease (a renewal slower
+                # than the window; a slot renewal that failed beside a lease's). Give the job back now,
                 # fenced on the token, rather than leave it a lease window; if the lease really
                 # is gone the nack matches nothing and counts the loss
                 # counted as a lost lease whether or not the hand-back lands: the window closed,
@@ -129,7 +131,7 @@ class Settler:
                       self._identity, run.job.name, run.job.id, run.signal.reason,
                       why=run.signal.reason, **run_fields(run.job))
                 nacks.append(_Failed(run, given_back(
-                    run, "no lease renewal landed for a whole window; attempt not counted"), loss_counted=True))
+                    run, f"{run.signal.reason}; attempt not counted"), loss_counted=True))
         # a report made just before the run ended lands before its settlement (still fenced on
         # the lease), so a finished job shows how far it got
         self._write_progress(acks + [failed.run for failed in nacks])
@@ -338,6 +340,10 @@ def _settled_event(run: Run, nack: Nack, seconds: float) -> None:
     elif nack.outcome == "interrupted":
         event(log, logging.INFO, "job.interrupted", "job %s#%s interrupted, attempt not counted: %s",
               run.job.name, run.job.id, nack.error, error=nack.error, **fields)
+    elif nack.outcome == "snoozed":
+        event(log, logging.INFO, "job.snoozed", "job %s#%s snoozed for %.3fs, attempt not counted", run.job.name,
+              run.job.id, nack.delay_ms / 1000.0, delay_s=nack.delay_ms / 1000.0, snoozes=run.job.snoozes + 1,
+              **fields)
 
 
 __all__ = ["Settler"]

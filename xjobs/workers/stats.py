@@ -31,6 +31,7 @@ class WorkerStats(RoleStats):
     cancelled: int = 0
     suspended: int = 0
     shed: int = 0
+    snoozed: int = 0
     lease_lost: int = 0
     settle_failed: int = 0
     timed_out: int = 0

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from typing import Self
 
 # what a run can come to: the outcome label of xjobs_jobs_total
-OUTCOMES = ("completed", "retried", "dead", "interrupted", "cancelled", "suspended", "shed")
+OUTCOMES = ("completed", "retried", "dead", "interrupted", "cancelled", "suspended", "shed", "snoozed")
 # what runs did with ctx.step (xjobs_steps_total{kind})
 STEP_COUNTS = ("run", "replayed", "woke", "delivered", "timed_out")
 # seconds; the last bucket (+Inf) is the histogram's count

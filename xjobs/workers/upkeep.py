@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..config import Settings
 from ..drivers.base import JobDriver
+from ..drivers.rate_keys import rate_keys_of
 from ..logs import event
 
 log = logging.getLogger("xjobs.worker")
@@ -25,6 +26,9 @@ PRUNE_BACKLOG_MS = 1_000.0   # a full batch came back: more is due, prune again 
 SWEEP_LIMIT = 1000
 # the per-minute outcome counts (job_rates) are kept this long: a minute's rows at most go per prune
 RATE_RETENTION_MS = 2 * 86_400_000.0
+# a rate key's window (job(rate=...)) is forgotten this long after it closed: a key seen again
+# later opens a new one, so an idle key costs no row
+RATE_KEY_RETENTION_MS = 3_600_000.0
 
 
 @dataclass
@@ -98,12 +102,17 @@ class Upkeep:
 
         def rates() -> None:
             pruned.rates = driver.rate_prune(RATE_RETENTION_MS)
+
+        def rate_keys() -> None:
+            if (store := rate_keys_of(driver)) is not None:
+                store.rate_key_prune(RATE_KEY_RETENTION_MS)
         # each table on its own: a failing one must not keep the others growing
         self._chore("pruning", jobs)
         if self._outbox:
             self._chore("pruning the outbox", outbox)
         self._chore("pruning events", events)
         self._chore("pruning run counts", rates)
+        self._chore("pruning rate-key windows", rate_keys)
         return pruned
 
     def _chore(self, what: str, call: Callable[[], object]) -> None:
