@@ -3,11 +3,16 @@ inserted, and still all or nothing, on both drivers and on a caller's connection
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import psycopg
 import pytest
 
 import xjobs
+from xjobs.drivers.base import NewJob
+from xjobs.drivers.pg_jobs import copy_row
 from xjobs.drivers.records import ENQUEUE_CHUNK
+from xjobs.drivers.sql import raw_statements, statements
 from xjobs.enqueue import MAX_BATCH, enqueue_many
 from xjobs.errors import InvalidOption, PayloadInvalid, PayloadTooLarge
 
@@ -108,3 +113,23 @@ def test_copied_rows_are_the_rows_the_insert_statement_writes(pg_driver, registr
             f" round(extract(epoch from run_at - created_at)), traceparent is null, dedupe_window"
             f" from {pg_driver.schema}.jobs").fetchall()
     assert rows == [("same", "q", "ready", True, "cli", 3, handle.retry.attempts, 0, 90, True, None)]
+
+
+@pytest.mark.postgres
+def test_copy_statement_takes_the_rows_its_driver_writes(pg_driver):
+    """The COPY test_sql.py cannot prepare, run on the rows its driver writes."""
+    assert sorted(n for n, sql in raw_statements().items() if sql.lower().startswith("copy ")) == ["job_enqueue_copy"]
+    now = datetime.now(timezone.utc)
+    jobs = [NewJob(name="send", queue="default", payload=b'{"a": "tab\\there"}', idempotency_key="k\tk",
+                   tenant="t", enqueued_by="cli", priority=-3, max_attempts=2, traceparent="00-x"),
+            NewJob(name="send", queue="default", payload=b"[]", idempotency_key="j", delay_ms=1500.0),
+            NewJob(name="send", queue="default", payload=b"1", idempotency_key="i", run_at_ms=1.8e12)]
+    with pg_driver.connect() as conn, conn.transaction(force_rollback=True), conn.cursor() as cur:
+        with cur.copy(statements(pg_driver.schema, True)["job_enqueue_copy"]) as copy:
+            for n, job in enumerate(jobs, 1):
+                copy.write_row(copy_row(job, -n, now, now.isoformat()))
+        rows = cur.execute(f"select id, payload, idempotency_key, tenant, priority, extract(epoch from run_at - created_at),"
+                           f" extract(epoch from run_at) from {pg_driver.schema}.jobs order by id desc").fetchall()
+    assert [r[:5] for r in rows] == [(-1, {"a": "tab\there"}, "k\tk", "t", -3), (-2, [], "j", None, 0),
+                                     (-3, 1, "i", None, 0)]
+    assert [float(rows[0][5]), float(rows[1][5]), float(rows[2][6])] == [0.0, 1.5, 1.8e9]

@@ -142,7 +142,7 @@ def _positional(sql: str) -> tuple[str, list[str]]:
 
 
 CLOCKS = pytest.mark.parametrize("server_clock", [True, False], ids=["server-clock", "injected-clock"])
-COPIES = sorted(n for n, sql in raw_statements().items() if sql.lower().startswith("copy "))  # cannot be prepared
+COPIES = sorted(n for n, sql in raw_statements().items() if sql.lower().startswith("copy "))  # test_enqueue_chunks
 PREPARED = sorted(raw_statements().keys() - set(COPIES))
 
 
@@ -187,27 +187,6 @@ def test_statement_runs_as_the_driver_binds_it(pg_driver, name, server_clock):
             conn.execute(sql, params, prepare=True).fetchall()
             prepared = conn.execute("select count(*) from pg_prepared_statements").fetchone()[0]
     assert prepared >= 1
-
-
-@pytest.mark.postgres
-def test_copy_statement_takes_the_rows_its_driver_writes(pg_driver):
-    from datetime import datetime, timezone
-    from xjobs.drivers.pg_jobs import copy_row
-    assert COPIES == ["job_enqueue_copy"]
-    now = datetime.now(timezone.utc)
-    jobs = [NewJob(name="send", queue="default", payload=b'{"a": "tab\\there"}', idempotency_key="k\tk",
-                   tenant="t", enqueued_by="cli", priority=-3, max_attempts=2, traceparent="00-x"),
-            NewJob(name="send", queue="default", payload=b"[]", idempotency_key="j", delay_ms=1500.0),
-            NewJob(name="send", queue="default", payload=b"1", idempotency_key="i", run_at_ms=1.8e12)]
-    with pg_driver.connect() as conn, conn.transaction(force_rollback=True), conn.cursor() as cur:
-        with cur.copy(statements(pg_driver.schema, True)["job_enqueue_copy"]) as copy:
-            for n, job in enumerate(jobs, 1):
-                copy.write_row(copy_row(job, -n, now, now.isoformat()))
-        rows = cur.execute(f"select id, payload, idempotency_key, tenant, priority, extract(epoch from run_at - created_at),"
-                           f" extract(epoch from run_at) from {pg_driver.schema}.jobs order by id desc").fetchall()
-    assert [r[:5] for r in rows] == [(-1, {"a": "tab\there"}, "k\tk", "t", -3), (-2, [], "j", None, 0),
-                                     (-3, 1, "i", None, 0)]
-    assert [float(rows[0][5]), float(rows[1][5]), float(rows[2][6])] == [0.0, 1.5, 1.8e9]
 
 
 # -- the schema install ------------------------------------------------------------------------
