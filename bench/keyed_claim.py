@@ -54,7 +54,7 @@ def jobs(queue: str, n: int, *, keys: int | None = None, cap: int = 2) -> list[N
              for i in range(n)]
     if keys is None:
         return plain
-    return [dataclasses.replace(job, concurrency_key=f"k{i % keys}", key_cap=cap, key_hold=cap == 1)
+    return [job._replace(concurrency_key=f"k{i % keys}", key_cap=cap, key_hold=cap == 1)
             for i, job in enumerate(plain)]
 
 

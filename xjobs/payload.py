@@ -53,12 +53,24 @@ def compact(encoded: bytes) -> bytes:
     return bytes(memoryview(encoded))
 
 
+def _maybe_refused(encoded: bytes) -> bool:
+    """Whether ``_check`` could refuse the value ``encoded`` came from. orjson writes NaN and
+    infinity as ``null`` and a NUL character as ``\\u0000``, and a value nested deeper than
+    ``_MAX_DEPTH`` has that many brackets; bytes without any of them need no walk of the value
+    (brackets inside strings only count against it, so the answer errs towards walking)."""
+    return (b"null" in encoded or b"\\u0000" in encoded
+            or encoded.count(b"[") + encoded.count(b"{") > _MAX_DEPTH)
+
+
 def encode_payload(value: object, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
-    _check(value)
     try:
-        encoded = compact(orjson.dumps(value, default=_refuse, option=orjson.OPT_PASSTHROUGH_DATACLASS))
+        encoded = orjson.dumps(value, default=_refuse, option=orjson.OPT_PASSTHROUGH_DATACLASS)
     except TypeError as exc:  # orjson.JSONEncodeError subclasses TypeError
+        _check(value)   # a refusal of ours names the cause better (depth, NUL, NaN)
         raise PayloadInvalid(f"payload is not JSON-encodable: {exc}") from None
+    if _maybe_refused(encoded):   # the walk costs more than the encoding: only when it can refuse
+        _check(value)
+    encoded = compact(encoded)
     if len(encoded) > max_bytes:
         raise PayloadTooLarge(f"payload is {len(encoded)} bytes, over the limit of {max_bytes}")
     return encoded

@@ -25,10 +25,10 @@ def driver(xjobsd, pg_dsn, pg_schema):
 
 
 def test_show_says_what_a_member_waits_for_and_cancel_lets_a_held_sequence_go(xjobsd, driver):
-    members = [dataclasses.replace(new_job(f"m{i}", name="post"), concurrency_key="acct", key_cap=1, key_hold=True)
+    members = [new_job(f"m{i}", name="post")._replace(concurrency_key="acct", key_cap=1, key_hold=True)
                for i in range(2)]
     first, second = (e.id for e in driver.job_enqueue(members))
-    pair = [dataclasses.replace(new_job(f"p{i}", name="pair"), concurrency_key="acct", key_cap=2) for i in range(3)]
+    pair = [new_job(f"p{i}", name="pair")._replace(concurrency_key="acct", key_cap=2) for i in range(3)]
     third = driver.job_enqueue(pair)[2].id
     text = xjobsd("jobs", "show", str(second)).stdout
     assert "'acct', 1 at once, a dead member keeps its place" in text

@@ -25,7 +25,7 @@ def driver(xjobsd, pg_dsn, pg_schema):
 
 
 def test_show_says_which_rate_key_a_ready_job_waits_for_and_until_when(xjobsd, driver):
-    ids = [r.id for r in driver.job_enqueue([replace(new_job(f"k{i}", name="calls"), rate_key="acme-key")
+    ids = [r.id for r in driver.job_enqueue([new_job(f"k{i}", name="calls")._replace(rate_key="acme-key")
                                              for i in range(2)])]
     plain = driver.job_enqueue([new_job("plain", name="calls")])[0].id
     [first] = claim(driver, limit=1)

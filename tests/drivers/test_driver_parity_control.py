@@ -15,7 +15,7 @@ HOUR = 3_600_000.0
 
 
 def windowed(key: str = "k1", window: float | None = HOUR, **kw):
-    return replace(new_job(key, **kw), dedupe_window_ms=window)
+    return new_job(key, **kw)._replace(dedupe_window_ms=window)
 
 
 # -- dedupe windows --------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from xjobs.drivers.records import NewJob
 
 def keyed(key: str, n: int, *, start: int = 0, queue: str = "default", **kw) -> list[NewJob]:
     jobs = [new_job(f"{key}-{i}", queue=queue, tenant=key, **kw) for i in range(start, start + n)]
-    return [NewJob(**{**{f: getattr(j, f) for f in j.__dataclass_fields__}, "fair_key": key}) for j in jobs]
+    return [j._replace(fair_key=key) for j in jobs]
 
 
 def fair(driver, limit: int = 3, *, weights=None, names=None, queue: str = "default"):

@@ -14,7 +14,7 @@ from xjobs.drivers.base import LATEST_MS, Batch, Lease, ListFilter, Nack, NackOu
 
 def member(key: str, account: str = "a", *, cap: int = 2, hold: bool = False, name: str = "sync",
            run_at_ms: float | None = None) -> NewJob:
-    return dataclasses.replace(new_job(key, name=name, run_at_ms=run_at_ms), concurrency_key=account,
+    return new_job(key, name=name, run_at_ms=run_at_ms)._replace(concurrency_key=account,
                                key_cap=cap, key_hold=hold)
 
 

@@ -17,7 +17,7 @@ SECOND = 1_000.0
 
 
 def enqueue_keyed(driver, n: int, key: str = "api-1", *, name: str = "call", first: int = 0) -> list[int]:
-    jobs = [replace(new_job(f"{name}-{key}-{first + i}", name=name), rate_key=key) for i in range(n)]
+    jobs = [new_job(f"{name}-{key}-{first + i}", name=name)._replace(rate_key=key) for i in range(n)]
     return [r.id for r in driver.job_enqueue(jobs)]
 
 
@@ -134,7 +134,7 @@ def test_a_changed_period_starts_a_new_window(driver, clock):
 
 
 def test_the_rate_key_rides_the_enqueue_and_the_outbox_document(driver):
-    job = replace(new_job("doc", name="call"), rate_key="k-9")
+    job = new_job("doc", name="call")._replace(rate_key="k-9")
     assert type(job).from_document(job.document()).rate_key == "k-9"
     [done] = driver.job_enqueue([job])
     assert wait_of(driver, done.id).key == "k-9"
@@ -169,11 +169,11 @@ def test_a_start_claimed_before_its_window_opened_is_stamped_inside_it(driver, c
 def test_children_and_a_batch_callback_keep_their_rate_key(driver):
     driver.job_enqueue([new_job("parent", name="parent")])
     [held] = claim(driver, limit=1)
-    kids = [replace(new_job(f"c{i}", name="call"), rate_key=f"kid-{i}") for i in range(2)]
+    kids = [new_job(f"c{i}", name="call")._replace(rate_key=f"kid-{i}") for i in range(2)]
     assert driver.fanins.fanin_open(Lease(held.id, held.token), FanOut("fan", 1, 2, [kids])).suspended
     children = sorted(j.id for j in driver.job_list(ListFilter(name="call")))
     assert [wait_of(driver, c).key for c in children] == ["kid-0", "kid-1"]
-    callback = replace(new_job("cb", name="callback"), rate_key="cb-key")
-    opened = driver.fanins.batch_open(NewBatch(1, [[replace(new_job("m", name="member"), rate_key="m-key")]],
+    callback = new_job("cb", name="callback")._replace(rate_key="cb-key")
+    opened = driver.fanins.batch_open(NewBatch(1, [[new_job("m", name="member")._replace(rate_key="m-key")]],
                                                callback))
     assert [wait_of(driver, i).key for i in (opened.callback_id, *opened.member_ids)] == ["cb-key", "m-key"]

@@ -24,8 +24,8 @@ from xjobs.errors import InvalidOption
 
 
 def debounced(key: str, value: int, debounce_ms: float = 1_000.0, most_ms: float = 5_000.0) -> NewJob:
-    return dataclasses.replace(new_job(key, payload={"key": key, "v": value}), delay_ms=debounce_ms,
-                               debounce_ms=debounce_ms, debounce_max_ms=most_ms)
+    return new_job(key, payload={"key": key, "v": value})._replace(delay_ms=debounce_ms, debounce_ms=debounce_ms,
+                                                                  debounce_max_ms=most_ms)
 
 
 def test_a_snoozed_nack_gives_the_attempt_back_and_counts_the_snooze(driver, clock):

@@ -36,7 +36,7 @@ def test_the_job_page_shows_the_result_escaped_and_folds_a_long_one(driver):
 
 
 def test_the_job_page_says_what_a_keyed_member_waits_for(driver):
-    members = [dataclasses.replace(new_job(f"m{i}", name="post"), concurrency_key="<acct>", key_cap=1)
+    members = [new_job(f"m{i}", name="post")._replace(concurrency_key="<acct>", key_cap=1)
                for i in range(2)]
     first, second = (e.id for e in driver.job_enqueue(members))
     page = client(driver).get(f"/jobs/{second}").get_data(as_text=True)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 import orjson
 import psycopg
@@ -39,6 +40,27 @@ def _int_array(values: Iterable[int]) -> str:
 
 def enqueue_params(db: PgDatabase, jobs: Sequence[NewJob]) -> dict[str, Any]:
     return {**db.now(), "rows": orjson.dumps([j.document() for j in jobs]).decode()}
+
+
+def copyable(job: NewJob) -> bool:
+    """Whether ``job_enqueue_copy`` may write the job: when nothing but the unique index of
+    live namespaces decides whether it goes in (a dedupe window reads completed rows, a debounce
+    moves a held job) and it goes in ready (a keyed row waits for its key's trigger)."""
+    return job.dedupe_window_ms is None and job.debounce_ms is None and job.concurrency_key is None
+
+
+def copy_row(job: NewJob, job_id: int, now: datetime, stamp: str) -> tuple[Any, ...]:
+    """The job as ``job_enqueue_copy``'s row, the columns ``job_enqueue`` writes computed as it
+    computes them. ``stamp``: ``now`` already formatted, the run_at of every job due at once."""
+    if job.run_at_ms is not None:
+        run_at: str | datetime = datetime.fromtimestamp(job.run_at_ms / 1000.0, timezone.utc)
+    elif job.delay_ms:
+        run_at = now + timedelta(milliseconds=job.delay_ms)
+    else:
+        run_at = stamp
+    return (job_id, job.name, job.queue, "ready", job.payload.decode(), job.idempotency_key, job.tenant,
+            job.enqueued_by, job.priority, job.max_attempts, run_at, stamp, job.traceparent, job.key_hold,
+            job.fair_key, job.rate_key)
 
 
 def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = None) -> Plan[list[Enqueued]]:
@@ -115,32 +137,50 @@ class PgJobs(JobStore):
     def job_enqueue_chunks(self, chunks: Iterable[Sequence[NewJob]],
                            conn: CallerConnection | None = None) -> list[Enqueued]:
         """The chunks of one call in ONE transaction (a savepoint on the caller's ``conn``):
-        all of it or none. Pipelined: each chunk's statement is sent as soon as it is built,
-        and the next chunk is built (by the caller's iterator) while the server inserts this
-        one; once every chunk is sent, the answers are read in order, each chunk's held keys
-        resolved as ``job_enqueue`` does while the server still inserts the chunks after it. Each
-        chunk is planned for itself (``prepare=False``, nothing beside the insert of 5,000
-        rows; prepared, it ran a few thousand jobs/s slower). A 100,000-job call: 61,000-70,000
-        jobs/s, against 43,000-47,000 waiting for each chunk, holding every chunk's document
-        until its answer is read (about 17 MiB more at the largest call; reading the oldest
-        answers before every chunk is sent made it slower)."""
+        all of it or none. A chunk whose jobs are all ``copyable`` and whose namespaces neither
+        repeat nor were seen in an earlier chunk is written by ``copy_chunk``; any other, and
+        one whose COPY met a live holder, by ``job_enqueue``'s plan, which answers holders and
+        duplicates (rows copied by the chunks before are already in the table for it)."""
         results: list[Enqueued] = []
         with contextlib.ExitStack() as stack:
             own = callers_connection(conn) if conn is not None else stack.enter_context(self._db.connection())
             stack.enter_context(in_callers_transaction(own))
-            sent: list[tuple[Sequence[NewJob], psycopg.Cursor[Any]]] = []
-            with own.pipeline():
-                for jobs in chunks:
-                    if jobs:
-                        cur = stack.enter_context(own.cursor(row_factory=tuple_row))
-                        cur.execute(self._db.sql["job_enqueue"], enqueue_params(self._db, jobs), prepare=False)
-                        sent.append((jobs, cur))
-                # each chunk's answer is read, and its held keys resolved, while the server
-                # still inserts the chunks after it
-                follow = stack.enter_context(own.cursor(row_factory=tuple_row))
-                for jobs, cur in sent:
-                    results += run_on(follow, self._db.sql, enqueue_plan(self._db, jobs, first=cur.fetchall()))
+            cur = stack.enter_context(own.cursor(row_factory=tuple_row))
+            seen: set[tuple[str, str, str]] = set()
+            pending = iter(chunks)
+            jobs = next(pending, None)
+            while jobs is not None:
+                spaces = {job.namespace for job in jobs}
+                copied: list[Enqueued] | None = None
+                following: Sequence[NewJob] | None = None
+                if jobs and len(spaces) == len(jobs) and seen.isdisjoint(spaces) and all(map(copyable, jobs)):
+                    copied, following = self.copy_chunk(own, cur, jobs, pending)
+                if copied is None and jobs:
+                    copied = run_on(cur, self._db.sql, enqueue_plan(self._db, jobs))
+                results += copied or []
+                seen |= spaces
+                jobs = following if following is not None else next(pending, None)
         return results
+
+    def copy_chunk(self, own: psycopg.Connection[Any], cur: psycopg.Cursor[Any], jobs: Sequence[NewJob],
+                   pending: Iterator[Sequence[NewJob]]) -> tuple[list[Enqueued] | None, Sequence[NewJob] | None]:
+        """``jobs`` written by COPY under a savepoint, with ids drawn first (``job_enqueue_ids``),
+        answered in input order; and the next chunk, built (by ``pending``) while the server
+        still writes this one. (None, next chunk) when a live holder of one of the namespaces
+        failed the COPY: the savepoint leaves nothing of it. A refusal raised while the next
+        chunk is built aborts the COPY and propagates, and the call writes nothing."""
+        cur.execute(self._db.sql["job_enqueue_ids"], {**self._db.now(), "count": len(jobs)})
+        now, ids = cast("tuple[datetime, list[int]]", cur.fetchone())   # a select of no table: one row
+        stamp = now.isoformat()
+        following: Sequence[NewJob] | None = None
+        try:
+            with own.transaction(), cur.copy(self._db.sql["job_enqueue_copy"]) as copy:
+                for job, job_id in zip(jobs, ids):
+                    copy.write_row(copy_row(job, job_id, now, stamp))
+                following = next(pending, None)   # built while the server writes the rows
+        except psycopg.errors.UniqueViolation:
+            return None, following if following is not None else next(pending, None)
+        return [Enqueued(job_id, False) for job_id in ids], following
 
     def job_claim(self, claim: Claim) -> list[ClaimedJob]:
         """``job_claim_one`` (the common case: one queue, nothing to filter),
