@@ -4,7 +4,6 @@ snoozed, "scheduled for T" when it is due later for any other reason, nothing on
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
@@ -33,7 +32,7 @@ def test_show_says_a_ready_job_is_snoozed_or_scheduled_until_when(xjobsd, driver
     napper = driver.job_enqueue([new_job("nap")])[0].id
     [job] = claim(driver)
     assert driver.job_nack(Nack(job.id, job.token, "snoozed", delay_ms=600_000))
-    later = driver.job_enqueue([dataclasses.replace(new_job("later"), delay_ms=3_600_000)])[0].id
+    later = driver.job_enqueue([new_job("later")._replace(delay_ms=3_600_000)])[0].id
     due = driver.job_enqueue([new_job("due")])[0].id
     for job_id, words in ((napper, "snoozed until"), (later, "scheduled for")):
         sentence = f"{words} {iso(driver.job_get(job_id).run_at)}"

@@ -4,7 +4,6 @@ waits for nothing and is counted in neither reason."""
 
 from __future__ import annotations
 
-import dataclasses
 
 from tests.drivers.parity import claim_one, enqueue, new_job
 from xjobs.drivers.base import Nack, NewJob
@@ -14,7 +13,7 @@ HOUR = 3_600_000.0
 
 
 def member(key: str, account: str, cap: int) -> NewJob:
-    return dataclasses.replace(new_job(key, name="sync", queue="keys"), concurrency_key=account, key_cap=cap)
+    return new_job(key, name="sync", queue="keys")._replace(concurrency_key=account, key_cap=cap)
 
 
 def test_waiting_jobs_are_counted_per_queue_by_reason(driver, clock):
@@ -24,7 +23,7 @@ def test_waiting_jobs_are_counted_per_queue_by_reason(driver, clock):
     later = clock.now_ms() + HOUR
     enqueue(driver, "due")                                                   # due now: waits for nothing
     enqueue(driver, "later", run_at_ms=later)
-    driver.job_enqueue([dataclasses.replace(new_job("rated", run_at_ms=later), rate_key="r")])
+    driver.job_enqueue([new_job("rated", run_at_ms=later)._replace(rate_key="r")])
     enqueue(driver, "snoozer", queue="naps")
     job = claim_one(driver, "naps")
     assert driver.job_nack(Nack(job.id, job.token, "snoozed", delay_ms=60_000))
