@@ -10,17 +10,8 @@ from tests.cli.commands import as_json
 from tests.drivers.parity import claim, new_job
 from xjobs.drivers.base import Lease
 from xjobs.drivers.fanins import FanOut
-from xjobs.drivers.postgres import PostgresDriver
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def driver(xjobsd, pg_dsn, pg_schema):
-    xjobsd("migrate")
-    driver = PostgresDriver(pg_dsn, schema=pg_schema, application_name="xjobs-tests")
-    yield driver
-    driver.close()
 
 
 def test_show_ls_parent_and_cancel_with_children(xjobsd, driver):

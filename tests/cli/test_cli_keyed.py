@@ -11,17 +11,8 @@ import pytest
 from tests.cli.commands import as_json
 from tests.drivers.parity import claim, new_job
 from xjobs.drivers.base import Nack
-from xjobs.drivers.postgres import PostgresDriver
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def driver(xjobsd, pg_dsn, pg_schema):
-    xjobsd("migrate")
-    driver = PostgresDriver(pg_dsn, schema=pg_schema, application_name="xjobs-tests")
-    yield driver
-    driver.close()
 
 
 def test_show_says_what_a_member_waits_for_and_cancel_lets_a_held_sequence_go(xjobsd, driver):

@@ -18,7 +18,6 @@ from tests.cli.commands import ROOT, as_json
 from tests.cli.test_cli_refusals import refused
 from tests.drivers.parity import claim_one, enqueue
 from xjobs.drivers.base import Nack
-from xjobs.drivers.postgres import PostgresDriver
 from xjobs.mcp.tools import READS, WRITES
 from xjobs.workers.scheduler import ELECTION
 
@@ -30,14 +29,6 @@ from tests.cli.mcp_client import answered, refusal, with_server  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 TASKS_APP = "tests.apps.tick_app"     # declares the task every_minute, on queue default
-
-
-@pytest.fixture
-def driver(xjobsd, pg_dsn, pg_schema):
-    xjobsd("migrate")
-    driver = PostgresDriver(pg_dsn, schema=pg_schema, application_name="xjobs-tests")
-    yield driver
-    driver.close()
 
 
 def dead_job(driver, key: str, error: str) -> int:

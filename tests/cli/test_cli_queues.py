@@ -11,19 +11,10 @@ import xjobs
 from tests.cli.commands import as_json
 from tests.cli.test_cli_refusals import refused
 from xjobs.drivers.base import NewJob
-from xjobs.drivers.postgres import PostgresDriver
 from xjobs.registry import Registry
 
 pytestmark = pytest.mark.postgres
 APP = "tests.apps.cli_app"     # declares one queue, mail
-
-
-@pytest.fixture
-def driver(xjobsd, pg_dsn, pg_schema):
-    xjobsd("migrate")
-    driver = PostgresDriver(pg_dsn, schema=pg_schema, application_name="xjobs-tests")
-    yield driver
-    driver.close()
 
 
 def names(xjobsd, *args: str) -> list[str]:

@@ -10,18 +10,9 @@ import pytest
 
 from tests.cli.commands import as_json
 from tests.drivers.parity import claim, new_job
-from xjobs.drivers.postgres import PostgresDriver
 from xjobs.drivers.rate_keys import RateAsk, rate_keys_of
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def driver(xjobsd, pg_dsn, pg_schema):
-    xjobsd("migrate")
-    driver = PostgresDriver(pg_dsn, schema=pg_schema, application_name="xjobs-tests")
-    yield driver
-    driver.close()
 
 
 def test_show_says_which_rate_key_a_ready_job_waits_for_and_until_when(xjobsd, driver):

@@ -8,19 +8,10 @@ import pytest
 
 import xjobs
 from tests.cli.commands import as_json
-from xjobs.drivers.postgres import PostgresDriver
 
 pytestmark = pytest.mark.postgres
 
 APP = "tests.apps.reads_app"
-
-
-@pytest.fixture
-def driver(xjobsd, pg_dsn, pg_schema):
-    xjobsd("migrate")
-    driver = PostgresDriver(pg_dsn, schema=pg_schema, application_name="xjobs-tests")
-    yield driver
-    driver.close()
 
 
 def enqueued(xjobsd, name: str, input: str) -> int:

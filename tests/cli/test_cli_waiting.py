@@ -10,18 +10,9 @@ import pytest
 from tests.cli.commands import as_json
 from tests.drivers.parity import claim, new_job
 from xjobs.drivers.base import Nack
-from xjobs.drivers.postgres import PostgresDriver
 from xjobs.views import iso
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def driver(xjobsd, pg_dsn, pg_schema):
-    xjobsd("migrate")
-    driver = PostgresDriver(pg_dsn, schema=pg_schema, application_name="xjobs-tests")
-    yield driver
-    driver.close()
 
 
 def waiting_line(text: str) -> str | None:
