@@ -232,12 +232,15 @@ def job_json(driver: JobDriver, view: JobView) -> dict[str, Any]:
     return data
 
 
-def job_waiting(driver: JobDriver, view: JobView, rated: dict[str, Any] | None = None) -> str | None:
+_UNREAD: Any = object()   # job_waiting's rate key, not read by the caller yet
+
+
+def job_waiting(driver: JobDriver, view: JobView, rated: dict[str, Any] | None = _UNREAD) -> str | None:
     """``views.why_waiting`` of a job, told with the database's clock and the job's rate key
-    (``rated``: already read by the caller, else read here)."""
+    (``rated``: already read by the caller, None when the job has none; else read here)."""
     if view.state != "ready":
         return why_waiting(view)
-    return why_waiting(view, driver.clock_now_ms(), rated if rated is not None else rate_waiting(driver, view.id))
+    return why_waiting(view, driver.clock_now_ms(), rate_waiting(driver, view.id) if rated is _UNREAD else rated)
 
 
 def tasks_json(driver: JobDriver, tasks: Iterable[Any]) -> dict[str, Any]:

@@ -14,12 +14,8 @@ import heapq
 from .fair import FairClaim, FairClaims
 from .memory_jobs import MemoryJobs
 from .memory_rate_keys import rate_open
-from .memory_table import MemoryTable, Row
+from .memory_table import MemoryTable, Row, by_claim_order
 from .records import ClaimedJob
-
-
-def _by_claim_order(row: Row) -> tuple[int, float, int]:
-    return (row.priority, row.run_at, row.id)
 
 
 class MemoryFair(FairClaims):
@@ -54,7 +50,7 @@ class MemoryFair(FairClaims):
                 due = heapq.nsmallest(claim.limit, (r for r in ready if r.fair_key == key and r.run_at <= at
                                                     and r.crashes == 0 and (names is None or r.name in names)
                                                     and rate_open(table, r, at)),
-                                      key=_by_claim_order)
+                                      key=by_claim_order)
                 heads += [(turn + (nth - 1) / w, key, nth, row) for nth, row in enumerate(due, 1)]
                 if not due:
                     idle.append(key)

@@ -29,7 +29,7 @@ from .base import (CallerConnection, Cancels, Claim, ClaimAlone, ClaimedJob, Enq
                    NewJob, Progress, TenantRoom)
 from .jsonb import as_stored
 from .memory_rate_keys import rate_open
-from .memory_table import MemoryTable, Row, plus, ts
+from .memory_table import MemoryTable, Row, by_claim_order, plus, ts
 from .records import CANCEL_NAMED
 from .refusals import held, lease_lost
 
@@ -91,10 +91,6 @@ class MemoryListener(IdleListener):
     def close(self) -> None:
         with self._table.lock:
             self._table.hearers.discard(self)
-
-
-def _by_claim_order(row: Row) -> tuple[int, float, int]:
-    return (row.priority, row.run_at, row.id)
 
 
 def _waits(holder: Row) -> bool:
@@ -187,7 +183,7 @@ class MemoryJobs(JobStore):
                    if r.state == "ready" and r.queue in wanted and r.run_at <= at and r.crashes == 0
                    and slots.get(r.name, 1) > 0 and (r.tenant or "") not in blocked and rate_open(table, r, at)
                    and (names is None or r.name in names))
-            picked = heapq.nsmallest(claim.limit, due, key=_by_claim_order)
+            picked = heapq.nsmallest(claim.limit, due, key=by_claim_order)
             of_job: dict[str, int] = {}
             of_tenant: dict[str, int] = {}
             chosen = []
@@ -218,13 +214,13 @@ class MemoryJobs(JobStore):
                         and (names is None or r.name in names))
             lead = heapq.nsmallest(1, (r for r in table.rows.values() if suspect(r) and r.run_at <= since
                                        and rate_open(table, r, at)),
-                                   key=_by_claim_order)
+                                   key=by_claim_order)
             if not lead or lead[0].suspect_group is None:
                 return self.take(lead, at, lease_ms, identity)
             group = lead[0].suspect_group
             members = heapq.nsmallest(claim.limit - 1, (r for r in table.rows.values() if suspect(r)
                                                   and r.suspect_group == group and r is not lead[0]),
-                                      key=_by_claim_order)
+                                      key=by_claim_order)
             return self.take(lead + members, at, lease_ms, identity)
 
     def take(self, picked: list[Row], at: float, lease_ms: float, identity: str) -> list[ClaimedJob]:

@@ -189,10 +189,7 @@ class MemoryOperator(Introspection):
                 return Outcome(None, False, key_held=True)
             for step_name in [s.name for s in steps.values() if s.seq >= target.seq]:
                 del steps[step_name]
-            at = table.now()
-            row.attempt, row.snoozes, row.run_at, row.finished_at = 0, 0, at, None
-            table.move(row, "ready")
-            table.record(row.id, at, 0, "requeued", f"from step {name}")
+            self._requeue(row, table.now(), f"from step {name}")
             return Outcome(None, True)
 
     # -- bulk verbs: one bounded batch per call, in id order after ``after_id`` -----------------

@@ -10,7 +10,7 @@ import math
 from itertools import groupby
 from typing import Sequence
 
-from .memory_table import MemoryTable, Row, plus, ts
+from .memory_table import MemoryTable, Row, by_claim_order, plus, ts
 from .rate_keys import PUSH_MOST, RateAsk, RateGrant, RateKeyStore, RateWait
 
 
@@ -72,7 +72,7 @@ class MemoryRateKeys(RateKeyStore):
         start in (``waiting`` and ``pushed`` of ``rate_take``)."""
         waiting = sorted((r for r in self._table.rows.values()
                           if r.state == "ready" and r.name == job and r.rate_key == key and r.run_at < closes),
-                         key=lambda r: (r.priority, r.run_at, r.id))[:PUSH_MOST]
+                         key=by_claim_order)[:PUSH_MOST]
         for place, row in enumerate(waiting):
             row.run_at = plus(closes, (place // cap) * period)
 

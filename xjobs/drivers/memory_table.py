@@ -92,6 +92,11 @@ class Row:
         return (self.name, self.tenant or "", self.idempotency_key)
 
 
+def by_claim_order(row: Row) -> tuple[int, float, int]:
+    """The order every claim takes ready rows in: (priority, run_at, id)."""
+    return (row.priority, row.run_at, row.id)
+
+
 @dataclass(slots=True)
 class StepRow:
     """One row of ``job_steps``; ``result`` is the stored JSON, encoded as ``jsonb`` keeps it."""

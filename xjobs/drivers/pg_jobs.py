@@ -27,7 +27,7 @@ from .base import (CallerConnection, Claim, ClaimAlone, ClaimedJob, Enqueued, Jo
 from .pg_database import PgDatabase, callers_connection, driver_errors, in_callers_transaction
 from .pg_debounce import debounce_plan
 from .pg_listen import PgListener
-from .pg_plan import Plan, Rows, run_on
+from .pg_plan import Plan, run_on
 from .records import ENQUEUE_CHUNK
 from .refusals import held, lease_lost
 
@@ -63,24 +63,20 @@ def copy_row(job: NewJob, job_id: int, now: datetime, stamp: str) -> tuple[Any, 
             job.fair_key, job.rate_key)
 
 
-def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = None) -> Plan[list[Enqueued]]:
+def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob]) -> Plan[list[Enqueued]]:
     """``job_enqueue``, then ``job_find_holder`` for the inputs whose key is held, until every
     input is answered (``pg_plan``: run on a cursor, or awaited on an ``AsyncConnection``);
-    debounced inputs go to ``job_debounce`` before the insert and after it (``pg_debounce``).
-    ``first``: what the first round's insert answered, when it was sent already."""
+    debounced inputs go to ``job_debounce`` before the insert and after it (``pg_debounce``)."""
     results: list[Enqueued | None] = [None] * len(jobs)
     spaces = [job.namespace for job in jobs]
     pending = list(range(len(jobs)))
-    if first is None:   # a debounced key is most often held (a burst): move its job, insert the rest
-        _answer_moved((yield from debounce_plan(db, jobs)), jobs, results)
-        pending = [i for i in pending if results[i] is None]
-        if not pending:
-            return [r for r in results if r is not None]
+    # a debounced key is most often held (a burst): move its job, insert the rest
+    _answer_moved((yield from debounce_plan(db, jobs)), jobs, results)
+    pending = [i for i in pending if results[i] is None]
+    if not pending:
+        return [r for r in results if r is not None]
     for _round in range(4):
-        if first is not None:
-            answered, first = first, None
-        else:
-            answered = yield "job_enqueue", enqueue_params(db, [jobs[i] for i in pending])
+        answered = yield "job_enqueue", enqueue_params(db, [jobs[i] for i in pending])
         inserted = {(r[1], r[2], r[3]): r[0] for r in answered}
         # an input whose namespace went in answers that row; a second input with the
         # same namespace (pop leaves nothing) is a duplicate of it, found below
@@ -116,6 +112,8 @@ def enqueue_plan(db: PgDatabase, jobs: Sequence[NewJob], first: Rows | None = No
 def _answer_moved(moved: Mapping[tuple[str, str, str], int], jobs: Sequence[NewJob],
                   results: list[Enqueued | None]) -> None:
     """Every debounced input not answered yet whose key's job ``job_debounce`` moved."""
+    if not moved:   # no debounced input, or no holder moved: nothing to look for
+        return
     for i, job in enumerate(jobs):
         if results[i] is None and job.debounce_ms is not None and job.namespace in moved:
             results[i] = Enqueued(moved[job.namespace], True, True)

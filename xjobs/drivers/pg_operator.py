@@ -20,7 +20,7 @@ from .base import (Batch, CallerConnection, DeadGroup, Introspection, JobView, L
                    RunningJob, RunningPage)
 from .pg_database import PgDatabase, driver_error, first_row
 from .pg_plan import Plan, run_async, run_on
-from .pg_steps import record
+from .pg_step_writes import record
 from .records import CANCEL_HOLDER_BYTES, CANCEL_NAMED, ERROR_GROUP_WIDTH, HistoryEntry, KeyPlace
 from .records_steps import StepRecord
 from .refusals import Outcome, cancelled, job_not_found, reopened, requeued

@@ -8,7 +8,7 @@ finished bulk; only ``job_stats``, an operator's question, counts every row.
 
 from __future__ import annotations
 
-from typing import Collection, Mapping
+from typing import Any, Collection, Mapping
 
 import orjson
 
@@ -46,12 +46,7 @@ class PgQueues(QueueStore):
 
     def queue_waiting(self) -> dict[str, dict[str, int]]:
         """``queue_waiting``: waiting keyed members and ready jobs due later, by reason."""
-        with self._db.cursor() as cur:
-            cur.execute(self._db.sql["queue_waiting"], self._db.now())
-            counts: dict[str, dict[str, int]] = {}
-            for queue, reason, count in cur.fetchall():
-                counts.setdefault(queue, {})[reason] = int(count)
-        return counts
+        return self._per_queue("queue_waiting", self._db.now())
 
     def queue_unknown(self, names: Collection[str]) -> dict[str, int]:
         """``queue_unknown``: ready jobs of names not in ``names``, per queue."""
@@ -82,9 +77,9 @@ class PgQueues(QueueStore):
         """``job_stats``: every row counted once, under its queue and state."""
         return self._per_queue("job_stats")
 
-    def _per_queue(self, statement: str) -> dict[str, dict[str, int]]:
+    def _per_queue(self, statement: str, params: Mapping[str, Any] | None = None) -> dict[str, dict[str, int]]:
         with self._db.cursor() as cur:
-            cur.execute(self._db.sql[statement])
+            cur.execute(self._db.sql[statement], params)
             counts: dict[str, dict[str, int]] = {}
             for queue, state, count in cur.fetchall():
                 counts.setdefault(queue, {})[state] = count

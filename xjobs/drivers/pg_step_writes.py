@@ -58,7 +58,6 @@ class _Pending:
     step: StepResult | None = None
     woken: threading.Event = field(default_factory=threading.Event)   # done, or handed a batch
     batch: "list[_Pending] | None" = None      # the batch this caller makes, when handed one
-    done: bool = False
     written: bool = False
     log: StepLog | None = None
     error: BaseException | None = None
@@ -131,7 +130,6 @@ class PgStepWrites:
                 self._answer(reads, self._read_many, self._read_one)
         finally:
             for pending in batch:
-                pending.done = True
                 pending.woken.set()
 
     @staticmethod

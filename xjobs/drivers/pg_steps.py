@@ -30,7 +30,6 @@ from .base import (LATEST_MS, CallerConnection, EventStore, Lease, NewEvent, Sen
 from .pg_database import PgDatabase, callers_connection, first_row, in_callers_transaction
 from .pg_plan import Plan, run_on
 from .pg_step_writes import PgStepWrites, read_log
-from .pg_step_writes import record as record   # job_get reads its steps with it (pg_operator)
 from .refusals import step_kind_mismatch
 
 

@@ -65,7 +65,6 @@ def _tool(method: Callable[..., Any], key: str | None) -> Callable[..., CallTool
             return refusal(exc)
     signature = inspect.signature(method, eval_str=True)
     setattr(call, "__signature__", signature.replace(return_annotation=CallToolResult))
-    call.__doc__ = described(method)
     return call
 
 

@@ -28,6 +28,7 @@ class Claimer:
         self.caps: dict[str, int] = {}
         self.capped_queues: set[str] = set()
         self.fair: dict[str, dict[str, float]] = {}   # fair queue -> key -> weight
+        self._fair = fair_of(driver)                   # the driver's fair claims (None: it has none)
 
     def configure(self, handles: Mapping[str, JobHandle], queues: Collection[str]) -> None:
         """What this worker's registry declares for its ``queues``."""
@@ -38,13 +39,13 @@ class Claimer:
                      if h.concurrency is not None and h.queue in queues}
         self.capped_queues = {h.queue for h in handles.values() if h.name in self.caps}
         self.fair = {q: w for q, w in queue_weights(h.declared for h in handles.values()).items() if q in queues}
-        if self.fair and fair_of(self._driver) is None:
+        if self.fair and self._fair is None:
             raise InvalidOption("fairness", f"queue(s) {', '.join(sorted(self.fair))} claim fairly, and this "
                                             f"driver ({type(self._driver).__name__}) has no fair claims")
 
     def claim(self, queue: str, free: int, tenants: TenantRoom | None, poll: bool) -> list[ClaimedJob]:
         """Up to ``free`` jobs of ``queue``; ``poll``: this pass is the worker's poll."""
-        fair = fair_of(self._driver)
+        fair = self._fair
         if queue in self.fair and fair is not None:
             jobs = fair.job_claim_fair(FairClaim(queue, free, self._lease_ms, self._identity,
                                                  self.fair[queue], self.names))
