@@ -93,7 +93,10 @@ def test_memory_and_postgres_drivers_agree_on_rate_keys(pg_driver, pg_dsn, clock
         empty = "; ".join([f"delete from {schema}.{table}" for table in tables]
                           + [restart.format(schema, table, column) for table, column in identities])
 
+        start = clock.now_ms()
+
         def fresh_pair() -> RateKeyPair:
+            clock.advance(start - clock.now_ms())   # every example from the same time: windows align alike
             conn.execute(empty)
             return RateKeyPair(pg_driver, clock)
 
@@ -182,7 +185,10 @@ def test_memory_and_postgres_drivers_agree_on_a_workers_rate_key_turns(pg_driver
         empty = (f"delete from {schema}.jobs; delete from {schema}.job_history; delete from {schema}.rate_keys; "
                  f"select setval(pg_get_serial_sequence('{schema}.jobs', 'id'), 1, false)")
 
+        start = clock.now_ms()
+
         def fresh_machine() -> RateKeyMachine:
+            clock.advance(start - clock.now_ms())   # every example from the same time: windows align alike
             conn.execute(empty)
             return RateKeyMachine(pg_driver, clock)
 
