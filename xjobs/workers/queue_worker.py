@@ -329,7 +329,12 @@ class QueueWorker(RoleBase):
         for queue in order:
             free = self.admission.claim_room(queue, self.runs.free(queue))
             if free <= 0:
-                self._more.discard(queue)   # a run's end makes room again (_vacated)
+                if self.runs.free(queue) <= 0 and (queue in notified or queue in self._more):
+                    # every slot busy: what woke it, or the rest of a full batch, is claimed as
+                    # soon as a run's end frees a slot (nothing else would say it is waiting)
+                    self._more.add(queue)
+                else:
+                    self._more.discard(queue)   # held by a limit: a run's end makes room (_vacated)
                 continue
             if not (poll_due or queue in notified or queue in self._more):
                 continue
