@@ -2,7 +2,10 @@
 one account's ``paired`` jobs at once (sampled in SQL every 10 ms while they run), and a
 sequence of 300 members on one account runs strictly in enqueue order while other accounts
 run beside it, with the worker process running a member SIGKILLed on the way: nothing lost,
-no member started before the one before it completed."""
+no member started before the one before it completed.
+
+``XJOBS_FLOW_ACCEPTANCE=1`` runs them at the size of the acceptance run: a minute of paired
+jobs, and a sequence of 1,000 through three SIGKILLs."""
 
 from __future__ import annotations
 
@@ -18,6 +21,10 @@ from xjobs.enqueue import enqueue_many
 pytestmark = [pytest.mark.postgres, pytest.mark.daemon]
 
 APP = "tests.apps.keyed_app"
+FULL = os.environ.get("XJOBS_FLOW_ACCEPTANCE") == "1"
+PAIRED = 3_600 if FULL else 36           # 0.1 s each, 6 at a time: a minute, or 0.6 s
+SEQUENCE = 1_000 if FULL else 300
+KILLED = (40, 400, 800) if FULL else (40,)   # slow members (1 s), each killed while it runs
 
 
 class RunningPerKey:
@@ -60,8 +67,8 @@ def test_two_daemons_never_run_three_of_one_key_at_once(daemon_env):
         daemon.ready()
     watch = RunningPerKey(env, "paired")
     try:
-        _enqueue(env, paired, [{"n": n, "account": f"acct-{n % 3}", "seconds": 0.1} for n in range(36)])
-        wait_for(lambda: completed(env, "paired") == 36, 40, "every paired job to complete")
+        _enqueue(env, paired, [{"n": n, "account": f"acct-{n % 3}", "seconds": 0.1} for n in range(PAIRED)])
+        wait_for(lambda: completed(env, "paired") == PAIRED, 40 + PAIRED / 30, "every paired job to complete")
     finally:
         most = watch.stop()
     assert 1 <= most <= 2 and watch.samples > 10, (most, watch.samples)
@@ -77,20 +84,21 @@ def running_member(env, daemon) -> dict | None:
     return next((c for c in daemon.children("keyed") if c["identity"] in holders), None)
 
 
-def test_a_sequence_of_300_runs_in_order_beside_other_keys_through_a_killed_worker(daemon_env):
+def test_a_sequence_runs_in_order_beside_other_keys_through_a_killed_worker(daemon_env):
     from tests.apps.keyed_app import sequenced
     env = daemon_env
     daemon = env.start("--app", APP, "--queue", "keyed=3x4", XJOBS_LEASE="3s", XJOBS_HEARTBEAT="500ms")
     daemon.ready()
-    ids = _enqueue(env, sequenced, [{"n": n, "account": "S", "seconds": 1.0 if n == 40 else 0.0}
-                                    for n in range(300)])
+    ids = _enqueue(env, sequenced, [{"n": n, "account": "S", "seconds": 1.0 if n in KILLED else 0.0}
+                                    for n in range(SEQUENCE)])
     others = _enqueue(env, sequenced, [{"n": n, "account": f"T{n % 4}"} for n in range(80)])
-    # the worker process running member 40 (a slow one) is killed while it runs it
-    wait_for(lambda: env.one("select state from {schema}.jobs where id = %s", ids[40]) == "running", 30,
-             "member 40 to run")
-    victim = wait_for(lambda: running_member(env, daemon), 10, "the process running it")
-    os.kill(victim["pid"], signal.SIGKILL)
-    wait_for(lambda: completed(env, "sequenced") == 380, 60, "every member to complete")
+    # the worker process running each slow member is killed while it runs it
+    for n in KILLED:
+        wait_for(lambda: env.one("select state from {schema}.jobs where id = %s", ids[n]) == "running", 60,
+                 f"member {n} to run")
+        victim = wait_for(lambda: running_member(env, daemon), 10, "the process running it")
+        os.kill(victim["pid"], signal.SIGKILL)
+    wait_for(lambda: completed(env, "sequenced") == SEQUENCE + 80, 60, "every member to complete")
     # strictly in enqueue order: each member's first start came after the member before it completed
     rows = env.sql("select j.id, extract(epoch from j.finished_at), "
                    "(select extract(epoch from min(e.at)) from {schema}.effects e where e.job_id = j.id) "
@@ -98,8 +106,9 @@ def test_a_sequence_of_300_runs_in_order_beside_other_keys_through_a_killed_work
     assert [r[0] for r in rows] == ids and all(r[2] is not None for r in rows)
     late = [(a[0], b[0]) for a, b in zip(rows, rows[1:]) if b[2] < a[1]]
     assert late == [], late
-    # member 40 was running when its process died: it ran again, and the rest waited for it
-    assert env.one("select count(*) from {schema}.effects where job_id = %s", ids[40]) == 2
+    # each killed member was running when its process died: it ran again, and the rest waited for it
+    for n in KILLED:
+        assert env.one("select count(*) from {schema}.effects where job_id = %s", ids[n]) == 2, n
     # the other accounts ran beside the sequence, each in its own order
     first_other = env.one("select min(at) from {schema}.effects where job_id = any(%s)", others)
     last_member = env.one("select max(at) from {schema}.effects where job_id = any(%s)", ids)
