@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping, NotRequired, TypedDict
 
 from .drivers.base import LATEST_MS, HistoryEntry, JobView, QueueStore
+from .drivers.records import WAITING_REASONS
 
 _TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at", "started_at",
                 "wake_at", "until", "changed_at")
@@ -132,9 +133,12 @@ def queues(driver: QueueStore, known: tuple[str, ...] = ()) -> list[dict[str, An
     depth, oldest ready age and live counts (read through the partial indexes, never the
     finished bulk); ``changed_at``, when its switch last changed (epoch milliseconds here,
     ISO-8601 once ``plain``). A switch left resumed on a queue nothing else names is no
-    queue: a name once paused by mistake does not stay listed for ever."""
+    queue: a name once paused by mistake does not stay listed for ever. ``waiting``: the live
+    jobs that wait, by every reason of ``WAITING_REASONS`` (0 when none does), the numbers
+    ``/metrics`` and ``xjobsd status`` show, from the same read."""
     counts = driver.queue_counts()
     summary = driver.queue_summary()
+    waits = driver.queue_waiting()
     control = {c.name: c for c in driver.queue_control()}
     paused = {name for name, switch in control.items() if switch.paused}
     rows = []
@@ -150,5 +154,6 @@ def queues(driver: QueueStore, known: tuple[str, ...] = ()) -> list[dict[str, An
             "oldest_ready_seconds": ready.oldest_ready_ms / 1000.0 if ready else 0.0,
             **{state: states.get(state, 0) for state in ("ready", "running", "suspended", "dead",
                                                          "quarantined")},
+            "waiting": {reason: waits.get(name, {}).get(reason, 0) for reason in WAITING_REASONS},
         })
     return rows
