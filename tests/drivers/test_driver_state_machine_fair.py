@@ -51,6 +51,10 @@ class FairPair(DriverPair):
         pg = fair(self.pg).job_claim_fair(FairClaim(queue, limit, 1000, worker, weights, names))
         return self.remember(mem, pg)
 
+    @rule(job_id=st.integers(1, 30))
+    def same_place(self, job_id):
+        assert fair(self.memory).fair_place(job_id) == fair(self.pg).fair_place(job_id)
+
     @invariant()
     def same_turns(self):
         for queue in QUEUES:
