@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.apps import fair_app, flow_app
+from tests.apps import fair_app, waiting_app
 from tests.cli.commands import as_json
 from tests.drivers.parity import claim, new_job
 from xjobs.drivers.base import Nack
@@ -19,7 +19,7 @@ from xjobs.enqueue import enqueue_many
 from xjobs.views import iso
 
 pytestmark = pytest.mark.postgres
-FLOW = "tests.apps.flow_app"    # latest: debounce 2s, at most 1m; napper: max_snoozes=3
+WAITS = "tests.apps.waiting_app"   # settle_doc: debounce 1h, at most 1d; light_sleeper: max_snoozes=3
 FAIR = "tests.apps.fair_app"    # fair_work: shared out by tenant
 
 
@@ -62,22 +62,22 @@ def test_show_says_a_ready_job_is_snoozed_or_scheduled_until_when(xjobsd, driver
 
 
 def test_with_the_app_a_debounced_job_says_when_it_starts_and_a_snoozed_one_its_limit(xjobsd, driver):
-    [first] = enqueue_many(flow_app.latest, [{"doc": 7, "v": 1}], driver=driver)
-    [again] = enqueue_many(flow_app.latest, [{"doc": 7, "v": 2}], driver=driver)
+    [first] = enqueue_many(waiting_app.settle_doc, [{"doc": 7, "v": 1}], driver=driver)
+    [again] = enqueue_many(waiting_app.settle_doc, [{"doc": 7, "v": 2}], driver=driver)
     assert again.id == first.id and again.debounced
     view = driver.job_get(first.id)
     debounced = (f"debounced: starts at {iso(view.run_at)} unless enqueued again, "
-                 f"at the latest {iso(view.created_at + 60_000.0)}")
-    assert said(xjobsd, first.id, "--app", FLOW) == (debounced, debounced)
+                 f"at the latest {iso(view.created_at + 86_400_000.0)}")
+    assert said(xjobsd, first.id, "--app", WAITS) == (debounced, debounced)
     scheduled = f"scheduled for {iso(view.run_at)}"
     assert said(xjobsd, first.id) == (scheduled, scheduled)      # no app at hand: its debounce is unknown
-    assert escaped(debounced) in dashboard_says(driver, first.id)   # this process imported flow_app
+    assert escaped(debounced) in dashboard_says(driver, first.id)   # this process imported waiting_app
 
-    [nap] = enqueue_many(flow_app.napper, [{"n": 1}], driver=driver)
-    [job] = [j for j in claim(driver, "flow") if j.id == nap.id]
+    [nap] = enqueue_many(waiting_app.light_sleeper, [{"n": 1}], driver=driver)
+    [job] = [j for j in claim(driver, "waits") if j.id == nap.id]
     assert driver.job_nack(Nack(job.id, job.token, "snoozed", delay_ms=600_000))
     snoozed = f"snoozed until {iso(driver.job_get(nap.id).run_at)} (snooze 1 of at most 3)"
-    assert said(xjobsd, nap.id, "--app", FLOW) == (snoozed, snoozed)
+    assert said(xjobsd, nap.id, "--app", WAITS) == (snoozed, snoozed)
 
 
 def test_a_due_job_of_a_fair_queue_says_where_its_tenant_stands(xjobsd, driver):

@@ -1,7 +1,8 @@
 """The driver state machine with fair claims: every rule of
 ``test_driver_state_machine.DriverPair`` (enqueue, claim, ack, nack, cancel, requeue, rescue,
 release, prune, ...) interleaved with enqueues of keyed jobs and fair claims, on both drivers,
-comparing every answer, every row and each queue's rotation (keys and passes) after each step."""
+comparing every answer, every row and each queue's rotation (keys and passes) after each step,
+and where a job stands in it (``fair_place``)."""
 
 from __future__ import annotations
 
