@@ -31,16 +31,17 @@ def cli(env, *args: str) -> subprocess.CompletedProcess:
 
 def dashboard_row(port: int, queue: str) -> dict[str, int]:
     """The reasons and counts the overview's row of ``queue`` shows in its waiting cell."""
-    pytest.importorskip("werkzeug", reason="the dashboard needs the ui extra")
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
         page = answer.read().decode()
     row = page.split(f'<tr data-queue="{queue}">', 1)[1].split("</tr>", 1)[0]
     cell = row.split('data-testid="waiting">', 1)[1].split("</td>", 1)[0]
+    # each count says its reason, and what the reason means where one points at it
     return {reason: int(n) for reason, n, again in
-            re.findall(r'<span data-reason="(\w+)"[^>]*>(\d+) (\w+)</span>', cell) if reason == again}
+            re.findall(r'<span data-reason="(\w+)" title="[^"]+">(\d+) (\w+)</span>', cell) if reason == again}
 
 
 def test_every_surface_counts_the_waiting_jobs_alike(daemon_env):
+    pytest.importorskip("werkzeug", reason="the dashboard needs the ui extra")
     env, driver = daemon_env, daemon_env.driver
     port = free_port()
     # "held" is served by no worker of this daemon, so nothing the test sets up is claimed
