@@ -15,11 +15,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Iterable
 
+from .drivers.fair import FairPlace, fair_of
 from .drivers.fanins import fanins_of
 from .drivers.base import LIVE_STATES, Batch, DeadGroup, JobDriver, JobView, ListFilter
-from .errors import InvalidOption, UnknownQueue
+from .errors import InvalidOption, UnknownJob, UnknownQueue
 from .options import duration_ms, finite_count, plain_name
 from .rate_keys import rate_waiting
+from .registry import REGISTRY
+from .snooze import SnoozePolicy
 # what a job waits for and the queues' table are the API's projection too (``xjobs.get``,
 # ``xjobs.queues``): one copy, there
 from .views import WaitingFor as WaitingFor, queues as queues, waiting_for as waiting_for
@@ -220,27 +223,53 @@ def jobs_json(driver: JobDriver, views: list[JobView]) -> list[dict[str, Any]]:
 
 def job_json(driver: JobDriver, view: JobView) -> dict[str, Any]:
     """One job as ``xjobsd jobs show --json`` prints it and ``/api/jobs/ID`` answers it: a
-    backfill's run with its ledger row, a job of a workflow with its parent and children."""
+    backfill's run with its ledger row, a job of a workflow with its parent and children, a
+    due job of a fair queue with its place in the rotation (``fair``)."""
     backfill = by_job(driver).get(view.id)
     rated = rate_waiting(driver, view.id)
+    place = fair_place(driver, view)
     extra = {**({"backfill": backfill} if backfill is not None else {}), **(family(driver, view.id) or {}),
              **({"rate_key": {**rated, "window_opened": iso(rated["window_opened"]),
                               "waiting_until": iso(rated["waiting_until"])}}
                 if rated is not None else {}),
-             "waiting": job_waiting(driver, view, rated)}
+             **({"fair": {"key": place.key, "ahead": place.ahead, "keys_ahead": place.keys_ahead,
+                          "keys": place.keys}} if place is not None else {}),
+             "waiting": job_waiting(driver, view, rated, place)}
     data: dict[str, Any] = plain({**shown(view), **extra})
     return data
 
 
-_UNREAD: Any = object()   # job_waiting's rate key, not read by the caller yet
+_UNREAD: Any = object()   # job_waiting's rate key or fair place, not read by the caller yet
 
 
-def job_waiting(driver: JobDriver, view: JobView, rated: dict[str, Any] | None = _UNREAD) -> str | None:
-    """``views.why_waiting`` of a job, told with the database's clock and the job's rate key
-    (``rated``: already read by the caller, None when the job has none; else read here)."""
+def job_waiting(driver: JobDriver, view: JobView, rated: dict[str, Any] | None = _UNREAD,
+                place: FairPlace | None = _UNREAD) -> str | None:
+    """``views.why_waiting`` of a job, told with the database's clock, the job's rate key and
+    its place in a fair rotation (``rated``, ``place``: already read by the caller, None when
+    the job has none; else read here), and its job's declaration in this process's registry
+    (``--app``; without it a debounced job reads as scheduled, a snooze without its limit)."""
     if view.state != "ready":
         return why_waiting(view)
-    return why_waiting(view, driver.clock_now_ms(), rate_waiting(driver, view.id) if rated is _UNREAD else rated)
+    return why_waiting(view, driver.clock_now_ms(), rate_waiting(driver, view.id) if rated is _UNREAD else rated,
+                       fair_place(driver, view) if place is _UNREAD else place, declared_snoozing(view.name))
+
+
+def fair_place(driver: JobDriver, view: JobView) -> FairPlace | None:
+    """Where a ready job of a fair queue stands (``driver.fair.fair_place``); None for any
+    other job, or a driver without fair claims."""
+    fair = fair_of(driver)
+    if fair is None or view.fair_key is None or view.state != "ready":
+        return None
+    return fair.fair_place(view.id)
+
+
+def declared_snoozing(name: str) -> SnoozePolicy | None:
+    """What the job named ``name`` declares of snoozes and debounce, if this process imported
+    its declaration (None: the app is not at hand, or does not declare it)."""
+    try:
+        return REGISTRY.get(name).snoozing
+    except UnknownJob:
+        return None
 
 
 def tasks_json(driver: JobDriver, tasks: Iterable[Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from .drivers.records import WAITING_REASONS
 from .views import iso as iso, plain as plain
 
 
@@ -28,6 +29,23 @@ def age(seconds: float | None) -> str:
 def queue_state(paused: bool, by: str | None) -> str:
     """A queue's state: ``active``, or ``paused by WHO`` (never a job's word, ``running``)."""
     return f"paused by {by or '?'}" if paused else "active"
+
+
+# what each reason of WAITING_REASONS means, where a reader may ask (the dashboard's queue table)
+WAITING_WORDS = {
+    "key": "members of a concurrency key waiting for its room",
+    "sequence": "members of a sequence waiting for their turn",
+    "rate": "ready jobs held until their rate key's window opens",
+    "snoozed": "ready jobs that snoozed, due later",
+    "scheduled": "ready jobs due later: a delay, run_at, a retry's backoff or a debounce",
+}
+
+
+def waiting_counts(reasons: Mapping[str, int] | None) -> str:
+    """A queue's jobs that wait, by reason (``xjobs_queue_waiting_jobs``), the reasons with
+    any in their fixed order: ``3 key, 1 snoozed``; empty when none waits."""
+    found = reasons or {}
+    return ", ".join(f"{found[reason]} {reason}" for reason in WAITING_REASONS if found.get(reason))
 
 
 def child_state(child: Mapping[str, Any]) -> str:

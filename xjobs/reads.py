@@ -112,8 +112,9 @@ def queues(*, driver: QueueStore | None = None, registry: Registry | None = None
     """Every queue this process declares (the jobs of ``registry``, by default the one
     ``@xjobs.job`` fills), with live jobs, or paused, as ``xjobsd queues ls --json`` prints it
     for the same app: ``paused`` (and ``paused_by``), ``depth`` and ``oldest_ready_seconds`` of
-    its due ready jobs, and how many are ``ready``, ``running``, ``suspended``, ``dead`` and
-    ``quarantined``, read now."""
+    its due ready jobs, how many are ``ready``, ``running``, ``suspended``, ``dead`` and
+    ``quarantined``, and ``waiting``: the live jobs that wait, by reason (``key``, ``sequence``,
+    ``rate``, ``snoozed``, ``scheduled``), read now."""
     store = driver if driver is not None else current_driver()
     declared = tuple((registry if registry is not None else REGISTRY).queues())
     rows: list[dict[str, Any]] = plain(queue_rows(store, declared))   # as --json prints them, through the same plain()

@@ -11,6 +11,9 @@ from datetime import datetime, timezone
 from typing import Any, Mapping, NotRequired, TypedDict
 
 from .drivers.base import LATEST_MS, HistoryEntry, JobView, QueueStore
+from .drivers.fair import FAIR_AHEAD_MOST, FairPlace
+from .drivers.records import WAITING_REASONS
+from .snooze import SnoozePolicy
 
 _TIME_FIELDS = ("run_at", "created_at", "finished_at", "lease_expires_at", "at", "started_at",
                 "wake_at", "until", "changed_at")
@@ -73,23 +76,68 @@ def key_waiting(view: JobView) -> str | None:
 
 
 def why_waiting(view: JobView, now_ms: float | None = None,
-                rated: Mapping[str, Any] | None = None) -> str | None:
+                rated: Mapping[str, Any] | None = None, fair: FairPlace | None = None,
+                policy: SnoozePolicy | None = None) -> str | None:
     """Why a live job that is not running waits, in words: the one sentence ``jobs show``, its
     ``--json``, ``xjobs.get``, the dashboard's job page and its API give. A member waiting for
     its key or sequence (``key_waiting``); a ready job held by its rate key (``rated``: what
     ``rate_keys.rate_waiting`` says of it), or due later (``now_ms``, the database's clock)
-    because it snoozed or was scheduled. None: it may run now, or it is not waiting (running,
-    finished, suspended at a step: ``waiting_for`` says what that step waits for). Without
-    ``now_ms`` and ``rated`` only the keyed sentences can be told."""
+    because it is debounced, snoozed or was scheduled (``later_waiting``; ``policy``: its job's
+    declared snoozes and debounce, when the declaration is at hand); a due job of a fair queue
+    behind other keys' turns or its own key's jobs (``fair``: its ``fair_place``,
+    ``fair_waiting``). None: it may run now, or it is not waiting (running, finished,
+    suspended at a step: ``waiting_for`` says what that step waits for). Without ``now_ms``
+    and ``rated`` only the keyed sentences can be told."""
     keyed = key_waiting(view)
     if keyed is not None or view.state != "ready":
         return keyed
     if rated is not None and rated.get("waiting_until") is not None:
         return (f"rate key {rated['key']} until {iso(rated['waiting_until'])} "
                 f"({rated['started']} of {rated['cap']} started in its window)")
-    if now_ms is None or view.run_at <= now_ms:
+    if now_ms is None:
         return None
-    return f"{'snoozed until' if view.snoozes > 0 else 'scheduled for'} {iso(view.run_at)}"
+    if view.run_at > now_ms:
+        return later_waiting(view, policy)
+    return None if fair is None else fair_waiting(view, fair)
+
+
+def later_waiting(view: JobView, policy: SnoozePolicy | None = None) -> str:
+    """A ready job due later, in words: debounced (its job declares ``debounce=`` and it has
+    never started: another enqueue of its key moves it, never past its first enqueue plus
+    ``debounce_max``), snoozed (how often, of the most its job allows), or scheduled."""
+    if policy is not None and policy.debounce_ms is not None and view.started_at is None \
+            and policy.debounce_max_ms is not None:
+        latest = max(view.run_at, view.created_at + policy.debounce_max_ms)
+        return (f"debounced: starts at {iso(view.run_at)} unless enqueued again, "
+                f"at the latest {iso(latest)}")
+    if view.snoozes > 0:
+        most = f" of at most {policy.max_snoozes}" if policy is not None else ""
+        return f"snoozed until {iso(view.run_at)} (snooze {view.snoozes}{most})"
+    return f"scheduled for {iso(view.run_at)}"
+
+
+def fair_waiting(view: JobView, place: FairPlace) -> str | None:
+    """A due job of a fair queue, in words: where its key stands in the rotation and how many
+    of its key's jobs come first. None when neither holds it: it is next, and waits for
+    nothing but a free worker (the rotation never leaves one idle while a key has due work)."""
+    if not place.ahead and not place.keys_ahead:
+        return None
+    who = "tenant" if place.key == view.tenant else "key"
+    others = place.keys - 1
+    if place.keys_ahead is None:
+        turn = f"{who} {place.key!r} is joining the rotation"
+    elif place.keys_ahead == 0:
+        turn = f"{who} {place.key!r} is first in the rotation"
+    elif others == 1:
+        turn = f"the other key with ready work turns before {who} {place.key!r}"
+    else:
+        some = f"all {others}" if place.keys_ahead >= others else f"{place.keys_ahead} of the {others}"
+        turn = (f"{some} other keys with ready work turn{'s' if place.keys_ahead == 1 else ''} "
+                f"before {who} {place.key!r}")
+    many = f"{FAIR_AHEAD_MOST}+" if place.ahead >= FAIR_AHEAD_MOST else str(place.ahead)
+    line = ("it is first of its jobs" if not place.ahead else
+            f"{many} of its due jobs come{'s' if place.ahead == 1 else ''} first")
+    return f"its {who}'s share: {turn}; {line}"
 
 
 def life(view: JobView) -> tuple[HistoryEntry, ...]:
@@ -132,9 +180,12 @@ def queues(driver: QueueStore, known: tuple[str, ...] = ()) -> list[dict[str, An
     depth, oldest ready age and live counts (read through the partial indexes, never the
     finished bulk); ``changed_at``, when its switch last changed (epoch milliseconds here,
     ISO-8601 once ``plain``). A switch left resumed on a queue nothing else names is no
-    queue: a name once paused by mistake does not stay listed for ever."""
+    queue: a name once paused by mistake does not stay listed for ever. ``waiting``: the live
+    jobs that wait, by every reason of ``WAITING_REASONS`` (0 when none does), the numbers
+    ``/metrics`` and ``xjobsd status`` show, from the same read."""
     counts = driver.queue_counts()
     summary = driver.queue_summary()
+    waits = driver.queue_waiting()
     control = {c.name: c for c in driver.queue_control()}
     paused = {name for name, switch in control.items() if switch.paused}
     rows = []
@@ -150,5 +201,6 @@ def queues(driver: QueueStore, known: tuple[str, ...] = ()) -> list[dict[str, An
             "oldest_ready_seconds": ready.oldest_ready_ms / 1000.0 if ready else 0.0,
             **{state: states.get(state, 0) for state in ("ready", "running", "suspended", "dead",
                                                          "quarantined")},
+            "waiting": {reason: waits.get(name, {}).get(reason, 0) for reason in WAITING_REASONS},
         })
     return rows

@@ -110,3 +110,21 @@ def test_a_fair_row_is_claimed_by_a_plain_claim_too_and_leaves_the_rotation_in_s
     driver.job_enqueue(keyed("a", 2))
     assert len(claim(driver, limit=10)) == 2
     assert fair(driver, 2) == [] and driver.fair.fair_turns("default") == []
+
+
+def test_fair_place_tells_where_a_due_job_stands_in_its_key_and_the_rotation(driver, clock):
+    from xjobs.drivers.fair import FairPlace
+    ids = [e.id for e in driver.job_enqueue(keyed("a", 3) + keyed("b", 2) + keyed("c", 1))]
+    assert tenants(fair(driver, 1)) == ["a"]           # a moves on by one turn: b and c are before it now
+    a1, a2, b0, b1, c0 = ids[1], ids[2], ids[3], ids[4], ids[5]
+    assert driver.fair.fair_place(a2) == FairPlace("a", 1, 2, 3)     # a-1 before it; b and c before a
+    assert driver.fair.fair_place(b1) == FairPlace("b", 1, 0, 3)
+    assert driver.fair.fair_place(c0) == FairPlace("c", 0, 1, 3)
+    urgent = driver.job_enqueue(keyed("a", 1, start=9, priority=-1))[0].id
+    assert driver.fair.fair_place(a1) == FairPlace("a", 1, 2, 3)     # priority orders a key's line
+    assert driver.fair.fair_place(urgent) == FairPlace("a", 0, 2, 3)
+    later = driver.job_enqueue(keyed("d", 1, run_at_ms=clock.now_ms() + 60_000.0))[0].id
+    plain_job = driver.job_enqueue([new_job("plain", tenant="d")])[0].id
+    # not due, no key, not ready, or no job: nothing to tell
+    assert [driver.fair.fair_place(i) for i in (later, plain_job, ids[0], 10**12, -1)] == [None] * 5
+    assert driver.fair.fair_place(b0).keys == 4                      # d joined the rotation, due or not

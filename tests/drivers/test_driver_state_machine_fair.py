@@ -1,7 +1,8 @@
 """The driver state machine with fair claims: every rule of
 ``test_driver_state_machine.DriverPair`` (enqueue, claim, ack, nack, cancel, requeue, rescue,
 release, prune, ...) interleaved with enqueues of keyed jobs and fair claims, on both drivers,
-comparing every answer, every row and each queue's rotation (keys and passes) after each step."""
+comparing every answer, every row and each queue's rotation (keys and passes) after each step,
+and where a job stands in it (``fair_place``)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,10 @@ class FairPair(DriverPair):
         mem = fair(self.memory).job_claim_fair(FairClaim(queue, limit, 1000, worker, weights, names))
         pg = fair(self.pg).job_claim_fair(FairClaim(queue, limit, 1000, worker, weights, names))
         return self.remember(mem, pg)
+
+    @rule(job_id=st.integers(1, 30))
+    def same_place(self, job_id):
+        assert fair(self.memory).fair_place(job_id) == fair(self.pg).fair_place(job_id)
 
     @invariant()
     def same_turns(self):

@@ -42,6 +42,7 @@ PARAMS: dict[str, tuple[str, object]] = {
     "count": ("int4", 3),
     "idle": ("text[]", ["acme"]),
     "turns": ("int8", 14),
+    "most": ("int8", 10_000),
     "weights": ("text", '[{"k": "acme", "w": 2.0}]'),
     "queues": ("text[]", ["default"]),
     "skip": ("text[]", ["acme"]),

@@ -32,7 +32,8 @@ from ..errors import InvalidOption
 from ..factories.backfill_report import by_job
 from ..formatting import iso, plain
 from ..views import shown
-from .common import add_database_flags, driver_from, print_json, print_table, settings_from
+from .common import (add_database_flags, driver_from, found_apps, import_apps, print_json, print_table,
+                     settings_from)
 
 _LIST_COLUMNS = ["id", "name", "queue", "state", "attempt", "tenant", "run_at", "last_error"]
 _FOLLOW_EVERY_S = 1.0
@@ -53,6 +54,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     show = verbs.add_parser("show", help="one job with its history and progress")
     show.add_argument("id", type=int, help="the job's id")
+    show.add_argument("--app", action="append", default=[],
+                      help="module declaring the job (repeatable; default: XJOBS_APP, else the app of the "
+                           "daemon running from this directory): what it declares of debounce and snoozes")
     show.set_defaults(handler=show_job)
 
     cancel = verbs.add_parser("cancel", help="cancel one job, or every live job matching filters")
@@ -253,8 +257,14 @@ def _clipped(text: str, most: int = 2000) -> str:
 
 
 def show_job(args: argparse.Namespace) -> int:
-    driver = _driver(args)
+    settings = settings_from(args)
+    driver = driver_from(settings)
     view = driver.job_get(args.id)
+    # only a ready job's sentence needs its declaration (debounce, max_snoozes): the app is
+    # looked for only then, though an --app given is always imported (and refused if wrong)
+    apps = list(args.app) or (found_apps(args, settings) if view.state == "ready" else [])
+    if apps:
+        import_apps(apps)
     _print_one(view, args.json, driver)
     return 0
 

@@ -1,6 +1,7 @@
 """``xjobsd queues ls|pause|resume``: queue control, fleet-wide, stored in the database.
 
-    xjobsd queues ls [--json]      every queue: paused, depth, oldest ready, live counts
+    xjobsd queues ls [--json]      every queue: paused, depth, oldest ready, live counts, and
+                                   the jobs that wait by reason (as /metrics and status count them)
     xjobsd queues pause NAME       no worker on any machine claims from NAME (running jobs finish)
     xjobsd queues resume NAME      claims start again at once (idle workers are woken)
 
@@ -21,7 +22,7 @@ import getpass
 from .. import admin
 from ..config import Settings
 from ..errors import UnknownQueue
-from ..formatting import iso, queue_state
+from ..formatting import iso, queue_state, waiting_counts
 from ..registry import REGISTRY
 from .common import (add_database_flags, driver_from, found_apps, import_apps, print_json, print_table,
                      settings_from)
@@ -65,10 +66,11 @@ def list_queues(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
-    print_table(["queue", "state", "depth", "oldest ready", "running", "suspended", "dead", "quarantined"],
+    print_table(["queue", "state", "depth", "oldest ready", "running", "suspended", "dead", "quarantined",
+                 "waiting"],
                 [[r["name"], queue_state(r["paused"], r["paused_by"]), r["depth"],
                   f"{r['oldest_ready_seconds']:.1f}s", r["running"], r["suspended"], r["dead"],
-                  r["quarantined"]] for r in rows])
+                  r["quarantined"], waiting_counts(r["waiting"])] for r in rows])
     return 0
 
 

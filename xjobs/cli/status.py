@@ -21,9 +21,8 @@ from typing import Any
 import orjson
 
 from ..drivers.base import ProgressReport
-from ..drivers.records import WAITING_REASONS
 from ..options import duration_ms
-from ..formatting import age, child_state
+from ..formatting import age, child_state, waiting_counts
 from .common import add_control_flags, ask_daemon, print_table, refusal_exit_code
 
 _WAIT_POLL_S = 0.2
@@ -97,7 +96,7 @@ def status(args: argparse.Namespace) -> int:
     print()
     queues = [[name, _dash(q["depth"]), age(q["oldest_ready_seconds"]) if q["oldest_ready_seconds"] is not None else "-",
                q["in_flight"], f"{q['processes']}x{q['concurrency']}", "paused" if q.get("paused") else "",
-               q.get("quarantined") or "", q.get("unknown_jobs") or "", _waiting(q.get("waiting"))]
+               q.get("quarantined") or "", q.get("unknown_jobs") or "", waiting_counts(q.get("waiting"))]
               for name, q in answer["queues"].items()]
     print_table(["queue", "depth", "oldest ready", "in flight", "processes", "paused", "quarantined",
                  "unknown jobs", "waiting"], queues)
@@ -135,12 +134,6 @@ def _figures_age(queues: dict[str, dict[str, Any]]) -> str:
     if not ages:
         return "queue figures not read from the database yet"
     return f"queue figures as of {age(max(ages))} ago"
-
-
-def _waiting(reasons: dict[str, int] | None) -> str:
-    """The jobs of a queue that wait, by reason (``xjobs_queue_waiting_jobs``): "3 key, 1 snoozed"."""
-    found = reasons or {}
-    return ", ".join(f"{found[reason]} {reason}" for reason in WAITING_REASONS if found.get(reason))
 
 
 def _dash(value: object) -> object:

@@ -21,6 +21,11 @@ keys' lines (an index per key), never the backlog behind them.
   transaction still making work ready for a key of its lock bucket is open, when it is
   passed over again next turn).
 * ``fair_turns(queue, limit)``: the rotation as it stands, lowest pass first.
+* ``fair_place(job_id)``: where a due ready job of a fair queue stands (``FairPlace``), for
+  ``jobs show``: the keys before its key in the rotation, and its key's due jobs before it.
+  None for a job that is not ready and due, carries no key, or is a suspect of a crash (those
+  are claimed alone, not in turns). Read for one job at a time: two index reads, the one
+  ahead in its key's line bounded by ``FAIR_AHEAD_MOST``.
 
 A fair claim takes no per-job caps or per-process tenant limits (``Claim.caps``,
 ``Claim.tenants``): what is claimed past them is shed by the worker's admission, as for any
@@ -36,11 +41,13 @@ from typing import Collection, Mapping, Protocol, runtime_checkable
 from ..errors import InvalidOption
 from ..options import finite_count
 from .records import ClaimedJob
-from .refusals import MAX_ROWS, check_job_names, check_lease
+from .refusals import MAX_ROWS, check_job_names, check_lease, is_bigint
 
 # keys read beyond a claim's limit: a turn that finds a few keys with nothing due still fills
 FAIR_SPARE_TURNS = 4
 MAX_WEIGHT = 1_000_000.0
+# the most of its own key's jobs fair_place counts ahead of a job: a key's backlog is read no further
+FAIR_AHEAD_MOST = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +67,20 @@ class FairClaim:
     def turns(self) -> int:
         """How many keys one claim reads."""
         return self.limit + FAIR_SPARE_TURNS
+
+
+@dataclass(frozen=True, slots=True)
+class FairPlace:
+    """Where a due ready job of a fair queue stands: ``key``, its fair key; ``ahead``, the due
+    ready jobs of that key a claim takes before it (priority, run_at, id; at most
+    ``FAIR_AHEAD_MOST``); ``keys_ahead``, the keys before its key in the rotation (lower pass,
+    ties by key; None: its key is not in the rotation at this moment); ``keys``, the keys in the
+    queue's rotation, its own among them."""
+
+    key: str
+    ahead: int
+    keys_ahead: int | None
+    keys: int
 
 
 def check_weight(weight: object, option: str) -> float:
@@ -96,6 +117,7 @@ def check_fair_claim(claim: FairClaim) -> FairClaim:
 class FairClaims(Protocol):
     def job_claim_fair(self, claim: FairClaim) -> list[ClaimedJob]: ...
     def fair_turns(self, queue: str, limit: int = 100) -> list[tuple[str, float]]: ...
+    def fair_place(self, job_id: int) -> FairPlace | None: ...
 
 
 class CheckedFair(FairClaims):
@@ -113,6 +135,9 @@ class CheckedFair(FairClaims):
     def fair_turns(self, queue: str, limit: int = 100) -> list[tuple[str, float]]:
         return self._inner.fair_turns(queue, finite_count(limit, "limit", minimum=1, maximum=MAX_ROWS))
 
+    def fair_place(self, job_id: int) -> FairPlace | None:
+        return self._inner.fair_place(job_id) if is_bigint(job_id) else None
+
 
 def fair_of(driver: object) -> FairClaims | None:
     """The driver's fair claims, or None for a driver without them."""
@@ -120,5 +145,5 @@ def fair_of(driver: object) -> FairClaims | None:
     return found if isinstance(found, FairClaims) else None
 
 
-__all__ = ["FAIR_SPARE_TURNS", "FairClaim", "FairClaims", "CheckedFair", "check_weight", "check_weights",
+__all__ = ["FAIR_AHEAD_MOST", "FAIR_SPARE_TURNS", "FairClaim", "FairPlace", "FairClaims", "CheckedFair", "check_weight", "check_weights",
            "check_fair_claim", "fair_of"]

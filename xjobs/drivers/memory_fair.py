@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 
-from .fair import FairClaim, FairClaims
+from .fair import FAIR_AHEAD_MOST, FairClaim, FairClaims, FairPlace
 from .memory_jobs import MemoryJobs
 from .memory_rate_keys import rate_open
 from .memory_table import MemoryTable, Row, by_claim_order
@@ -74,3 +74,20 @@ class MemoryFair(FairClaims):
     def fair_turns(self, queue: str, limit: int = 100) -> list[tuple[str, float]]:
         with self._table.lock:
             return sorted(self.turns.get(queue, {}).items(), key=lambda kv: (kv[1], kv[0]))[:limit]
+
+    def fair_place(self, job_id: int) -> FairPlace | None:
+        """``fair_place``: the keys before the job's in the rotation, its key's due jobs before it."""
+        table = self._table
+        with table.lock:
+            at = table.now()
+            row = table.rows.get(job_id)
+            if row is None or row.state != "ready" or row.fair_key is None or row.run_at > at or row.crashes:
+                return None
+            key, place = row.fair_key, by_claim_order(row)
+            ahead = sum(1 for r in table.rows.values()
+                        if r.state == "ready" and r.queue == row.queue and r.fair_key == key and r.run_at <= at
+                        and r.crashes == 0 and by_claim_order(r) < place)
+            keys = self.turns.get(row.queue, {})
+            turn = keys.get(key)
+            keys_ahead = None if turn is None else sum(1 for k, p in keys.items() if (p, k) < (turn, key))
+            return FairPlace(key, min(ahead, FAIR_AHEAD_MOST), keys_ahead, len(keys))

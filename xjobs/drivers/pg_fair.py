@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .fair import FairClaim, FairClaims
+from .fair import FAIR_AHEAD_MOST, FairClaim, FairClaims, FairPlace
 from .pg_database import PgDatabase
 from .records import ClaimedJob
 
@@ -52,3 +52,9 @@ class PgFair(FairClaims):
         with self._db.cursor() as cur:
             cur.execute(self._db.sql["fair_turns"], {"queue": queue, "limit": limit})
             return [(r[0], float(r[1])) for r in cur.fetchall()]
+
+    def fair_place(self, job_id: int) -> FairPlace | None:
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["fair_place"], {**self._db.now(), "id": job_id, "most": FAIR_AHEAD_MOST})
+            row = cur.fetchone()
+        return None if row is None else FairPlace(row[0], row[1], row[2], row[3])

@@ -1375,6 +1375,29 @@ returning t.fair_key
 select fair_key, pass from {schema}.fair_tenants where queue = %(queue)s
 order by pass, fair_key limit %(limit)s
 
+-- name: fair_place
+-- where one due ready job of a fair queue stands (jobs show): its key's due jobs a claim takes
+-- before it (jobs_fair_ready_idx, read no further than %(most)s), the keys before its key in the
+-- rotation (fair_tenants_turn_idx; null when its key is not in it) and the keys in it. No row
+-- for a job not ready and due, without a key, or a suspect of a crash (claimed alone, not in turns)
+with job as (
+    select id, queue, fair_key, priority, run_at from {schema}.jobs
+    where id = %(id)s and state = 'ready' and fair_key is not null and run_at <= {now} and crashes = 0
+), turn as (
+    select t.pass, t.fair_key from {schema}.fair_tenants t join job on t.queue = job.queue and t.fair_key = job.fair_key
+)
+select job.fair_key,
+       (select count(*) from (select 1 from {schema}.jobs j
+                              where j.state = 'ready' and j.queue = job.queue and j.fair_key = job.fair_key
+                                and j.run_at <= {now} and j.crashes = 0
+                                and (j.priority, j.run_at, j.id) < (job.priority, job.run_at, job.id)
+                              limit %(most)s) as a)::int,
+       case when exists (select 1 from turn) then
+           (select count(*) from {schema}.fair_tenants t, turn
+            where t.queue = job.queue and (t.pass, t.fair_key) < (turn.pass, turn.fair_key))::int end,
+       (select count(*) from {schema}.fair_tenants t where t.queue = job.queue)::int
+from job
+
 -- name: job_debounce
 -- debounced enqueues (job(debounce=)), one row per namespace with its newest input, sent before
 -- job_enqueue (a burst's key is held) and after it for keys the insert found held: a holder

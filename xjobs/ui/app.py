@@ -32,7 +32,7 @@ from .. import admin
 from ..drivers.base import LIVE_STATES, STATES, JobDriver, RunningPage
 from ..drivers.refusals import is_bigint
 from ..errors import DatabaseTimeout, DriverError, JobNotFound, XJobsError
-from ..formatting import age, child_state, either, queue_state
+from ..formatting import WAITING_WORDS, age, child_state, either, queue_state
 from . import pages, params
 from .api import JsonApi, api_rules, is_api, refusal
 from .params import FILTERS, raw_filters, start_time
@@ -83,7 +83,8 @@ class Dashboard:
         self.env.filters.update(iso=_iso, age=age, either=either, child_state=child_state,
                                 first_line=_first_line)
         self.env.globals.update(states=STATES, live_states=LIVE_STATES, requeuable=admin.REQUEUABLE,
-                                filters=FILTERS, queue_state=queue_state)
+                                filters=FILTERS, queue_state=queue_state,
+                                waiting_words=WAITING_WORDS)
         self.routes = Map([
             Rule("/", endpoint="overview", methods=["GET"]),
             Rule("/jobs", endpoint="jobs", methods=["GET"]),
