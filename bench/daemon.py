@@ -8,7 +8,7 @@ reading needs no polling precision; the poll that waits for the end asks two ``e
 questions of the partial indexes, so the watcher costs the server next to nothing.
 
 Also the parts every benchmark shares: readiness over the daemon's control socket, the title
-and resident memory of each of its processes, the percentile the tables print, and the raw
+and memory (VmRSS, PSS, USS) of each of its processes, the percentile the tables print, and the raw
 LISTEN/NOTIFY session the latency baselines time against (``raw_listener``).
 """
 
