@@ -8,7 +8,7 @@ reading needs no polling precision; the poll that waits for the end asks two ``e
 questions of the partial indexes, so the watcher costs the server next to nothing.
 
 Also the parts every benchmark shares: readiness over the daemon's control socket, the title
-and resident memory of each of its processes, the percentile the tables print, and the raw
+and memory (VmRSS, PSS, USS) of each of its processes, the percentile the tables print, and the raw
 LISTEN/NOTIFY session the latency baselines time against (``raw_listener``).
 """
 
@@ -160,6 +160,11 @@ class Daemon:
         """Resident memory of every process of this daemon, by title."""
         return process_rss(self.proc.pid)
 
+    def memory_mib(self) -> dict[str, "Memory"]:
+        """VmRSS, PSS and USS of every process of this daemon, by title."""
+        return {title: mem for pid in [self.proc.pid, *_children(self.proc.pid)]
+                if (title := proc_title(pid)) is not None and (mem := Memory.of(pid)) is not None}
+
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Every child of THIS daemon ready, asked over its control socket (the database would
         count other daemons' sessions too)."""
@@ -229,6 +234,30 @@ def percentile(samples: list[float], q: float) -> float:
     if q == 0.5:
         return statistics.median(ordered)
     return ordered[max(0, int(len(ordered) * q) - 1)]
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One process's memory (MiB), from ``/proc/PID/smaps_rollup``. ``rss`` counts every page
+    the process maps, shared or not: a forked child's copy-on-write pages count whole in each
+    child and again in its parent. ``pss`` divides each page by the processes that map it, so
+    the PSS of a daemon's processes adds up to what the daemon costs the machine; ``uss`` is
+    the pages only this process maps, what its exit would give back."""
+
+    rss: float
+    pss: float
+    uss: float
+
+    @classmethod
+    def of(cls, pid: int) -> "Memory | None":
+        try:
+            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            return None
+        kib = {key: int(rest.split()[0]) for key, _, rest in
+               (line.partition(":") for line in text.splitlines()[1:]) if rest.strip()}
+        return cls(kib["Rss"] / 1024.0, kib["Pss"] / 1024.0,
+                   (kib["Private_Clean"] + kib["Private_Dirty"]) / 1024.0)
 
 
 def rss_mib(pid: int) -> float | None:

@@ -29,10 +29,11 @@ inputs in a fresh process (its peak client memory is the resident-set growth of 
 
 Pickup: ``enqueue()`` called to the body's first line, through ``xjobsd``, on an idle queue
 and while another queue of the same daemon drains a steady stream at half of what the first
-``--queue`` shape drained (``bench/pickup.py``). Memory: RSS of every process of an idle
-``xjobsd --queue bench``.
+``--queue`` shape drained (``bench/pickup.py``). Memory: VmRSS, PSS and USS of every process
+of an idle ``xjobsd --queue bench``, just started and after draining 20,000 jobs
+(``--memory-only`` prints that table alone, in a few seconds).
 
-    python bench/throughput.py [--jobs 100000] [--queue bench=256 ...] [--rounds 3] [--dsn ...]
+    python bench/throughput.py [--jobs 100000] [--queue bench=256 ...] [--rounds 3] [--dsn ...] [--memory-only]
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ import uuid
 import psycopg
 
 import xjobs
-from daemon import Daemon, ServerWork, daemon_drain, drop_schema, enqueue_noops, fresh_schema, percentile
+from daemon import (Daemon, Memory, ServerWork, daemon_drain, drop_schema, enqueue_noops, fresh_schema, percentile,
+                    wait_drained)
 from enqueue_bench import enqueue_bulk, enqueue_single
 from pickup import daemon_pickup
 from pgqueuer_drain import PGQUEUER_BATCH, PGQUEUER_PROCESSES, pgqueuer_drain, pgqueuer_missing
@@ -62,6 +64,8 @@ from xjobs.workers.outbox_relay import OutboxRelay
 
 RAW_BATCH = 500
 RAW_CONNECTIONS = 2
+# the no-op jobs an idle daemon drains before its memory is read again
+MEMORY_DRAIN = 20_000
 
 
 def raw_loop(dsn: str, jobs: int, *, on_jobs_table: bool) -> tuple[float, float]:
@@ -182,14 +186,20 @@ def _count_calls(driver: PostgresDriver, verbs: tuple[str, ...]) -> dict[str, in
     return counts
 
 
-def idle_memory(dsn: str) -> dict[str, float]:
-    """RSS (MiB) of each process of an idle ``xjobsd`` serving one queue at the default shape."""
+def idle_memory(dsn: str, jobs: int) -> tuple[dict[str, Memory], dict[str, Memory]]:
+    """VmRSS, PSS and USS (MiB) of each process of an idle ``xjobsd`` serving one queue at the
+    default shape: just started, and again idle after draining ``jobs`` no-op jobs (what a
+    worker's own work has made private of the pages it shares with its supervisor)."""
     schema = fresh_schema(dsn)
     try:
         with Daemon(dsn, schema, ["bench"]) as daemon:
             daemon.wait_ready()
             time.sleep(2.0)   # a few heartbeats and stats rounds
-            return daemon.rss_mib()
+            idle = daemon.memory_mib()
+            enqueue_noops(dsn, schema, jobs)
+            wait_drained(dsn, schema)
+            time.sleep(2.0)
+            return idle, daemon.memory_mib()
     finally:
         drop_schema(dsn, schema)
 
@@ -263,6 +273,21 @@ def outbox_pickup(dsn: str, samples: int) -> list[float]:
     return latencies
 
 
+def print_memory(memory: dict[str, Memory], worked: dict[str, Memory]) -> None:
+    def cells(mem: Memory | None) -> str:
+        return f"{mem.rss:>7.1f} {mem.pss:>6.1f} {mem.uss:>6.1f}" if mem else f"{'-':>7} {'-':>6} {'-':>6}"
+
+    print(f"\n{'xjobsd --queue bench (1x16), idle':<44} {'just started':>21}   {f'after {MEMORY_DRAIN:,} jobs':>21}")
+    print(f"{'MiB':<44} {'VmRSS':>7} {'PSS':>6} {'USS':>6}   {'VmRSS':>7} {'PSS':>6} {'USS':>6}")
+    for title, mem in sorted(memory.items()):
+        print(f"{title:<44} {cells(mem)}   {cells(worked.get(title))}")
+    total = [Memory(sum(m.rss for m in ms.values()), sum(m.pss for m in ms.values()), sum(m.uss for m in ms.values()))
+             for ms in (memory, worked)]
+    print(f"{'all processes (sum)':<44} {cells(total[0])}   {cells(total[1])}")
+    print("(VmRSS counts every page a child shares with its supervisor whole, in each process; PSS "
+          "divides each page among the processes that map it, so its sum is what the daemon costs)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=os.environ.get("XJOBS_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
@@ -272,9 +297,13 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=256, help="slots of the in-process worker")
     parser.add_argument("--step-jobs", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--memory-only", action="store_true", help="print the memory table alone")
     args = parser.parse_args()
     xjobs.configure(dsn=args.dsn)
     dsn, jobs = args.dsn, args.jobs
+    if args.memory_only:
+        print_memory(*idle_memory(dsn, MEMORY_DRAIN))
+        return 0
     shapes = args.queue or ["bench=256", "bench=1024"]
 
     drains: dict[str, list[float]] = {}
@@ -324,7 +353,7 @@ def main() -> int:
     idle = daemon_pickup(dsn, 200, load_queue=main_shape)
     loaded = daemon_pickup(dsn, 200, load_per_s=capacity / 2, load_queue=main_shape)
     outbox_latency = outbox_pickup(dsn, 30)
-    memory = idle_memory(dsn)
+    memory, worked = idle_memory(dsn, MEMORY_DRAIN)
 
     bare, table = statistics.median(drains["raw loop, bare table"]), statistics.median(drains["raw loop, xjobs jobs table"])
     med = statistics.median
@@ -367,9 +396,7 @@ def main() -> int:
                           ("outbox commit to body start (in-process)", outbox_latency)):
         p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
         print(f"{name:<44} {p50:>9.2f} {p99:>8.2f}")
-    print(f"\n{'idle xjobsd --queue bench (1x16), RSS':<44} {'MiB':>9}")
-    for title, mib in sorted(memory.items()):
-        print(f"{title:<44} {mib:>9.1f}")
+    print_memory(memory, worked)
     return 0
 
 

@@ -19,9 +19,6 @@ from datetime import datetime, timezone
 from typing import Iterator, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-from croniter.croniter import CroniterError
-
 from .errors import InvalidOption
 
 _ZONE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+)*$")
@@ -48,6 +45,10 @@ def check_expression(expr: object) -> str:
     fields = expr.split()
     if len(fields) not in (5, 6):
         raise InvalidOption("cron", f"must have five fields (or six, seconds last), got {len(fields)}: {expr!r}")
+    # croniter (and dateutil under it) is imported by the first task declared or walked, so
+    # an app without tasks never carries it, nor does every child forked from its supervisor
+    from croniter import croniter
+    from croniter.croniter import CroniterError
     try:
         croniter(expr, datetime(2000, 1, 1, tzinfo=timezone.utc))
     except (CroniterError, ValueError, KeyError) as exc:
@@ -81,6 +82,7 @@ class CroniterResolver:
     moment, so a task missed for a year costs one step, not a year of occurrences."""
 
     def _walk(self, expr: str, tz: str, start_ms: float, forwards: bool) -> Iterator[float]:
+        from croniter import croniter
         zone = check_zone(tz)
         start = datetime.fromtimestamp(start_ms / 1000.0, tz=timezone.utc).astimezone(zone)
         it = croniter(expr, start)

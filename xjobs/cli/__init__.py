@@ -28,12 +28,13 @@ SUBCOMMAND_MODULES = ("run", "status", "control", "migrate", "enqueue", "jobs", 
 _EXIT_PIPE_CLOSED = 141
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand's parser, or only the one module ``only`` names."""
     parser = Parser(prog="xjobsd", description="Durable background jobs on PostgreSQL.")
     # the schema this code installs beside the package's version: what a deploy must migrate to
     parser.add_argument("--version", action="version", version=f"xjobsd {__version__} (schema {SCHEMA_VERSION})")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for module_name in SUBCOMMAND_MODULES:
+    for module_name in SUBCOMMAND_MODULES if only is None else (only,):
         module = importlib.import_module(f"{__name__}.{module_name}")
         module.add_parser(sub)
     return parser
@@ -60,9 +61,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(argv: list[str] | None) -> int:
-    parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    # the daemon imports only its own subcommand: what its supervisor holds when it forks is in
+    # every child's memory, and the operator's commands are no part of a worker
+    parser = build_parser(only="run" if given[:1] == ["run"] else None)
     try:
-        args = parse(parser, sys.argv[1:] if argv is None else argv)
+        args = parse(parser, given)
         return int(args.handler(args) or 0)
     except USAGE_ERRORS as exc:
         print(refusal_line(exc), file=sys.stderr)

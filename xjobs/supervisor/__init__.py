@@ -16,7 +16,8 @@ Modules, one concern each:
   protocol and what each message must carry);
 * what it says: ``tally`` (counters that survive restarts), ``report`` (status, the metrics
   snapshot, readiness), ``metrics`` and ``httpd`` (``/metrics``, ``/healthz``, ``/readyz``),
-  ``control`` (the control socket's server and what its commands carry), ``notify`` (sd_notify);
+  ``exposition`` (the Prometheus text, imported at the first scrape), ``control`` (the control
+  socket's server and what its commands carry), ``notify`` (sd_notify);
 * its database work: ``probe`` (statistics rounds and hand-backs, in one thread), ``handback``
   (what a dead child's hand-back did, counted and logged).
 """

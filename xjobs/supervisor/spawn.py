@@ -9,7 +9,12 @@ The process table asks (``processes.py``); this owns how:
   for the new child must never run the parent's handler, which would report it to the parent;
 * over a fresh socketpair: the child keeps its end, the parent the other; in the child,
   ``after_fork`` first closes every supervisor fd it inherited (other children's pipes,
-  listeners, the signal fd), then the child hosts its role (``child.py``).
+  listeners, the signal fd), then the child hosts its role (``child.py``);
+* with the garbage collector's objects frozen across the fork (``gc.freeze``): a collection
+  in the child writes the header of every object it examines, so the pages a child inherited
+  would turn private one by one as it works (a worker that ran 20,000 jobs held 23 MiB of its
+  own instead of 12). The child keeps them frozen; the supervisor unfreezes at once, so its
+  own cyclic garbage is still collected.
 
 A failed fork, or no fd left for its pipe, raises ``OSError``: the table backs the slot off as
 after a failed start.
@@ -17,6 +22,7 @@ after a failed start.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -24,7 +30,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import multiprocess
+import multiprocessing
 
 from .child import FORK_BLOCKED_SIGNALS, ChildSpec, child_main
 from .framing import pair
@@ -34,7 +40,7 @@ from .slots import RoleSpec, new_identity
 @dataclass(frozen=True)
 class Forked:
     identity: str
-    proc: Any                   # a multiprocess Process (fork context)
+    proc: Any                   # a multiprocessing Process (fork context)
     sock: socket.socket         # the parent's end of the child's pipe
 
 
@@ -44,7 +50,7 @@ class Forker:
         self.after_fork = after_fork    # in the child, with its own parent end: close the rest
         self.pid = os.getpid()
         self.deferred = False           # a start waited for the probe's round; retry soon
-        self._context = multiprocess.get_context("fork")
+        self._context = multiprocessing.get_context("fork")
 
     def fork(self, spec: RoleSpec, index: int, *, heartbeat_ms: float,
              drain_deadline_ms: float, app: str = "") -> Forked | None:
@@ -66,7 +72,11 @@ class Forker:
                 target=child_main, name=child_spec.title,
                 args=(child_end, child_spec, spec.make, lambda: self.after_fork(own_end)))
             mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORK_BLOCKED_SIGNALS)
-            proc.start()   # the child unblocks them once its own handlers are in place
+            gc.freeze()
+            try:
+                proc.start()   # the child unblocks them once its own handlers are in place
+            finally:
+                gc.unfreeze()   # in the supervisor only: the child never returns from start()
         except OSError:
             if parent_end is not None:
                 parent_end.close()
