@@ -19,7 +19,6 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_BEFORE_FORK = (
     "prometheus_client",     # the first scrape imports it, in the supervisor alone
     "croniter", "dateutil",  # the first task declared
-    "dill", "multiprocess",  # the fork is the standard library's
     "xjobs.ui", "werkzeug", "jinja2", "waitress",   # the dashboard: --ui, or xjobsd ui
     "xjobs.mcp", "mcp",      # xjobsd mcp
     "django", "xjobs.contrib",   # --django

@@ -72,7 +72,7 @@ class RoleSpec:
 class Child:
     slot: "Slot"
     identity: str
-    proc: Any                         # a multiprocessing Process (fork context)
+    proc: Any                         # a multiprocess Process (fork context)
     channel: Channel
     started_at: float                 # time.monotonic()
     state: str = "spawned"
@@ -93,7 +93,7 @@ class Child:
 
     @property
     def pid(self) -> int | None:
-        pid: int | None = self.proc.pid
+        pid: int | None = self.proc.pid   # multiprocess ships no types
         return pid
 
     @property
@@ -114,7 +114,7 @@ class Child:
         return f"{self.role}{where} #{self.slot.index} (pid {self.pid})"
 
     def kill(self, why: str, *, at_fault: bool = False) -> None:
-        # exitcode polls waitpid: once reaped (here or by multiprocessing) the pid may be reused
+        # exitcode polls waitpid: once reaped (here or by multiprocess) the pid may be reused
         if self.exit_code is None and self.killed is None and self.proc.exitcode is None:
             self.killed, self.at_fault = why, at_fault
             try:

@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import multiprocessing
+import multiprocess
 
 from .child import FORK_BLOCKED_SIGNALS, ChildSpec, child_main
 from .framing import pair
@@ -40,7 +40,7 @@ from .slots import RoleSpec, new_identity
 @dataclass(frozen=True)
 class Forked:
     identity: str
-    proc: Any                   # a multiprocessing Process (fork context)
+    proc: Any                   # a multiprocess Process (fork context)
     sock: socket.socket         # the parent's end of the child's pipe
 
 
@@ -50,7 +50,7 @@ class Forker:
         self.after_fork = after_fork    # in the child, with its own parent end: close the rest
         self.pid = os.getpid()
         self.deferred = False           # a start waited for the probe's round; retry soon
-        self._context = multiprocessing.get_context("fork")
+        self._context = multiprocess.get_context("fork")
 
     def fork(self, spec: RoleSpec, index: int, *, heartbeat_ms: float,
              drain_deadline_ms: float, app: str = "") -> Forked | None:
