@@ -376,8 +376,8 @@ returning j.id, j.queue, j.state
 -- each of them sees the new order without a change of its own. The candidates never scan the
 -- backlog: the distinct levels above the floor are found one index descent each in
 -- jobs_ready_idx (a loose index scan), then each level's oldest %(limit)s rows that waited a
--- step at least (a range on run_at under the level); of those, the rows whose priority changes,
--- oldest first, are locked and moved. A level's oldest rows that are not due yet (they came down
+-- step at least (a range on run_at under the level); of those, the rows whose priority changes
+-- (only they are probed again by primary key), oldest first, are locked and moved. A level's oldest rows that are not due yet (they came down
 -- from further up and need more than a step) can hold back younger ones behind them until they
 -- are due themselves: aging is delayed then, never stopped. skip locked: never wait on a claim
 with recursive levels(p) as (
@@ -393,19 +393,18 @@ with recursive levels(p) as (
     from levels l
     where l.p is not null
 ), candidates as (
-    select c.id from levels l cross join lateral (
-        select j.id from {schema}.jobs j
+    select j.id from levels l cross join lateral (
+        select j.id, j.priority, j.base_priority, j.run_at from {schema}.jobs j
         where j.state = 'ready' and j.queue = %(queue)s and j.priority = l.p
           and j.run_at <= {now} - %(step_us)s * interval '1 microsecond'
         order by j.run_at, j.id
         limit %(limit)s
-    ) c
-    where l.p is not null
+    ) j
+    where l.p is not null and {_age_earned}
 ), picked as (
     select j.id from {schema}.jobs j
     where j.id = any(array(select id from candidates))
-      and j.state = 'ready' and j.queue = %(queue)s and j.priority > %(floor)s
-      and {_aged_priority} < j.priority
+      and j.state = 'ready' and j.queue = %(queue)s and j.priority > %(floor)s and {_age_earned}
     order by j.run_at, j.id
     limit %(limit)s
     for update skip locked
@@ -1553,3 +1552,10 @@ select count(*) from gone
 -- below the floor (ages in whole microseconds, as a timestamptz holds them)
 greatest(%(floor)s::bigint, coalesce(j.base_priority, j.priority)::bigint
          - (extract(epoch from {now} - j.run_at) * 1000000)::bigint / %(step_us)s::bigint)
+
+-- name: _age_earned
+-- whether a row above the floor has earned a better priority than it has: it waited one step more
+-- than it already gained, (base - priority + 1) steps (job_age's new priority is then below its
+-- own; a comparison of times, not a division per row)
+j.run_at <= {now} - (coalesce(j.base_priority, j.priority) - j.priority + 1) * %(step_us)s::bigint
+                    * interval '1 microsecond'
