@@ -7,13 +7,16 @@ of one hour), each case timed ``--passes`` times (median and p99):
 * ``raw probe``: ``select ... order by priority, run_at, id limit 1`` on the ready index: the
   least any read of the queue costs here (the baseline);
 * ``claim``: ``job_claim`` of one job then its ``job_ack``, timed apart from the ack (before
-  any aging, and again after the aging cases rewrote priorities);
+  any aging, and again after the ``due`` case's passes rewrote priorities);
 * ``none due``: every row waited less than a step: a pass that moves nothing;
 * ``1,000 due``: the same, but ``--due`` rows of one level waited two steps (put back after
   each pass, outside the timing): a pass that moves them;
-* ``aged, none due``: every row came down a level already (``base_priority`` one above) and
-  waited between one and two steps: each level's oldest rows pass the step cut and are read
-  but none moves, the most a pass reads without moving anything.
+* ``aged, none due``: the backlog filled again, every row a level down already
+  (``base_priority`` one above) and between one and two steps old: each level's oldest rows
+  pass the step cut and are read but none moves, the most a pass reads without moving anything.
+
+Each backlog is inserted whole and vacuumed before it is timed: rewriting a million rows in place
+would leave a million dead index entries that the passes would walk until a vacuum removes them.
 
     python bench/aging.py [--dsn URL] [--rows 1000000] [--due 1000] [--passes 20]
 """
@@ -34,22 +37,22 @@ QUEUE = "aging"
 STEP_MS = 3_600_000.0
 PROBE = ("select id from {schema}.jobs where state = 'ready' and queue = 'aging' and run_at <= now() "
          "order by priority, run_at, id limit 1")
+# the backlog: nine levels, every row under a step old (nothing due); with %(aged)s, every row a
+# level down already (base_priority one above) and between one and two steps old: read, not moved
 FILL = """
-insert into {schema}.jobs (name, queue, state, payload, idempotency_key, priority, max_attempts, run_at, created_at)
-select 'aging_job', 'aging', 'ready', '{{}}'::jsonb, g::text, 1 + g %% 9, 3,
-       now() - (g %% 3000) * interval '1 second', now()
+insert into {schema}.jobs (name, queue, state, payload, idempotency_key, priority, base_priority, max_attempts,
+                           run_at, created_at)
+select 'aging_job', 'aging', 'ready', '{{}}'::jsonb, g::text, 1 + g %% 9,
+       case when %(aged)s then 2 + g %% 9 end, 3,
+       now() - (g %% 3000) * interval '1 second' - case when %(aged)s then interval '1 hour' else interval '0' end,
+       now()
 from generate_series(1, %(rows)s) g
 """
-# every row under a step old: nothing is due
-FRESH = "update {schema}.jobs set run_at = now() - (id % 3000) * interval '1 second', base_priority = null"
-# rows of one level two steps old: due, a level or two each
-DUE = ("update {schema}.jobs set run_at = now() - interval '2 hours', priority = 5, base_priority = null "
-       "where id in (select id from {schema}.jobs where priority = 5 and state = 'ready' order by id limit %(due)s)")
+# rows of one level two steps old: due, two levels each; put back after each pass
+DUE = ("update {schema}.jobs set run_at = now() - interval '2 hours' "
+       "where id in (select id from {schema}.jobs where priority = 5 order by id limit %(due)s)")
 PUT_BACK = ("update {schema}.jobs set run_at = now() - interval '2 hours', priority = 5, base_priority = null "
             "where base_priority = 5")
-# every row a level down already and between one and two steps old: read, but not moved
-AGED = ("update {schema}.jobs set base_priority = priority + 1, "
-        "run_at = now() - interval '1 hour' - (id % 3000) * interval '1 second'")
 
 
 def timed(call, passes: int, between=None) -> tuple[list[float], object]:
@@ -83,8 +86,11 @@ def main() -> None:
         with psycopg.connect(args.dsn, autocommit=True) as conn:
             def run(sql: str, **params: object) -> None:
                 conn.execute(sql.format(schema=schema), params or None)
-            run(FILL, rows=args.rows)
-            run(f"vacuum analyze {schema}.jobs")
+            def fill(aged: bool) -> None:
+                run(f"truncate {schema}.jobs cascade")
+                run(FILL, rows=args.rows, aged=aged)
+                run(f"vacuum analyze {schema}.jobs")
+            fill(aged=False)
             probe = PROBE.format(schema=schema)
             raw, _ = timed(lambda: conn.execute(probe).fetchall(), args.passes * 5)
             baseline = percentile(raw, 0.5)
@@ -99,18 +105,15 @@ def main() -> None:
                 return samples
 
             lines = [row("raw probe", raw, "-", baseline), row("claim, before aging", claim_rounds(), 1, baseline)]
-            run(FRESH)
-            run(f"vacuum analyze {schema}.jobs")
             samples, moved = timed(lambda: driver.job_age(aging), args.passes)
             lines.append(row("pass, none due", samples, moved, baseline))
             run(DUE, due=args.due)
             samples, moved = timed(lambda: driver.job_age(aging), args.passes, between=lambda: run(PUT_BACK))
             lines.append(row(f"pass, {args.due:,} due", samples, moved, baseline))
-            run(AGED)
-            run(f"vacuum analyze {schema}.jobs")
+            lines.append(row("claim, after aging", claim_rounds(), 1, baseline))
+            fill(aged=True)
             samples, moved = timed(lambda: driver.job_age(aging), args.passes)
             lines.append(row("pass, aged, none due", samples, moved, baseline))
-            lines.append(row("claim, after aging", claim_rounds(), 1, baseline))
             left = len(driver.job_list(ListFilter(queue=QUEUE, state="ready", limit=1)))
         print(f"\n{args.rows:,} ready rows over 9 levels, step 1h, {args.passes} passes per case "
               f"(ready rows left: {'yes' if left else 'no'})\n")

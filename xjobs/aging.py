@@ -30,7 +30,7 @@ from .options import duration_ms
 MIN_STEP_MS = 1.0   # ages are counted in whole microseconds; a step under 1 ms means no order at all
 
 
-class AgingMixed(XJobsError):
+class AgingMixed(XJobsError, ValueError):
     """Two jobs of one queue that do not age alike: one declares ``aging`` and one does not,
     or they declare different steps. Refused at the second declaration."""
 
