@@ -81,13 +81,6 @@ def queue_agings(jobs: Iterable[Ages]) -> dict[str, Aging]:
     return {queue: Aging(queue, step, floors[queue]) for queue, step in sorted(steps.items())}
 
 
-def describe(step_ms: float | None, floor: int | None = None) -> str | None:
-    """How ``jobs show`` and the manifest's readers say a queue's aging: "every 300ms"."""
-    if step_ms is None:
-        return None
-    return f"every {_shown(step_ms)}" + ("" if floor is None else f", down to {floor}")
-
-
 def _shown(ms: float | None) -> str:
     if ms is None:
         return "never"
@@ -97,4 +90,4 @@ def _shown(ms: float | None) -> str:
     return f"{ms:g}ms"
 
 
-__all__ = ["MIN_STEP_MS", "AgingMixed", "Ages", "declared_aging", "check_queue", "queue_agings", "describe"]
+__all__ = ["MIN_STEP_MS", "AgingMixed", "Ages", "declared_aging", "check_queue", "queue_agings"]
