@@ -49,7 +49,8 @@ def _job(handle: JobHandle) -> dict[str, Any]:
             "terminal_on": sorted(_type_name(t) for t in handle.terminal_on),
             # only for a keyed job, so the manifests of the others read as they did
             **({} if handle.keyed is None else {"concurrency_key": handle.keyed.describe()}),
-            **({"rate": handle.rate.describe()} if handle.rate is not None else {})}
+            **({"rate": handle.rate.describe()} if handle.rate is not None else {}),
+            **({"aging_ms": handle.aging_ms} if handle.aging_ms is not None else {})}
 
 
 def describe(registry: Registry) -> dict[str, Any]:

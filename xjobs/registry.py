@@ -18,10 +18,9 @@ import inspect
 import threading
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, TypeVar
 
-from . import keyed as keyed_options
+from . import aging as aging_options, fairness, keyed as keyed_options
 from .errors import (DuplicateJob, IdempotencyKeyRequired, InputInvalid, InvalidOption, PayloadInvalid,
                      TenantRequired, UnknownJob)
-from . import fairness
 from .fairness import Fairness, declare as fairness_of
 from .options import duration_ms, finite_count, plain_name
 from .sites import same_body, written_at
@@ -52,10 +51,9 @@ class JobHandle:
                  dedupe_window_ms: float | None = None, step_timeout_ms: float | None = None,
                  event_poll_ms: float | None = None, retry_on: ErrorTypes = (),
                  terminal_on: ErrorTypes = (), input: Any = None, cross_tenant: bool = False,
-                 keyed: keyed_options.KeyedConcurrency | None = None,
-                 fairness: Fairness | None = None,
-                 snoozing: SnoozePolicy = SnoozePolicy(),
-                 rate: RateLimit | None = None) -> None:
+                 keyed: keyed_options.KeyedConcurrency | None = None, fairness: Fairness | None = None,
+                 snoozing: SnoozePolicy = SnoozePolicy(), rate: RateLimit | None = None,
+                 aging_ms: float | None = None) -> None:
         self.fn = fn
         self._built: object = None    # job()'s proof, for the registry
         self.name = name
@@ -78,6 +76,7 @@ class JobHandle:
         self.fairness = fairness                  # job(fairness=): the key its claims are shared by
         self.snoozing = snoozing                  # max_snoozes, debounce (snooze.py)
         self.rate = rate                          # job(rate=, rate_key=): starts per key per window, fleet-wide
+        self.aging_ms = aging_ms                  # job(aging=): the step its queue's priorities improve by
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -211,6 +210,7 @@ class Registry:
                 raise DuplicateJob(f"two different handlers declare the job name {handle.name!r}: "
                                    f"{written_at(existing.fn)} and {written_at(handle.fn)}")
             fairness.check_queue(handle.declared, (h.declared for h in self._jobs.values()))
+            aging_options.check_queue(handle, self._jobs.values())
             self._jobs[handle.name] = handle
             return handle
 
@@ -311,21 +311,21 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         concurrency_key: Any = None, ordered: object = False, on_failure: object = None,
         fairness: object = None, fair_weights: object = None,
         max_snoozes: int = DEFAULT_MAX_SNOOZES, debounce: object = None, debounce_max: object = None,
-        rate: str | None = None, rate_key: Callable[[Any], Any] | None = None,
+        rate: str | None = None, rate_key: Callable[[Any], Any] | None = None, aging: object = None,
         registry: Registry | None = None) -> Callable[[Body], JobHandle]:
     """Declare a job. ``idempotency_key`` and ``tenant`` are required (see module doc).
 
-    ``step_timeout``: the ceiling of each ``ctx.step.run`` call (the step is cancelled, then
-    the attempt fails with ``X_STEP_TIMEOUT``). ``event_poll``: how often a job suspended in
-    ``ctx.step.wait_for_event`` looks for its event anyway (a send wakes it at once; this
-    bounds how long an event inserted by other means goes unnoticed). Both must be positive
-    and finite when given. ``retry_on``/``terminal_on``: exception classes that decide retry or
-    dead letter for errors you did not write (see ``retry.decide``). ``cross_tenant=True``
-    declares that the job's runs may open ``ctx.cross_tenant(reason)``; a run of any other job
-    is refused there (``X_TENANCY_CROSS_DENIED``). ``concurrency_key``, ``ordered``,
+    ``step_timeout``: the ceiling of each ``ctx.step.run`` call (the step is cancelled, then the attempt
+    fails with ``X_STEP_TIMEOUT``). ``event_poll``: how often a job suspended in ``ctx.step.wait_for_event``
+    looks for its event anyway (a send wakes it at once; this bounds how long an event inserted by other
+    means goes unnoticed). Both must be positive and finite when given. ``retry_on``/``terminal_on``:
+    exception classes that decide retry or dead letter for errors you did not write (see ``retry.decide``).
+    ``cross_tenant=True`` declares that the job's runs may open ``ctx.cross_tenant(reason)``; a run of any
+    other job is refused there (``X_TENANCY_CROSS_DENIED``). ``concurrency_key``, ``ordered``,
     ``on_failure``: at most ``concurrency`` runs per key, or a sequence (``keyed.py``).
     ``fairness``/``fair_weights``: claims shared out among tenants or keys (``fairness.py``);
-    ``max_snoozes``, ``debounce``, ``debounce_max`` (``snooze.py``); ``rate``/``rate_key`` (``rate_keys.py``)."""
+    ``max_snoozes``, ``debounce``, ``debounce_max`` (``snooze.py``); ``rate``/``rate_key`` (``rate_keys.py``);
+    ``aging``: the queue's waiting jobs gain a level of priority per step (``aging.py``)."""
     queue = plain_name(queue, "queue")
     rate_limit = declared_rate(rate, rate_key)
     if not isinstance(cross_tenant, bool):
@@ -362,6 +362,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
         raise InvalidOption("retry_on", "a class cannot be in both retry_on and terminal_on")
     fair = fairness_of(fairness, fair_weights, has_tenant=tenant != NO_TENANT)
     snoozing = declared_policy(max_snoozes, debounce, debounce_max)
+    aging_ms = aging_options.declared_aging(aging)
     target = registry if registry is not None else REGISTRY
 
     def declare(fn: Body) -> JobHandle:
@@ -374,8 +375,7 @@ def job(*, queue: str = "default", idempotency_key: Any = _MISSING, tenant: Any 
                            dedupe_window_ms=dedupe_window_ms, step_timeout_ms=step_timeout_ms,
                            event_poll_ms=event_poll_ms, retry_on=retry_types,
                            terminal_on=terminal_types, input=input, cross_tenant=cross_tenant, keyed=keyed,
-                           fairness=fair, snoozing=snoozing,
-                           rate=rate_limit)
+                           fairness=fair, snoozing=snoozing, rate=rate_limit, aging_ms=aging_ms)
         handle._built = BUILT
         return target._add(handle)
 

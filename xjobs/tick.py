@@ -3,7 +3,8 @@ no long-lived daemon (a systemd timer, a Kubernetes CronJob, a serverless cron).
 
 One process, one connection pool, one deadline::
 
-    upkeep      lapsed leases back, due sleepers and timed-out waits woken
+    upkeep      lapsed leases back, due sleepers and timed-out waits woken, the aging queues'
+                waiting jobs a batch each of their priority gained (``job(aging=)``)
     leader      the scheduler's leader lease, taken for this part and handed back after it
                 (a daemon's leader or another tick holding it: this tick does none of it):
                   cron     due occurrences dispatched, fenced on the lease, so two
@@ -35,6 +36,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence, cast
 
+from .aging import queue_agings
 from .clock import monotonic_ms
 from .config import Settings
 from .context import Ctx
@@ -123,7 +125,8 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
     began = clock()
     deadline = began + deadline_s * 1000.0
     summary = TickSummary(identity, deadline_s)
-    summary.upkeep = {"rescued": driver.job_rescue(), "woken": driver.job_wake(), "pruned": None}
+    summary.upkeep = {"rescued": driver.job_rescue(), "woken": driver.job_wake(), "pruned": None,
+                      "aged": _age(driver, registry, settings, identity)}
     failures = _Failures()
     prune_until = began + min(deadline_s * 1000.0 * _PRUNE_SHARE, settings.leader_lease_ms / 2.0)
     summary.cron, scans, pruned = _leader_round(driver, registry, settings, identity,
@@ -205,6 +208,14 @@ def _prune(driver: JobDriver, settings: Settings, identity: str, over: Callable[
         total.add(batch)
         if not batch.full or over():
             return total
+
+
+def _age(driver: JobDriver, registry: Registry, settings: Settings, identity: str) -> int:
+    """One batch of each aging queue (``job(aging=)``), before the pass claims: the order its
+    worker takes the backlog in is the aged one."""
+    upkeep = Upkeep(driver=driver, settings=settings, who=f"tick {identity}", count=lambda name, n: None,
+                    agings=(agings := queue_agings(registry.jobs())))
+    return sum(upkeep.age(aging) for aging in agings.values())
 
 
 def _work(worker: QueueWorker, relay: OutboxRelay, failures: _Failures, deadline: float,

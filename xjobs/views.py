@@ -164,6 +164,14 @@ def life(view: JobView) -> tuple[HistoryEntry, ...]:
     return tuple(entry for _, _, entry in sorted(rows, key=lambda r: (r[0], r[1])))
 
 
+def priority_shown(view: JobView) -> str:
+    """A job's priority as ``jobs show`` says it: "2 (enqueued at 9, aged)" once its queue's
+    aging (``job(aging=)``) improved it."""
+    if view.base_priority is None or view.base_priority == view.priority:
+        return str(view.priority)
+    return f"{view.priority} (enqueued at {view.base_priority}, aged)"
+
+
 def shown(view: JobView) -> dict[str, Any]:
     """A job as ``xjobs.get`` answers it and ``xjobsd jobs show --json`` prints it: the job,
     its life (``life``), its steps (without their results: those are the application's data) and what it waits

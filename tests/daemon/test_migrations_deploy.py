@@ -42,11 +42,10 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.postgres
 
 # The last commit whose code is the previous schema version the fleet ran: the code before
-# migrations 13 to 17, which landed together, so a rolling deploy crosses all five at once.
-# With each new migration, move it to the last commit of the version before: the test below
+# migration 18. With each new migration, move it to the last commit of the version before: the test below
 # checks it is.
-PREVIOUS_RELEASE = "d1a49b0"
-PREVIOUS_VERSION = 12
+PREVIOUS_RELEASE = "ac495d4"
+PREVIOUS_VERSION = 17
 NEXT = SCHEMA_VERSION + 1       # the version the next release's migration would make
 
 

@@ -1,10 +1,10 @@
 """Random sequences of driver verbs, applied to a MemoryDriver and a PostgresDriver in step.
 
-Hypothesis drives enqueue (with duplicate keys, delays, priorities, dedupe windows, debounce),
-claim (ordinary and alone), ack, nack (retry, dead, park, not counting, snooze), heartbeat, progress,
-cancel, requeue, bulk requeue and cancel, rescue, release (crashed or not), pause, prune,
-durable steps (put, sleep, wait, retry from a step, list; and ``work``, a worker's turn that
-replays a job's body of steps), events (send, prune), wake and the clock; after every step
+Hypothesis drives enqueue (with duplicate keys, delays, priorities, dedupe windows, debounce), claim
+(ordinary and alone), ack, nack (retry, dead, park, not counting, snooze), heartbeat, progress, cancel,
+requeue, bulk requeue and cancel, rescue, release (crashed or not), pause, prune, priority aging, durable
+steps (put, sleep, wait, retry from a step, list; and ``work``, a worker's turn that replays a job's
+body of steps), events (send, prune), wake and the clock; after every step
 both drivers must hold the same rows. The Postgres tables are emptied and their identities
 restarted between examples, so job and event ids line up and are compared as they are; only
 lease tokens differ (each driver draws its own), so a lease is the pair of them. A step's
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, multiple,
                                  rule, run_state_machine_as_test)
 
-from xjobs.drivers.base import (Batch, Claim, ClaimAlone, Dispatch, Lease, ListFilter, Nack, NewEvent,
+from xjobs.drivers.base import (Aging, Batch, Claim, ClaimAlone, Dispatch, Lease, ListFilter, Nack, NewEvent,
                                 NewJob, Progress, Slot, SlotRequest, StepResult, StepSleep, StepWait,
                                 TenantRoom, WorkerExit)
 from xjobs.drivers.memory import MemoryDriver
@@ -79,8 +79,7 @@ def _answer(call):
 HOLDERS = ("d1", "d2")
 # few names, so a later attempt reaches a step recorded earlier (or as another kind of step)
 STEP_NAMES = ("s1", "s2", "s3")
-EVENTS = ("e1", "e2")
-EVENT_KEYS = ("", "k1")
+EVENTS, EVENT_KEYS = ("e1", "e2"), ("", "k1")
 VALUES = (None, 1, "x", {"b": [1, 2.5], "a": None})
 # what ``work`` runs of a job (picked by its id), as a body of ctx.step calls would: every
 # attempt replays it from the top; ("sleep", name, ms), ("wait", name, event, key, timeout, poll)
@@ -293,6 +292,10 @@ class DriverPair(RuleBasedStateMachine):
     def prune(self, completed_for, finished_for, limit):
         self.both(lambda d: d.job_prune(completed_for, finished_for, limit))
 
+    @rule(queue=st.sampled_from(QUEUES), step=st.sampled_from([1, 250, 1000]), floor=st.integers(-1, 1), limit=st.integers(0, 3))
+    def age(self, queue, step, floor, limit):   # job(aging=): the upkeep's batch of one queue
+        self.both(lambda d: d.job_age(Aging(queue, step, floor), limit))
+
     @rule(holder=st.sampled_from(HOLDERS), lease_ms=st.sampled_from([500, 2000]), resign=st.booleans())
     def leader(self, holder, lease_ms, resign):
         if resign:
@@ -459,7 +462,7 @@ class DriverPair(RuleBasedStateMachine):
         """Histories are compared once per example: they only grow, so the end shows all."""
         for view in self.memory.job_list(ListFilter(limit=1000)):
             mem, pg = self.memory.job_get(view.id), self.pg.job_get(view.id)
-            assert (mem.payload, mem.result) == (pg.payload, pg.result)
+            assert (mem.payload, mem.result, mem.base_priority) == (pg.payload, pg.result, pg.base_priority)
             assert _steps(mem.steps) == _steps(pg.steps)
             assert [(_time(h["at"]), h["attempt"], h["outcome"], h["error"]) for h in mem.history] == \
                 [(_time(h["at"]), h["attempt"], h["outcome"], h["error"]) for h in pg.history]

@@ -133,6 +133,8 @@ PARAMS: dict[str, tuple[str, object]] = {
     "rates": ("text", '[{"q": "default", "o": "completed", "c": 3}]'),
     "age": ("float8", 60_000.0),
     "push": ("int4", 10_000),
+    "floor": ("int8", 0),
+    "step_us": ("int8", 60_000_000),
 }
 
 

@@ -31,7 +31,7 @@ from ..drivers.base import LIVE_STATES, STATES, JobDriver, JobView, ListFilter
 from ..errors import InvalidOption
 from ..factories.backfill_report import by_job
 from ..formatting import iso, plain
-from ..views import shown
+from ..views import priority_shown, shown
 from .common import (add_database_flags, driver_from, found_apps, import_apps, print_json, print_table,
                      settings_from)
 
@@ -201,6 +201,8 @@ def _print_one(view: JobView, as_json: bool, driver: JobDriver) -> None:
     waits = data.pop("waiting_for")
     place = data.pop("key")
     data.pop("waiting")
+    data.pop("base_priority")
+    data["priority"] = priority_shown(view)
     result = data.pop("result")
     data["payload"] = orjson.dumps(data["payload"]).decode()   # as JSON, the way it was given
     if view.state == "completed":   # null is a result too (a body that returned None)

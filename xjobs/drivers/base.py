@@ -54,10 +54,9 @@ with nothing beside it. A crash of a process running one job alone charges that 
 attempt; a crash of a process running several charges nobody and makes each a suspect. So a
 job that kills its process is dead-lettered within its attempts, its neighbours never are.
 
-Times are epoch milliseconds. "Now" is the database server's clock for a production driver
-and the injected clock for one built with ``clock=`` (see ``pg_database.py``); a delay that
-should not depend on the enqueuing machine's clock is sent as ``delay_ms``, not as an
-absolute ``run_at_ms``.
+Times are epoch milliseconds. "Now" is the database server's clock for a production driver and
+the injected clock for one built with ``clock=`` (see ``pg_database.py``); a delay that should
+not depend on the enqueuing machine's clock is sent as ``delay_ms``, not as ``run_at_ms``.
 """
 
 from __future__ import annotations
@@ -68,11 +67,10 @@ from typing import (TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping,
 
 from ..clock import Clock
 from .records import (CHARGES, COUNTED_STATES, FINISHED_STATES, LATEST_MS, LIVE_STATES, MAX_DELAY_MS, NACK_OUTCOMES,
-                      STATES, Batch, Cancels, Claim, ClaimAlone, ClaimedJob, DeadGroup, Enqueued, HistoryEntry,
+                      STATES, Aging, Batch, Cancels, Claim, ClaimAlone, ClaimedJob, DeadGroup, Enqueued, HistoryEntry,
                       JobView, Lease, ListFilter, Matching, Nack, NackOutcome, NewJob, Progress, ProgressReport,
                       QueueControl, QueueSummary, RatePoint, Released, RunningJob, RunningPage, TenantRoom, WorkerExit)
-from .records_coordination import (Dispatch, LeaderView, OutboxClaim, OutboxSummary, Slot, SlotRequest,
-                                   Watermark)
+from .records_coordination import Dispatch, LeaderView, OutboxClaim, OutboxSummary, Slot, SlotRequest, Watermark
 from .records_steps import (STEP_KINDS, STEP_STATES, NewEvent, SentEvent, StepLog, StepOutcome, StepRecord,
                             StepResult, StepSleep, StepWait)
 
@@ -218,6 +216,10 @@ class Maintenance(Protocol):
         dead and cancelled ones after ``finished_for_ms``), oldest first, at most ``limit``."""
         ...
 
+    def job_age(self, aging: Aging, limit: int = 1000) -> int:
+        """Ready rows of ``aging.queue`` gain a level per ``step_ms`` waited; answers the rows moved."""
+        ...
+
     def session_count(self, application_name: str) -> int:
         """Open sessions announcing ``application_name`` (a child's identity): its jobs are
         handed back only once none is left (always 0 on memory)."""
@@ -288,7 +290,6 @@ class QueueStore(Protocol):
 
     def rate_series(self, since_ms: float) -> list[RatePoint]:
         """Per minute since ``since_ms`` ago (the database's clock), per queue and outcome."""
-        ...
 
     def rate_prune(self, retention_ms: float) -> int: ...
 
@@ -312,9 +313,8 @@ class QueueStore(Protocol):
 #   transaction, fenced on the claim's token (all or nothing: no row is ever published twice,
 #   none is lost); ``outbox_release`` hands a batch back, fenced the same way. A claim older
 #   than its lease is free again (its relay died mid-batch).
-# * **slots** — ``slot_acquire(SlotRequest)`` grants one of ``cap`` rows keyed (job, slot): the
-#   primary key is the serialisation, nothing counts and then acts; ``slot_renew`` is fenced on
-#   the holder AND on the slot not having expired; ``slot_release`` deletes the holder's row.
+# * **slots** — ``slot_acquire(SlotRequest)`` grants one of ``cap`` rows keyed (job, slot), the primary key
+#   the serialisation; ``slot_renew`` is fenced on the holder AND the slot not expired; release deletes it.
 
 
 class LeaderStore(Protocol):
@@ -390,7 +390,7 @@ class JobDriver(Storage, JobStore, Maintenance, Introspection, QueueStore, Leade
 
 
 __all__ = ["STATES", "LIVE_STATES", "FINISHED_STATES", "COUNTED_STATES", "CHARGES", "NACK_OUTCOMES", "MAX_DELAY_MS",
-           "LATEST_MS", "NewJob", "Enqueued", "Claim", "ClaimAlone", "ClaimedJob", "TenantRoom", "Nack",
+           "LATEST_MS", "Aging", "NewJob", "Enqueued", "Claim", "ClaimAlone", "ClaimedJob", "TenantRoom", "Nack",
            "NackOutcome", "Lease", "Cancels", "WorkerExit", "Batch", "JobView", "HistoryEntry", "ListFilter",
            "Matching", "Released", "QueueControl", "Progress", "ProgressReport", "QueueSummary", "RatePoint",
            "DeadGroup", "LeaderView", "Watermark", "Dispatch", "OutboxClaim", "OutboxSummary", "SlotRequest", "Slot",

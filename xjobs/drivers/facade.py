@@ -21,7 +21,7 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Seque
 from ..clock import Clock
 from ..errors import InvalidOption
 from ..options import duration_ms, finite_count, finite_option
-from .base import (Batch, CallerConnection, Claim, ClaimAlone, ClaimedJob, DeadGroup, Dispatch, Enqueued,
+from .base import (Aging, Batch, CallerConnection, Claim, ClaimAlone, ClaimedJob, DeadGroup, Dispatch, Enqueued,
                    EventStore, Introspection, JobDriver, JobListener, JobStore, JobView, LeaderStore,
                    LeaderView, Lease, ListFilter, Maintenance, Matching, Nack, NewEvent, NewJob, OutboxClaim,
                    OutboxStore, OutboxSummary, Progress, QueueControl, QueueStore, QueueSummary, RatePoint,
@@ -33,7 +33,7 @@ from .ledger import BackfillLedger, CheckedLedger
 from .rate_keys import CheckedRateKeys, RateKeyStore
 from .settlement import Settlement, SettlementWaits
 from .base_async import AsyncCallerConnection, AsyncWrites
-from .refusals import (check_batch, check_claim, check_claim_alone, check_claim_token, check_dispatch,
+from .refusals import (check_aging, check_batch, check_claim, check_claim_alone, check_claim_token, check_dispatch,
                        check_filter, check_job_names, check_lease, check_name, check_nacks, check_new_event,
                        check_new_jobs, check_row_limit, check_running_page, check_slot, check_slot_request, check_step_name,
                        check_step_result, check_step_sleep, check_step_wait, check_worker_exit, held,
@@ -180,6 +180,9 @@ class CheckedDriver(JobDriver, SlotStore, AsyncWrites):
         completed_for = duration_ms(completed_for_ms, "prune.completed_for")
         finished_for = duration_ms(finished_for_ms, "prune.finished_for")
         return self._maintenance.job_prune(completed_for, finished_for, limit)
+
+    def job_age(self, aging: Aging, limit: int = 1000) -> int:
+        return self._maintenance.job_age(check_aging(aging), check_row_limit(limit, "aging.limit"))
 
     def session_count(self, application_name: str) -> int:
         return self._maintenance.session_count(application_name)

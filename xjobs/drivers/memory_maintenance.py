@@ -1,5 +1,5 @@
 """The memory driver's ``Maintenance``, the upkeep of the jobs table, a copy of its statements in ``queries.sql``:
-rescue lapsed leases and wake due suspensions, hand back a dead worker's jobs, prune.
+rescue lapsed leases and wake due suspensions, hand back a dead worker's jobs, prune, age priorities.
 
 The verdicts follow the statements' comments (``job_rescue_lapsed``, ``job_release_worker``):
 a job is charged its attempt only when it provably ran alone; a job caught beside others
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 
-from .base import Maintenance, Released, WorkerExit
+from .base import Aging, Maintenance, Released, WorkerExit
 from .memory_table import MemoryTable, Row, plus, ts
 
 
@@ -163,6 +163,35 @@ class MemoryMaintenance(Maintenance):
             for worker in [w for w, seen in table.crashed_workers.items() if seen < finished_before]:
                 del table.crashed_workers[worker]
             return len(gone)
+
+    def job_age(self, aging: Aging, limit: int = 1000) -> int:
+        """``job_age``: per level above the floor, its oldest ``limit`` rows that waited a step;
+        of those, the oldest ``limit`` whose priority improves move to it."""
+        table, step = self._table, aging.step_us
+        with table.lock:
+            at = table.now()
+
+            def waited(row: Row) -> int:
+                return round((at - row.run_at) * 1000.0)
+
+            def aged(row: Row) -> int:
+                base = row.priority if row.base_priority is None else row.base_priority
+                return max(aging.floor, base - waited(row) // step)
+            levels: dict[int, list[Row]] = {}
+            for row in table.rows.values():
+                if row.state == "ready" and row.queue == aging.queue and row.priority > aging.floor:
+                    levels.setdefault(row.priority, []).append(row)
+            candidates = [row for rows in levels.values()
+                          for row in heapq.nsmallest(limit, (r for r in rows if waited(r) >= step),
+                                                     key=lambda r: (r.run_at, r.id))]
+            moved = heapq.nsmallest(limit, (r for r in candidates if aged(r) < r.priority),
+                                    key=lambda r: (r.run_at, r.id))
+            for row in moved:
+                to = aged(row)
+                if row.base_priority is None:
+                    row.base_priority = row.priority
+                row.priority = to
+            return len(moved)
 
     def session_count(self, application_name: str) -> int:
         """``session_count``: no process holds a session on memory, so none can linger."""

@@ -81,7 +81,8 @@ class MemoryOperator(Introspection):
                        result=orjson.loads(row.result) if full and row.result is not None else None,
                        key=place_of(self._table, row) if full else None,
                        fair_key=row.fair_key if full else None,
-                       snoozes=row.snoozes if full else 0)
+                       snoozes=row.snoozes if full else 0,
+                       base_priority=row.base_priority if full else None)
 
     def job_list(self, where: ListFilter) -> list[JobView]:
         """``job_list`` (newest first, before ``before_id``) or ``job_list_after`` (oldest first)."""

@@ -86,6 +86,7 @@ class Row:
     key_run_at: float | None = None      # it is not waiting)
     fair_key: str | None = None        # job(fairness=): the key of its turns (memory_fair.py)
     rate_key: str | None = None        # job(rate=...): the key its input gave (memory_rate_keys.py)
+    base_priority: int | None = None   # job(aging=): its priority at enqueue, once job_age moved it
 
     @property
     def namespace(self) -> Namespace:

@@ -1,5 +1,6 @@
 """The Postgres driver's ``Maintenance``, the upkeep of the jobs table: rescue lapsed leases and wake due
-suspensions, hand back a dead worker's jobs, prune past retention, count a child's sessions.
+suspensions, hand back a dead worker's jobs, prune past retention, age ready rows' priorities,
+count a child's sessions.
 
 None of this is on a run's own path; it is what keeps the table honest when processes die
 and time passes. Each verb is one or two statements of ``queries.sql``; jobs that come back
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .base import Maintenance, Released, WorkerExit
+from .base import Aging, Maintenance, Released, WorkerExit
 from .pg_database import PgDatabase, first_row
 
 
@@ -59,6 +60,15 @@ class PgMaintenance(Maintenance):
                 **self._db.now(), "completed_for": completed_for_ms,
                 "finished_for": finished_for_ms, "limit": limit})
             return int(first_row(cur)[0])
+
+    def job_age(self, aging: Aging, limit: int = 1000) -> int:
+        """``job_age``: the queue's ready rows a level better per step waited (no queue to wake:
+        a worker with room claims the queue anyway, and now in the new order)."""
+        with self._db.cursor() as cur:
+            cur.execute(self._db.sql["job_age"], {
+                **self._db.now(), "queue": aging.queue, "floor": aging.floor, "limit": limit,
+                "step_us": aging.step_us})
+            return len(cur.fetchall())
 
     def session_count(self, application_name: str) -> int:
         """``session_count``: open sessions announcing ``application_name`` in this database."""

@@ -33,14 +33,15 @@ def _view(row: Sequence[Any], payload: Any = None, history: tuple[HistoryEntry, 
     if len(row) > 22 and row[22] is not None:   # job_get's row of a keyed job
         key = KeyPlace(row[22], row[23], bool(row[24]), bool(row[25]), tuple(row[26]))
     fair_key = row[27] if len(row) > 27 else None   # job_get's row: the key of its fair claims
-    snoozes = row[28] if len(row) > 28 else 0
+    snoozes, base_priority = (row[28], row[29]) if len(row) > 29 else (0, None)
     return JobView(id=row[0], name=row[1], queue=row[2], state=row[3], attempt=row[4],
                    max_attempts=row[5], tenant=row[6], idempotency_key=row[7], priority=row[8],
                    run_at=row[9], last_error=row[10], created_at=row[11], finished_at=row[12],
                    enqueued_by=row[13], claimed_by=row[14], lease_expires_at=row[15],
                    crashes=row[16], progress=row[17], payload=payload, history=history,
                    traceparent=traceparent, steps=steps, started_at=started_at,
-                   result=result, key=key, fair_key=fair_key, snoozes=snoozes)
+                   result=result, key=key, fair_key=fair_key, snoozes=snoozes,
+                   base_priority=base_priority)
 
 
 def _history(rows: Sequence[Sequence[Any]]) -> tuple[HistoryEntry, ...]:

@@ -275,3 +275,19 @@ class Progress:
 
     def as_json(self) -> ProgressReport:
         return {"done": self.done, "total": self.total, "note": self.note, "at": self.at}
+
+
+@dataclass(frozen=True, slots=True)
+class Aging:
+    """``job_age``: one queue's ready rows whose priority improves by one every ``step_ms`` they
+    wait, down to ``floor``; a row already at or below ``floor`` is never touched."""
+
+    queue: str
+    step_ms: float
+    floor: int
+
+    @property
+    def step_us(self) -> int:
+        """The step in whole microseconds (at least one): both drivers count ages so, as a
+        ``timestamptz`` holds them."""
+        return max(1, round(self.step_ms * 1000.0))

@@ -72,6 +72,7 @@ class JobView:
     snoozes: int = 0                        # what job_get adds: how often it snoozed (xjobs.Snooze)
     key: KeyPlace | None = None             # what job_get adds: its concurrency key (None: not keyed)
     fair_key: str | None = None             # what job_get adds: the key of its fair claims (job(fairness=))
+    base_priority: int | None = None        # what job_get adds: its priority at enqueue, once aging moved it
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from ..errors import (ClaimQueuesEmpty, DuplicateJob, InvalidOption, JobNotFound
                       NotRetryable, StepDuplicate, StepNotFound)
 from ..options import duration_ms, finite_count, finite_option, plain_name
 from .records import ERROR_GROUP_WIDTH
-from .base import (CHARGES, LATEST_MS, MAX_DELAY_MS, NACK_OUTCOMES, STATES, Batch, Claim, ClaimAlone, Dispatch,
+from .base import (CHARGES, LATEST_MS, MAX_DELAY_MS, NACK_OUTCOMES, STATES, Aging, Batch, Claim, ClaimAlone, Dispatch,
                    JobView, Lease, ListFilter, Nack, NewEvent, NewJob, OutboxClaim, RunningPage, Slot, SlotRequest,
                    StepResult, StepSleep, StepWait, TenantRoom, WorkerExit)
 
@@ -144,6 +144,13 @@ def check_worker_exit(worker: WorkerExit) -> WorkerExit:
 
 def check_row_limit(limit: object, option: str = "limit") -> int:
     return finite_count(limit, option, minimum=0, maximum=MAX_ROWS)
+
+
+def check_aging(aging: Aging) -> Aging:
+    """A queue's aging: its name, a positive finite step, a floor a ``smallint`` holds."""
+    step = duration_ms(aging.step_ms, "aging.step", exclusive_minimum=True)
+    return Aging(plain_name(aging.queue, "aging.queue"), step,
+                 finite_count(aging.floor, "aging.floor", minimum=-32768, maximum=32767))
 
 
 def check_filter(where: ListFilter) -> ListFilter:

@@ -12,7 +12,7 @@ the executor, and hands the rest to collaborators it owns, each in its own modul
 * ``quarantine`` (``quarantine.py``) suspects of a crash, run with nothing beside them;
 * ``admission``  (``admission.py``)  per-process limits and fleet-wide slots: run now, or shed;
 * ``claimer``    (``claiming.py``)   one queue's claim: in arrival order, or shared out by key;
-* ``upkeep``     (``upkeep.py``)     wake, rescue and prune on timers, when ``maintain``.
+* ``upkeep``     (``upkeep.py``)     wake, rescue, prune and age on timers, when ``maintain``.
 
 One pass (``run_once``), all on the loop thread:
 
@@ -44,6 +44,7 @@ import logging
 import time
 from typing import Callable, Mapping, Sequence
 
+from ..aging import queue_agings
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..context import DRAINED
@@ -135,7 +136,7 @@ class QueueWorker(RoleBase):
         # a worker counts its sweeps; what they rescued is the scheduler's figure
         self.upkeep = Upkeep(driver=driver, settings=self.settings, who=f"worker {self.identity}",
                              count=lambda name, n: self.stats_.bump(name, n) if name == "sweeps" else None,
-                             outbox=False)
+                             outbox=False, agings=queue_agings(registry.jobs()))
         self.rates = RateReporter(driver=driver, stats=self.stats_, queue_of=self._queue_of)
         self.hooks = WorkerHooks.of(registry, self.identity, self._executor.event_loop,
                                     self.settings.worker_stop_timeout_ms)

@@ -36,6 +36,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from ..aging import queue_agings
 from ..clock import monotonic_ms
 from ..config import Settings
 from ..cron import DEFAULT_RESOLVER, CronResolver
@@ -84,6 +85,7 @@ class SchedulerStats(RoleStats):
     elections_won: int = 0
     sweeps: int = 0
     woken: int = 0
+    aged: int = 0        # waiting jobs whose priority its upkeep improved (job(aging=))
     leader: int = 0      # 1 while it leads the fleet (xjobs_scheduler_leader)
     tasks: int = 0       # the cron tasks it dispatches
     jobs: dict[str, dict[str, int]] = field(default_factory=dict)   # scan -> outcome -> runs
@@ -125,7 +127,7 @@ class Scheduler(RoleBase):
         self.is_leader = False
         self.tasks: list[TaskHandle] = []
         self.totals = {"rounds": 0, "dispatched": 0, "deduped": 0, "dropped": 0, "rescued": 0,
-                       "pruned": 0, "elections_won": 0, "sweeps": 0, "woken": 0}
+                       "pruned": 0, "elections_won": 0, "sweeps": 0, "woken": 0, "aged": 0}
         self._round_lock = threading.Lock()
         self._round_done = threading.Condition(self._round_lock)
         self._in_round = False
@@ -134,7 +136,7 @@ class Scheduler(RoleBase):
         self._next_round = 0.0
         # the fleet's upkeep, on the leader only: its cost does not grow with the worker count
         self.upkeep = Upkeep(driver=driver, settings=self.settings, who=f"scheduler {identity}",
-                             count=self._count)
+                             count=self._count, agings=queue_agings(registry.jobs()))
         self.abandoned = False
         self._scans: threading.Thread | None = None      # due scans, off the loop thread
         self._scan_counts: dict[str, dict[str, int]] = {}  # scan -> outcome -> runs (xjobs_jobs_total)

@@ -1,4 +1,5 @@
-"""The fleet's upkeep, on timers: wake due suspensions, rescue lapsed leases, prune old rows.
+"""The fleet's upkeep, on timers: wake due suspensions, rescue lapsed leases, prune old rows, age
+the priorities of the aging queues' waiting jobs (``job(aging=)``, ``aging.py``).
 
 Under ``xjobsd`` the scheduler's leader does it for the whole fleet (its cost does not grow
 with the number of worker processes); a worker running without a scheduler does it itself.
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from ..config import Settings
 from ..drivers.base import JobDriver
 from ..drivers.rate_keys import rate_keys_of
+from ..drivers.records import Aging
 from ..logs import event
 
 log = logging.getLogger("xjobs.worker")
@@ -29,6 +31,11 @@ RATE_RETENTION_MS = 2 * 86_400_000.0
 # a rate key's window (job(rate=...)) is forgotten this long after it closed: a key seen again
 # later opens a new one, so an idle key costs no row
 RATE_KEY_RETENTION_MS = 3_600_000.0
+# an aging queue is aged twice a step (a row gains its level within half a step of earning it),
+# at least once a second and at most every AGE_SOONEST_MS; a full batch: again AGE_BACKLOG_MS later
+AGE_EVERY_MS = 1_000.0
+AGE_SOONEST_MS = 10.0
+AGE_BACKLOG_MS = 20.0
 
 
 @dataclass
@@ -54,18 +61,22 @@ class Pruned:
 
 class Upkeep:
     def __init__(self, *, driver: JobDriver, settings: Settings, who: str,
-                 count: Callable[[str, int], None], outbox: bool = True) -> None:
-        """``count(name, n)`` receives "sweeps", "rescued", "woken" and "pruned";
-        ``outbox``: prune published outbox rows too."""
+                 count: Callable[[str, int], None], outbox: bool = True,
+                 agings: Mapping[str, Aging] | None = None) -> None:
+        """``count(name, n)`` receives "sweeps", "rescued", "woken", "pruned" and "aged";
+        ``outbox``: prune published outbox rows too; ``agings``: the aging queues (queue ->
+        its step and floor, ``aging.queue_agings``), each aged on its own timer."""
         self._driver = driver
         self._settings = settings
         self._who = who
         self._count = count
         self._outbox = outbox
         self._next_wake = self._next_rescue = self._next_prune = 0.0
+        self._agings = dict(agings or {})
+        self._next_age = {queue: 0.0 for queue in self._agings}
 
     def next_due(self) -> float:
-        return min(self._next_wake, self._next_rescue, self._next_prune)
+        return min(self._next_wake, self._next_rescue, self._next_prune, *self._next_age.values())
 
     def run(self, now_ms: float) -> None:
         settings, driver = self._settings, self._driver
@@ -80,6 +91,22 @@ class Upkeep:
             self._next_prune = now_ms + PRUNE_EVERY_MS
             if self.prune().full:
                 self._next_prune = now_ms + PRUNE_BACKLOG_MS
+        for queue, aging in self._agings.items():
+            if now_ms >= self._next_age[queue]:
+                self._next_age[queue] = now_ms + max(min(aging.step_ms / 2.0, AGE_EVERY_MS), AGE_SOONEST_MS)
+                if self.age(aging) >= SWEEP_LIMIT:
+                    self._next_age[queue] = now_ms + AGE_BACKLOG_MS
+
+    def age(self, aging: Aging) -> int:
+        """One bounded batch of ``aging``'s queue; answers the rows moved (0 when it failed)."""
+        aged = 0
+
+        def batch() -> None:
+            nonlocal aged
+            aged = self._driver.job_age(aging, SWEEP_LIMIT)
+            self._count("aged", aged)
+        self._chore(f"aging queue {aging.queue!r}", batch)
+        return aged
 
     def prune(self) -> Pruned:
         """One bounded batch of each table. While a batch comes back full the leader's next
@@ -123,4 +150,4 @@ class Upkeep:
                   chore=what, error=str(exc), by=self._who)
 
 
-__all__ = ["PRUNE_EVERY_MS", "SWEEP_LIMIT", "Pruned", "Upkeep"]
+__all__ = ["AGE_BACKLOG_MS", "AGE_EVERY_MS", "PRUNE_EVERY_MS", "SWEEP_LIMIT", "Pruned", "Upkeep"]
