@@ -14,10 +14,10 @@ The rules, and why each holds:
   returns it, so a later attempt replays the stored result and never calls ``fn`` again; a
   step whose result was not written (the process died in between) runs again: at most once
   once recorded, at least once overall.
-- **One read per attempt.** The run's recorded steps are read once, at its first step
-  (``step_list``), and every later step consults that view. Sound because one attempt owns
-  the run: every write is fenced on the claim, so a step absent from the view stays absent
-  unless this run writes it (and each write updates the view).
+- **One read per attempt, none on a first claim.** Recorded steps are read at the first step
+  (``step_list``; a first claim has none), and later steps consult that view. Sound because one
+  attempt owns the run: every write is fenced on the claim, so a step absent from the view stays
+  absent unless this run writes it (and each write updates the view).
 - **One write fence.** Every write (a result, a sleep, a wait, ``ctx.transaction()``) goes
   through ``Fence`` (``context.py``): refused with ``X_ABORTED`` once the run's signal is set
   (cancelled, timed out, drained, lease lost, or settled), and refused by the database when
@@ -70,12 +70,13 @@ MAX_RESULT_BYTES = 16 * 1024 * 1024     # a step result is one jsonb value, read
 @dataclass(frozen=True, slots=True)
 class StepOptions:
     """What the run's job declares for its steps, and how a step timeout reaches the worker:
-    ``arm(ms)`` starts the ceiling of one ``step.run`` (``None`` ends it)."""
+    ``arm(ms)`` starts the ceiling of one ``step.run`` (``None`` ends it); ``first_claim``: no step recorded yet."""
 
     is_async: bool
     step_timeout_ms: float | None = None
     event_poll_ms: float | None = None
     arm: Callable[[float | None], None] | None = None
+    first_claim: bool = False
 
 
 class _Io:
@@ -110,7 +111,7 @@ class StepRunner:
         self._attempt = attempt
         self._fence = fence
         self._options = options
-        self._recorded: dict[str, StepRecord] | None = None     # the one read, then kept current
+        self._recorded: dict[str, StepRecord] | None = {} if options.first_claim else None   # then kept current
         self._used: set[str] = set()
         self._trace: deque[str] = deque(maxlen=MAX_TRACE_NAMES)
         # what this attempt did, for the worker's counters (xjobs_steps_total)
@@ -240,9 +241,8 @@ class StepRunner:
         step = StepResult(name, encoded, self._attempt, (time.perf_counter() - started) * 1000.0)
         yield _Io(lambda: self._fence.write(f"step {name!r}", lambda: self._store.step_put(self._lease, step)))
         stored = orjson.loads(as_stored(encoded))
-        self._remember(StepRecord(name=name, kind="run", state="completed", seq=0,
-                                  attempt=self._attempt, result=stored, started_at=0.0,
-                                  finished_at=0.0))
+        self._remember(StepRecord(name=name, kind="run", state="completed", seq=0, attempt=self._attempt,
+                                  result=stored, started_at=0.0, finished_at=0.0))
         return stored
 
     def _sleep(self, name: str, wait_ms: float) -> _Plan:

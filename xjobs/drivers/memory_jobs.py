@@ -226,6 +226,7 @@ class MemoryJobs(JobStore):
     def take(self, picked: list[Row], at: float, lease_ms: float, identity: str) -> list[ClaimedJob]:
         """Lease the rows picked (the update of every claim statement); under ``lock``."""
         token = secrets.randbits(63)
+        first = {row.id for row in picked if row.started_at is None}   # never claimed before
         for row in picked:
             self._table.move(row, "running")
             row.attempt += 1
@@ -234,7 +235,8 @@ class MemoryJobs(JobStore):
             row.progress = None
         picked.sort(key=lambda r: r.id)
         return [ClaimedJob(r.id, r.name, r.queue, orjson.loads(r.payload), r.tenant, r.attempt,
-                           r.max_attempts, r.priority, token, r.traceparent, r.snoozes) for r in picked]
+                           r.max_attempts, r.priority, token, r.traceparent, r.snoozes, r.id in first)
+                for r in picked]
 
     def job_ack_many(self, leases: Sequence[Lease], results: Mapping[int, bytes] | None = None) -> set[int]:
         """``job_ack_many``: complete every job still held under its token, with its result."""

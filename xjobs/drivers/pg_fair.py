@@ -39,7 +39,8 @@ class PgFair(FairClaims):
         if idle:
             self._forget(claim.queue, idle)
         claimed = sorted(r for r in rows if r[0] is not None)
-        return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token, r[8], r[10]) for r in claimed]
+        return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token, r[8], r[10], r[11])
+                for r in claimed]
 
     def _forget(self, queue: str, keys: list[str]) -> None:
         with self._db.connection() as conn, conn.transaction(), conn.cursor() as cur:

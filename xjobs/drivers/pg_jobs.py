@@ -213,7 +213,7 @@ class PgJobs(JobStore):
             rows = cur.fetchall()
         rows.sort()
         token = params["token"]
-        return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token, r[8], r[9]) for r in rows]
+        return [ClaimedJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], token, r[8], r[9], r[10]) for r in rows]
 
     def job_ack_many(self, leases: Sequence[Lease], results: Mapping[int, bytes] | None = None) -> set[int]:
         found = results or {}

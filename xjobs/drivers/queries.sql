@@ -71,9 +71,13 @@ order by j.state = 'completed', j.id desc
 -- 10,000 picked rows): 20 ms a claim at 100,000 rows, and growing with every finished row kept.
 -- suspects (crashes > 0) are left to job_claim_alone; a paused queue is claimed by nobody; a
 -- worker claims only the job names it runs (%(names)s; null: any), so during a rolling deploy
--- an old worker never takes, and fails, a job of a name it does not have
+-- an old worker never takes, and fails, a job of a name it does not have. The last column says
+-- the job was never claimed before (started_at was null: only a claim sets it, and nothing
+-- clears it), so no attempt of it can have recorded a step and its run skips the step read;
+-- a woken sleeper, a retry, an interrupted or snoozed run were all claimed before. "not in"
+-- over the CTE is a hashed subplan, built once per claim from the few rows claimed before
 with picked as (
-    select id from {schema}.jobs
+    select id, started_at is not null as started from {schema}.jobs
     where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0 and {_rate_open}
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and (%(names)s::text[] is null or name = any(%(names)s::text[]))
@@ -87,13 +91,13 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from picked))
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
-          j.snoozes
+          j.snoozes, j.id not in (select id from picked where started)
 
 -- name: job_claim_many
 -- its own statement: queue = any(...) cannot read jobs_ready_idx in order, so a worker
 -- claims one queue per statement with job_claim_one and this serves multi-queue callers
 with picked as (
-    select id from {schema}.jobs
+    select id, started_at is not null as started from {schema}.jobs
     where state = 'ready' and queue = any(%(queues)s::text[]) and run_at <= {now} and crashes = 0 and {_rate_open}
       and queue not in (select p.name from {schema}.queues p where p.paused)
       and (%(names)s::text[] is null or name = any(%(names)s::text[]))
@@ -107,7 +111,7 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from picked))
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
-          j.snoozes
+          j.snoozes, j.id not in (select id from picked where started)
 
 -- name: job_claim_alone
 -- suspects of a crash, for a worker that will run them with nothing beside them: the first in
@@ -139,8 +143,9 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     claimed_by = %(worker)s, started_at = {now}, progress = null,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from lead union all select id from members))
+-- a suspect crashed a run of itself: it was claimed before (never a first claim)
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
-          j.snoozes
+          j.snoozes, false
 
 -- name: job_ack_many
 -- the fences of a batch: (id, token) pairs. Planned for the batch at hand (the driver does not
@@ -939,7 +944,8 @@ with caps as (
 ), held as (
     select h.t, h.n from jsonb_to_recordset(%(held)s::jsonb) as h(t text, n int)
 ), picked as (
-    select id, name, coalesce(tenant, '') as tk, priority, run_at from {schema}.jobs j
+    select id, name, coalesce(tenant, '') as tk, priority, run_at, started_at is not null as started
+    from {schema}.jobs j
     where state = 'ready' and queue = %(queue)s and run_at <= {now} and crashes = 0 and {_rate_open}
       and not exists (select 1 from {schema}.queues p where p.name = %(queue)s and p.paused)
       and not exists (select 1 from caps where caps.n = j.name and caps.room <= 0)
@@ -965,7 +971,7 @@ set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s::bigint,
     lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
 where j.id = any(array(select id from chosen))
 returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority, j.traceparent,
-          j.snoozes
+          j.snoozes, j.id not in (select id from picked where started)
 
 -- Durable steps and events ----------------------------------------------------------------------
 --
@@ -1372,7 +1378,7 @@ with turns as (
               order by j.priority, j.run_at, j.id
               limit %(limit)s) as j) as h
 ), chosen as (
-    select j.id from {schema}.jobs j
+    select j.id, j.started_at is not null as started from {schema}.jobs j
     where j.id = any(array(select heads.id from heads order by heads.at, heads.fair_key, heads.nth
                            limit %(limit)s))
       and j.state = 'ready'
@@ -1384,7 +1390,7 @@ with turns as (
         lease_expires_at = {now} + %(lease)s * interval '1 millisecond'
     where j.id = any(array(select id from chosen))
     returning j.id, j.name, j.queue, j.payload, j.tenant, j.attempt, j.max_attempts, j.priority,
-              j.traceparent, j.fair_key, j.snoozes
+              j.traceparent, j.fair_key, j.snoozes, j.id not in (select id from chosen where started) as fresh
 ), served as (
     select fair_key, count(*) as n from claimed group by fair_key
 ), reach as (
@@ -1398,10 +1404,10 @@ with turns as (
     where t.queue = %(queue)s and t.fair_key = turns.fair_key
       and (served.n is not null or not exists (select 1 from heads where heads.fair_key = turns.fair_key))
 )
-select id, name, queue, payload, tenant, attempt, max_attempts, priority, traceparent, null::text, snoozes
+select id, name, queue, payload, tenant, attempt, max_attempts, priority, traceparent, null::text, snoozes, fresh
 from claimed
 union all
-select null, null, null, null, null, null, null, null, null, turns.fair_key, null
+select null, null, null, null, null, null, null, null, null, turns.fair_key, null, null
 from turns
 where not exists (select 1 from heads where heads.fair_key = turns.fair_key)
 

@@ -171,6 +171,9 @@ class ClaimedJob:
     token: int
     traceparent: str | None = None
     snoozes: int = 0    # how often it put itself back for later so far (job(max_snoozes=) bounds it)
+    # never claimed before this claim: no attempt of it can have recorded a step, so its run
+    # skips the step read (a woken sleeper, a retry, an interrupted run: all claimed before)
+    first_claim: bool = False
 
 
 # What a nack comes to, by its outcome (the word the job's history and jobs_total record):

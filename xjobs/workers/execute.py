@@ -93,7 +93,7 @@ class Run:
         self.step_deadline_ms: float | None = None    # the running step.run's ceiling, if any
         steps = StepOptions(is_async=handle.is_async, step_timeout_ms=handle.step_timeout_ms,
                             event_poll_ms=handle.event_poll_ms,
-                            arm=self._arm_step)
+                            arm=self._arm_step, first_claim=job.first_claim)
         self.hook = hook
         timeout_ms = handle.timeout_ms
         self.ctx = Ctx(job_id=job.id, attempt=job.attempt, queue=job.queue, tenant=job.tenant,
