@@ -4,6 +4,7 @@ parks (sleep, wait_for_event), step timeouts, names, and the def/async parity.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
 
@@ -362,7 +363,8 @@ def test_event_poll_bounds_a_park_through_a_real_worker(pg_driver, clock):
 
 
 def test_a_resume_at_step_500_reads_the_jobs_steps_once_per_attempt(driver, registry, clock):
-    """The replay of 500 recorded steps costs ONE read of the job's steps, whatever their count."""
+    """The replay of 500 recorded steps costs ONE read of the job's steps, whatever their count;
+    the first attempt, a first claim, has none to read and makes no read."""
     reads: list[int] = []
     real = driver.step_list
 
@@ -380,11 +382,11 @@ def test_a_resume_at_step_500_reads_the_jobs_steps_once_per_attempt(driver, regi
     job_id = enqueue(declare(registry, body, name="long"), driver)
     pacer = Pacer(make_worker(driver, registry))
     pacer.until(lambda: driver.job_get(job_id).state == "suspended", advance_ms=100)
-    assert reads == [job_id]                        # the first attempt: one read
+    assert reads == []                              # the first attempt: no read at all
     clock.advance(60_000)
     driver.job_wake(10)
     pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
-    assert reads == [job_id, job_id]                # the resume at step 500: one more, not 501
+    assert reads == [job_id]                        # the resume at step 500: one read, not 501
     assert ran == list(range(500))                  # and no step ran twice
 
 
@@ -434,6 +436,47 @@ def test_an_attempt_reads_its_recorded_steps_once_however_many_it_replays(driver
     job_id = enqueue(declare(registry, body, name="long"), driver)
     pacer = Pacer(make_worker(driver, registry))
     pacer.until(lambda: pacer.totals()["completed"] == 1, advance_ms=100)
-    assert reads == [job_id, job_id]     # one read per attempt: the resume at step 25 included
+    assert reads == [job_id]     # one read for the resume at step 25; none for the first claim
     assert ran == [f"s{n}" for n in range(40)]   # the 25 recorded steps replayed, never rerun
     assert pacer.totals()["steps_replayed"] == 25
+
+
+class _Named:
+    """A cursor of the steps' pool that notes the name of each statement it is given."""
+
+    def __init__(self, cur, made: list[str]) -> None:
+        self._cur, self._made = cur, made
+
+    def execute(self, query, *args, **kwargs):
+        self._made.append(query.split("*/", 1)[0].removeprefix("/* xjobs:").strip())
+        return self._cur.execute(query, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._cur, name)
+
+
+def test_a_first_attempt_reads_no_step_on_the_server_and_a_retry_reads_once(pg_driver, registry, monkeypatch):
+    """Counted where the statements go out, on the steps' pool: the first claims' steps are
+    writes alone; the second attempt of the job that failed reads its recorded steps once."""
+    db, made = pg_driver.database, []
+    real = db.step_cursor
+
+    @contextlib.contextmanager
+    def step_cursor():
+        with real() as cur:
+            yield _Named(cur, made)
+    monkeypatch.setattr(db, "step_cursor", step_cursor)
+
+    def body(ctx, i):
+        for n in range(3):
+            ctx.step.run(f"s{n}", lambda n=n: n)
+        if i["n"] == 0 and ctx.attempt == 1:
+            raise ValueError("once more")
+    handle = declare(registry, body, name="three")
+    for n in range(4):
+        enqueue(handle, pg_driver, n)
+    pacer = Pacer(make_worker(pg_driver, registry))
+    pacer.until(lambda: pacer.totals()["completed"] == 4, advance_ms=100)
+    reads = [name for name in made if name.startswith("step_list")]
+    assert len(reads) == 1 and set(made) - set(reads) <= {"step_put", "step_put_many"}
+    assert pacer.totals()["steps_run"] == 12 and pacer.totals()["steps_replayed"] == 3
