@@ -458,7 +458,8 @@ class _Named:
 def test_a_first_attempt_reads_no_step_on_the_server_and_a_retry_reads_once(pg_driver, registry, monkeypatch):
     """Counted where the statements go out, on the steps' pool: the first claims' steps are
     writes alone; the second attempt of the job that failed reads its recorded steps once."""
-    db, made = pg_driver.database, []
+    db = pg_driver.database
+    made: list[str] = []
     real = db.step_cursor
 
     @contextlib.contextmanager
