@@ -198,20 +198,19 @@ class PgJobs(JobStore):
         already): the plan's first statement is sent in a pipeline, and the next chunk built
         while the server runs it, so a chunk COPY cannot take (a dedupe window, a debounce, a
         key, a namespace repeated, a holder met) still overlaps the client's work with the
-        server's. Each statement is planned for the chunk at hand (``prepare=False``): a
-        generic plan guesses the document's rows, and ran a few thousand jobs/s slower."""
+        server's."""
         plan = enqueue_plan(self._db, jobs)
         try:
             name, params = next(plan)
         except StopIteration as done:   # a plan may need no statement at all
             return cast("list[Enqueued]", done.value), following
         with own.pipeline():
-            cur.execute(self._db.sql[name], params, prepare=False)
+            cur.execute(self._db.sql[name], params)
             _flush(own)
             if following is None:
                 following = next(pending, None)   # built while the server runs the statement
             rows = cur.fetchall()
-        return run_on(cur, self._db.sql, plan, first=rows, prepare=False), following
+        return run_on(cur, self._db.sql, plan, first=rows), following
 
     def job_claim(self, claim: Claim) -> list[ClaimedJob]:
         """``job_claim_one`` (the common case: one queue, nothing to filter),

@@ -19,11 +19,10 @@ Statement = tuple[str, dict[str, Any]]
 Plan: TypeAlias = Generator[Statement, Rows, T]
 
 
-def run_on(cur: psycopg.Cursor[Any], sql: Mapping[str, str], plan: Plan[T], *,
-           first: Rows | None = None, prepare: bool | None = None) -> T:
+def run_on(cur: psycopg.Cursor[Any], sql: Mapping[str, str], plan: Plan[T], *, first: Rows | None = None) -> T:
     """Every statement of ``plan`` on ``cur`` (whose rows must be tuples), in order. ``first``:
     the rows of the statement the plan last yielded, when the caller sent it itself (a plan
-    started with ``next``); ``prepare``: as psycopg's ``execute`` takes it."""
+    started with ``next``)."""
     rows = first     # a plan is started with None, as a generator must be
     while True:
         try:
@@ -31,7 +30,7 @@ def run_on(cur: psycopg.Cursor[Any], sql: Mapping[str, str], plan: Plan[T], *,
         except StopIteration as done:        # a plan may need no statement at all
             answer: T = done.value
             return answer
-        cur.execute(sql[name], params, prepare=prepare)
+        cur.execute(sql[name], params)
         rows = cur.fetchall()
 
 
