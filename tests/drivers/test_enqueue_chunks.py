@@ -137,7 +137,7 @@ def test_copy_statement_takes_the_rows_its_driver_writes(pg_driver):
 
 # what keeps a chunk from the Postgres driver's COPY: its chunks go through the insert
 # statement, each sent in a pipeline while the next chunk is built
-NOT_COPIED = {"window": {"dedupe_window": "1h"}, "keyed": {"concurrency_key": lambda i: str(i % 7), "concurrency": 2},
+NOT_COPIED: dict[str, dict[str, object]] = {"window": {"dedupe_window": "1h"}, "keyed": {"concurrency_key": lambda i: str(i % 7), "concurrency": 2},
               "debounced": {"debounce": "10s"}}
 
 
