@@ -5,7 +5,12 @@ of the same rows in one transaction (the fastest way PostgreSQL takes rows; it d
 The bulk rows also say where the time went: the client's CPU and its server backend's CPU
 per job (read from ``/proc``, so only when the server runs on this machine).
 
-    python bench/enqueue_bench.py [--jobs 100000] [--runs 3] [--dsn ...]
+    python bench/enqueue_bench.py [--jobs 100000] [--runs 3] [--dsn ...] [--kind fresh]
+
+``--kind`` says which inputs the bulk call takes: ``fresh`` (every namespace new: the chunks are
+copied), or one the COPY cannot take, whose chunks go through the insert statement: ``window``
+(the job keeps its key for a dedupe window of an hour), ``repeated`` (every key twice, the second
+a duplicate of the first), ``held`` (every key already held by a live job: all duplicates).
 """
 
 from __future__ import annotations
@@ -58,12 +63,20 @@ def enqueue_single(dsn: str, jobs: int, rounds: int = 5) -> tuple[float, float]:
 _BULK = """
 import os, resource, sys, time
 sys.path.insert(0, {bench!r})
-import noop_app, psycopg
+import noop_app, psycopg, xjobs
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
 from enqueue_bench import backend_cpu
 driver = PostgresDriver({dsn!r}, schema={schema!r}, pool_size=1)
-enqueue_many(noop_app.noop, [-1], driver=driver)
+kind, handle, inputs = {kind!r}, noop_app.noop, range({jobs})
+if kind == "window":
+    handle = xjobs.job(queue="bench", idempotency_key=str, tenant="none", dedupe_window="1h",
+                       registry=xjobs.Registry(), name="noop")(noop_app.noop.fn)
+elif kind == "repeated":
+    inputs = [n // 2 for n in inputs]
+enqueue_many(handle, [-1], driver=driver)
+if kind == "held":
+    enqueue_many(handle, inputs, driver=driver)
 with driver.database.connection() as conn:
     pid = conn.execute("select pg_backend_pid()").fetchone()[0]
 raw = {raw!r}
@@ -80,11 +93,14 @@ if raw:
             copy.write_row(("noop", "bench", "ready", str(n), str(n), None, 0, 5, "now", "now"))
     conn.commit()
 else:
-    enqueue_many(noop_app.noop, range({jobs}), driver=driver)
+    enqueue_many(handle, inputs, driver=driver)
 elapsed = time.perf_counter() - started
 print({jobs} / elapsed, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024.0,
       (time.process_time() - cpu) * 1e6 / {jobs}, (backend_cpu(pid) - server) * 1e6 / {jobs})
 """
+
+
+KINDS = ("fresh", "window", "repeated", "held")
 
 
 def backend_cpu(pid: int) -> float:
@@ -97,12 +113,13 @@ def backend_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def enqueue_bulk(dsn: str, jobs: int, *, raw: bool = False) -> tuple[float, float, float, float]:
+def enqueue_bulk(dsn: str, jobs: int, *, raw: bool = False, kind: str = "fresh") -> tuple[float, float, float, float]:
     """(jobs/s, MiB of client memory the call added at its peak, client CPU us/job, server
-    backend CPU us/job) for ONE ``enqueue_many`` call of ``jobs`` inputs, in a fresh process so
-    its peak is its own; ``raw``: a ``COPY`` of the same rows in one transaction instead."""
+    backend CPU us/job) for ONE ``enqueue_many`` call of ``jobs`` inputs of ``kind`` (see the
+    module's doc), in a fresh process so its peak is its own; ``raw``: a ``COPY`` of the same
+    rows in one transaction instead."""
     schema = fresh_schema(dsn)
-    code = _BULK.format(bench=str(BENCH), dsn=dsn, schema=schema, jobs=jobs, raw=raw)
+    code = _BULK.format(bench=str(BENCH), dsn=dsn, schema=schema, jobs=jobs, raw=raw, kind=kind)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=str(BENCH)).stdout
     drop_schema(dsn, schema)
@@ -115,23 +132,26 @@ def main() -> None:
     parser.add_argument("--dsn", default=os.environ.get("XJOBS_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--kind", choices=KINDS, default="fresh", help="the bulk call's inputs (see above)")
     args = parser.parse_args()
     single: list[tuple[float, float]] = []
     bulk: dict[str, list[tuple[float, float, float, float]]] = {"raw": [], "xjobs": []}
     for _ in range(args.runs):   # the rows alternate, so a busy second of the machine hits both
-        single.append(enqueue_single(args.dsn, 2_000))
+        if args.kind == "fresh":   # the single-row rows do not depend on the kind
+            single.append(enqueue_single(args.dsn, 2_000))
         bulk["raw"].append(enqueue_bulk(args.dsn, args.jobs, raw=True))
-        bulk["xjobs"].append(enqueue_bulk(args.dsn, args.jobs))
+        bulk["xjobs"].append(enqueue_bulk(args.dsn, args.jobs, kind=args.kind))
     med = statistics.median
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"Enqueue, median of {args.runs} runs; {os.cpu_count()} cores, load average {load} at the end")
     print(f"{'enqueue':<48} {'jobs/s':>9} {'vs raw':>7} {'client us/job':>14} {'server us/job':>14}")
-    raw_single, one = med(r for r, _ in single), med(x for _, x in single)
-    print(f"{'raw single-row INSERT, one transaction each':<48} {raw_single:>9,.0f} {1:>7.2f}")
-    print(f"{'enqueue(), one job per call and transaction':<48} {one:>9,.0f} {one / raw_single:>7.2f}"
-          f"   (per run: {', '.join(f'{x / r:.2f}' for r, x in single)})")
+    if single:
+        raw_single, one = med(r for r, _ in single), med(x for _, x in single)
+        print(f"{'raw single-row INSERT, one transaction each':<48} {raw_single:>9,.0f} {1:>7.2f}")
+        print(f"{'enqueue(), one job per call and transaction':<48} {one:>9,.0f} {one / raw_single:>7.2f}"
+              f"   (per run: {', '.join(f'{x / r:.2f}' for r, x in single)})")
     raw_rate = med(b[0] for b in bulk["raw"])
-    for name, label in (("raw", f"raw COPY of the same {args.jobs:,} rows"), ("xjobs", f"enqueue_many, one call of {args.jobs:,}")):
+    for name, label in (("raw", f"raw COPY of the same {args.jobs:,} rows"), ("xjobs", f"enqueue_many, one call of {args.jobs:,} {args.kind}")):
         rate = med(b[0] for b in bulk[name])
         print(f"{label:<48} {rate:>9,.0f} {rate / raw_rate:>7.2f} {med(b[2] for b in bulk[name]):>14.1f} "
               f"{med(b[3] for b in bulk[name]):>14.1f}   peak +{med(b[1] for b in bulk[name]):.0f} MiB")

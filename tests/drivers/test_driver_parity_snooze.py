@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 
 import psycopg
 import pytest
 
 import xjobs
 from tests.drivers.parity import at, claim_one, enqueue, new_job
+from tests.waiting import wait_for
 from xjobs.drivers.base import Nack, NewJob
 from xjobs.enqueue import aenqueue_many
 from xjobs.reads import Enqueued
@@ -126,3 +128,24 @@ def test_a_debounced_enqueue_of_a_waiting_key_is_one_update_and_takes_no_id(driv
     assert driver.job_enqueue([debounced("i", 2)])[0].debounced     # job_debounce alone: no insert
     [other] = driver.job_enqueue([debounced("j", 1)])
     assert other.id == first.id + 1
+
+
+def test_a_debounce_that_waits_on_a_claims_lock_answers_a_duplicate_once_the_claim_commits(pg_driver):
+    """The holder is locked as it is found: a debounce queued behind a claim that has not
+    committed yet rechecks the claimed row, leaves it as the claim wrote it, and says so."""
+    [first] = pg_driver.job_enqueue([debounced("race", 1)])
+    with psycopg.connect(pg_driver.dsn) as claimer:
+        pid = claimer.execute("select pg_backend_pid()").fetchone()[0]   # type: ignore[index]
+        claimer.execute(f"update {pg_driver.schema}.jobs set state = 'running', started_at = now() "
+                        f"where id = %s", (first.id,))
+        answers: list[Enqueued] = []
+        thread = threading.Thread(target=lambda: answers.extend(pg_driver.job_enqueue([debounced("race", 2)])))
+        thread.start()
+        with psycopg.connect(pg_driver.dsn, autocommit=True) as watcher:
+            wait_for(lambda: watcher.execute("select 1 from pg_locks where not granted and pid <> %s "
+                                             "and pid in (select pid from pg_stat_activity)", (pid,)).fetchone(),
+                     10, "the debounce waiting on the claim's row lock")
+        claimer.commit()
+        thread.join(10)
+    assert [(a.id, a.deduped, a.debounced) for a in answers] == [(first.id, True, False)]
+    assert pg_driver.job_get(first.id).payload == {"key": "race", "v": 1}

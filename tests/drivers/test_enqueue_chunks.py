@@ -133,3 +133,32 @@ def test_copy_statement_takes_the_rows_its_driver_writes(pg_driver):
     assert [r[:5] for r in rows] == [(-1, {"a": "tab\there"}, "k\tk", "t", -3), (-2, [], "j", None, 0),
                                      (-3, 1, "i", None, 0)]
     assert [float(rows[0][5]), float(rows[1][5]), float(rows[2][6])] == [0.0, 1.5, 1.8e9]
+
+
+# what keeps a chunk from the Postgres driver's COPY: its chunks go through the insert
+# statement, each sent in a pipeline while the next chunk is built
+NOT_COPIED: dict[str, dict[str, object]] = {"window": {"dedupe_window": "1h"}, "keyed": {"concurrency_key": lambda i: str(i % 7), "concurrency": 2},
+              "debounced": {"debounce": "10s"}}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_COPIED))
+def test_chunks_the_copy_cannot_take_are_answered_in_input_order(driver, registry, kind):
+    handle = declare(registry, name=kind, idempotency_key=lambda i: str(i % (ENQUEUE_CHUNK + 3)), **NOT_COPIED[kind])
+    answers = enqueue_many(handle, list(range(2 * ENQUEUE_CHUNK + 1)), driver=driver)
+    repeated = answers[ENQUEUE_CHUNK + 3:]
+    assert [a.id for a in repeated] == [a.id for a in answers[:len(repeated)]]
+    assert all(a.deduped for a in repeated) and not any(a.deduped for a in answers[:ENQUEUE_CHUNK + 3])
+    assert sum(driver.job_stats()[handle.queue].values()) == ENQUEUE_CHUNK + 3
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_COPIED))
+def test_a_refusal_built_while_a_chunk_is_inserted_writes_nothing(driver, registry, kind):
+    def key(i):
+        if i == 2 * ENQUEUE_CHUNK + 3:
+            raise RuntimeError("this key function fails on one input")
+        return str(i)
+    handle = declare(registry, name=kind, idempotency_key=key, **NOT_COPIED[kind])
+    with pytest.raises(PayloadInvalid, match="RuntimeError: this key function fails"):
+        enqueue_many(handle, list(range(3 * ENQUEUE_CHUNK)), driver=driver)
+    assert driver.job_stats() == {}
+    assert not enqueue_many(handle, [1], driver=driver)[0].deduped   # the driver serves on

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import select
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
@@ -40,6 +41,15 @@ def _int_array(values: Iterable[int]) -> str:
 
 def enqueue_params(db: PgDatabase, jobs: Sequence[NewJob]) -> dict[str, Any]:
     return {**db.now(), "rows": orjson.dumps([j.document() for j in jobs]).decode()}
+
+
+def _flush(conn: psycopg.Connection[Any]) -> None:
+    """Everything libpq holds for the server sent: a pipeline sends a statement only as far as
+    the socket takes it at once, and the server cannot start a statement it has not read whole.
+    A chunk's document is about half a megabyte: a loopback socket takes it at once, a network
+    connection's send buffer may not, and the rest would wait for the answer to be asked for."""
+    while conn.pgconn.flush():
+        select.select([], [conn.pgconn.socket], [])
 
 
 def copyable(job: NewJob) -> bool:
@@ -137,8 +147,9 @@ class PgJobs(JobStore):
         """The chunks of one call in ONE transaction (a savepoint on the caller's ``conn``):
         all of it or none. A chunk whose jobs are all ``copyable`` and whose namespaces neither
         repeat nor were seen in an earlier chunk is written by ``copy_chunk``; any other, and
-        one whose COPY met a live holder, by ``job_enqueue``'s plan, which answers holders and
-        duplicates (rows copied by the chunks before are already in the table for it)."""
+        one whose COPY met a live holder, by ``insert_chunk`` (``job_enqueue``'s plan), which answers
+        holders and duplicates (rows copied by the chunks before are already in the table for
+        it). Either way the next chunk is built while the server writes this one."""
         results: list[Enqueued] = []
         with contextlib.ExitStack() as stack:
             own = callers_connection(conn) if conn is not None else stack.enter_context(self._db.connection())
@@ -154,7 +165,7 @@ class PgJobs(JobStore):
                 if jobs and len(spaces) == len(jobs) and seen.isdisjoint(spaces) and all(map(copyable, jobs)):
                     copied, following = self.copy_chunk(own, cur, jobs, pending)
                 if copied is None and jobs:
-                    copied = run_on(cur, self._db.sql, enqueue_plan(self._db, jobs))
+                    copied, following = self.insert_chunk(own, cur, jobs, pending, following)
                 results += copied or []
                 seen |= spaces
                 jobs = following if following is not None else next(pending, None)
@@ -164,8 +175,8 @@ class PgJobs(JobStore):
                    pending: Iterator[Sequence[NewJob]]) -> tuple[list[Enqueued] | None, Sequence[NewJob] | None]:
         """``jobs`` written by COPY under a savepoint, with ids drawn first (``job_enqueue_ids``),
         answered in input order; and the next chunk, built (by ``pending``) while the server
-        still writes this one. (None, next chunk) when a live holder of one of the namespaces
-        failed the COPY: the savepoint leaves nothing of it. A refusal raised while the next
+        still writes this one. (None, the next chunk if it was built) when a live holder of one
+        of the namespaces failed the COPY: the savepoint leaves nothing of it. A refusal raised while the next
         chunk is built aborts the COPY and propagates, and the call writes nothing."""
         cur.execute(self._db.sql["job_enqueue_ids"], {**self._db.now(), "count": len(jobs)})
         now, ids = cast("tuple[datetime, list[int]]", cur.fetchone())   # a select of no table: one row
@@ -177,8 +188,29 @@ class PgJobs(JobStore):
                     copy.write_row(copy_row(job, job_id, now, stamp))
                 following = next(pending, None)   # built while the server writes the rows
         except psycopg.errors.UniqueViolation:
-            return None, following if following is not None else next(pending, None)
+            return None, following
         return [Enqueued(job_id, False) for job_id in ids], following
+
+    def insert_chunk(self, own: psycopg.Connection[Any], cur: psycopg.Cursor[Any], jobs: Sequence[NewJob],
+                     pending: Iterator[Sequence[NewJob]], following: Sequence[NewJob] | None
+                     ) -> tuple[list[Enqueued], Sequence[NewJob] | None]:
+        """``jobs`` by ``enqueue_plan``, and the next chunk (``following``, unless it is built
+        already): the plan's first statement is sent in a pipeline, and the next chunk built
+        while the server runs it, so a chunk COPY cannot take (a dedupe window, a debounce, a
+        key, a namespace repeated, a holder met) still overlaps the client's work with the
+        server's."""
+        plan = enqueue_plan(self._db, jobs)
+        try:
+            name, params = next(plan)
+        except StopIteration as done:   # a plan may need no statement at all
+            return cast("list[Enqueued]", done.value), following
+        with own.pipeline():
+            cur.execute(self._db.sql[name], params)
+            _flush(own)
+            if following is None:
+                following = next(pending, None)   # built while the server runs the statement
+            rows = cur.fetchall()
+        return run_on(cur, self._db.sql, plan, first=rows), following
 
     def job_claim(self, claim: Claim) -> list[ClaimedJob]:
         """``job_claim_one`` (the common case: one queue, nothing to filter),

@@ -19,9 +19,11 @@ Statement = tuple[str, dict[str, Any]]
 Plan: TypeAlias = Generator[Statement, Rows, T]
 
 
-def run_on(cur: psycopg.Cursor[Any], sql: Mapping[str, str], plan: Plan[T]) -> T:
-    """Every statement of ``plan`` on ``cur`` (whose rows must be tuples), in order."""
-    rows: Rows | None = None     # a plan is started with None, as a generator must be
+def run_on(cur: psycopg.Cursor[Any], sql: Mapping[str, str], plan: Plan[T], *, first: Rows | None = None) -> T:
+    """Every statement of ``plan`` on ``cur`` (whose rows must be tuples), in order. ``first``:
+    the rows of the statement the plan last yielded, when the caller sent it itself (a plan
+    started with ``next``)."""
+    rows = first     # a plan is started with None, as a generator must be
     while True:
         try:
             name, params = plan.send(rows)   # type: ignore[arg-type]

@@ -1458,15 +1458,26 @@ from job
 -- debounced enqueues (job(debounce=)), one row per namespace with its newest input, sent before
 -- job_enqueue (a burst's key is held) and after it for keys the insert found held: a holder
 -- that has not started yet (ready, never claimed) takes that input and starts at
--- least(now + debounce, its first enqueue + debounce_max). ONE update that locks the holder:
--- a claim that took it first has set started_at, so this matches nothing and the caller
--- answers the enqueue as a duplicate; the partial unique index finds each holder
+-- least(now + debounce, its first enqueue + debounce_max). Each holder is locked as it is
+-- found: a claim that took it first has set started_at, so the lock's recheck matches nothing
+-- and the caller answers the enqueue as a duplicate. Found by one probe of the partial unique
+-- index per row (the lateral join): joined instead, a table whose statistics say it holds few
+-- unstarted rows (a fresh one, or one analysed while its queue was empty) was planned as every
+-- ready row against every row of the document, 61 s for a chunk of 5,000 over 15,000 ready jobs
+with held as (
+    select c.id, u.p, u.db, u.dm
+    from jsonb_to_recordset(%(rows)s::jsonb) as u(n text, t text, k text, p jsonb, db float8, dm float8)
+    cross join lateral (
+        select c.id from {schema}.jobs c
+        where c.name = u.n and coalesce(c.tenant, '') = coalesce(u.t, '') and c.idempotency_key = u.k
+          and c.state in ('ready', 'running', 'suspended') and c.state = 'ready' and c.started_at is null
+        for update of c) c
+)
 update {schema}.jobs j
-set payload = u.p,
-    run_at = least({now} + u.db * interval '1 millisecond', j.created_at + u.dm * interval '1 millisecond')
-from jsonb_to_recordset(%(rows)s::jsonb) as u(n text, t text, k text, p jsonb, db float8, dm float8)
-where j.name = u.n and coalesce(j.tenant, '') = coalesce(u.t, '') and j.idempotency_key = u.k
-  and j.state in ('ready', 'running', 'suspended') and j.state = 'ready' and j.started_at is null
+set payload = h.p,
+    run_at = least({now} + h.db * interval '1 millisecond', j.created_at + h.dm * interval '1 millisecond')
+from held h
+where j.id = h.id
 returning j.id, j.name, coalesce(j.tenant, '') as tenant, j.idempotency_key
 
 -- Rate limits by key ---------------------------------------------------------------------------
