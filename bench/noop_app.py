@@ -6,16 +6,21 @@ monotonic clock (one clock for every process on the machine) as a datagram to th
 named by ``BENCH_PING_SOCKET``, so the benchmark can time enqueue-to-start without the body
 writing to the database it measures. ``stoppable`` (queue ``stop``) reports its start the same
 way, then waits on its stop signal and reports when it saw it (``N:stop``): cancel-to-signal.
+
+With ``BENCH_PICKUP_STAGES`` set when the daemon imports this app, its queue workers stamp each
+ping on its way (the pass that heard it, its claim sent and answered, its run handed to the
+executor) and ``ping`` sends the stamps with its start (``bench/pickup.py --stages``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import tempfile
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 from xjobs import job
 
@@ -30,7 +35,8 @@ def noop(ctx, input):  # noqa: ARG001
 @job(queue="idle", idempotency_key=lambda i: str(i), tenant="none")
 def ping(ctx, input):  # noqa: ARG001
     started = time.monotonic()
-    _sock.sendto(f"{input} {started!r}".encode(), os.environ["BENCH_PING_SOCKET"])
+    stamps = json.dumps(_STAMPS.pop(ctx.job_id, {}), separators=(",", ":"))
+    _sock.sendto(f"{input} {started!r} {stamps}".encode(), os.environ["BENCH_PING_SOCKET"])
 
 
 @job(queue="stop", idempotency_key=lambda i: str(i), tenant="none")
@@ -59,10 +65,59 @@ def pings() -> Iterator[socket.socket]:
 def started(sock: socket.socket, n: int | str) -> float:
     """When the body of ping ``n`` began (the monotonic clock), skipping older pings; or, for
     ``"N:stop"``, when the body of ``stoppable`` N saw its stop signal."""
+    return started_with_stamps(sock, n)[0]
+
+
+def started_with_stamps(sock: socket.socket, n: int | str) -> tuple[float, dict[str, float]]:
+    """``started``, and the stamps the daemon's worker put on ping ``n`` (none without
+    ``BENCH_PICKUP_STAGES``)."""
     while True:
-        got, at = sock.recv(200).decode().split()
+        got, at, *rest = sock.recv(2000).decode().split(maxsplit=2)
         if got == str(n):
-            return float(at)
+            return float(at), json.loads(rest[0]) if rest else {}
+
+
+# -- the stamps of bench/pickup.py --stages, put on in the daemon ---------------------------------
+
+_STAMPS: dict[int, dict[str, float]] = {}
+
+
+def _stamp_the_workers() -> None:
+    """Wrap the queue worker's pass, its claim and its hand-off so each stamps the pings."""
+    from xjobs.workers.claiming import Claimer
+    from xjobs.workers.execute import Executor
+    from xjobs.workers.queue_worker import QueueWorker
+
+    pass_at = [0.0]
+    run_once, claim, submit_many = QueueWorker.run_once, Claimer.claim, Executor.submit_many
+
+    def stamped_run_once(self: Any, now_ms: float) -> float:
+        pass_at[0] = time.monotonic()
+        return run_once(self, now_ms)
+
+    def stamped_claim(self: Any, *args: Any, **kwargs: Any) -> Any:
+        sent = time.monotonic()
+        jobs = claim(self, *args, **kwargs)
+        claimed = time.monotonic()
+        for job in jobs:
+            if job.name == "ping":
+                _STAMPS[job.id] = {"pass": pass_at[0], "claim_sent": sent, "claimed": claimed}
+        return jobs
+
+    def stamped_submit_many(self: Any, runs: Any) -> None:
+        handed = time.monotonic()
+        for run in runs:
+            if run.job.id in _STAMPS:
+                _STAMPS[run.job.id]["handed"] = handed
+        submit_many(self, runs)
+
+    QueueWorker.run_once = stamped_run_once       # type: ignore[method-assign]
+    Claimer.claim = stamped_claim                 # type: ignore[method-assign]
+    Executor.submit_many = stamped_submit_many    # type: ignore[method-assign]
+
+
+if os.environ.get("BENCH_PICKUP_STAGES"):
+    _stamp_the_workers()
 
 
 @job(queue="nap", idempotency_key=lambda i: str(i), tenant="none")
