@@ -12,7 +12,7 @@ queue 128 reads behind the writes on the same few connections.
 
 How a caller waits: it adds its request to the pending list. If no batch is under way it
 writes one itself (its own request alone, the list being empty); else it waits on its own
-event, which is set either when a batch that held its request is done, or when it is chosen
+wake-up, which comes either when a batch that held its request is done, or when it is chosen
 to write the next batch: whoever wrote a batch hands the next one to the oldest request still
 pending, so every wake-up is one caller's, never every waiter's (a pass of 256 results wakes
 those 256 threads and one more, not every thread of the process to look and sleep again).
@@ -49,6 +49,12 @@ if TYPE_CHECKING:
 MAX_BATCH = 256
 
 
+def _taken() -> threading.Lock:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
 @dataclass(eq=False)
 class _Pending:
     """One caller's request: a result to write (``step``) or a job's steps to read."""
@@ -56,7 +62,10 @@ class _Pending:
     job_id: int
     lease: Lease | None = None
     step: StepResult | None = None
-    woken: threading.Event = field(default_factory=threading.Event)   # done, or handed a batch
+    # released when done or handed a batch (the caller waits by taking it): a bare lock is one
+    # futex each way where an Event is a Condition of two locks, and a batch wakes dozens of
+    # callers under the GIL. A caller handed a batch takes it again before its batch releases it
+    woken: threading.Lock = field(default_factory=_taken)
     batch: "list[_Pending] | None" = None      # the batch this caller makes, when handed one
     written: bool = False
     log: StepLog | None = None
@@ -96,7 +105,7 @@ class PgStepWrites:
                 self._busy += 1
                 mine.batch = self._take()
         if mine.batch is None:
-            mine.woken.wait()
+            mine.woken.acquire()
         batch = mine.batch
         if batch is not None:
             # this caller's turn (its own request is in the batch); the batch was taken off
@@ -108,7 +117,7 @@ class PgStepWrites:
                     if self._pending:
                         given = self._take()
                         given[0].batch = given
-                        given[0].woken.set()
+                        given[0].woken.release()
                     else:
                         self._busy -= 1
         if mine.error is not None:
@@ -130,7 +139,7 @@ class PgStepWrites:
                 self._answer(reads, self._read_many, self._read_one)
         finally:
             for pending in batch:
-                pending.woken.set()
+                pending.woken.release()
 
     @staticmethod
     def _answer(part: list[_Pending], many: Callable[[list[_Pending]], None],
