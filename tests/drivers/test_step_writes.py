@@ -167,3 +167,36 @@ def test_many_runs_stepping_at_once_each_get_every_step_recorded_once(pg_driver)
         assert [(s.name, s.result) for s in pg_driver.step_list(lease.job_id).steps] == [
             ("s0", 0), ("s1", 1), ("s2", 2)]
     assert writes.waiting == 0 and writes.put(leases[0], _step("last")) is True
+
+
+class _Instant(PgStepWrites):
+    """Batches answered at once, with no database: only the hand-overs between callers."""
+
+    def __init__(self) -> None:
+        super().__init__(type("Db", (), {"step_pool_size": 2})(), writers=2)   # type: ignore[arg-type]
+
+    def _write_many(self, batch):
+        for pending in batch:
+            pending.written = True
+
+
+def test_every_caller_is_woken_when_a_batch_is_handed_over_before_it_waits():
+    """A caller may be handed the next batch between joining the list and starting to wait;
+    its wait must still take exactly the one wake-up it was given. Threads switched as often
+    as the interpreter allows make that window common."""
+    import sys
+    writes, done = _Instant(), []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        def caller(k: int) -> None:
+            for n in range(300):
+                assert writes.put(Lease(k, 1), _step(f"s{n}")) is True
+            done.append(k)
+        threads = [threading.Thread(target=caller, args=(k,), daemon=True) for k in range(32)]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: len(done) == 32 or not any(t.is_alive() for t in threads), 60, "every caller answered")
+    finally:
+        sys.setswitchinterval(interval)
+    assert sorted(done) == list(range(32)) and writes.waiting == 0

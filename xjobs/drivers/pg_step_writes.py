@@ -101,10 +101,13 @@ class PgStepWrites:
     def _submit(self, mine: _Pending) -> _Pending:
         with self._lock:
             self._pending.append(mine)
-            if self._busy < self._writers:     # then nothing else is pending: a batch of one
+            now = self._busy < self._writers     # then nothing else is pending: a batch of one
+            if now:
                 self._busy += 1
                 mine.batch = self._take()
-        if mine.batch is None:
+        if not now:
+            # whether or not a batch was handed over meanwhile: every wait takes the one
+            # release its request gets (a hand-over or its batch done), no more, no fewer
             mine.woken.acquire()
         batch = mine.batch
         if batch is not None:
