@@ -173,7 +173,7 @@ class _Instant(PgStepWrites):
     """Batches answered at once, with no database: only the hand-overs between callers."""
 
     def __init__(self) -> None:
-        super().__init__(type("Db", (), {"step_pool_size": 2})(), writers=2)   # type: ignore[arg-type]
+        super().__init__(type("Db", (), {"step_pool_size": 2})(), writers=2)
 
     def _write_many(self, batch):
         for pending in batch:
