@@ -25,7 +25,7 @@ from typing import Iterable, Protocol
 
 from .drivers.records import Aging
 from .errors import XJobsError
-from .options import duration_ms
+from .options import duration_ms, duration_text
 
 MIN_STEP_MS = 1.0   # ages are counted in whole microseconds; a step under 1 ms means no order at all
 
@@ -82,12 +82,7 @@ def queue_agings(jobs: Iterable[Ages]) -> dict[str, Aging]:
 
 
 def _shown(ms: float | None) -> str:
-    if ms is None:
-        return "never"
-    for unit, size in (("d", 86_400_000.0), ("h", 3_600_000.0), ("m", 60_000.0), ("s", 1000.0)):
-        if ms >= size and ms % size == 0:
-            return f"{ms / size:g}{unit}"
-    return f"{ms:g}ms"
+    return "never" if ms is None else duration_text(ms)
 
 
 __all__ = ["MIN_STEP_MS", "AgingMixed", "Ages", "declared_aging", "check_queue", "queue_agings"]

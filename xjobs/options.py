@@ -75,6 +75,15 @@ def duration_ms(value: object, option: str, *, minimum_ms: float = 0.0,
                          exclusive_minimum=exclusive_minimum)
 
 
+def duration_text(ms: float) -> str:
+    """A duration as ``duration_ms`` reads it back: the largest whole unit (``"90s"``, ``"2h"``),
+    else milliseconds."""
+    for suffix, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms / size:g}{suffix}"
+    return f"{ms:g}ms"
+
+
 _NAME_MAX = 128
 
 

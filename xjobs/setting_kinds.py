@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Mapping, TypeVar
 
 from .errors import InvalidOption
-from .options import duration_ms, finite_count, plain_name
+from .options import duration_ms, duration_text, finite_count, plain_name
 from .limits import Limits
 
 T = TypeVar("T")
@@ -77,10 +77,7 @@ class Duration(Kind[float]):
         return duration_ms(value, key, minimum_ms=self.minimum_ms)
 
     def show(self, value: float) -> str:
-        for suffix, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
-            if value >= size and value % size == 0:
-                return f"{value / size:g}{suffix}"
-        return f"{value:g}ms"
+        return duration_text(value)
 
 
 class Count(Kind[int]):

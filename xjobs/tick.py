@@ -125,11 +125,14 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
     began = clock()
     deadline = began + deadline_s * 1000.0
     summary = TickSummary(identity, deadline_s)
+    # aged before the pass claims: the order its worker takes the backlog in is the aged one
+    upkeep = Upkeep(driver=driver, settings=settings, who=f"tick {identity}", count=lambda name, n: None,
+                    agings=queue_agings(registry.jobs()))
     summary.upkeep = {"rescued": driver.job_rescue(), "woken": driver.job_wake(), "pruned": None,
-                      "aged": _age(driver, registry, settings, identity)}
+                      "aged": upkeep.age_each()}
     failures = _Failures()
     prune_until = began + min(deadline_s * 1000.0 * _PRUNE_SHARE, settings.leader_lease_ms / 2.0)
-    summary.cron, scans, pruned = _leader_round(driver, registry, settings, identity,
+    summary.cron, scans, pruned = _leader_round(driver, registry, settings, identity, upkeep,
                                                 time.time() + deadline_s, lambda: clock() >= prune_until)
     summary.upkeep["pruned"] = None if pruned is None else asdict(pruned)
     for run in scans:
@@ -173,7 +176,7 @@ def run_tick(*, driver: JobDriver, registry: Registry, settings: Settings, deadl
     return summary
 
 
-def _leader_round(driver: JobDriver, registry: Registry, settings: Settings, identity: str,
+def _leader_round(driver: JobDriver, registry: Registry, settings: Settings, identity: str, upkeep: Upkeep,
                   deadline_at: float, prune_over: Callable[[], bool],
                   ) -> tuple[dict[str, Any], list[ScanRun], Pruned | None]:
     """What only the leader does, under the scheduler's own lease: so a tick beside a daemon
@@ -190,7 +193,7 @@ def _leader_round(driver: JobDriver, registry: Registry, settings: Settings, ide
             if registry.scans():
                 scans = run_due_scans(driver, registry, election=ELECTION, holder=scheduler.holder,
                                       deadline=deadline_at, stopping=lambda: time.time() >= deadline_at)
-            pruned = _prune(driver, settings, identity, prune_over)
+            pruned = _prune(upkeep, prune_over)
     finally:
         scheduler.stop_accepting("the tick's round is over")
         scheduler.close(None)
@@ -199,23 +202,14 @@ def _leader_round(driver: JobDriver, registry: Registry, settings: Settings, ide
              "scans": sorted(run.name for run in scans)}, scans, pruned)
 
 
-def _prune(driver: JobDriver, settings: Settings, identity: str, over: Callable[[], bool]) -> Pruned:
+def _prune(upkeep: Upkeep, over: Callable[[], bool]) -> Pruned:
     """The leader's prune, a batch per table at a time, again while one comes back full."""
-    upkeep = Upkeep(driver=driver, settings=settings, who=f"tick {identity}", count=lambda name, n: None)
     total = Pruned()
     while True:
         batch = upkeep.prune()
         total.add(batch)
         if not batch.full or over():
             return total
-
-
-def _age(driver: JobDriver, registry: Registry, settings: Settings, identity: str) -> int:
-    """One batch of each aging queue (``job(aging=)``), before the pass claims: the order its
-    worker takes the backlog in is the aged one."""
-    upkeep = Upkeep(driver=driver, settings=settings, who=f"tick {identity}", count=lambda name, n: None,
-                    agings=(agings := queue_agings(registry.jobs())))
-    return sum(upkeep.age(aging) for aging in agings.values())
 
 
 def _work(worker: QueueWorker, relay: OutboxRelay, failures: _Failures, deadline: float,

@@ -97,6 +97,10 @@ class Upkeep:
                 if self.age(aging) >= SWEEP_LIMIT:
                     self._next_age[queue] = now_ms + AGE_BACKLOG_MS
 
+    def age_each(self) -> int:
+        """One batch of every aging queue now, whatever its timer (a tick's pass); the rows moved."""
+        return sum(self.age(aging) for aging in self._agings.values())
+
     def age(self, aging: Aging) -> int:
         """One bounded batch of ``aging``'s queue; answers the rows moved (0 when it failed)."""
         aged = 0
