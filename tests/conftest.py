@@ -42,8 +42,15 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """The longest tests first (``slow``, then the daemons), the short ones last: with
-    ``--dist worksteal`` the short ones are what a process takes from another's queue, so the
-    run does not end on one long test while the other processes wait."""
-    items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
-                                 item.get_closest_marker("daemon") is None))
+    """The long tests dealt out over the processes, each process's share longest first.
+
+    ``--dist worksteal`` hands each process one contiguous stretch of this order, and a process
+    that runs dry takes the tail of another's. Sorted long-first, every ``slow`` test would fall
+    in the first process's stretch and run one after another there (about ten minutes on two
+    cores) while the others ran out of short tests to take. Dealt round-robin, each stretch
+    begins with its own quarter of the long tests and ends with the short ones that are
+    stolen."""
+    ranked = sorted(items, key=lambda item: (item.get_closest_marker("slow") is None,
+                                             item.get_closest_marker("daemon") is None))
+    processes = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    items[:] = [item for share in range(processes) for item in ranked[share::processes]]

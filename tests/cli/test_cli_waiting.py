@@ -80,6 +80,7 @@ def test_with_the_app_a_debounced_job_says_when_it_starts_and_a_snoozed_one_its_
     assert said(xjobsd, nap.id, "--app", WAITS) == (snoozed, snoozed)
 
 
+@pytest.mark.slow
 def test_a_due_job_of_a_fair_queue_says_where_its_tenant_stands(xjobsd, driver):
     a = [e.id for e in enqueue_many(fair_app.fair_work, [{"t": "a", "n": n} for n in range(3)], driver=driver)]
     b = [e.id for e in enqueue_many(fair_app.fair_work, [{"t": "b", "n": n} for n in range(2)], driver=driver)]

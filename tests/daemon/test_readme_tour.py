@@ -51,6 +51,7 @@ def run_tour(directory: Path, bin_dir: Path) -> None:
     assert job["progress"]["note"] == "welcomed user 1"
 
 
+@pytest.mark.slow
 def test_the_readme_tour_runs_as_written(tmp_path):
     pytest.importorskip("pgserver")
     run_tour(tmp_path, Path(sys.executable).parent)

@@ -46,6 +46,7 @@ def real_clock(pg_dsn, pg_schema):
     driver.close()
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_every_endpoint_agrees_with_the_command_line_s_json(real_clock, pg_dsn, pg_schema):
     driver, xjobsd = real_clock, xjobsd_on(pg_dsn, pg_schema)

@@ -10,15 +10,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_mypy_finds_nothing_in_the_package():
     run = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", "--hide-error-context"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+@pytest.mark.slow
 def test_mypy_finds_nothing_in_the_tests():
     # the whole tree, wherever its files sit; a cache of its own, so that two test processes
     # never write one cache at once
