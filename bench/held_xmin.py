@@ -10,7 +10,8 @@ them. This runs the daemon at half of what it drains flat out (measured first, o
 and every ``--every`` seconds reads:
 
 * the completions in the interval: what the feeder enqueued minus the change in live rows
-  (ready and running, counted in the partial indexes), so the reading costs little;
+  (ready and running, counted in their partial indexes: cheap while the backlog is small, a
+  walk of the ready index once per reading when millions wait);
 * the pings' enqueue-to-start p50 and p99;
 * the ``jobs`` table: heap and index bytes, the ready index alone, the live and dead row
   versions by the statistics collector, and how many transactions the horizon is behind.
@@ -35,6 +36,7 @@ from typing import Any
 import psycopg
 
 from daemon import Daemon, daemon_drain, drop_schema, fresh_schema, percentile
+from pickup import _feed
 from xjobs.drivers.postgres import PostgresDriver
 from xjobs.enqueue import enqueue_many
 
@@ -53,26 +55,6 @@ class Reading:
     ready_index_mib: float
     dead: int
     horizon_age: int          # transactions the oldest snapshot is behind (0: none held)
-
-
-def _feed_counting(dsn: str, schema: str, per_s: float, stop: Any, count: Any) -> None:
-    """``pickup._feed``'s batches every 20 ms, counting what went in (``count``, shared)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import noop_app
-    driver = PostgresDriver(dsn, schema=schema)
-    batch = max(1, round(per_s / 50))
-    n = 10_000_000
-    try:
-        next_at = time.monotonic()
-        while not stop.is_set():
-            enqueue_many(noop_app.noop, list(range(n, n + batch)), driver=driver)
-            n += batch
-            with count.get_lock():
-                count.value += batch
-            next_at += 0.02
-            stop.wait(max(0.0, next_at - time.monotonic()))
-    finally:
-        driver.close()
 
 
 def _table(conn: psycopg.Connection[Any], schema: str) -> tuple[int, float, float, float, int, int]:
@@ -106,7 +88,7 @@ def run(dsn: str, *, queue: str, load: float, before: float, hold: float, after:
     schema = fresh_schema(dsn)
     spawn = multiprocessing.get_context("spawn")
     stop, fed = spawn.Event(), spawn.Value("q", 0)
-    feeder = spawn.Process(target=_feed_counting, args=(dsn, schema, load, stop, fed), daemon=True)
+    feeder = spawn.Process(target=_feed, args=(dsn, schema, load, stop, fed), daemon=True)
     readings: list[Reading] = []
     holder: psycopg.Connection[Any] | None = None
     try:

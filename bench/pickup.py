@@ -111,8 +111,9 @@ def pickup_samples(dsn: str, samples: int, *, schema: str | None = None, load_pe
     return out
 
 
-def _feed(dsn: str, schema: str, per_s: float, stop: Any) -> None:
-    """Enqueue no-op jobs at ``per_s`` a second, in batches every 20 ms."""
+def _feed(dsn: str, schema: str, per_s: float, stop: Any, count: Any = None) -> None:
+    """Enqueue no-op jobs at ``per_s`` a second, in batches every 20 ms; with ``count`` (a shared
+    ``multiprocessing.Value``), adding each batch to it once it is in."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import noop_app
     driver = PostgresDriver(dsn, schema=schema)
@@ -123,6 +124,9 @@ def _feed(dsn: str, schema: str, per_s: float, stop: Any) -> None:
         while not stop.is_set():
             enqueue_many(noop_app.noop, list(range(n, n + batch)), driver=driver)
             n += batch
+            if count is not None:
+                with count.get_lock():
+                    count.value += batch
             next_at += 0.02
             stop.wait(max(0.0, next_at - time.monotonic()))
     finally:

@@ -46,10 +46,9 @@ def pytest_collection_modifyitems(config, items) -> None:
 
     ``--dist worksteal`` hands each process one contiguous stretch of this order, and a process
     that runs dry takes the tail of another's. Sorted long-first, every ``slow`` test would fall
-    in the first process's stretch and run one after another there (about ten minutes on two
-    cores) while the others ran out of short tests to take. Dealt round-robin, each stretch
-    begins with its own quarter of the long tests and ends with the short ones that are
-    stolen."""
+    in the first process's stretch and run one after another there while the others ran out
+    of short tests to take. Dealt round-robin, each stretch begins with its own share of the
+    long tests and ends with the short ones that are stolen."""
     ranked = sorted(items, key=lambda item: (item.get_closest_marker("slow") is None,
                                              item.get_closest_marker("daemon") is None))
     processes = int(getattr(config, "workerinput", {}).get("workercount", 1))
